@@ -1,0 +1,1 @@
+"""Benchmarks of dopamine_per; see README.md ("Benchmarks")."""

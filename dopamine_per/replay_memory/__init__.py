@@ -1,0 +1,1 @@
+"""Replay memories: the sum tree, the circular and the prioritized buffers."""

@@ -1,0 +1,324 @@
+# coding=utf-8
+"""The out-of-graph prioritized replay memory (Schaul et al., 2015).
+
+A drop-in replacement for
+``dopamine.tf.replay_memory.prioritized_replay_buffer`` (Dopamine 4.1.2).
+Each slot has a priority, kept in a `sum_tree.SumTree`; batches are drawn
+proportionally to priority with stratified sampling, one draw per equal
+stratum of the total priority (Schaul et al., 2015, appendix B.2.1). New
+transitions get the largest priority recorded so far, so every transition is
+seen at least once; the zero padding at episode starts gets priority 0 and is
+never drawn. The priority exponent alpha and the importance-sampling weights
+belong to the agent (Dopamine's Rainbow agent, Hessel et al., 2018), which
+sets ``priority = loss ** alpha`` with `set_priority`.
+
+Deviations from Dopamine (all in docs/compat.md): the batch is never returned
+with an invalid index; priorities and indices are checked before anything is
+written and any integer index dtype is accepted; ``sampling_probabilities``
+has the batch size in its shape.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gin
+import numpy as np
+
+from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
+
+__all__ = ['OutOfGraphPrioritizedReplayBuffer']
+
+# Default of `add`'s priority keyword: distinguishes "not given" (an error,
+# as in Dopamine) from None (the maximum recorded priority).
+_OMITTED = object()
+
+
+class _NotAnArrayError(ValueError, AssertionError):
+  """Scalar indices; an AssertionError as Dopamine raises, and a ValueError."""
+
+
+@gin.configurable
+class OutOfGraphPrioritizedReplayBuffer(
+    circular_replay_buffer.OutOfGraphReplayBuffer):
+  """A circular replay memory sampling transitions in proportion to priority.
+
+  See `circular_replay_buffer.OutOfGraphReplayBuffer` for the storage and
+  the transition layout; ``add`` takes a priority as its last element and
+  sampled batches end with ``sampling_probabilities`` (the raw priorities).
+
+  Attributes:
+    sum_tree: sum_tree.SumTree, the priority of every slot.
+  """
+
+  def __init__(self,
+               observation_shape: Tuple[int, ...],
+               stack_size: int,
+               replay_capacity: int,
+               batch_size: int,
+               update_horizon: int = 1,
+               gamma: float = 0.99,
+               max_sample_attempts: int = 1000,
+               extra_storage_types: Optional[Sequence[ReplayElement]] = None,
+               observation_dtype: Any = np.uint8,
+               terminal_dtype: Any = np.uint8,
+               action_shape: Tuple[int, ...] = (),
+               action_dtype: Any = np.int32,
+               reward_shape: Tuple[int, ...] = (),
+               reward_dtype: Any = np.float32,
+               checkpoint_duration: int = 4,
+               keep_every: Optional[int] = None,
+               rng: Any = None):
+    """Creates an empty prioritized replay memory.
+
+    Args:
+      observation_shape: tuple of ints, the shape of one observation.
+      stack_size: int, frames per state.
+      replay_capacity: int, the number of transitions kept.
+      batch_size: int, the default batch size.
+      update_horizon: int, the N of N-step returns.
+      gamma: float, the discount factor.
+      max_sample_attempts: int, how many invalid draws `sample_index_batch`
+        tolerates before giving up.
+      extra_storage_types: list of ReplayElement, extra per-transition
+        elements given to `add` after `terminal` (before the priority).
+      observation_dtype: np.dtype of observations.
+      terminal_dtype: np.dtype of terminal flags.
+      action_shape: tuple of ints, () for a scalar action.
+      action_dtype: np.dtype of actions.
+      reward_shape: tuple of ints, () for a scalar reward.
+      reward_dtype: np.dtype of rewards.
+      checkpoint_duration: int, how many iterations a checkpoint is kept.
+      keep_every: int or None; checkpoints whose iteration is a multiple of it
+        are never garbage-collected.
+      rng: None for Dopamine's sources (Python's ``random`` for priority
+        draws, as Dopamine's sum tree; ``np.random`` otherwise), or a
+        ``numpy.random.Generator`` or seed shared by the memory and its sum
+        tree and saved with checkpoints.
+
+    Raises:
+      ValueError: If an argument is malformed, or replay_capacity is smaller
+        than update_horizon + stack_size.
+    """
+    super().__init__(
+        observation_shape=observation_shape,
+        stack_size=stack_size,
+        replay_capacity=replay_capacity,
+        batch_size=batch_size,
+        update_horizon=update_horizon,
+        gamma=gamma,
+        max_sample_attempts=max_sample_attempts,
+        extra_storage_types=extra_storage_types,
+        observation_dtype=observation_dtype,
+        terminal_dtype=terminal_dtype,
+        action_shape=action_shape,
+        action_dtype=action_dtype,
+        reward_shape=reward_shape,
+        reward_dtype=reward_dtype,
+        checkpoint_duration=checkpoint_duration,
+        keep_every=keep_every,
+        rng=rng)
+    self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng)
+
+  def get_add_args_signature(self) -> List[ReplayElement]:
+    """Returns the elements `add` takes: the storage ones, then the priority.
+
+    Returns:
+      list of ReplayElement.
+    """
+    return super().get_add_args_signature() + [
+        ReplayElement('priority', (), np.float32)]
+
+  def get_transition_elements(self, batch_size: Optional[int] = None
+                             ) -> List[ReplayElement]:
+    """Returns the layout of `sample_transition_batch`'s result.
+
+    Args:
+      batch_size: int, or None for the buffer's batch size.
+
+    Returns:
+      list of ReplayElement: the plain memory's, then
+      ``sampling_probabilities`` (float32, [batch_size]), the raw priorities.
+    """
+    batch_size = self._batch_size if batch_size is None else batch_size
+    return super().get_transition_elements(batch_size) + [
+        ReplayElement('sampling_probabilities', (batch_size,), np.float32)]
+
+  # ------------------------------------------------------------------ add
+
+  def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
+          *args: Any, priority: Any = _OMITTED, episode_end: bool = False
+         ) -> None:
+    """Adds a transition with a priority.
+
+    Args:
+      observation: array of shape observation_shape.
+      action: the action (shape action_shape).
+      reward: the reward (shape reward_shape).
+      terminal: whether the transition ended the episode in a terminal state.
+      *args: the extra storage elements, in order, then the priority unless
+        it is given by keyword.
+      priority: float, finite and nonnegative; None for
+        ``sum_tree.max_recorded_priority`` (Schaul et al., 2015: new
+        transitions get the largest priority seen). It must be given,
+        positionally or by keyword, as in Dopamine.
+      episode_end: whether this is the episode's last transition without
+        being terminal (e.g. a time limit).
+
+    Raises:
+      ValueError: If the number of arguments is wrong ('Add expects ...'),
+        an argument has the wrong shape or dtype, or the priority is
+        negative, NaN or infinite. Nothing is written then.
+    """
+    if priority is not _OMITTED:
+      args += (priority,)
+    super().add(observation, action, reward, terminal, *args,
+                episode_end=episode_end)
+
+  def _check_add_args(self, values: List[Any], priority: Any = None
+                     ) -> List[Any]:
+    """Checks the arguments of `add`; a None priority becomes the maximum.
+
+    Raises:
+      ValueError: see `add`.
+    """
+    del priority  # `add` passes it positionally.
+    if len(values) == len(self._add_specs) and values[-1] is None:
+      values[-1] = self.sum_tree.max_recorded_priority
+    values = super()._check_add_args(values)
+    values[-1] = sum_tree.validate_priorities(values[-1], (), 'priority')[()]
+    return values
+
+  def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
+    # values ends with the priority, which the storage does not hold: zip in
+    # the parent stops at the last storage array.
+    self.sum_tree.set(self._add_count % self._replay_capacity, values[-1])
+    super()._write(values, ends_episode)
+
+  # ------------------------------------------------------------- sampling
+
+  def sample_index_batch(self, batch_size: int) -> np.ndarray:
+    """Returns `batch_size` valid slots drawn in proportion to priority.
+
+    One slot is drawn from each of `batch_size` equal strata of the total
+    priority; draws that land on invalid slots are replaced by independent
+    draws from the whole distribution, in vectorized rounds.
+
+    Args:
+      batch_size: int, the number of indices.
+
+    Returns:
+      np.ndarray of int64 with shape [batch_size], all valid transitions.
+
+    Raises:
+      RuntimeError: If too few transitions have been added, or
+        max_sample_attempts draws were invalid before the batch was complete.
+      ValueError: If batch_size is not a positive int, or every priority is
+        zero.
+    """
+    batch_size = self._check_batch_size(batch_size)
+    self._sampling_range()  # Raises if too few transitions were added.
+    candidates = self.sum_tree.stratified_sample(batch_size)
+    return self._redraw_invalid(candidates, self.sum_tree.sample_batch)
+
+  def _transition_element(self, element: ReplayElement, indices: np.ndarray
+                         ) -> np.ndarray:
+    if element.name == 'sampling_probabilities':
+      return self.get_priority(indices)
+    return super()._transition_element(element, indices)
+
+  # ----------------------------------------------------------- priorities
+
+  def _check_indices(self, indices: Any) -> np.ndarray:
+    if np.ndim(indices) == 0:
+      raise _NotAnArrayError(
+          'indices must be an array, got {!r}'.format(indices))
+    return sum_tree.validate_indices(indices, self._replay_capacity,
+                                     'indices')
+
+  def set_priority(self, indices: Any, priorities: Any) -> None:
+    """Sets the priorities of a batch of slots.
+
+    The whole batch is checked before anything is written; with repeated
+    indices the last priority wins.
+
+    Args:
+      indices: integer array (any integer dtype) of slots in
+        [0, replay_capacity).
+      priorities: array-like of the same shape (or a scalar), finite and
+        nonnegative.
+
+    Raises:
+      ValueError: If the shapes differ, or a priority is negative, NaN or
+        infinite; sum_tree.InvalidIndexError (an IndexError and ValueError)
+        if an index is out of range; sum_tree.InvalidIndexTypeError (a
+        TypeError and ValueError) if the indices are not integers.
+    """
+    indices = self._check_indices(indices)
+    if np.ndim(priorities) and np.shape(priorities) != indices.shape:
+      raise ValueError(
+          'priorities of shape {} do not match indices of shape {}.'.format(
+              np.shape(priorities), indices.shape))
+    self.sum_tree.set(indices, sum_tree.validate_priorities(
+        priorities, indices.shape, 'priorities'))
+
+  def get_priority(self, indices: Any) -> np.ndarray:
+    """Returns the priorities of a batch of slots (0 for unused slots).
+
+    Args:
+      indices: integer array (any integer dtype) of slots in
+        [0, replay_capacity).
+
+    Returns:
+      np.ndarray of float32 shaped like `indices`.
+
+    Raises:
+      AssertionError: (also a ValueError) If `indices` is a scalar, as in
+        Dopamine.
+      sum_tree.InvalidIndexError: If an index is out of range.
+      sum_tree.InvalidIndexTypeError: If the indices are not integers.
+    """
+    return self.sum_tree.get(self._check_indices(indices)).astype(np.float32)
+
+  # ---------------------------------------------------------- checkpoints
+
+  def _checkpoint_layout(self) -> List[Tuple[str, str]]:
+    return super()._checkpoint_layout() + [('sum_tree', 'sum_tree')]
+
+  def _checkpoint_value(self, name: str) -> Any:
+    if name == 'sum_tree':
+      return self.sum_tree.get_state()
+    return super()._checkpoint_value(name)
+
+  def _read_checkpoint(self, checkpoint_dir: str, suffix: Any,
+                       missing_episode_ends: bool) -> Dict[str, Any]:
+    pending = super()._read_checkpoint(checkpoint_dir, suffix,
+                                       missing_episode_ends)
+    path = checkpoint_io.checkpoint_filename(checkpoint_dir, 'sum_tree',
+                                             suffix)
+    loaded = checkpoint_io.load_pickle_gz(path)
+    if isinstance(loaded, checkpoint_io.PickledSumTreeState):
+      state = loaded.state
+    elif isinstance(loaded, dict):
+      state = loaded
+    else:
+      raise checkpoint_io.CorruptCheckpointError(
+          '{}: expected a pickled SumTree, got {}'.format(
+              path, type(loaded).__name__))
+    # The generator is the memory's (restored from the dopamine_per state),
+    # shared with the tree: keep the tree's object.
+    state = {k: v for k, v in state.items() if k != 'rng_state'}
+    try:
+      sum_tree.SumTree(self._replay_capacity).set_state(state)
+    except ValueError as e:
+      raise checkpoint_io.CorruptCheckpointError(
+          '{}: {}'.format(path, e)) from e
+    pending['sum_tree'] = state
+    return pending
+
+  def _commit_checkpoint(self, pending: Dict[str, Any]) -> None:
+    # Validated in _read_checkpoint; set_state is all-or-nothing anyway, and
+    # runs first so that nothing else has changed if it raises.
+    self.sum_tree.set_state(pending['sum_tree'])
+    super()._commit_checkpoint(pending)

@@ -9,6 +9,6 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/_venv.sh
 source "$repo_root/scripts/_venv.sh"
-dopamine_per_venv ""
+dopamine_per_venv fast
 
 exec "$PYTHON" -m dopamine_per.demo "$@"

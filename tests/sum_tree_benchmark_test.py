@@ -41,13 +41,15 @@ class RunBenchmarkTest(absltest.TestCase):
         capacity=2**10, batch_sizes=[4, 256], rounds=2, burst_seconds=1e-4,
         seed=0)
     implementations = {key[2] for key in results if isinstance(key, tuple)}
-    self.assertContainsSubset({'ours', 'naive'}, implementations)
+    self.assertContainsSubset({'ours-numpy', 'ours-numba', 'naive'},
+                              implementations)
     self.assertEqual(results['query_mismatches'], 0)
     report = sum_tree_benchmark.format_results(
         results, 2**10, [4, 256], 2, sum_tree_benchmark.describe_machine())
     for operation in sum_tree_benchmark.OPERATIONS:
       self.assertIn(f'| {operation} | 256 |', report)
-    self.assertIn('Required: at least 20x', report)
+    self.assertIn('Required: at least 20x over naive at batch 256; '
+                  'ours-numba: set', report)
     self.assertIn('- CPU: ', report)
 
 

@@ -1,8 +1,10 @@
 """Tests for dopamine_per.replay_memory.sum_tree."""
 
 import math
+import os
 import pickle
 import random
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -10,6 +12,7 @@ from dopamine.tf.replay_memory import sum_tree as dopamine_sum_tree
 import numpy as np
 
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory import sum_tree_kernels
 from tests import stats_util
 
 
@@ -474,6 +477,31 @@ class ReferenceModelTest(absltest.TestCase):
       self.assertAlmostEqual(tree.total_priority(), math.fsum(model),
                              delta=1e-12 * max(1.0, math.fsum(model)))
       self.assertEqual(tree.max_recorded_priority, max_priority)
+
+
+def _run_with_kernels(test_class, kernels):
+  """A copy of `test_class` whose sum trees use `kernels` by default."""
+
+  def set_up(self):
+    patcher = mock.patch.dict(os.environ,
+                              {sum_tree_kernels.KERNELS_ENV: kernels})
+    patcher.start()
+    self.addCleanup(patcher.stop)
+    self.assertEqual(sum_tree.SumTree(1)._kernels.name, kernels)
+    test_class.setUp(self)
+
+  name = '{}_{}'.format(test_class.__name__, kernels)
+  return type(name, (test_class,), {'setUp': set_up, '__qualname__': name})
+
+
+# Every test above runs with both kernels (the test extra installs Numba).
+for _test_class in [value for value in list(globals().values())
+                    if isinstance(value, type) and
+                    issubclass(value, absltest.TestCase)]:
+  for _kernels in ('numpy', 'numba'):
+    _variant = _run_with_kernels(_test_class, _kernels)
+    globals()[_variant.__name__] = _variant
+  del globals()[_test_class.__name__]
 
 
 if __name__ == '__main__':

@@ -8,10 +8,11 @@ priority is then a descent from the root (Schaul et al., 2015, "Prioritized
 Experience Replay", appendix B.2.1).
 
 Layout. Dopamine keeps a binary tree and walks it one index and one level at a
-time in Python. This tree is *wide*: every inner node sums ``fanout`` (32)
-children, so a tree over 2**20 leaves has only three inner levels. A batch of
-updates or queries is then a handful of NumPy operations per level, whatever
-the batch size, with no Python loop over the batch or over twenty levels.
+time in Python. This tree is *wide*: every inner node sums ``FANOUT`` (16)
+children, so a tree over 2**20 leaves has five levels, not twenty-one. A
+batch of updates or queries is a handful of NumPy operations per level,
+whatever the batch size, or one call of a compiled loop when Numba is
+installed (the `fast` extra; `sum_tree_kernels`, bit-identical results).
 
 Exactness. Every inner node is recomputed from its children when one of them
 changes, never updated by adding a delta, so rounding errors cannot accumulate:
@@ -31,9 +32,11 @@ import math
 import numbers
 import operator
 import random
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
+
+from dopamine_per.replay_memory import sum_tree_kernels
 
 __all__ = [
     'SumTree',
@@ -44,10 +47,11 @@ __all__ = [
     'validate_priorities',
 ]
 
-# Children per inner node. Measured on the Performance issue's workloads: 32
-# keeps every batched level to a [batch, 32] gather and a 2**20 tree to three
-# inner levels.
-FANOUT = 32
+# Children per inner node. Measured (benchmarks/sum_tree_benchmark.py) at
+# capacity 2**20: 16 children make a row of leaves two cache lines, so a
+# descent touches about one line per level; stratified sampling is 15% faster
+# than with 32 and batched updates cost the same.
+FANOUT = 16
 
 RngLike = Union[None, int, np.random.Generator]
 
@@ -97,6 +101,21 @@ def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   return lower, width
 
 
+def _unrolled_halving_sum(width: int) -> Callable[[List[float]], float]:
+  """Compiles `sum_tree_kernels`' pairwise sum of `width` Python floats.
+
+  Unrolled into one expression (under 1 us for 16 floats, a third of any
+  loop), in exactly the kernels' order, for the scalar `set`.
+  """
+  terms = ['v[{}]'.format(i) for i in range(width)]
+  while len(terms) > 1:
+    terms = ['({} + {})'.format(a, b) for a, b in zip(terms[0::2], terms[1::2])]
+  return eval('lambda v: ' + terms[0])  # pylint: disable=eval-used
+
+
+_row_sum = _unrolled_halving_sum(FANOUT)
+
+
 def _level_sizes(capacity: int, fanout: int) -> List[int]:
   """Sizes of the stored levels, leaves first; each a multiple of `fanout`."""
   sizes = [-(-capacity // fanout) * fanout]
@@ -119,7 +138,8 @@ class SumTree(object):
       used by prioritized replay as the priority of new transitions.
   """
 
-  def __init__(self, capacity: int, rng: RngLike = None):
+  def __init__(self, capacity: int, rng: RngLike = None,
+               kernels: Optional[str] = None):
     """Creates an all-zero sum tree.
 
     Args:
@@ -127,9 +147,14 @@ class SumTree(object):
       rng: None to draw from Python's `random` module (Dopamine's behaviour,
         reproducible with `random.seed`), or a `numpy.random.Generator` or an
         int seed for an independent, checkpointable stream.
+      kernels: 'numpy', 'numba' or 'auto' (None: the
+        DOPAMINE_PER_SUM_TREE_KERNELS environment variable, default 'auto':
+        Numba's when the `fast` extra is installed). Both give bit-identical
+        results; see `sum_tree_kernels`.
 
     Raises:
-      ValueError: If capacity is not a positive integer.
+      ValueError: If capacity is not a positive integer, or the kernels are
+        unknown or unavailable.
     """
     if (isinstance(capacity, bool) or
         not isinstance(capacity, numbers.Integral) or capacity <= 0):
@@ -138,11 +163,18 @@ class SumTree(object):
     self.capacity = int(capacity)
     self.max_recorded_priority = 1.0
     self._rng = None if rng is None else np.random.default_rng(rng)
-    self._levels = [np.zeros(size) for size in _level_sizes(self.capacity,
-                                                            FANOUT)]
+    self._kernels = sum_tree_kernels.get_kernels(kernels)
+    sizes = _level_sizes(self.capacity, FANOUT)
+    # All levels, leaves first, in one array; `_offsets[k]` is where level k
+    # starts and `_offsets[-1]` the end.
+    self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    self._flat = np.zeros(int(self._offsets[-1]))
+    self._levels = [self._flat[start:end] for start, end in
+                    zip(self._offsets[:-1], self._offsets[1:])]
     # `_blocks[k]` views level k as rows of siblings: row j holds the children
     # of node j of level k + 1 (or of the root, for the top level).
     self._blocks = [level.reshape(-1, FANOUT) for level in self._levels]
+    self._leaves = self._levels[0][:self.capacity]
     self._total = 0.0
 
   # ---------------------------------------------------------------- reading
@@ -185,9 +217,19 @@ class SumTree(object):
       InvalidIndexTypeError: If an index is not an integer.
       InvalidIndexError: If an index is outside [0, capacity).
     """
-    if _is_scalar(node_index):
-      return float(self._levels[0][self._check_scalar_index(node_index)])
-    return self._levels[0][self._check_indices(node_index)]
+    if type(node_index) is not np.ndarray or not node_index.ndim:
+      if _is_scalar(node_index):
+        return float(self._levels[0][self._check_scalar_index(node_index)])
+      node_index = np.asarray(node_index)
+    kind = node_index.dtype.kind
+    if kind == 'u' or (kind == 'i' and (not node_index.size or
+                                        node_index.min() >= 0)):
+      try:
+        # `take` on the first `capacity` leaves checks the upper bound.
+        return self._leaves.take(node_index)
+      except IndexError:
+        pass
+    return self._levels[0][self._check_indices(node_index)]  # Raises.
 
   # ---------------------------------------------------------------- writing
 
@@ -221,27 +263,30 @@ class SumTree(object):
     self._levels[0][indices] = values
     self.max_recorded_priority = max(self.max_recorded_priority,
                                      float(values.max()))
-    for child_blocks, parents in zip(self._blocks, self._levels[1:]):
-      indices = indices // FANOUT
-      parents[indices] = child_blocks[indices].sum(axis=1)
-    self._total = float(self._blocks[-1].sum())
+    self._total = self._kernels.update_parents(self._flat, self._offsets,
+                                               FANOUT, indices)
 
   def _set_one(self, index: int, value: float) -> None:
     """Scalar `set` without array overhead: O(FANOUT * depth)."""
     self._levels[0][index] = value
     if value > self.max_recorded_priority:
       self.max_recorded_priority = value
+    if self._kernels is not sum_tree_kernels.NumpyKernels:
+      self._total = self._kernels.update_parents(
+          self._flat, self._offsets, FANOUT, np.array([index]))
+      return
     for child_blocks, parents in zip(self._blocks, self._levels[1:]):
       index //= FANOUT
-      parents[index] = child_blocks[index].sum()
-    self._total = float(self._blocks[-1].sum())
+      parents[index] = _row_sum(child_blocks[index].tolist())
+    self._total = _row_sum(self._blocks[-1][0].tolist())
 
   def _rebuild(self) -> None:
     """Recomputes every inner node from the leaves. O(capacity)."""
+    level_sums = self._kernels.level_sums
     for child_blocks, parents in zip(self._blocks, self._levels[1:]):
       parents[:] = 0.0
-      parents[:len(child_blocks)] = child_blocks.sum(axis=1)
-    self._total = float(self._blocks[-1].sum())
+      parents[:len(child_blocks)] = level_sums(child_blocks)
+    self._total = float(level_sums(self._blocks[-1])[0])
 
   # --------------------------------------------------------------- sampling
 
@@ -274,23 +319,7 @@ class SumTree(object):
 
   def _descend(self, targets: np.ndarray) -> np.ndarray:
     """Walks a batch of targets from the root to the leaves."""
-    remaining = targets.copy()
-    nodes = np.zeros(len(targets), dtype=np.int64)
-    rows = np.arange(len(targets))
-    for blocks in reversed(self._blocks):
-      children = blocks[nodes]                       # [batch, FANOUT]
-      cumulative = np.cumsum(children, axis=1)
-      # Child j owns [cumulative[j - 1], cumulative[j]): count the edges <= x.
-      chosen = (cumulative <= remaining[:, None]).sum(axis=1)
-      overflow = chosen == FANOUT
-      if overflow.any():
-        # Past this node's total (rounding): take its last positive child.
-        positive = children[overflow] > 0.0
-        chosen[overflow] = FANOUT - 1 - np.argmax(positive[:, ::-1], axis=1)
-      before = cumulative[rows, chosen - 1]
-      remaining -= np.where(chosen > 0, before, 0.0)
-      nodes = nodes * FANOUT + chosen
-    return nodes
+    return self._kernels.descend(self._flat, self._offsets, FANOUT, targets)
 
   def sample(self, query_value: Optional[float] = None) -> int:
     """Samples one leaf with probability proportional to its priority.
@@ -443,12 +472,13 @@ class SumTree(object):
     assert np.all(np.isfinite(leaves)) and np.all(leaves >= 0.0)
     assert np.all(leaves[self.capacity:] == 0.0), 'nonzero padding leaf'
     assert self.max_recorded_priority >= max(1.0, float(leaves.max()))
+    level_sums = sum_tree_kernels.NumpyKernels.level_sums
     for k, (child_blocks, parents) in enumerate(
         zip(self._blocks, self._levels[1:])):
       expected = np.zeros_like(parents)
-      expected[:len(child_blocks)] = child_blocks.sum(axis=1)
+      expected[:len(child_blocks)] = level_sums(child_blocks)
       assert np.array_equal(parents, expected), 'level {} != sums'.format(k + 1)
-    assert self._total == float(self._blocks[-1].sum()), 'stale total'
+    assert self._total == float(level_sums(self._blocks[-1])[0]), 'stale total'
 
   # ----------------------------------------------------------------- checks
 

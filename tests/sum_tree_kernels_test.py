@@ -1,0 +1,95 @@
+"""Tests for dopamine_per.replay_memory.sum_tree_kernels.
+
+The NumPy and Numba kernels must agree bit for bit: same tree after the same
+updates, same leaves for the same targets.
+"""
+
+import os
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory import sum_tree_kernels
+
+
+def _trees(capacity):
+  return (sum_tree.SumTree(capacity, kernels='numpy'),
+          sum_tree.SumTree(capacity, kernels='numba'))
+
+
+class KernelEquivalenceTest(parameterized.TestCase):
+
+  @parameterized.parameters(1, 32, 33, 1000, 2**15 + 5)
+  def test_same_tree_and_samples(self, capacity):
+    rng = np.random.default_rng(capacity)
+    ours, theirs = _trees(capacity)
+    for step in range(60):
+      size = int(rng.integers(1, 300))
+      indices = rng.integers(0, capacity, size)
+      # Twelve decades and zeros: rounding differences would show.
+      values = 10.0 ** rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
+      if step % 3 == 0:
+        index, value = int(indices[0]), float(values[0])
+        ours.set(index, value)
+        theirs.set(index, value)
+      else:
+        ours.set(indices, values)
+        theirs.set(indices, values)
+      np.testing.assert_array_equal(ours._flat, theirs._flat)
+      self.assertEqual(ours.total_priority(), theirs.total_priority())
+      if ours.total_priority() > 0:
+        total = ours.total_priority()
+        targets = np.concatenate([rng.random(200) * total, [0.0, total],
+                                  [np.nextafter(total, 0.0)]])
+        np.testing.assert_array_equal(ours.query(targets),
+                                      theirs.query(targets))
+    ours.check_invariants()
+    theirs.check_invariants()
+
+  def test_rebuild_matches_incremental_updates(self):
+    rng = np.random.default_rng(0)
+    for tree in _trees(5000):
+      tree.set(rng.integers(0, 5000, 20000), rng.random(20000))
+      incremental = tree._flat.copy()
+      tree._rebuild()
+      np.testing.assert_array_equal(tree._flat, incremental)
+
+  def test_scalar_row_sum_matches_level_sums(self):
+    row = 10.0 ** np.random.default_rng(1).uniform(-8, 8, sum_tree.FANOUT)
+    self.assertEqual(sum_tree._row_sum(row.tolist()),
+                     sum_tree_kernels.NumpyKernels.level_sums(row))
+
+
+class GetKernelsTest(absltest.TestCase):
+
+  def test_names(self):
+    self.assertIs(sum_tree_kernels.get_kernels('numpy'),
+                  sum_tree_kernels.NumpyKernels)
+    self.assertIs(sum_tree_kernels.get_kernels('numba'),
+                  sum_tree_kernels.NumbaKernels)
+    self.assertIs(sum_tree_kernels.get_kernels('auto'),
+                  sum_tree_kernels.NumbaKernels)
+    self.assertEqual(sum_tree_kernels.available(), ['numpy', 'numba'])
+
+  def test_environment_variable(self):
+    with mock.patch.dict(os.environ,
+                         {sum_tree_kernels.KERNELS_ENV: 'numpy'}):
+      self.assertEqual(sum_tree.SumTree(4)._kernels.name, 'numpy')
+    with mock.patch.dict(os.environ,
+                         {sum_tree_kernels.KERNELS_ENV: 'fortran'}):
+      with self.assertRaisesRegex(ValueError, "Unknown.*'fortran'"):
+        sum_tree.SumTree(4)
+
+  def test_missing_numba_is_a_clear_error(self):
+    with mock.patch.object(sum_tree_kernels, 'NumbaKernels', None):
+      with self.assertRaisesRegex(ValueError, r'dopamine_per\[fast\]'):
+        sum_tree_kernels.get_kernels('numba')
+      self.assertIs(sum_tree_kernels.get_kernels('auto'),
+                    sum_tree_kernels.NumpyKernels)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -25,9 +25,13 @@ Deliberate deviations from Dopamine are listed in docs/compat.md.
 """
 
 import collections
+import concurrent.futures
+import contextlib
+import functools
 import math
 import numbers
 import operator
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
@@ -44,6 +48,8 @@ __all__ = [
     'modulo_range',
     'invalid_range',
     'OutOfGraphReplayBuffer',
+    'WrappedReplayBuffer',
+    'synchronized',
 ]
 
 # Describes one stored or returned element: its name, its shape (per
@@ -109,6 +115,42 @@ def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
         replay_capacity, cursor))
   return modulo_range(cursor - update_horizon, stack_size + update_horizon,
                       replay_capacity)
+
+
+def synchronized(*lock_names: str) -> Callable[[Callable[..., Any]],
+                                               Callable[..., Any]]:
+  """Runs a memory method holding the memory's locks of the given names.
+
+  TensorFlow may run the sampling and priority ops of one memory on several
+  threads at once (always so with staging), and the agent adds transitions
+  meanwhile; the locks (reentrant, always taken in the order given) make
+  each call atomic. The circular memory has one lock, `_lock`, for its
+  storage; the prioritized memory adds `_priority_lock` for its sum tree, so
+  that priority updates need not wait for frames being gathered.
+
+  Args:
+    *lock_names: names of `threading.RLock` attributes of the memory.
+
+  Returns:
+    A method decorator.
+  """
+  def decorator(method):
+    if len(lock_names) == 1:
+      name, = lock_names
+
+      @functools.wraps(method)
+      def locked(self, *args, **kwargs):
+        with getattr(self, name):
+          return method(self, *args, **kwargs)
+    else:
+      @functools.wraps(method)
+      def locked(self, *args, **kwargs):
+        with contextlib.ExitStack() as stack:
+          for name in lock_names:
+            stack.enter_context(getattr(self, name))
+          return method(self, *args, **kwargs)
+    return locked
+  return decorator
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -292,6 +334,7 @@ class OutOfGraphReplayBuffer(object):
     self._episode_end = np.zeros(self._replay_capacity, dtype=bool)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
     self._horizon_offsets = np.arange(self._update_horizon, dtype=np.int64)
+    self._lock = threading.RLock()
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
@@ -412,6 +455,7 @@ class OutOfGraphReplayBuffer(object):
 
   # ------------------------------------------------------------------ add
 
+  @synchronized('_lock')
   def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
           *args: Any, priority: Any = None, episode_end: bool = False
          ) -> None:
@@ -822,6 +866,7 @@ class OutOfGraphReplayBuffer(object):
       draws = self._rng.integers(low, high, size=count)
     return draws.astype(np.int64) % self._replay_capacity
 
+  @synchronized('_lock')
   def sample_index_batch(self, batch_size: int) -> np.ndarray:
     """Returns `batch_size` valid slots drawn uniformly (with replacement).
 
@@ -862,6 +907,7 @@ class OutOfGraphReplayBuffer(object):
               position, index, self._invalid_reason(index)))
     return array
 
+  @synchronized('_lock')
   def sample_transition_batch(self, batch_size: Optional[int] = None,
                               indices: Any = None) -> Tuple[np.ndarray, ...]:
     """Returns a batch of transitions.
@@ -983,6 +1029,40 @@ class OutOfGraphReplayBuffer(object):
           rewards[rows, :length], axis=1)
     return returns
 
+  def as_dataset(self, batch_size: Optional[int] = None,
+                 prefetch: int = 1) -> tf.data.Dataset:
+    """Returns an endless `tf.data.Dataset` of sampled batches (eager TF2).
+
+    Each element is a dict mapping the names of `get_transition_elements`
+    to tensors of their shapes and dtypes, sampled by
+    `sample_transition_batch` on tf.data's threads (under the memory's
+    lock, so `add` and priority updates may run meanwhile). `prefetch`
+    batches are sampled ahead, overlapping with a `tf.function` training
+    step, as staging does in graph mode.
+
+    Args:
+      batch_size: int, or None for the memory's batch size.
+      prefetch: int >= 0, batches sampled ahead.
+
+    Returns:
+      tf.data.Dataset.
+    """
+    batch_size = (self._batch_size if batch_size is None else
+                  self._check_batch_size(batch_size))
+    elements = self.get_transition_elements(batch_size)
+    names = [element.name for element in elements]
+
+    def batches():
+      while True:
+        yield dict(zip(names, self.sample_transition_batch(batch_size)))
+
+    signature = {element.name: tf.TensorSpec(element.shape, element.type,
+                                             name=element.name)
+                 for element in elements}
+    dataset = tf.data.Dataset.from_generator(batches,
+                                             output_signature=signature)
+    return dataset.prefetch(prefetch) if prefetch else dataset
+
   # ---------------------------------------------------------- checkpoints
 
   def _checkpoint_layout(self) -> List[Tuple[str, str]]:
@@ -1019,6 +1099,7 @@ class OutOfGraphReplayBuffer(object):
                       self._rng.bit_generator.state),
     }
 
+  @synchronized('_lock')
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Writes the memory to `checkpoint_dir` in Dopamine's format.
 
@@ -1069,6 +1150,7 @@ class OutOfGraphReplayBuffer(object):
       checkpoint_io.remove_if_exists(
           checkpoint_io.checkpoint_filename(checkpoint_dir, name, stale))
 
+  @synchronized('_lock')
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Restores the memory from a checkpoint written by this class or Dopamine.
 
@@ -1212,3 +1294,190 @@ class OutOfGraphReplayBuffer(object):
     self._next_experience_is_episode_start = pending['episode_start']
     if pending['rng_state'] is not None:
       self._rng.bit_generator.state = pending['rng_state']
+
+
+class _Prefetcher(object):
+  """Samples the next batch on a worker thread while the graph trains.
+
+  TensorFlow runs only the ops a fetch depends on, so a staging area's `put`
+  either waits on the training step's critical path or is never run unless
+  the caller groups it with the train op. This prefetcher needs neither: each
+  call returns the batch staged by the previous call (sampling one now if
+  none is staged, i.e. on the first call) and immediately stages the next
+  one on a single worker thread. The sampling then overlaps with whatever
+  the graph computes from the returned batch, and a step costs about
+  max(sample, train) instead of their sum.
+  """
+
+  def __init__(self, sample_fn: Callable[[], Sequence[np.ndarray]]):
+    self._sample_fn = sample_fn
+    self._lock = threading.Lock()
+    self._executor = None
+    self._staged = None
+
+  def __call__(self) -> Sequence[np.ndarray]:
+    with self._lock:
+      if self._executor is None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix='replay_prefetch')
+      staged = self._staged or self._executor.submit(self._sample_fn)
+      self._staged = None
+      batch = staged.result()  # Re-raises the sampler's error, if any.
+      self._staged = self._executor.submit(self._sample_fn)
+      return batch
+
+  def wait(self) -> None:
+    """Blocks until the staged batch, if any, has been sampled."""
+    with self._lock:
+      if self._staged is not None:
+        concurrent.futures.wait([self._staged])
+
+  def discard(self) -> None:
+    """Drops the staged batch (e.g. after the memory was reloaded)."""
+    with self._lock:
+      if self._staged is not None:
+        concurrent.futures.wait([self._staged])
+      self._staged = None
+
+  def __del__(self):
+    if self._executor is not None:
+      self._executor.shutdown(wait=False)
+
+
+@gin.configurable(
+    denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
+class WrappedReplayBuffer(object):
+  """Graph-mode access to an `OutOfGraphReplayBuffer`.
+
+  Every `session.run` that needs a tensor of `transition` (or the legacy
+  attributes `states`, `actions`, ...) samples a fresh batch through a
+  `tf.numpy_function`. With `use_staging=True` the batch is prefetched: each
+  run returns the batch staged during the previous run and stages the next,
+  so sampling overlaps with the training step.
+
+  Attributes:
+    memory: the out-of-graph replay memory; `add`, `save` and `load` go to it.
+    batch_size: int, the number of transitions per sampled batch.
+    transition: collections.OrderedDict of name -> tf.Tensor, in
+      `memory.get_transition_elements()` order, with static shapes.
+  """
+
+  def __init__(self,
+               observation_shape: Tuple[int, ...],
+               stack_size: int,
+               use_staging: bool = False,
+               replay_capacity: int = 1000000,
+               batch_size: int = 32,
+               update_horizon: int = 1,
+               gamma: float = 0.99,
+               wrapped_memory: Optional[OutOfGraphReplayBuffer] = None,
+               max_sample_attempts: int = 1000,
+               extra_storage_types: Optional[Sequence[ReplayElement]] = None,
+               observation_dtype=np.uint8,
+               terminal_dtype=np.uint8,
+               action_shape: Tuple[int, ...] = (),
+               action_dtype=np.int32,
+               reward_shape: Tuple[int, ...] = (),
+               reward_dtype=np.float32,
+               **memory_kwargs):
+    """Creates the memory (unless given) and the sampling ops.
+
+    Args:
+      observation_shape: tuple of ints, the shape of one observation.
+      stack_size: int, frames per state.
+      use_staging: bool, prefetch the next batch while the graph trains.
+      replay_capacity: int, transitions kept in memory.
+      batch_size: int, transitions per sampled batch.
+      update_horizon: int, n of the n-step return.
+      gamma: float in [0, 1], the discount factor.
+      wrapped_memory: an out-of-graph memory to use instead of a new
+        `OutOfGraphReplayBuffer`.
+      max_sample_attempts: int, failed draws allowed per batch.
+      extra_storage_types: list of ReplayElement, extra per-transition data.
+      observation_dtype: np.dtype of observations.
+      terminal_dtype: np.dtype of terminal flags.
+      action_shape: tuple of ints, the shape of one action.
+      action_dtype: np.dtype of actions.
+      reward_shape: tuple of ints, the shape of one reward.
+      reward_dtype: np.dtype of rewards.
+      **memory_kwargs: further keyword arguments for the memory's constructor
+        (e.g. `checkpoint_duration`, `keep_every`, `rng`).
+
+    Raises:
+      ValueError: If update_horizon is not positive, gamma is outside [0, 1],
+        or the capacity does not exceed the update horizon.
+    """
+    if replay_capacity < update_horizon + 1:
+      raise ValueError(
+          'Update horizon ({}) should be significantly smaller '
+          'than replay capacity ({}).'.format(update_horizon, replay_capacity))
+    if not update_horizon >= 1:
+      raise ValueError('Update horizon must be positive.')
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError('Discount factor (gamma) must be in [0, 1].')
+    self.batch_size = batch_size
+    if wrapped_memory is None:
+      wrapped_memory = self._memory_class()(
+          observation_shape, stack_size, replay_capacity, batch_size,
+          update_horizon=update_horizon, gamma=gamma,
+          max_sample_attempts=max_sample_attempts,
+          extra_storage_types=extra_storage_types,
+          observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
+          action_shape=action_shape, action_dtype=action_dtype,
+          reward_shape=reward_shape, reward_dtype=reward_dtype,
+          **memory_kwargs)
+    self.memory = wrapped_memory
+    self.create_sampling_ops(use_staging)
+
+  @staticmethod
+  def _memory_class():
+    return OutOfGraphReplayBuffer
+
+  def add(self, observation, action, reward, terminal, *args, **kwargs):
+    """Adds a transition to the memory (see `OutOfGraphReplayBuffer.add`)."""
+    self.memory.add(observation, action, reward, terminal, *args, **kwargs)
+
+  def create_sampling_ops(self, use_staging: bool) -> None:
+    """Builds the sampling op and fills `transition` and legacy attributes.
+
+    Args:
+      use_staging: bool, prefetch the next batch while the graph trains.
+    """
+    elements = self.memory.get_transition_elements()
+    sample = self.memory.sample_transition_batch
+    self._prefetcher = _Prefetcher(sample) if use_staging else None
+    with tf.name_scope('sample_replay'), tf.device('/cpu:*'):
+      tensors = tf.numpy_function(
+          self._prefetcher or sample, [], [e.type for e in elements],
+          stateful=True, name='replay_sample_py_func')
+      for tensor, element in zip(tensors, elements):
+        tensor.set_shape(element.shape)
+    self.unpack_transition(tensors, elements)
+
+  def unpack_transition(self, transition_tensors, transition_type) -> None:
+    """Names the sampled tensors: `transition` and the legacy attributes."""
+    self.transition = collections.OrderedDict(
+        (element.name, tensor)
+        for tensor, element in zip(transition_tensors, transition_type))
+    self.states = self.transition['state']
+    self.actions = self.transition['action']
+    self.rewards = self.transition['reward']
+    self.next_states = self.transition['next_state']
+    self.next_actions = self.transition['next_action']
+    self.next_rewards = self.transition['next_reward']
+    self.terminals = self.transition['terminal']
+    self.indices = self.transition['indices']
+
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Saves the memory (see `OutOfGraphReplayBuffer.save`)."""
+    self.memory.save(checkpoint_dir, iteration_number)
+
+  def load(self, checkpoint_dir: str, suffix) -> None:
+    """Loads the memory (see `OutOfGraphReplayBuffer.load`).
+
+    A batch staged before the load is dropped, so the next run samples the
+    loaded contents.
+    """
+    self.memory.load(checkpoint_dir, suffix)
+    if self._prefetcher is not None:
+      self._prefetcher.discard()

@@ -18,17 +18,20 @@ written and any integer index dtype is accepted; ``sampling_probabilities``
 has the batch size in its shape.
 """
 
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 
-__all__ = ['OutOfGraphPrioritizedReplayBuffer']
+__all__ = ['OutOfGraphPrioritizedReplayBuffer', 'WrappedPrioritizedReplayBuffer',
+           'ReplayElement']
 
 # Default of `add`'s priority keyword: distinguishes "not given" (an error,
 # as in Dopamine) from None (the maximum recorded priority).
@@ -120,6 +123,8 @@ class OutOfGraphPrioritizedReplayBuffer(
         keep_every=keep_every,
         rng=rng)
     self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng)
+    # Guards the sum tree; taken after `_lock` when both are needed.
+    self._priority_lock = threading.RLock()
 
   def get_add_args_signature(self) -> List[ReplayElement]:
     """Returns the elements `add` takes: the storage ones, then the priority.
@@ -190,6 +195,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     values[-1] = sum_tree.validate_priorities(values[-1], (), 'priority')[()]
     return values
 
+  @circular_replay_buffer.synchronized('_priority_lock')
   def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
     # values ends with the priority, which the storage does not hold: zip in
     # the parent stops at the last storage array.
@@ -198,6 +204,7 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ------------------------------------------------------------- sampling
 
+  @circular_replay_buffer.synchronized('_lock', '_priority_lock')
   def sample_index_batch(self, batch_size: int) -> np.ndarray:
     """Returns `batch_size` valid slots drawn in proportion to priority.
 
@@ -237,6 +244,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     return sum_tree.validate_indices(indices, self._replay_capacity,
                                      'indices')
 
+  @circular_replay_buffer.synchronized('_priority_lock')
   def set_priority(self, indices: Any, priorities: Any) -> None:
     """Sets the priorities of a batch of slots.
 
@@ -263,6 +271,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     self.sum_tree.set(indices, sum_tree.validate_priorities(
         priorities, indices.shape, 'priorities'))
 
+  @circular_replay_buffer.synchronized('_priority_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
     """Returns the priorities of a batch of slots (0 for unused slots).
 
@@ -286,6 +295,7 @@ class OutOfGraphPrioritizedReplayBuffer(
   def _checkpoint_layout(self) -> List[Tuple[str, str]]:
     return super()._checkpoint_layout() + [('sum_tree', 'sum_tree')]
 
+  @circular_replay_buffer.synchronized('_priority_lock')
   def _checkpoint_value(self, name: str) -> Any:
     if name == 'sum_tree':
       return self.sum_tree.get_state()
@@ -317,8 +327,53 @@ class OutOfGraphPrioritizedReplayBuffer(
     pending['sum_tree'] = state
     return pending
 
+  @circular_replay_buffer.synchronized('_priority_lock')
   def _commit_checkpoint(self, pending: Dict[str, Any]) -> None:
     # Validated in _read_checkpoint; set_state is all-or-nothing anyway, and
     # runs first so that nothing else has changed if it raises.
     self.sum_tree.set_state(pending['sum_tree'])
     super()._commit_checkpoint(pending)
+
+
+@gin.configurable(
+    denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
+class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
+  """Graph-mode access to an `OutOfGraphPrioritizedReplayBuffer`.
+
+  Adds `tf_set_priority` and `tf_get_priority` to `WrappedReplayBuffer`; the
+  sampled `transition` ends with `sampling_probabilities` (raw priorities).
+  Every constructor argument reaches the memory.
+  """
+
+  @staticmethod
+  def _memory_class():
+    return OutOfGraphPrioritizedReplayBuffer
+
+  def tf_set_priority(self, indices, priorities) -> tf.Operation:
+    """Returns an op setting `priorities` at `indices` in the memory.
+
+    Args:
+      indices: int tensor of shape [n], memory indices (e.g. the sampled
+        `transition['indices']`).
+      priorities: float tensor of shape [n], finite and nonnegative.
+
+    Returns:
+      A tf.Operation; running it writes the priorities, or raises
+      tf.errors.InvalidArgumentError naming the bad value and writes nothing.
+    """
+    return tf.numpy_function(
+        self.memory.set_priority, [indices, priorities], [],
+        stateful=True, name='prioritized_replay_set_priority_py_func')
+
+  def tf_get_priority(self, indices) -> tf.Tensor:
+    """Returns a float32 tensor of shape [n]: the priorities at `indices`.
+
+    Args:
+      indices: int tensor of shape [n], memory indices.
+    """
+    indices = tf.convert_to_tensor(indices)
+    priorities = tf.numpy_function(
+        self.memory.get_priority, [indices], tf.float32,
+        stateful=True, name='prioritized_replay_get_priority_py_func')
+    priorities.set_shape(indices.shape)
+    return priorities

@@ -192,7 +192,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     if len(values) == len(self._add_specs) and values[-1] is None:
       values[-1] = self.sum_tree.max_recorded_priority
     values = super()._check_add_args(values)
-    values[-1] = sum_tree.validate_priorities(values[-1], (), 'priority')[()]
+    values[-1] = sum_tree.validate_priority(values[-1], 'priority')
     return values
 
   @circular_replay_buffer.synchronized('_priority_lock')

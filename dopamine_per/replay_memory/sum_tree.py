@@ -45,6 +45,7 @@ __all__ = [
     'FANOUT',
     'validate_indices',
     'validate_priorities',
+    'validate_priority',
 ]
 
 # Children per inner node. Measured (benchmarks/sum_tree_benchmark.py) at
@@ -254,7 +255,10 @@ class SumTree(object):
     """
     if _is_scalar(node_index) and _is_scalar(value):
       self._set_one(self._check_scalar_index(node_index),
-                    _check_scalar_value(value))
+                    validate_priority(value))
+      return
+    if self._kernels.set_leaves is not None and self._set_compiled(node_index,
+                                                                   value):
       return
     indices = self._check_indices(node_index).ravel()
     values = validate_priorities(value, np.shape(node_index)).ravel()
@@ -266,14 +270,42 @@ class SumTree(object):
     self._total = self._kernels.update_parents(self._flat, self._offsets,
                                                FANOUT, indices)
 
+  def _set_compiled(self, node_index: Any, value: Any) -> bool:
+    """`set` in one compiled call; False (nothing written) if it cannot.
+
+    Returns False for anything but integer indices with float values of the
+    same shape (or one value), and for bad indices or values: the checked
+    path then raises the precise error.
+    """
+    indices = np.asarray(node_index)
+    if indices.dtype.kind not in 'iu' or not indices.size:
+      return False
+    try:
+      values = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+      return False
+    if values.shape != indices.shape:
+      if values.ndim:
+        return False
+      values = np.full(indices.shape, values)
+    result = self._kernels.set_leaves(
+        self._flat, self._offsets, FANOUT, self.capacity,
+        indices.ravel().astype(np.int64, copy=False), values.ravel())
+    if result is None:
+      return False
+    self._total, largest = result
+    if largest > self.max_recorded_priority:
+      self.max_recorded_priority = largest
+    return True
+
   def _set_one(self, index: int, value: float) -> None:
     """Scalar `set` without array overhead: O(FANOUT * depth)."""
     self._levels[0][index] = value
     if value > self.max_recorded_priority:
       self.max_recorded_priority = value
     if self._kernels is not sum_tree_kernels.NumpyKernels:
-      self._total = self._kernels.update_parents(
-          self._flat, self._offsets, FANOUT, np.array([index]))
+      self._total = self._kernels.update_leaf(self._flat, self._offsets,
+                                              FANOUT, index)
       return
     for child_blocks, parents in zip(self._blocks, self._levels[1:]):
       index //= FANOUT
@@ -531,19 +563,38 @@ def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
 
 
 def _is_scalar(value: Any) -> bool:
-  return isinstance(value, (numbers.Number, np.generic)) or (
-      isinstance(value, np.ndarray) and value.ndim == 0)
+  return type(value) in _FAST_SCALARS or isinstance(
+      value, (numbers.Number, np.generic)) or (
+          isinstance(value, np.ndarray) and value.ndim == 0)
 
 
-def _check_scalar_value(value: Any) -> float:
+_FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
+                           np.float32])
+
+
+def validate_priority(value: Any, name: str = 'value') -> float:
+  """Checks one priority; returns it as a float.
+
+  Args:
+    value: a number (Python or NumPy scalar, or 0-d array).
+    name: str, the argument's name, for the error message.
+
+  Returns:
+    float, the value.
+
+  Raises:
+    ValueError: If the value is not a number, or is negative, NaN or
+      infinite.
+  """
   try:
-    value = float(value)
+    number = float(value)
   except (TypeError, ValueError):
-    raise ValueError('value should be numbers. Got {!r}'.format(value)) from None
-  if not 0.0 <= value < math.inf:
-    raise ValueError(
-        'value should be nonnegative and finite. Got {}'.format(value))
-  return value
+    raise ValueError('{} should be numbers. Got {!r}'.format(
+        name, value)) from None
+  if not 0.0 <= number < math.inf:
+    raise ValueError('{} should be nonnegative and finite. Got {}'.format(
+        name, number))
+  return number
 
 
 def validate_priorities(values: Any, shape: Tuple[int, ...],

@@ -55,6 +55,9 @@ class NumpyKernels(object):
   """The sum tree's loops, vectorized over the batch with NumPy."""
 
   name = 'numpy'
+  # Compiled kernels can also check, write and update in one call (see
+  # NumbaKernels.set_leaves); NumPy's path is SumTree.set itself.
+  set_leaves = None
 
   @staticmethod
   def level_sums(blocks: np.ndarray) -> np.ndarray:
@@ -137,7 +140,37 @@ def _build_numba_kernels():
     return scratch[0]
 
   @jit
+  def halving_sum_16(flat, start):
+    # halving_sum for 16 children, unrolled (same order, in registers).
+    a = (flat[start] + flat[start + 1]) + (flat[start + 2] + flat[start + 3])
+    b = ((flat[start + 4] + flat[start + 5]) +
+         (flat[start + 6] + flat[start + 7]))
+    c = ((flat[start + 8] + flat[start + 9]) +
+         (flat[start + 10] + flat[start + 11]))
+    d = ((flat[start + 12] + flat[start + 13]) +
+         (flat[start + 14] + flat[start + 15]))
+    return (a + b) + (c + d)
+
+  @jit
+  def update_parents_16(flat, offsets, leaves):
+    top = len(offsets) - 2
+    for b in range(len(leaves)):
+      node = leaves[b]
+      for level in range(top):
+        node //= 16
+        flat[offsets[level + 1] + node] = halving_sum_16(
+            flat, offsets[level] + node * 16)
+    return halving_sum_16(flat, offsets[top])
+
+  @jit
+  def update_leaf(flat, offsets, fanout, leaf):
+    return update_parents(flat, offsets, fanout,
+                          np.full(1, leaf, dtype=np.int64))
+
+  @jit
   def update_parents(flat, offsets, fanout, leaves):
+    if fanout == 16:
+      return update_parents_16(flat, offsets, leaves)
     scratch = np.empty(max(fanout // 2, 1))
     top = len(offsets) - 2
     for b in range(len(leaves)):
@@ -179,6 +212,19 @@ def _build_numba_kernels():
         nodes[b] = nodes[b] * fanout + chosen
     return nodes
 
+  @jit
+  def set_leaves(flat, offsets, fanout, capacity, leaves, values):
+    for i in range(len(leaves)):
+      if leaves[i] < 0 or leaves[i] >= capacity:
+        return False, 0.0, 0.0
+      if not (values[i] >= 0.0 and values[i] < np.inf):  # NaN fails too.
+        return False, 0.0, 0.0
+    largest = 0.0
+    for i in range(len(leaves)):
+      flat[leaves[i]] = values[i]
+      largest = max(largest, values[i])
+    return True, update_parents(flat, offsets, fanout, leaves), largest
+
   class NumbaKernels(object):
     """The sum tree's loops compiled with Numba (same arithmetic)."""
 
@@ -186,9 +232,33 @@ def _build_numba_kernels():
     level_sums = staticmethod(NumpyKernels.level_sums)
 
     @staticmethod
+    def set_leaves(flat, offsets, fanout, capacity, leaves, values):
+      """Checks, writes and propagates a batch of leaves in one call.
+
+      Args:
+        flat: float64 array of all levels.
+        offsets: int64 level offsets.
+        fanout: int, children per node.
+        capacity: int, leaves must lie in [0, capacity).
+        leaves: int64 array of leaf indices.
+        values: float64 array of the same length.
+
+      Returns:
+        (total, largest value) after the write; None, with nothing written,
+        if an index is out of range or a value negative, NaN or infinite.
+      """
+      ok, total, largest = set_leaves(flat, offsets, fanout, capacity,
+                                      leaves, values)
+      return (total, largest) if ok else None
+
+    @staticmethod
     def update_parents(flat, offsets, fanout, leaves):
       return float(update_parents(flat, offsets, fanout,
                                   leaves.astype(np.int64, copy=False)))
+
+    @staticmethod
+    def update_leaf(flat, offsets, fanout, leaf):
+      return float(update_leaf(flat, offsets, fanout, leaf))
 
     @staticmethod
     def descend(flat, offsets, fanout, targets):

@@ -31,6 +31,7 @@ class GatherStacksTest(parameterized.TestCase):
     self.assertEqual(out.shape, (17,) + shape + (stack,))
     self.assertEqual(out.dtype, dtype)
     self.assertTrue(out.flags.c_contiguous)
+    self.assertEqual(out.ctypes.data % 64, 0)
 
   @parameterized.parameters('numpy', 'numba')
   def test_empty_batch(self, kernels):

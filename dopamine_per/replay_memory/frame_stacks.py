@@ -27,6 +27,21 @@ from dopamine_per.replay_memory import sum_tree_kernels
 __all__ = ['gather_stacks']
 
 
+# TensorFlow adopts a returned array's memory without copying it (from
+# tf.numpy_function, i.e. the sampling op) only if it is 64-byte aligned;
+# NumPy aligns to 16. For an Atari batch that saves a 1.8 MB copy.
+_ALIGNMENT = 64
+
+
+def _aligned_empty(shape, dtype) -> np.ndarray:
+  """np.empty whose data starts on a _ALIGNMENT-byte boundary."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape)) * dtype.itemsize
+  raw = np.empty(nbytes + _ALIGNMENT, dtype=np.uint8)
+  offset = -raw.ctypes.data % _ALIGNMENT
+  return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
 def _gather_numpy(frames: np.ndarray, windows: np.ndarray,
                   out: np.ndarray) -> None:
   for position in range(windows.shape[1]):
@@ -84,10 +99,11 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
       `sum_tree_kernels.get_kernels`).
 
   Returns:
-    C-contiguous array [batch, *observation_shape, stack] of frames.dtype.
+    C-contiguous array [batch, *observation_shape, stack] of frames.dtype,
+    64-byte aligned so that TensorFlow can take it without a copy.
   """
   batch, stack = windows.shape
-  out = np.empty((batch,) + frames.shape[1:] + (stack,), dtype=frames.dtype)
+  out = _aligned_empty((batch,) + frames.shape[1:] + (stack,), frames.dtype)
   use_numba = (sum_tree_kernels.get_kernels(kernels) is not
                sum_tree_kernels.NumpyKernels and frames.flags.c_contiguous
                and frames.dtype.kind in 'uifb')

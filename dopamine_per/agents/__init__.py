@@ -1,0 +1,2 @@
+"""Agents: DQN (Mnih et al., 2015) and Rainbow (Hessel et al., 2018) in TF1
+graph mode, as Dopamine's ``dopamine.tf.agents``."""

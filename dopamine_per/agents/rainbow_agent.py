@@ -1,0 +1,350 @@
+# coding=utf-8
+"""Dopamine's simplified Rainbow agent (Hessel et al., 2018), TF1 graph mode.
+
+`RainbowAgent` has the constructor, gin name (``RainbowAgent``), defaults and
+methods of ``dopamine.tf.agents.rainbow.rainbow_agent.RainbowAgent``
+(Dopamine 4.1.2). Of Rainbow's six components it keeps the three that matter
+most on Atari: a categorical return distribution (C51, Bellemare et al.,
+2017) projected with `project_distribution`, n-step returns (the replay
+memory's ``update_horizon``) and prioritized replay (Schaul et al., 2015)
+through `prioritized_replay_buffer.WrappedPrioritizedReplayBuffer`. With
+``replay_scheme='uniform'`` every transition gets priority 1 and the loss is
+not reweighted; that plus ``update_horizon=1`` is C51.
+
+Prioritized replay exponents. Schaul et al. (2015) sample transition i with
+probability P(i) = p_i^alpha / sum_k p_k^alpha and correct the bias with
+importance weights w_i = (N * P(i))^-beta / max_j w_j, beta annealed
+linearly to 1 over training. Rainbow (Hessel et al., 2018) uses alpha = 0.5
+and beta annealed from 0.4 to 1. Dopamine fixes both: priorities are
+sqrt(loss) (alpha = 0.5 on the cross-entropy loss) and the weights are
+1 / sqrt(priority), normalized by the batch maximum (a constant beta = 0.5;
+the N and the normalizing sum cancel in the ratio to the maximum). Here both
+exponents are arguments, with Dopamine's values as defaults, so the defaults
+reproduce Dopamine exactly:
+
+* ``priority_exponent`` (alpha, default 0.5): priority = (loss + 1e-10)^alpha.
+* ``importance_sampling_exponent`` (beta, default 0.5): weight =
+  (priority + 1e-10)^-beta / max over the batch.
+* ``importance_sampling_anneal_steps`` (default None: beta stays fixed): if
+  set, beta grows linearly from ``importance_sampling_exponent`` to 1 over
+  that many training steps (agent steps, `training_steps`), as in Schaul et
+  al. (2015); it is recomputed from `training_steps` on every update, so it
+  resumes correctly from a checkpoint.
+
+Other deviations from Dopamine (also in docs/compat.md): ``vmin=None`` means
+-vmax, but an explicit ``vmin=0.0`` is kept (Dopamine replaces any falsy vmin
+with -vmax); `project_distribution` is Dopamine's function, with the same
+static shape checks and ``validate_args`` assertions, computed without
+building the [batch, atoms, atoms] tiled tensor twice.
+"""
+
+from typing import Any, Callable, Dict, Optional
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.agents import dqn_agent
+from dopamine_per.discrete_domains import atari_lib
+from dopamine_per.replay_memory import prioritized_replay_buffer
+
+__all__ = ['RainbowAgent', 'project_distribution']
+
+# Added to losses and priorities so that no priority is 0 and no weight
+# infinite (Dopamine's constant).
+_EPSILON = 1e-10
+
+
+@gin.configurable
+class RainbowAgent(dqn_agent.DQNAgent):
+  """C51 + n-step returns + prioritized replay (Dopamine's Rainbow)."""
+
+  def __init__(self,
+               sess,
+               num_actions,
+               observation_shape=dqn_agent.NATURE_DQN_OBSERVATION_SHAPE,
+               observation_dtype=dqn_agent.NATURE_DQN_DTYPE,
+               stack_size=dqn_agent.NATURE_DQN_STACK_SIZE,
+               network=atari_lib.RainbowNetwork,
+               num_atoms=51,
+               vmin=None,
+               vmax=10.0,
+               gamma=0.99,
+               update_horizon=1,
+               min_replay_history=20000,
+               update_period=4,
+               target_update_period=8000,
+               epsilon_fn=dqn_agent.linearly_decaying_epsilon,
+               epsilon_train=0.01,
+               epsilon_eval=0.001,
+               epsilon_decay_period=250000,
+               replay_scheme='prioritized',
+               tf_device='/cpu:*',
+               use_staging=False,
+               optimizer=None,
+               summary_writer=None,
+               summary_writing_frequency=500,
+               priority_exponent=0.5,
+               importance_sampling_exponent=0.5,
+               importance_sampling_anneal_steps=None):
+    """Builds the agent's graph in `sess`'s graph and initializes it.
+
+    Args:
+      sess: tf.compat.v1.Session, or None for a new session on a new graph.
+      num_actions: int, the number of actions.
+      observation_shape: tuple of ints, the shape of one observation.
+      observation_dtype: tf.DType of observations.
+      stack_size: int, observations per state.
+      network: callable(num_actions, num_atoms, support, name=...) returning
+        a network whose call returns `atari_lib.RainbowNetworkType`.
+      num_atoms: int, atoms of the return distribution.
+      vmin: float or None, the smallest atom; None means -vmax.
+      vmax: float, the largest atom.
+      gamma: float, the discount factor.
+      update_horizon: int, n of the n-step return.
+      min_replay_history: int, transitions stored before training starts.
+      update_period: int, agent steps between training steps.
+      target_update_period: int, agent steps between target syncs.
+      epsilon_fn: callable(decay_period, step, warmup_steps, epsilon).
+      epsilon_train: float, the final training exploration rate.
+      epsilon_eval: float, the exploration rate in eval mode.
+      epsilon_decay_period: int, steps over which epsilon decays.
+      replay_scheme: str, 'prioritized' or 'uniform'.
+      tf_device: str, the device of the graph's ops.
+      use_staging: bool, prefetch the next replay batch while training.
+      optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
+        default Adam (lr 0.00025, epsilon 0.0003125).
+      summary_writer: a FileWriter, a directory (str), or None.
+      summary_writing_frequency: int, training steps between summaries.
+      priority_exponent: float, alpha of Schaul et al. (2015): new
+        priorities are (loss + 1e-10) ** alpha. Default 0.5 (Dopamine).
+      importance_sampling_exponent: float, beta (the starting beta when
+        annealed): loss weights are priority ** -beta, normalized by the
+        batch maximum. Default 0.5 (Dopamine).
+      importance_sampling_anneal_steps: int or None; if set, beta rises
+        linearly to 1 over this many training steps (Schaul et al., 2015).
+
+    Raises:
+      ValueError: If replay_scheme is not 'prioritized' or 'uniform', or an
+        exponent is out of range.
+    """
+    if replay_scheme not in ('uniform', 'prioritized'):
+      raise ValueError('Invalid replay scheme: {}'.format(replay_scheme))
+    if priority_exponent < 0:
+      raise ValueError('priority_exponent must be >= 0, got {}'.format(
+          priority_exponent))
+    if not 0.0 <= importance_sampling_exponent <= 1.0:
+      raise ValueError('importance_sampling_exponent must be in [0, 1], got '
+                       '{}'.format(importance_sampling_exponent))
+    if (importance_sampling_anneal_steps is not None and
+        importance_sampling_anneal_steps <= 0):
+      raise ValueError('importance_sampling_anneal_steps must be positive or '
+                       'None, got {}'.format(importance_sampling_anneal_steps))
+    vmax = float(vmax)
+    self._num_atoms = num_atoms
+    self._vmin = -vmax if vmin is None else float(vmin)
+    self._vmax = vmax
+    if not self._vmin < self._vmax:
+      raise ValueError('vmin ({}) must be below vmax ({})'.format(
+          self._vmin, self._vmax))
+    self._replay_scheme = replay_scheme
+    self.priority_exponent = float(priority_exponent)
+    self.importance_sampling_exponent = float(importance_sampling_exponent)
+    self.importance_sampling_anneal_steps = importance_sampling_anneal_steps
+    super().__init__(
+        sess=sess,
+        num_actions=num_actions,
+        observation_shape=observation_shape,
+        observation_dtype=observation_dtype,
+        stack_size=stack_size,
+        network=network,
+        gamma=gamma,
+        update_horizon=update_horizon,
+        min_replay_history=min_replay_history,
+        update_period=update_period,
+        target_update_period=target_update_period,
+        epsilon_fn=epsilon_fn,
+        epsilon_train=epsilon_train,
+        epsilon_eval=epsilon_eval,
+        epsilon_decay_period=epsilon_decay_period,
+        tf_device=tf_device,
+        use_staging=use_staging,
+        optimizer=optimizer,
+        summary_writer=summary_writer,
+        summary_writing_frequency=summary_writing_frequency)
+
+  # ------------------------------------------------------------ the graph
+
+  def _default_optimizer(self):
+    """Dopamine's default for Rainbow: Adam, lr 0.00025, epsilon 0.0003125."""
+    return tf.compat.v1.train.AdamOptimizer(learning_rate=0.00025,
+                                            epsilon=0.0003125)
+
+  def _create_network(self, name: str):
+    return self.network(self.num_actions, self._num_atoms, self._support,
+                        name=name)
+
+  def _build_networks(self) -> None:
+    self._support = tf.linspace(self._vmin, self._vmax, self._num_atoms)
+    super()._build_networks()
+
+  def _build_replay_buffer(self, use_staging: bool):
+    """Returns a `WrappedPrioritizedReplayBuffer` (sized through gin).
+
+    Both replay schemes use the prioritized memory; 'uniform' stores every
+    transition with priority 1 and never changes it.
+    """
+    return prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+        observation_shape=self.observation_shape,
+        stack_size=self.stack_size,
+        use_staging=use_staging,
+        update_horizon=self.update_horizon,
+        gamma=self.gamma,
+        observation_dtype=self.observation_dtype.as_numpy_dtype)
+
+  def _build_target_distribution(self) -> tf.Tensor:
+    """Returns the projected C51 target (Bellemare et al., 2017).
+
+    The target support is r + gamma^n * z (just r past a terminal), weighted
+    by the target network's distribution for its greedy next action, then
+    projected onto the agent's support.
+    """
+    batch_size = self._replay.batch_size
+    rewards = tf.cast(self._replay.rewards, tf.float32)[:, None]
+    not_terminal = 1.0 - tf.cast(self._replay.terminals, tf.float32)
+    discounts = (self.cumulative_gamma * not_terminal)[:, None]
+    target_support = rewards + discounts * self._support[None, :]
+    next_outputs = self._replay_next_target_net_outputs
+    next_actions = tf.argmax(next_outputs.q_values, axis=1,
+                             output_type=tf.int32)
+    next_probabilities = tf.gather(next_outputs.probabilities, next_actions,
+                                   axis=1, batch_dims=1)
+    next_probabilities.set_shape([batch_size, self._num_atoms])
+    return project_distribution(target_support, next_probabilities,
+                                self._support)
+
+  def _importance_sampling_exponent_value(self) -> float:
+    """Returns beta for the current training step."""
+    beta = self.importance_sampling_exponent
+    steps = self.importance_sampling_anneal_steps
+    if steps is None:
+      return beta
+    return beta + (1.0 - beta) * min(1.0, self.training_steps / float(steps))
+
+  def _build_train_op(self):
+    """Returns (train op, per-transition loss) for one replay batch."""
+    target_distribution = tf.stop_gradient(self._build_target_distribution())
+    actions = tf.cast(self._replay.actions, tf.int32)
+    chosen_logits = tf.gather(self._replay_net_outputs.logits, actions,
+                              axis=1, batch_dims=1)
+    loss = tf.nn.softmax_cross_entropy_with_logits(
+        labels=target_distribution, logits=chosen_logits)
+    self._beta_ph = tf.compat.v1.placeholder_with_default(
+        tf.constant(self.importance_sampling_exponent, tf.float32), [],
+        name='importance_sampling_exponent')
+    if self._replay_scheme == 'prioritized':
+      priorities = self._replay.transition['sampling_probabilities']
+      weights = tf.pow(priorities + _EPSILON, -self._beta_ph)
+      weights /= tf.reduce_max(weights)
+      new_priorities = tf.pow(loss + _EPSILON, self.priority_exponent)
+      update_priorities_op = self._replay.tf_set_priority(
+          self._replay.indices, new_priorities)
+      loss = weights * loss
+    else:
+      update_priorities_op = tf.no_op()
+    with tf.control_dependencies([update_priorities_op]):
+      if self.summary_writer is not None:
+        with tf.compat.v1.variable_scope('Losses'):
+          tf.compat.v1.summary.scalar('CrossEntropyLoss',
+                                      tf.reduce_mean(loss))
+      return self.optimizer.minimize(tf.reduce_mean(loss)), loss
+
+  def _make_train_callable(self) -> Callable[[], Any]:
+    run = dqn_agent.fast_callable(self._sess, [], feeds=[self._beta_ph],
+                                  targets=[self._train_op[0]])
+    return lambda: run(np.float32(self._importance_sampling_exponent_value()))
+
+  # ------------------------------------------------------------- acting
+
+  def _store_transition(self, last_observation, action, reward, is_terminal,
+                        priority=None, episode_end=False) -> None:
+    """Adds a transition with a priority to the replay memory.
+
+    Args:
+      last_observation: np.ndarray, the observation the action was taken in.
+      action: int, the action.
+      reward: float, the reward.
+      is_terminal: bool, whether the action reached a terminal state.
+      priority: float or None; None means 1 for 'uniform' and the largest
+        priority recorded so far for 'prioritized' (Schaul et al., 2015).
+      episode_end: bool, whether the episode ended here without a terminal
+        state (a time limit).
+    """
+    if priority is None:
+      if self._replay_scheme == 'uniform':
+        priority = 1.0
+      else:
+        priority = self._replay.memory.sum_tree.max_recorded_priority
+    if not self.eval_mode:
+      self._replay.add(last_observation, action, reward, is_terminal,
+                       priority, episode_end=episode_end)
+
+
+def project_distribution(supports, weights, target_support,
+                         validate_args=False):
+  """Projects distributions on `supports` onto `target_support`.
+
+  Each row's mass at supports[b, j] is split between the two atoms of
+  target_support around it, in proportion to proximity; mass outside
+  [target_support[0], target_support[-1]] goes to the nearest end
+  (equation 7 of Bellemare et al., 2017):
+
+    projection[b, i] = sum_j clip(1 - |clip(supports[b, j]) - z_i| / dz,
+                                  0, 1) * weights[b, j]
+
+  Args:
+    supports: float tensor [batch_size, num_dims], each row's atoms.
+    weights: float tensor [batch_size, num_dims], each atom's mass (need not
+      be probabilities).
+    target_support: float tensor [num_dims], increasing and evenly spaced.
+    validate_args: bool, add run-time assertions that the shapes agree and
+      target_support is increasing and evenly spaced.
+
+  Returns:
+    float tensor [batch_size, num_dims], the projected masses.
+
+  Raises:
+    ValueError: If the static shapes are incompatible: supports and weights
+      differ, a row of supports does not match target_support, or
+      target_support is not a vector.
+  """
+  target_support_deltas = target_support[1:] - target_support[:-1]
+  delta_z = target_support_deltas[0]
+  supports.shape.assert_is_compatible_with(weights.shape)
+  supports[0].shape.assert_is_compatible_with(target_support.shape)
+  target_support.shape.assert_has_rank(1)
+  checks = []
+  if validate_args:
+    checks = [
+        tf.Assert(tf.reduce_all(tf.equal(tf.shape(supports),
+                                         tf.shape(weights))),
+                  [supports, weights]),
+        tf.Assert(tf.reduce_all(tf.equal(tf.shape(supports)[1],
+                                         tf.shape(target_support))),
+                  [supports, target_support]),
+        tf.Assert(tf.equal(tf.size(tf.shape(target_support)), 1),
+                  [target_support]),
+        tf.Assert(tf.reduce_all(target_support_deltas > 0), [target_support]),
+        tf.Assert(tf.reduce_all(tf.equal(target_support_deltas, delta_z)),
+                  [target_support]),
+    ]
+  with tf.control_dependencies(checks):
+    v_min, v_max = target_support[0], target_support[-1]
+    # [batch, 1, num_dims]: the clipped source atoms.
+    clipped = tf.clip_by_value(supports, v_min, v_max)[:, None, :]
+    # [1, num_dims, 1]: the target atoms.
+    targets = target_support[None, :, None]
+    # [batch, num_dims (target i), num_dims (source j)].
+    share = tf.clip_by_value(1.0 - tf.abs(clipped - targets) / delta_z, 0.0,
+                             1.0)
+    return tf.reduce_sum(share * weights[:, None, :], axis=2)

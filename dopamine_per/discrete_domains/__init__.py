@@ -1,0 +1,2 @@
+"""Environments, networks, the experiment runner and the trainer entry point,
+as Dopamine's ``dopamine.discrete_domains``."""

@@ -1,0 +1,365 @@
+# coding=utf-8
+"""Classic-control environments and networks, as Dopamine's ``gym_lib``.
+
+Same names as ``dopamine.discrete_domains.gym_lib`` (Dopamine 4.1.2): the
+observation bounds and gin constants (``gym_lib.CARTPOLE_OBSERVATION_SHAPE``
+...), `create_gym_environment`, `GymPreprocessing` and the networks
+(`BasicDiscreteDomainNetwork`, `CartpoleDQNNetwork`, `CartpoleRainbowNetwork`,
+`AcrobotDQNNetwork`, `AcrobotRainbowNetwork`, `LunarLanderDQNNetwork`,
+`MountainCarDQNNetwork`, and the Fourier-basis linear networks). Environments
+come from ``gymnasium``.
+
+Deviations from Dopamine:
+
+* Networks are `graph_layers.Network` modules, not Keras models (Keras 3
+  layers do not build in TF1 graph mode); variables, calls and outputs are as
+  in Dopamine.
+* `BasicDiscreteDomainNetwork` takes the hidden layer sizes as an argument
+  (``hidden_units``, default Dopamine's two layers of 512), and the
+  CartPole and Acrobot networks pass it on, so a gin file can choose a
+  smaller network (``CartpoleRainbowNetwork.hidden_units = (256, 256)``).
+* `GymPreprocessing` reports a time-limit truncation in ``info`` as
+  ``'TimeLimit.truncated'`` (gymnasium's ``truncated``) and has `seed`.
+"""
+
+import itertools
+import math
+from typing import Optional, Sequence
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.discrete_domains import atari_lib
+from dopamine_per.discrete_domains import graph_layers
+
+__all__ = [
+    'CARTPOLE_MIN_VALS', 'CARTPOLE_MAX_VALS', 'ACROBOT_MIN_VALS',
+    'ACROBOT_MAX_VALS', 'MOUNTAINCAR_MIN_VALS', 'MOUNTAINCAR_MAX_VALS',
+    'create_gym_environment', 'GymPreprocessing',
+    'BasicDiscreteDomainNetwork', 'CartpoleDQNNetwork',
+    'CartpoleRainbowNetwork', 'AcrobotDQNNetwork', 'AcrobotRainbowNetwork',
+    'LunarLanderDQNNetwork', 'MountainCarDQNNetwork', 'FourierBasis',
+    'FourierDQNNetwork', 'CartpoleFourierDQNNetwork',
+    'AcrobotFourierDQNNetwork',
+]
+
+# Bounds used to rescale observations to [-1, 1] (velocities are unbounded in
+# the environments; these are Dopamine's practical ranges).
+CARTPOLE_MIN_VALS = np.array([-2.4, -5.0, -math.pi / 12.0, -math.pi * 2.0])
+CARTPOLE_MAX_VALS = np.array([2.4, 5.0, math.pi / 12.0, math.pi * 2.0])
+ACROBOT_MIN_VALS = np.array([-1.0, -1.0, -1.0, -1.0, -5.0, -5.0])
+ACROBOT_MAX_VALS = np.array([1.0, 1.0, 1.0, 1.0, 5.0, 5.0])
+MOUNTAINCAR_MIN_VALS = np.array([-1.2, -0.07])
+MOUNTAINCAR_MAX_VALS = np.array([0.6, 0.07])
+
+# Observation layouts for the agents: (features, 1) with stack size 1.
+for _name, _size in (('CARTPOLE', 4), ('ACROBOT', 6), ('LUNAR', 8),
+                     ('MOUNTAINCAR', 2)):
+  gin.constant('gym_lib.{}_OBSERVATION_SHAPE'.format(_name), (_size, 1))
+  gin.constant('gym_lib.{}_OBSERVATION_DTYPE'.format(_name), tf.float64)
+  gin.constant('gym_lib.{}_STACK_SIZE'.format(_name), 1)
+del _name, _size
+
+_DEFAULT_HIDDEN_UNITS = (512, 512)
+
+
+@gin.configurable
+def create_gym_environment(environment_name: Optional[str] = None,
+                           version: str = 'v0'):
+  """Creates a gymnasium environment for Dopamine's agents.
+
+  The environment's own time limit is removed: episode lengths are the
+  Runner's ``max_steps_per_episode``.
+
+  Args:
+    environment_name: str, e.g. 'CartPole' or 'Acrobot'.
+    version: str, e.g. 'v1'.
+
+  Returns:
+    A `GymPreprocessing` around the environment.
+
+  Raises:
+    ValueError: If environment_name is None.
+  """
+  if environment_name is None:
+    raise ValueError('create_gym_environment needs an environment_name, e.g. '
+                     "create_gym_environment.environment_name = 'CartPole'.")
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  env = gymnasium.make('{}-{}'.format(environment_name, version))
+  # Remove gymnasium's wrappers (TimeLimit, order enforcing, checks).
+  return GymPreprocessing(env.unwrapped)
+
+
+@gin.configurable
+class GymPreprocessing(object):
+  """Adapts a gymnasium environment to Dopamine's four-value `step`.
+
+  Attributes:
+    environment: the gymnasium environment.
+    game_over: bool, whether the last step ended the episode (a terminal
+      state; a truncation is not a game over).
+  """
+
+  def __init__(self, environment):
+    self.environment = environment
+    self.game_over = False
+    self._seed = None
+
+  @property
+  def observation_space(self):
+    return self.environment.observation_space
+
+  @property
+  def action_space(self):
+    return self.environment.action_space
+
+  @property
+  def reward_range(self):
+    return getattr(self.environment, 'reward_range', (-np.inf, np.inf))
+
+  @property
+  def metadata(self):
+    return self.environment.metadata
+
+  def seed(self, seed: Optional[int]) -> None:
+    """Seeds the next reset (later resets continue the same stream)."""
+    self._seed = seed
+
+  def reset(self) -> np.ndarray:
+    """Starts an episode; returns the first observation."""
+    seed, self._seed = self._seed, None
+    observation, _ = self.environment.reset(seed=seed)
+    self.game_over = False
+    return observation
+
+  def step(self, action):
+    """Returns (observation, reward, game_over, info)."""
+    observation, reward, terminated, truncated, info = self.environment.step(
+        action)
+    info = dict(info)
+    info['TimeLimit.truncated'] = bool(truncated and not terminated)
+    self.game_over = bool(terminated)
+    return observation, reward, self.game_over, info
+
+  def close(self):
+    return self.environment.close()
+
+
+@gin.configurable
+class BasicDiscreteDomainNetwork(graph_layers.Network):
+  """A fully connected network on rescaled low-dimensional observations.
+
+  Inputs are rescaled from [min_vals, max_vals] to [-1, 1] when bounds are
+  given. With num_atoms None the output is [batch, num_actions] (DQN), else
+  [batch, num_actions * num_atoms] (Rainbow).
+  """
+
+  def __init__(self, min_vals, max_vals, num_actions: int,
+               num_atoms: Optional[int] = None, name: Optional[str] = None,
+               activation_fn=tf.nn.relu,
+               hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
+    """Creates the layers.
+
+    Args:
+      min_vals: array or None, lower observation bounds.
+      max_vals: array or None, upper observation bounds.
+      num_actions: int, the number of actions.
+      num_atoms: int or None, atoms per action (None: a Q-value per action).
+      name: str, the name scope of the variables.
+      activation_fn: callable, the hidden layers' activation.
+      hidden_units: sequence of int, the hidden layer sizes (Dopamine: two
+        layers of 512).
+    """
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.num_atoms = num_atoms
+    self.min_vals = min_vals
+    self.max_vals = max_vals
+    outputs = num_actions if num_atoms is None else num_actions * num_atoms
+    with self.name_scope:
+      self.hidden = [graph_layers.Dense(units, activation=activation_fn,
+                                        name='fully_connected')
+                     for units in hidden_units]
+      self.last_layer = graph_layers.Dense(outputs, name='fully_connected')
+
+  def call(self, state: tf.Tensor) -> tf.Tensor:
+    """Returns the output layer's values for a batch of states."""
+    x = graph_layers.flatten(tf.cast(state, tf.float32))
+    if self.min_vals is not None:
+      low = tf.constant(self.min_vals, tf.float32)
+      high = tf.constant(self.max_vals, tf.float32)
+      x = 2.0 * (x - low) / (high - low) - 1.0
+    for layer in self.hidden:
+      x = layer(x)
+    return self.last_layer(x)
+
+
+class _DQNDomainNetwork(graph_layers.Network):
+  """A `BasicDiscreteDomainNetwork` returning `atari_lib.DQNNetworkType`."""
+
+  _MIN_VALS = None
+  _MAX_VALS = None
+
+  def __init__(self, num_actions: int, name: Optional[str] = None,
+               hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
+    """Creates the network.
+
+    Args:
+      num_actions: int, the number of actions.
+      name: str, the name scope of the variables.
+      hidden_units: sequence of int, the hidden layer sizes.
+    """
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    with self.name_scope:
+      self.net = BasicDiscreteDomainNetwork(
+          self._MIN_VALS, self._MAX_VALS, num_actions,
+          hidden_units=hidden_units)
+
+  def call(self, state: tf.Tensor) -> atari_lib.DQNNetworkType:
+    return atari_lib.DQNNetworkType(self.net(state))
+
+
+class _RainbowDomainNetwork(graph_layers.Network):
+  """A `BasicDiscreteDomainNetwork` returning `RainbowNetworkType`."""
+
+  _MIN_VALS = None
+  _MAX_VALS = None
+
+  def __init__(self, num_actions: int, num_atoms: int, support: tf.Tensor,
+               name: Optional[str] = None,
+               hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
+    """Creates the network.
+
+    Args:
+      num_actions: int, the number of actions.
+      num_atoms: int, atoms per return distribution.
+      support: tensor [num_atoms], the atoms' values.
+      name: str, the name scope of the variables.
+      hidden_units: sequence of int, the hidden layer sizes.
+    """
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.num_atoms = num_atoms
+    self.support = support
+    with self.name_scope:
+      self.net = BasicDiscreteDomainNetwork(
+          self._MIN_VALS, self._MAX_VALS, num_actions, num_atoms=num_atoms,
+          hidden_units=hidden_units)
+
+  def call(self, state: tf.Tensor) -> atari_lib.RainbowNetworkType:
+    return atari_lib.distribution_outputs(
+        self.net(state), self.num_actions, self.num_atoms, self.support)
+
+
+@gin.configurable
+class CartpoleDQNNetwork(_DQNDomainNetwork):
+  """DQN network for CartPole (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = CARTPOLE_MIN_VALS
+  _MAX_VALS = CARTPOLE_MAX_VALS
+
+
+@gin.configurable
+class CartpoleRainbowNetwork(_RainbowDomainNetwork):
+  """Rainbow network for CartPole (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = CARTPOLE_MIN_VALS
+  _MAX_VALS = CARTPOLE_MAX_VALS
+
+
+@gin.configurable
+class AcrobotDQNNetwork(_DQNDomainNetwork):
+  """DQN network for Acrobot (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = ACROBOT_MIN_VALS
+  _MAX_VALS = ACROBOT_MAX_VALS
+
+
+@gin.configurable
+class AcrobotRainbowNetwork(_RainbowDomainNetwork):
+  """Rainbow network for Acrobot (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = ACROBOT_MIN_VALS
+  _MAX_VALS = ACROBOT_MAX_VALS
+
+
+@gin.configurable
+class LunarLanderDQNNetwork(_DQNDomainNetwork):
+  """DQN network for LunarLander (inputs not rescaled)."""
+
+
+@gin.configurable
+class MountainCarDQNNetwork(_DQNDomainNetwork):
+  """DQN network for MountainCar (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = MOUNTAINCAR_MIN_VALS
+  _MAX_VALS = MOUNTAINCAR_MAX_VALS
+
+
+class FourierBasis(object):
+  """Cosine Fourier features of order `order` (Konidaris et al., 2011).
+
+  Inputs are rescaled to [0, 1] with the bounds; the constant term is left
+  out.
+  """
+
+  def __init__(self, nvars: int, min_vals=0, max_vals=None, order: int = 3):
+    self.order = order
+    self.min_vals = min_vals
+    self.max_vals = max_vals
+    terms = list(itertools.product(range(order + 1), repeat=nvars))[1:]
+    self.multipliers = tf.constant(terms, dtype=tf.float32)
+
+  def scale(self, values: tf.Tensor) -> tf.Tensor:
+    shifted = values - self.min_vals
+    if self.max_vals is None:
+      return shifted
+    return shifted / (self.max_vals - self.min_vals)
+
+  def compute_features(self, features: tf.Tensor) -> tf.Tensor:
+    scaled = self.scale(features)
+    return tf.cos(np.pi * tf.matmul(scaled, self.multipliers,
+                                    transpose_b=True))
+
+
+@gin.configurable
+class FourierDQNNetwork(graph_layers.Network):
+  """A linear Q-function on Fourier features (Konidaris et al., 2011)."""
+
+  def __init__(self, min_vals, max_vals, num_actions: int,
+               fourier_basis_order: int = 3, name: Optional[str] = None):
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.fourier_basis_order = fourier_basis_order
+    self.min_vals = min_vals
+    self.max_vals = max_vals
+    self.feature_generator = None
+    with self.name_scope:
+      self.last_layer = graph_layers.Dense(num_actions, use_bias=False,
+                                           name='fully_connected')
+
+  def call(self, state: tf.Tensor) -> atari_lib.DQNNetworkType:
+    x = graph_layers.flatten(tf.cast(state, tf.float32))
+    if self.feature_generator is None:
+      self.feature_generator = FourierBasis(
+          int(x.shape[-1]),
+          np.asarray(self.min_vals, np.float32),
+          np.asarray(self.max_vals, np.float32),
+          order=self.fourier_basis_order)
+    return atari_lib.DQNNetworkType(
+        self.last_layer(self.feature_generator.compute_features(x)))
+
+
+@gin.configurable
+class CartpoleFourierDQNNetwork(FourierDQNNetwork):
+  """Fourier-basis linear network for CartPole."""
+
+  def __init__(self, num_actions: int, name: Optional[str] = None):
+    super().__init__(CARTPOLE_MIN_VALS, CARTPOLE_MAX_VALS, num_actions,
+                     name=name)
+
+
+@gin.configurable
+class AcrobotFourierDQNNetwork(FourierDQNNetwork):
+  """Fourier-basis linear network for Acrobot."""
+
+  def __init__(self, num_actions: int, name: Optional[str] = None):
+    super().__init__(ACROBOT_MIN_VALS, ACROBOT_MAX_VALS, num_actions,
+                     name=name)

@@ -1,0 +1,662 @@
+# coding=utf-8
+"""The experiment runner, as Dopamine's ``run_experiment``.
+
+Same names and gin parameters as ``dopamine.discrete_domains.run_experiment``
+(Dopamine 4.1.2): `load_gin_configs`, `create_agent` ('dqn', 'rainbow'),
+`create_runner`, `Runner` (``num_iterations``, ``training_steps``,
+``evaluation_steps``, ``max_steps_per_episode``, ``create_environment_fn``,
+``clip_rewards``, ...) and `TrainRunner`. An iteration is a training phase of
+at least ``training_steps`` agent steps in whole episodes, then (`Runner`) an
+evaluation phase, then logging and a checkpoint.
+
+What differs from Dopamine (also in docs/compat.md):
+
+* Checkpoints are crash-safe (see `checkpointer`): an iteration is complete
+  once its marker, written last, lists all its files; on start the runner
+  resumes after the newest complete checkpoint whose files load, falling
+  back to older ones. The experiment data also holds Python's and NumPy's
+  global random states, restored on resume.
+* Statistics are plain data: ``logs/statistics.jsonl`` (one JSON object per
+  iteration) and Dopamine's ``logs/log_N`` as JSON, not pickles; both are
+  rewritten atomically. TensorBoard summaries (Dopamine's tags,
+  ``Train/AverageReturns`` ...) are always written to ``base_dir``, and
+  ``base_dir/learning_curve.png`` is redrawn after every iteration.
+* A status line shows the phase, steps per second and the running return;
+  each iteration ends with a one-line summary.
+* ``seed`` (new, default None): seeds Python's and NumPy's generators, the
+  environment and the agent's TF graph.
+* An episode cut by ``max_steps_per_episode`` reaches the agent as
+  ``end_episode(reward, terminal=False)`` when the agent accepts it, so it is
+  stored as a time-limit end rather than a terminal state (Dopamine's TF
+  agents store a terminal).
+* Without ``tqdm``: the status line replaces Dopamine's progress bar.
+"""
+
+import inspect
+import os
+import random
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.agents import dqn_agent
+from dopamine_per.agents import rainbow_agent
+from dopamine_per.discrete_domains import atari_lib
+from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import iteration_statistics
+from dopamine_per.discrete_domains import learning_curve
+from dopamine_per.discrete_domains import logger
+from dopamine_per.replay_memory import checkpoint_io
+
+__all__ = ['load_gin_configs', 'create_agent', 'create_runner', 'Runner',
+           'TrainRunner', 'StatusLine']
+
+STATISTICS_FILENAME = 'statistics.jsonl'
+LEARNING_CURVE_FILENAME = 'learning_curve.png'
+
+
+def load_gin_configs(gin_files: Sequence[str],
+                     gin_bindings: Sequence[str]) -> None:
+  """Parses gin files, then bindings (later ones override earlier ones).
+
+  Args:
+    gin_files: list of str, paths of gin files.
+    gin_bindings: list of str, bindings such as
+      ``"Runner.num_iterations = 10"``.
+
+  Raises:
+    FileNotFoundError: If a gin file does not exist.
+    ValueError: If a file or binding does not parse or names an unknown
+      configurable or parameter; the message names the culprit.
+  """
+  gin_files = list(gin_files or [])
+  gin_bindings = list(gin_bindings or [])
+  missing = [path for path in gin_files if not tf.io.gfile.exists(path)]
+  if missing:
+    raise FileNotFoundError('gin file not found: {}'.format(
+        ', '.join(missing)))
+  for path in gin_files:
+    try:
+      gin.parse_config_file(path, skip_unknown=False)
+    except (ValueError, ImportError, SyntaxError) as e:
+      raise ValueError('Error in gin file {}: {}'.format(path, e)) from e
+  for binding in gin_bindings:
+    try:
+      gin.parse_config(binding, skip_unknown=False)
+    except (ValueError, ImportError, SyntaxError) as e:
+      raise ValueError(
+          'Invalid gin binding {!r}: {} (bindings name a configurable and '
+          'one of its parameters, e.g. "Runner.num_iterations = 10").'.format(
+              binding, e)) from e
+
+
+@gin.configurable
+def create_agent(sess, environment, agent_name=None, summary_writer=None,
+                 debug_mode=False):
+  """Creates the agent named `agent_name` for `environment`.
+
+  Args:
+    sess: tf.compat.v1.Session or None (the agent creates one).
+    environment: the environment (its ``action_space.n`` is the number of
+      actions).
+    agent_name: str, 'dqn' (or any name starting with it) or 'rainbow'. C51
+      is 'rainbow' with uniform replay and 1-step returns (c51.gin).
+    summary_writer: passed to the agent when debug_mode is True.
+    debug_mode: bool, let the agent write training summaries (slower).
+
+  Returns:
+    The agent.
+
+  Raises:
+    ValueError: If agent_name is None or unknown.
+  """
+  if agent_name is None:
+    raise ValueError('create_agent needs an agent_name, e.g. '
+                     "create_agent.agent_name = 'rainbow'.")
+  if not debug_mode:
+    summary_writer = None
+  num_actions = environment.action_space.n
+  if agent_name.startswith('dqn'):
+    return dqn_agent.DQNAgent(sess, num_actions=num_actions,
+                              summary_writer=summary_writer)
+  if agent_name == 'rainbow':
+    return rainbow_agent.RainbowAgent(sess, num_actions=num_actions,
+                                      summary_writer=summary_writer)
+  raise ValueError('Unknown agent: {}'.format(agent_name))
+
+
+@gin.configurable
+def create_runner(base_dir, schedule='continuous_train_and_eval'):
+  """Creates the runner for `schedule`.
+
+  Args:
+    base_dir: str, the experiment directory.
+    schedule: str, 'continuous_train_and_eval' (`Runner`) or
+      'continuous_train' (`TrainRunner`).
+
+  Returns:
+    The runner.
+
+  Raises:
+    ValueError: If base_dir is None or the schedule is unknown.
+  """
+  if base_dir is None:
+    raise ValueError('create_runner needs a base_dir.')
+  if schedule == 'continuous_train_and_eval':
+    return Runner(base_dir, create_agent)
+  if schedule == 'continuous_train':
+    return TrainRunner(base_dir, create_agent)
+  raise ValueError('Unknown schedule: {}'.format(schedule))
+
+
+def _accepts_terminal(end_episode) -> bool:
+  try:
+    return 'terminal' in inspect.signature(end_episode).parameters
+  except (TypeError, ValueError):
+    return False
+
+
+class StatusLine(object):
+  """A single console line, rewritten in place, for the live progress.
+
+  On a terminal the line is redrawn with a carriage return at most every
+  `interval` seconds; elsewhere (a log file) only `finish` lines are printed.
+  """
+
+  def __init__(self, stream=None, interval: float = 0.5,
+               enabled: bool = True):
+    self._stream = stream or sys.stdout
+    self._interval = interval
+    self._enabled = enabled
+    self._live = enabled and getattr(self._stream, 'isatty', lambda: False)()
+    self._last = 0.0
+    self._width = 0
+
+  def update(self, text: str, force: bool = False) -> None:
+    """Shows `text` as the current status (throttled unless force)."""
+    if not self._live:
+      return
+    now = time.monotonic()
+    if not force and now - self._last < self._interval:
+      return
+    self._last = now
+    padding = max(0, self._width - len(text))
+    self._stream.write('\r' + text + ' ' * padding)
+    self._stream.flush()
+    self._width = len(text)
+
+  def finish(self, text: str) -> None:
+    """Replaces the status with a permanent line."""
+    if not self._enabled:
+      return
+    if self._live:
+      self._stream.write('\r' + ' ' * self._width + '\r')
+      self._width = 0
+    self._stream.write(text + '\n')
+    self._stream.flush()
+
+
+@gin.configurable
+class Runner(object):
+  """Runs an experiment: iterations of training and evaluation.
+
+  Directory layout under base_dir: ``checkpoints/`` (agent, replay memory,
+  experiment data, completion markers), ``logs/`` (``statistics.jsonl``,
+  ``log_N``), TensorBoard event files, and ``learning_curve.png``.
+  """
+
+  def __init__(self,
+               base_dir,
+               create_agent_fn,
+               create_environment_fn=atari_lib.create_atari_environment,
+               checkpoint_file_prefix='ckpt',
+               logging_file_prefix='log',
+               log_every_n=1,
+               num_iterations=200,
+               training_steps=250000,
+               evaluation_steps=125000,
+               max_steps_per_episode=27000,
+               clip_rewards=True,
+               use_legacy_logger=True,
+               fine_grained_print_to_console=True,
+               seed=None):
+    """Creates the environment and the agent, and resumes if possible.
+
+    Args:
+      base_dir: str, the experiment directory.
+      create_agent_fn: callable(sess, environment, summary_writer=...)
+        returning an agent.
+      create_environment_fn: callable() returning an environment.
+      checkpoint_file_prefix: str, prefix of the experiment data files.
+      logging_file_prefix: str, prefix of the ``logs/`` JSON files.
+      log_every_n: int, write ``logs/{prefix}_N`` every this many
+        iterations.
+      num_iterations: int, the iteration to stop before.
+      training_steps: int, minimum agent steps per training phase.
+      evaluation_steps: int, minimum agent steps per evaluation phase.
+      max_steps_per_episode: int, the episode length limit (agent steps);
+        None continues episodes across phases.
+      clip_rewards: bool, clip the rewards the agent sees to [-1, 1] (the
+        reported returns are not clipped).
+      use_legacy_logger: bool, also write Dopamine's ``logs/log_N`` (as
+        JSON).
+      fine_grained_print_to_console: bool, show the live status line and the
+        per-iteration summaries.
+      seed: int or None, seeds Python's and NumPy's generators, the
+        environment's first reset and the agent's TF graph.
+    """
+    if base_dir is None:
+      raise ValueError('Runner needs a base_dir.')
+    self._base_dir = base_dir
+    self._logging_file_prefix = logging_file_prefix
+    self._log_every_n = log_every_n
+    self._num_iterations = num_iterations
+    self._training_steps = training_steps
+    self._evaluation_steps = evaluation_steps
+    self._max_steps_per_episode = max_steps_per_episode
+    self._clip_rewards = clip_rewards
+    self._use_legacy_logger = use_legacy_logger
+    self._fine_grained_print_to_console = fine_grained_print_to_console
+    self._seed = seed
+    self._status = StatusLine(enabled=fine_grained_print_to_console)
+    self._create_directories()
+    logging.info('Runner: base_dir %s, num_iterations %d, training_steps %d, '
+                 'evaluation_steps %d, max_steps_per_episode %s, '
+                 'clip_rewards %s, seed %s', base_dir, num_iterations,
+                 training_steps, evaluation_steps, max_steps_per_episode,
+                 clip_rewards, seed)
+
+    sess = None
+    if seed is not None:
+      random.seed(seed)
+      np.random.seed(seed)
+      graph = tf.Graph()
+      with graph.as_default():
+        tf.compat.v1.set_random_seed(seed)
+      sess = tf.compat.v1.Session(
+          graph=graph,
+          config=tf.compat.v1.ConfigProto(allow_soft_placement=True))
+    self._environment = create_environment_fn()
+    if seed is not None and hasattr(self._environment, 'seed'):
+      self._environment.seed(seed)
+    with tf.Graph().as_default():
+      # FileWriter refuses to be created while executing eagerly.
+      self._agent = create_agent_fn(sess, self._environment,
+                                    summary_writer=self._base_dir)
+    self._sess = getattr(self._agent, '_sess', sess)
+    self._agent_takes_terminal = _accepts_terminal(self._agent.end_episode)
+    self._summary_writer = getattr(self._agent, 'summary_writer', None)
+    if self._summary_writer is None:
+      with tf.Graph().as_default():
+        self._summary_writer = tf.compat.v1.summary.FileWriter(self._base_dir)
+    self._initialize_checkpointer_and_maybe_resume(checkpoint_file_prefix)
+
+  # ------------------------------------------------------------ set up
+
+  def _create_directories(self) -> None:
+    self._checkpoint_dir = os.path.join(self._base_dir, 'checkpoints')
+    self._logging_dir = os.path.join(self._base_dir, 'logs')
+    tf.io.gfile.makedirs(self._checkpoint_dir)
+    tf.io.gfile.makedirs(self._logging_dir)
+    self._logger = logger.Logger(self._logging_dir)
+    self._statistics_log = logger.StatisticsLog(
+        os.path.join(self._logging_dir, STATISTICS_FILENAME))
+
+  def _initialize_checkpointer_and_maybe_resume(
+      self, checkpoint_file_prefix: str) -> None:
+    """Resumes after the newest complete checkpoint that loads.
+
+    Sets _checkpointer and _start_iteration (0 without a usable checkpoint).
+    Checkpoints that are incomplete or fail to load are skipped, newest
+    first.
+    """
+    self._checkpointer = checkpointer.Checkpointer(self._checkpoint_dir,
+                                                   checkpoint_file_prefix)
+    self._start_iteration = 0
+    override = checkpointer.get_latest_checkpoint_number(self._checkpoint_dir)
+    candidates = checkpointer.get_complete_checkpoint_numbers(
+        self._checkpoint_dir)
+    if override >= 0 and override not in candidates:
+      candidates = [override] + candidates
+    for version in candidates:
+      try:
+        data = self._checkpointer.load_checkpoint(version)
+      except checkpoint_io.CheckpointError as e:
+        logging.warning('Skipping checkpoint %d: %s', version, e)
+        continue
+      if data is None:
+        logging.warning('Skipping incomplete checkpoint %d.', version)
+        continue
+      try:
+        restored = self._agent.unbundle(self._checkpoint_dir, version, data)
+      except (checkpoint_io.CheckpointError, tf.errors.OpError,
+              ValueError) as e:
+        logging.warning('Skipping checkpoint %d: %s', version, e)
+        continue
+      if not restored:
+        logging.warning('The agent could not load checkpoint %d.', version)
+        continue
+      self._restore_experiment_data(data)
+      self._start_iteration = data['current_iteration'] + 1
+      logging.info('Reloaded checkpoint %d; starting from iteration %d.',
+                   version, self._start_iteration)
+      self._status.finish('Resumed from the checkpoint of iteration {} in '
+                          '{}'.format(version, self._checkpoint_dir))
+      break
+    self._statistics_log.truncate(self._start_iteration)
+
+  def _restore_experiment_data(self, data: Dict[str, Any]) -> None:
+    if self._use_legacy_logger and isinstance(data.get('logs'), dict):
+      self._logger.data = data['logs']
+    if 'python_random_state' in data:
+      state = data['python_random_state']
+      random.setstate((state[0], tuple(state[1]), state[2]))
+    if 'numpy_random_state' in data:
+      np.random.set_state(tuple(data['numpy_random_state']))
+
+  # ----------------------------------------------------------- episodes
+
+  def _initialize_episode(self) -> int:
+    return self._agent.begin_episode(self._environment.reset())
+
+  def _run_one_step(self, action):
+    observation, reward, is_terminal, _ = self._environment.step(action)
+    return observation, reward, is_terminal
+
+  def _end_episode(self, reward, terminal=True) -> None:
+    if self._agent_takes_terminal:
+      self._agent.end_episode(reward, terminal=bool(terminal))
+    else:
+      self._agent.end_episode(reward)
+
+  def _run_one_episode(self):
+    """Plays one episode (up to max_steps_per_episode steps).
+
+    Returns:
+      (number of steps, undiscounted return).
+    """
+    step_number = 0
+    total_reward = 0.0
+    action = self._initialize_episode()
+    is_terminal = False
+    while True:
+      observation, reward, is_terminal = self._run_one_step(action)
+      total_reward += reward
+      step_number += 1
+      if self._clip_rewards:
+        reward = np.clip(reward, -1, 1)
+      if (self._environment.game_over or
+          step_number == self._max_steps_per_episode):
+        break
+      if is_terminal:
+        # A lost life (terminal_on_life_loss): the game goes on.
+        self._end_episode(reward, True)
+        action = self._agent.begin_episode(observation)
+      else:
+        action = self._agent.step(reward, observation)
+      if step_number % 256 == 0:
+        self._show_progress(step_number, total_reward)
+    self._end_episode(reward, is_terminal)
+    return step_number, total_reward
+
+  def _run_continued_episode(self, start_step_count, max_step_count):
+    """Plays until the phase's step budget; episodes span phases.
+
+    Used when max_steps_per_episode is None.
+
+    Returns:
+      (number of steps, undiscounted return of this part of the episode).
+    """
+    step_number = 0
+    total_reward = 0.0
+    if getattr(self, '_episode_ended', True):
+      self._action = self._initialize_episode()
+      self._episode_ended = False
+    while start_step_count + step_number < max_step_count:
+      observation, reward, is_terminal = self._run_one_step(self._action)
+      total_reward += reward
+      step_number += 1
+      if self._clip_rewards:
+        reward = np.clip(reward, -1, 1)
+      if self._environment.game_over:
+        self._end_episode(reward, is_terminal)
+        self._episode_ended = True
+        break
+      if is_terminal:
+        self._end_episode(reward, True)
+        self._action = self._agent.begin_episode(observation)
+      else:
+        self._action = self._agent.step(reward, observation)
+    return step_number, total_reward
+
+  # ------------------------------------------------------------- phases
+
+  def _show_progress(self, episode_steps: int = 0,
+                     episode_return: float = 0.0) -> None:
+    progress = getattr(self, '_progress', None)
+    if progress is None:
+      return
+    steps = progress['steps'] + episode_steps
+    elapsed = max(time.monotonic() - progress['start'], 1e-9)
+    recent = progress['returns'][-10:]
+    running = ('{:.1f}'.format(np.mean(recent)) if recent else
+               '{:.0f} (episode so far)'.format(episode_return))
+    self._status.update(
+        'iteration {}/{} {:5s} steps {}/{}  {:.0f} steps/s  return (last {} '
+        'episodes) {}'.format(progress['iteration'], self._num_iterations,
+                              progress['phase'], steps, progress['target'],
+                              steps / elapsed, len(recent), running))
+
+  def _run_one_phase(self, min_steps, statistics, run_mode_str):
+    """Runs whole episodes until at least min_steps steps were taken.
+
+    Returns:
+      (steps taken, sum of episode returns, number of episodes).
+    """
+    step_count = 0
+    num_episodes = 0
+    sum_returns = 0.0
+    self._progress = {'steps': 0, 'start': time.monotonic(), 'returns': [],
+                      'phase': run_mode_str, 'target': min_steps,
+                      'iteration': getattr(self, '_iteration', 0)}
+    while step_count < min_steps:
+      if self._max_steps_per_episode is None:
+        length, episode_return = self._run_continued_episode(step_count,
+                                                             min_steps)
+      else:
+        length, episode_return = self._run_one_episode()
+      statistics.append({
+          '{}_episode_lengths'.format(run_mode_str): length,
+          '{}_episode_returns'.format(run_mode_str): episode_return,
+      })
+      step_count += length
+      sum_returns += episode_return
+      num_episodes += 1
+      self._progress['steps'] = step_count
+      self._progress['returns'].append(episode_return)
+      self._show_progress()
+    self._progress = None
+    return step_count, sum_returns, num_episodes
+
+  def _run_train_phase(self, statistics):
+    """Runs the training phase.
+
+    Returns:
+      (number of episodes, average return, average steps per second).
+    """
+    self._agent.eval_mode = False
+    start = time.time()
+    steps, sum_returns, num_episodes = self._run_one_phase(
+        self._training_steps, statistics, 'train')
+    average_return = sum_returns / num_episodes if num_episodes else 0.0
+    steps_per_second = steps / max(time.time() - start, 1e-9)
+    statistics.append({'train_average_return': average_return,
+                       'train_average_steps_per_second': steps_per_second})
+    logging.info('Average training return %.2f, %.1f steps/s',
+                 average_return, steps_per_second)
+    return num_episodes, average_return, steps_per_second
+
+  def _run_eval_phase(self, statistics):
+    """Runs the evaluation phase (no learning).
+
+    Returns:
+      (number of episodes, average return).
+    """
+    self._agent.eval_mode = True
+    _, sum_returns, num_episodes = self._run_one_phase(
+        self._evaluation_steps, statistics, 'eval')
+    average_return = sum_returns / num_episodes if num_episodes else 0.0
+    logging.info('Average evaluation return %.2f', average_return)
+    statistics.append({'eval_average_return': average_return})
+    return num_episodes, average_return
+
+  def _run_one_iteration(self, iteration):
+    """Runs a training and an evaluation phase.
+
+    Returns:
+      dict of metric name -> list of values (`IterationStatistics`).
+    """
+    statistics = iteration_statistics.IterationStatistics()
+    logging.info('Starting iteration %d', iteration)
+    num_episodes_train, average_reward_train, steps_per_second = (
+        self._run_train_phase(statistics))
+    num_episodes_eval, average_reward_eval = self._run_eval_phase(statistics)
+    self._save_tensorboard_summaries(iteration, num_episodes_train,
+                                     average_reward_train, num_episodes_eval,
+                                     average_reward_eval, steps_per_second)
+    return statistics.data_lists
+
+  def _save_tensorboard_summaries(self, iteration, num_episodes_train,
+                                  average_reward_train, num_episodes_eval,
+                                  average_reward_eval,
+                                  average_steps_per_second):
+    """Writes the iteration's summaries (Dopamine's tags)."""
+    self._write_summary(iteration, {
+        'Train/NumEpisodes': num_episodes_train,
+        'Train/AverageReturns': average_reward_train,
+        'Train/AverageStepsPerSecond': average_steps_per_second,
+        'Eval/NumEpisodes': num_episodes_eval,
+        'Eval/AverageReturns': average_reward_eval,
+    })
+
+  def _write_summary(self, iteration: int, values: Dict[str, float]) -> None:
+    if self._summary_writer is None:
+      return
+    summary = tf.compat.v1.Summary(value=[
+        tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+        for tag, value in values.items()])
+    self._summary_writer.add_summary(summary, iteration)
+    self._summary_writer.flush()
+
+  # ------------------------------------------------- logs, checkpoints
+
+  def _log_experiment(self, iteration, statistics):
+    """Records the iteration in the logs and redraws the learning curve."""
+    record = {'iteration': iteration, 'wall_time': time.time(),
+              'iteration_seconds': time.time() - self._iteration_start,
+              'training_steps': getattr(self._agent, 'training_steps', None)}
+    for key, values in statistics.items():
+      if key.endswith('_episode_returns'):
+        record[key[:-len('_returns')] + 's'] = len(values)
+      elif not key.endswith('_episode_lengths') and values:
+        record[key] = values[-1]
+    self._statistics_log.append(record)
+    if self._use_legacy_logger:
+      self._logger['iteration_{:d}'.format(iteration)] = statistics
+      if iteration % self._log_every_n == 0:
+        self._logger.log_to_file(self._logging_file_prefix, iteration)
+    try:
+      learning_curve.plot_learning_curve(self.learning_curve_path,
+                                         self._statistics_log.records)
+    except (OSError, ValueError) as e:
+      logging.warning('Could not draw the learning curve: %s', e)
+    self._status.finish(self._summary_text(record))
+
+  def _summary_text(self, record: Dict[str, Any]) -> str:
+    parts = ['iteration {}/{}'.format(record['iteration'],
+                                      self._num_iterations)]
+    if 'train_average_return' in record:
+      parts.append('train return {:.1f} ({} episodes, {:.0f} steps/s)'.format(
+          record['train_average_return'], record.get('train_episodes', 0),
+          record.get('train_average_steps_per_second', 0.0)))
+    if 'eval_average_return' in record:
+      parts.append('eval return {:.1f} ({} episodes)'.format(
+          record['eval_average_return'], record.get('eval_episodes', 0)))
+    parts.append('{:.1f} s'.format(record['iteration_seconds']))
+    return ' | '.join(parts)
+
+  @property
+  def learning_curve_path(self) -> str:
+    return os.path.join(self._base_dir, LEARNING_CURVE_FILENAME)
+
+  @property
+  def statistics_path(self) -> str:
+    return self._statistics_log.path
+
+  def _checkpoint_experiment(self, iteration):
+    """Checkpoints the agent, then the experiment data and marker."""
+    bundle = self._agent.bundle_and_checkpoint(self._checkpoint_dir,
+                                               iteration)
+    if not bundle:
+      return
+    python_state = random.getstate()
+    # Dopamine's layout: the agent's bundle plus the runner's keys.
+    data = dict(bundle)
+    data.update({
+        'current_iteration': iteration,
+        'python_random_state': [python_state[0], list(python_state[1]),
+                                python_state[2]],
+        'numpy_random_state': list(np.random.get_state()),
+    })
+    if self._use_legacy_logger:
+      data['logs'] = self._logger.data
+    self._checkpointer.save_checkpoint(iteration, data)
+
+  def run_experiment(self):
+    """Runs iterations from the resumed one to num_iterations."""
+    logging.info('Beginning training...')
+    if self._num_iterations <= self._start_iteration:
+      logging.warning('num_iterations (%d) <= start_iteration (%d)',
+                      self._num_iterations, self._start_iteration)
+      return
+    for iteration in range(self._start_iteration, self._num_iterations):
+      self._iteration = iteration
+      self._iteration_start = time.time()
+      statistics = self._run_one_iteration(iteration)
+      self._log_experiment(iteration, statistics)
+      self._checkpoint_experiment(iteration)
+    if self._summary_writer is not None:
+      self._summary_writer.flush()
+
+
+@gin.configurable
+class TrainRunner(Runner):
+  """A `Runner` without evaluation phases."""
+
+  def __init__(self, base_dir, create_agent_fn,
+               create_environment_fn=atari_lib.create_atari_environment):
+    """See `Runner`; the other parameters come from gin (``Runner.*``)."""
+    logging.info('Creating TrainRunner ...')
+    super().__init__(base_dir, create_agent_fn, create_environment_fn)
+    self._agent.eval_mode = False
+
+  def _run_one_iteration(self, iteration):
+    statistics = iteration_statistics.IterationStatistics()
+    num_episodes, average_reward, steps_per_second = self._run_train_phase(
+        statistics)
+    self._save_tensorboard_summaries(iteration, num_episodes, average_reward,
+                                     steps_per_second)
+    return statistics.data_lists
+
+  def _save_tensorboard_summaries(self, iteration, num_episodes,
+                                  average_reward, average_steps_per_second):
+    self._write_summary(iteration, {
+        'Train/NumEpisodes': num_episodes,
+        'Train/AverageReturns': average_reward,
+        'Train/AverageStepsPerSecond': average_steps_per_second,
+    })

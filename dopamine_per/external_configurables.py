@@ -1,0 +1,37 @@
+# coding=utf-8
+"""Registers TensorFlow's TF1 optimizers with gin, as ``gin.tf`` did.
+
+Dopamine's gin files say ``import gin.tf.external_configurables`` and bind
+``@tf.train.AdamOptimizer()``. gin-config's ``gin.tf`` module no longer
+imports with current TensorFlow, so this module registers the
+``tf.compat.v1.train`` optimizers under the same gin names
+(``tf.train.AdamOptimizer``, ``tf.train.RMSPropOptimizer``, ...). Importing
+it twice, or alongside a working ``gin.tf``, is harmless. The agents import
+it, so a gin file that imports an agent module can bind optimizers too; our
+gin files import it explicitly in place of ``gin.tf.external_configurables``.
+"""
+
+import gin
+import tensorflow as tf
+
+__all__ = ['OPTIMIZERS']
+
+# gin name (under module 'tf.train') -> optimizer class.
+OPTIMIZERS = {
+    'AdamOptimizer': tf.compat.v1.train.AdamOptimizer,
+    'RMSPropOptimizer': tf.compat.v1.train.RMSPropOptimizer,
+    'GradientDescentOptimizer': tf.compat.v1.train.GradientDescentOptimizer,
+    'MomentumOptimizer': tf.compat.v1.train.MomentumOptimizer,
+    'AdagradOptimizer': tf.compat.v1.train.AdagradOptimizer,
+}
+
+
+def _register():
+  for name, optimizer in OPTIMIZERS.items():
+    try:
+      gin.external_configurable(optimizer, name=name, module='tf.train')
+    except ValueError:
+      pass  # Already registered (e.g. by gin.tf or an earlier import).
+
+
+_register()

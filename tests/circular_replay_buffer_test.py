@@ -632,17 +632,44 @@ class CheckpointTest(parameterized.TestCase):
        'not a dopamine_per state'),
   )
   def test_bad_file_raises_and_changes_nothing(self, name, corrupt, message):
+    # With our state file, its recorded checksums catch any change; without
+    # it (a Dopamine checkpoint), the file's own checks must.
+    for with_manifest in (True, False):
+      if not with_manifest and name == crb.DOPAMINE_PER_STATE_NAME:
+        continue
+      directory = _temp_dir(self)
+      self._filled().save(directory, 3)
+      if not with_manifest:
+        os.remove(os.path.join(directory, '{}_ckpt.3.gz'.format(
+            crb.DOPAMINE_PER_STATE_NAME)))
+      path = os.path.join(directory, '{}_ckpt.3.gz'.format(name))
+      with open(path, 'rb') as f:
+        data = f.read()
+      with open(path, 'wb') as f:
+        f.write(corrupt(data))
+      buffer = self._filled(steps=5, seed=2)
+      before = snapshot(buffer)
+      expected = message
+      if with_manifest and name != crb.DOPAMINE_PER_STATE_NAME:
+        # Whichever check reads the bad bytes first.
+        expected = '({}|checksum differs)'.format(message)
+      with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+                                  '{}.*{}'.format(re.escape(path), expected)):
+        buffer.load(directory, 3)
+      assert_same_snapshot(self, before, snapshot(buffer))
+
+  def test_file_from_another_checkpoint_is_refused(self):
+    # Well-formed, right shape and dtype, but not the file this checkpoint
+    # wrote: only the recorded checksum can tell.
     directory = _temp_dir(self)
-    self._filled().save(directory, 3)
-    path = os.path.join(directory, '{}_ckpt.3.gz'.format(name))
-    with open(path, 'rb') as f:
-      data = f.read()
-    with open(path, 'wb') as f:
-      f.write(corrupt(data))
-    buffer = self._filled(steps=5, seed=2)
+    buffer = self._filled()
+    buffer.save(directory, 3)
+    self._filled(steps=7, seed=5).save(directory, 4)
+    shutil.copy(os.path.join(directory, '$store$_reward_ckpt.4.gz'),
+                os.path.join(directory, '$store$_reward_ckpt.3.gz'))
     before = snapshot(buffer)
     with self.assertRaisesRegex(checkpoint_io.CheckpointError,
-                                '{}.*{}'.format(re.escape(path), message)):
+                                r'reward_ckpt\.3\.gz.*checksum differs'):
       buffer.load(directory, 3)
     assert_same_snapshot(self, before, snapshot(buffer))
 

@@ -408,6 +408,9 @@ class CheckpointTest(absltest.TestCase):
     state = other.sum_tree.get_state()
     checkpoint_io.save_dopamine_sum_tree_gz(
         os.path.join(directory, 'sum_tree_ckpt.2.gz'), state)
+    # As a Dopamine checkpoint (no recorded checksums), so that the tree's
+    # own check is what refuses it.
+    os.remove(os.path.join(directory, 'dopamine_per_state_ckpt.2.gz'))
     buffer = _buffer()
     _add(buffer, 5, seed=4, priorities=[2.0] * 5)
     before = snapshot(buffer)

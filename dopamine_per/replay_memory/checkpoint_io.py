@@ -26,7 +26,10 @@ Paths with a URL scheme (``gs://``, ``ram://``, ...) go through
 as atomic as the filesystem makes it.
 """
 
+import collections
+import contextlib
 import gzip
+import hashlib
 import io
 import os
 import pickle
@@ -47,6 +50,7 @@ __all__ = [
     'checkpoint_filename',
     'exists',
     'remove_if_exists',
+    'FileDigest',
     'atomic_write',
     'save_npy_gz',
     'save_pickle_gz',
@@ -267,10 +271,68 @@ def _fsync_directory(directory: str) -> None:
     os.close(fd)
 
 
+# ----------------------------------------------------------------- digests
+
+# The size in bytes and SHA-256 (hex) of a file as written. A checkpoint
+# records one per file, and loading verifies them while reading.
+FileDigest = collections.namedtuple('FileDigest', ['size', 'sha256'])
+
+
+class _HashingWriter(object):
+  """A write-only file object that hashes and counts what passes through."""
+
+  def __init__(self, file: BinaryIO):
+    self._file = file
+    self._hash = hashlib.sha256()
+    self.size = 0
+
+  def write(self, data) -> int:
+    self._hash.update(data)
+    self.size += memoryview(data).nbytes
+    self._file.write(data)
+    return memoryview(data).nbytes
+
+  def flush(self) -> None:
+    self._file.flush()
+
+  def digest(self) -> FileDigest:
+    return FileDigest(self.size, self._hash.hexdigest())
+
+
+class _VerifyingReader(object):
+  """A read-only file object that checks the bytes read against a digest."""
+
+  def __init__(self, file: BinaryIO, expected: FileDigest, path: str):
+    self._file = file
+    self._expected = FileDigest(*expected)
+    self._path = path
+    self._hash = hashlib.sha256()
+    self._size = 0
+
+  def read(self, size: int = -1) -> bytes:
+    data = self._file.read(size)
+    self._hash.update(data)
+    self._size += len(data)
+    return data
+
+  def verify(self) -> None:
+    """Reads what is left and compares; raises CorruptCheckpointError."""
+    while self.read(_READ_CHUNK):
+      pass
+    if (self._size, self._hash.hexdigest()) != tuple(self._expected):
+      raise CorruptCheckpointError(
+          '{}: size or checksum differs from the one recorded when the '
+          'checkpoint was written ({} bytes, sha256 {}...; recorded {} bytes, '
+          'sha256 {}...).'.format(self._path, self._size,
+                                  self._hash.hexdigest()[:12],
+                                  self._expected.size,
+                                  self._expected.sha256[:12]))
+
+
 # ----------------------------------------------------------------- writing
 
 
-def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   """Writes a file so that `path` holds either the old or the new content.
 
   `write` receives a binary file object for a temporary file in the same
@@ -282,18 +344,21 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
     path: str, the destination file.
     write: callable taking a writable binary file object.
 
+  Returns:
+    FileDigest of the bytes written.
+
   Raises:
     Whatever `write` or the filesystem raises.
   """
   if _is_url(path):
-    _atomic_write_gfile(path, write)
-    return
+    return _atomic_write_gfile(path, write)
   directory = os.path.dirname(os.path.abspath(path))
   fd, temp_path = tempfile.mkstemp(
       dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
   try:
     with os.fdopen(fd, 'wb') as f:
-      write(f)
+      hashing = _HashingWriter(f)
+      write(hashing)
       f.flush()
       os.fsync(f.fileno())
     os.replace(temp_path, path)
@@ -304,15 +369,18 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
       pass
     raise
   _fsync_directory(directory)
+  return hashing.digest()
 
 
-def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]) -> None:
+def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]
+                       ) -> FileDigest:
   """`atomic_write` for tf.io.gfile paths: write a temp name, then rename."""
   gfile = _gfile()
   temp_path = '{}.tmp-{}'.format(path, os.urandom(6).hex())
   try:
     with gfile.GFile(temp_path, 'wb') as f:
-      write(f)
+      hashing = _HashingWriter(f)
+      write(hashing)
     gfile.rename(temp_path, path, overwrite=True)
   except BaseException:
     try:
@@ -321,6 +389,7 @@ def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]) -> None:
     except Exception:  # pylint: disable=broad-except
       pass
     raise
+  return hashing.digest()
 
 
 def _gzip_writer(payload: Callable[[BinaryIO], None]
@@ -332,7 +401,7 @@ def _gzip_writer(payload: Callable[[BinaryIO], None]
   return write
 
 
-def save_npy_gz(path: str, array: np.ndarray) -> None:
+def save_npy_gz(path: str, array: np.ndarray) -> FileDigest:
   """Atomically writes `array` as a gzip'd ``.npy`` stream (Dopamine's format).
 
   Args:
@@ -346,11 +415,11 @@ def save_npy_gz(path: str, array: np.ndarray) -> None:
   if array.dtype.hasobject:
     raise ValueError('{}: cannot save an object array without pickling.'
                      .format(path))
-  atomic_write(path, _gzip_writer(
+  return atomic_write(path, _gzip_writer(
       lambda gz: np.save(gz, array, allow_pickle=False)))
 
 
-def save_pickle_gz(path: str, obj: Any) -> None:
+def save_pickle_gz(path: str, obj: Any) -> FileDigest:
   """Atomically writes `obj` as a gzip'd pickle (Dopamine's format).
 
   Args:
@@ -359,7 +428,7 @@ def save_pickle_gz(path: str, obj: Any) -> None:
       `load_pickle_gz`.
   """
   data = pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
-  atomic_write(path, _gzip_writer(lambda gz: gz.write(data)))
+  return atomic_write(path, _gzip_writer(lambda gz: gz.write(data)))
 
 
 def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any]
@@ -406,7 +475,8 @@ def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any]
   ])
 
 
-def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]) -> None:
+def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]
+                             ) -> FileDigest:
   """Atomically writes a sum-tree state as a pickled Dopamine ``SumTree``.
 
   Dopamine's ``pickle.load`` of the file rebuilds its own
@@ -419,16 +489,27 @@ def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]) -> None:
       arrays, root first) and ``max_recorded_priority``.
   """
   data = pickle_as_instance(*DOPAMINE_SUM_TREE_GLOBAL, state)
-  atomic_write(path, _gzip_writer(lambda gz: gz.write(data)))
+  return atomic_write(path, _gzip_writer(lambda gz: gz.write(data)))
 
 
 # ----------------------------------------------------------------- reading
 
 
-def _open_read(path: str) -> BinaryIO:
-  if _is_url(path):
-    return _gfile().GFile(path, 'rb')
-  return open(path, 'rb')
+@contextlib.contextmanager
+def _open_read(path: str, expected: Optional[FileDigest] = None):
+  """Opens `path` for reading; with `expected`, checks it once read.
+
+  The caller reads what it needs inside the `with`; at its end, the rest of
+  the file is read and its size and SHA-256 compared with `expected`.
+  """
+  raw = _gfile().GFile(path, 'rb') if _is_url(path) else open(path, 'rb')
+  with raw:
+    if expected is None:
+      yield raw
+      return
+    reader = _VerifyingReader(raw, expected, path)
+    yield reader
+    reader.verify()
 
 
 _CORRUPTION_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
@@ -448,7 +529,8 @@ def _read_exactly(gz: BinaryIO, out: memoryview, path: str) -> None:
 
 def load_npy_gz(path: str,
                 shape: Optional[Sequence[int]] = None,
-                dtype: Any = None) -> np.ndarray:
+                dtype: Any = None,
+                expected: Optional[FileDigest] = None) -> np.ndarray:
   """Reads a gzip'd ``.npy`` file without ever unpickling.
 
   The header is checked against `shape` and `dtype` before the data is read,
@@ -460,6 +542,8 @@ def load_npy_gz(path: str,
     shape: optional tuple of ints the array must have.
     dtype: optional dtype the array must have (byte order aside); the result
       is converted to it.
+    expected: optional FileDigest the file must match (checked as it is
+      read).
 
   Returns:
     np.ndarray.
@@ -470,7 +554,7 @@ def load_npy_gz(path: str,
       stream, holds Python objects, or does not match `shape`/`dtype`.
   """
   fmt = np.lib.format
-  with _open_read(path) as raw:
+  with _open_read(path, expected) as raw:
     try:
       with gzip.GzipFile(fileobj=raw, mode='rb') as gz:
         try:
@@ -547,11 +631,12 @@ def restricted_loads(data: bytes, filename: str = '<bytes>') -> Any:
         '{}: corrupt or truncated pickle: {!r}'.format(filename, e)) from e
 
 
-def load_pickle_gz(path: str) -> Any:
+def load_pickle_gz(path: str, expected: Optional[FileDigest] = None) -> Any:
   """Reads a gzip'd pickle with the restricted unpickler.
 
   Args:
     path: str, the file.
+    expected: optional FileDigest the file must match.
 
   Returns:
     The unpickled plain data (see `restricted_loads`).
@@ -561,7 +646,7 @@ def load_pickle_gz(path: str) -> Any:
     UnsafePickleError: If the pickle names a global outside the allow list.
     CorruptCheckpointError: If the file is not a complete gzip'd pickle.
   """
-  with _open_read(path) as raw:
+  with _open_read(path, expected) as raw:
     try:
       with gzip.GzipFile(fileobj=raw, mode='rb') as gz:
         data = gz.read()

@@ -1167,21 +1167,22 @@ class OutOfGraphReplayBuffer(object):
       logging.warning('Checkpoint directory %s does not exist: replay buffer '
                       'not saved.', checkpoint_dir)
       return
+    savers = {'npy': checkpoint_io.save_npy_gz,
+              'sum_tree': checkpoint_io.save_dopamine_sum_tree_gz,
+              'pickle': checkpoint_io.save_pickle_gz}
+    digests = {}
     for name, file_format in self._checkpoint_layout():
       filename = checkpoint_io.checkpoint_filename(checkpoint_dir, name,
                                                    iteration_number)
-      value = self._checkpoint_value(name)
-      if file_format == 'npy':
-        checkpoint_io.save_npy_gz(filename, value)
-      elif file_format == 'sum_tree':
-        checkpoint_io.save_dopamine_sum_tree_gz(filename, value)
-      else:
-        checkpoint_io.save_pickle_gz(filename, value)
-    # Written last: its presence marks a complete dopamine_per checkpoint.
+      digests[name] = tuple(savers[file_format](
+          filename, self._checkpoint_value(name)))
+    # Written last: its presence marks a complete dopamine_per checkpoint,
+    # and it records every other file's size and checksum.
+    state = self._extra_state()
+    state['files'] = digests
     checkpoint_io.save_pickle_gz(
         checkpoint_io.checkpoint_filename(
-            checkpoint_dir, DOPAMINE_PER_STATE_NAME, iteration_number),
-        self._extra_state())
+            checkpoint_dir, DOPAMINE_PER_STATE_NAME, iteration_number), state)
     self._collect_garbage(checkpoint_dir, iteration_number)
 
   def _collect_garbage(self, checkpoint_dir: str, iteration_number: int
@@ -1242,15 +1243,24 @@ class OutOfGraphReplayBuffer(object):
     def filename(name):
       return checkpoint_io.checkpoint_filename(checkpoint_dir, name, suffix)
 
+    extra = self._read_extra_state(filename(DOPAMINE_PER_STATE_NAME))
+    digests = {} if extra is None else extra.get('files', {})
+
+    def digest_of(name):
+      digest = digests.get(name)
+      return None if digest is None else checkpoint_io.FileDigest(*digest)
+
     capacity = self._replay_capacity
-    pending = {'store': {}}
+    pending = {'store': {}, 'digest_of': digest_of}
     for element in self.get_storage_signature():
+      name = STORE_FILENAME_PREFIX + element.name
       pending['store'][element.name] = checkpoint_io.load_npy_gz(
-          filename(STORE_FILENAME_PREFIX + element.name),
-          shape=(capacity,) + tuple(element.shape), dtype=element.type)
+          filename(name), shape=(capacity,) + tuple(element.shape),
+          dtype=element.type, expected=digest_of(name))
 
     path = filename('add_count')
-    add_count = checkpoint_io.load_npy_gz(path)
+    add_count = checkpoint_io.load_npy_gz(path,
+                                          expected=digest_of('add_count'))
     if (add_count.shape not in ((), (1,)) or add_count.dtype.kind not in 'iu'
         or int(add_count.reshape(())) < 0):
       raise checkpoint_io.CorruptCheckpointError(
@@ -1262,7 +1272,8 @@ class OutOfGraphReplayBuffer(object):
     cursor = add_count % capacity
 
     path = filename('invalid_range')
-    loaded_range = checkpoint_io.load_npy_gz(path)
+    loaded_range = checkpoint_io.load_npy_gz(
+        path, expected=digest_of('invalid_range'))
     if add_count > 0:
       expected = invalid_range(cursor, capacity, self._stack_size,
                                self._update_horizon)
@@ -1281,7 +1292,8 @@ class OutOfGraphReplayBuffer(object):
       episode_ends = set(np.flatnonzero(terminal).tolist())
     else:
       path = filename('episode_end_indices')
-      loaded = checkpoint_io.load_pickle_gz(path)
+      loaded = checkpoint_io.load_pickle_gz(
+          path, expected=digest_of('episode_end_indices'))
       if not isinstance(loaded, (set, frozenset, list, tuple)):
         raise checkpoint_io.CorruptCheckpointError(
             '{}: episode_end_indices must be a set of ints, got {}'.format(
@@ -1298,15 +1310,6 @@ class OutOfGraphReplayBuffer(object):
     pending['episode_end_indices'] = episode_ends
 
     path = filename(DOPAMINE_PER_STATE_NAME)
-    extra = None
-    if checkpoint_io.exists(path):
-      extra = checkpoint_io.load_pickle_gz(path)
-      if (not isinstance(extra, dict) or
-          not isinstance(extra.get('next_experience_is_episode_start'),
-                         bool)):
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: not a dopamine_per state: {}'.format(path,
-                                                      _short_repr(extra)))
     if extra is not None:
       pending['episode_start'] = extra['next_experience_is_episode_start']
     else:
@@ -1327,6 +1330,25 @@ class OutOfGraphReplayBuffer(object):
             '{}: unusable generator state: {!r}'.format(path, e)) from e
       pending['rng_state'] = rng_state
     return pending
+
+  @staticmethod
+  def _read_extra_state(path: str) -> Optional[Dict[str, Any]]:
+    """Reads and checks the dopamine_per state file; None if there is none.
+
+    Raises:
+      checkpoint_io.CheckpointError: If the file is corrupt or malformed.
+    """
+    if not checkpoint_io.exists(path):
+      return None
+    extra = checkpoint_io.load_pickle_gz(path)
+    files = extra.get('files', {}) if isinstance(extra, dict) else None
+    if (not isinstance(extra, dict) or
+        not isinstance(extra.get('next_experience_is_episode_start'), bool) or
+        not isinstance(files, dict) or
+        not all(isinstance(d, tuple) and len(d) == 2 for d in files.values())):
+      raise checkpoint_io.CorruptCheckpointError(
+          '{}: not a dopamine_per state: {}'.format(path, _short_repr(extra)))
+    return extra
 
   def _commit_checkpoint(self, pending: Dict[str, Any]) -> None:
     """Installs a validated checkpoint. Cannot fail."""

@@ -307,7 +307,8 @@ class OutOfGraphPrioritizedReplayBuffer(
                                        missing_episode_ends)
     path = checkpoint_io.checkpoint_filename(checkpoint_dir, 'sum_tree',
                                              suffix)
-    loaded = checkpoint_io.load_pickle_gz(path)
+    loaded = checkpoint_io.load_pickle_gz(
+        path, expected=pending['digest_of']('sum_tree'))
     if isinstance(loaded, checkpoint_io.PickledSumTreeState):
       state = loaded.state
     elif isinstance(loaded, dict):

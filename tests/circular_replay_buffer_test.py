@@ -627,6 +627,9 @@ class CheckpointTest(parameterized.TestCase):
        lambda data: _npy_gz(np.array(-4)), 'add_count'),
       ('bad_invalid_range', 'invalid_range',
        lambda data: _npy_gz(np.arange(5)), 'differently configured'),
+      ('flipped_byte', '$store$_action',
+       lambda data: data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1])
+       + data[len(data) // 2 + 1:], 'corrupt|CRC|invalid|malformed'),
       ('bad_state', crb.DOPAMINE_PER_STATE_NAME,
        lambda data: gzip.compress(pickle.dumps({'a': 1})),
        'not a dopamine_per state'),
@@ -657,6 +660,30 @@ class CheckpointTest(parameterized.TestCase):
                                   '{}.*{}'.format(re.escape(path), expected)):
         buffer.load(directory, 3)
       assert_same_snapshot(self, before, snapshot(buffer))
+
+  def test_pickle_that_would_run_code_is_refused(self):
+    directory = _temp_dir(self)
+    marker = os.path.join(directory, 'code_ran')
+
+    class Exploit(object):
+
+      def __reduce__(self):
+        return (os.system, ('touch ' + marker,))
+
+    buffer = self._filled()
+    buffer.save(directory, 3)
+    os.remove(os.path.join(directory, '{}_ckpt.3.gz'.format(
+        crb.DOPAMINE_PER_STATE_NAME)))  # As a Dopamine checkpoint.
+    with open(os.path.join(directory, 'episode_end_indices_ckpt.3.gz'),
+              'wb') as f:
+      f.write(gzip.compress(pickle.dumps(Exploit())))
+    target = self._filled(steps=5, seed=2)
+    before = snapshot(target)
+    with self.assertRaisesRegex(checkpoint_io.UnsafePickleError,
+                                r'episode_end_indices_ckpt\.3\.gz.*system'):
+      target.load(directory, 3)
+    self.assertFalse(os.path.exists(marker))
+    assert_same_snapshot(self, before, snapshot(target))
 
   def test_file_from_another_checkpoint_is_refused(self):
     # Well-formed, right shape and dtype, but not the file this checkpoint

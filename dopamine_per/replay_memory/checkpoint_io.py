@@ -49,6 +49,7 @@ __all__ = [
     'SUM_TREE_GLOBALS',
     'checkpoint_filename',
     'exists',
+    'list_directory',
     'remove_if_exists',
     'FileDigest',
     'atomic_write',
@@ -233,6 +234,17 @@ def exists(path: str) -> bool:
   if _is_url(path):
     return bool(_gfile().exists(path))
   return os.path.exists(path)
+
+
+def list_directory(path: str) -> list:
+  """Returns the names in directory `path` ([] if it does not exist)."""
+  if _is_url(path):
+    gfile = _gfile()
+    return list(gfile.listdir(path)) if gfile.exists(path) else []
+  try:
+    return os.listdir(path)
+  except FileNotFoundError:
+    return []
 
 
 def remove_if_exists(path: str) -> bool:

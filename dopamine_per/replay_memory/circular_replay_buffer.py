@@ -32,6 +32,7 @@ import math
 import mmap
 import numbers
 import operator
+import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -51,6 +52,7 @@ __all__ = [
     'invalid_range',
     'OutOfGraphReplayBuffer',
     'WrappedReplayBuffer',
+    'latest_checkpoint_iteration',
     'synchronized',
 ]
 
@@ -117,6 +119,28 @@ def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
         replay_capacity, cursor))
   return modulo_range(cursor - update_horizon, stack_size + update_horizon,
                       replay_capacity)
+
+
+def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
+  """Returns the newest complete checkpoint written by `save`, or None.
+
+  A checkpoint is complete once its `dopamine_per_state` file exists: `save`
+  writes that file last and deletes it first, so a save or a clean-up cut
+  short (a crash, SIGKILL) leaves the previous checkpoint as the newest.
+
+  Args:
+    checkpoint_dir: str, the directory given to `save`.
+
+  Returns:
+    int, the iteration number to give `load`, or None if there is none.
+  """
+  pattern = re.compile(r'^{}_ckpt\.(\d+)\.gz$'.format(
+      re.escape(DOPAMINE_PER_STATE_NAME)))
+  iterations = [int(match.group(1))
+                for match in map(pattern.match,
+                                 checkpoint_io.list_directory(checkpoint_dir))
+                if match]
+  return max(iterations) if iterations else None
 
 
 def synchronized(*lock_names: str) -> Callable[[Callable[..., Any]],
@@ -1192,8 +1216,10 @@ class OutOfGraphReplayBuffer(object):
       return
     if self._keep_every is not None and stale % self._keep_every == 0:
       return
+    # The state file first: a checkpoint that has one has all its files,
+    # even if this deletion is interrupted.
     names = [name for name, _ in self._checkpoint_layout()]
-    for name in names + [DOPAMINE_PER_STATE_NAME]:
+    for name in [DOPAMINE_PER_STATE_NAME] + names:
       checkpoint_io.remove_if_exists(
           checkpoint_io.checkpoint_filename(checkpoint_dir, name, stale))
 

@@ -1,25 +1,31 @@
-r"""Benchmarks dopamine_per's SumTree against a textbook per-index sum tree.
+r"""Benchmarks dopamine_per's SumTree against its peers, side by side.
 
-Run from the repository root, in an environment where dopamine_per is
-installed (e.g. after `bash scripts/test.sh`, with .venv/bin/python):
+Part of `python -m benchmarks` (see benchmarks/__main__.py), which writes
+benchmarks/RESULTS.md. This section alone, printed and not written:
 
   python -m benchmarks.sum_tree_benchmark
-  python benchmarks/sum_tree_benchmark.py --rounds=40   # either works
+  python -m benchmarks.sum_tree_benchmark --capacities_log2=20 --rounds=20
 
-For a tree of capacity 2**20 and batches of 32 and 256 indices it times
-`set`, `get` and `stratified_sample` on `dopamine_per.replay_memory.sum_tree.
-SumTree` and on `NaiveSumTree` below, the classic approach: one NumPy array
-per tree level, a Python loop over the batch that walks each index up (set)
-or down (sampling) one level at a time. Both run in the same process on the
-same data.
+For trees of 2**17 and 2**20 priorities (uniform in (0, 1]) and batches of
+32 and 256 it times, in one process:
 
-Each measurement times a short burst of calls of one case (one operation,
-batch size and implementation); a round measures every case once, in a
-shuffled order, and the rounds repeat, so that noise from the machine (other
-processes, frequency changes) falls on all cases alike. The table reports
-the median over rounds of the per-call time in microseconds, and the
-speed-up of the median times. It is printed and written, with a description
-of the machine, to benchmarks/RESULTS.md (see --output).
+* `set` of a batch of priorities at distinct random indices, `get` of a
+  batch, `stratified_sample` of a batch (one draw per equal stratum of the
+  total), and `fill`: setting every priority;
+* on `ours-numba` and `ours-numpy`, dopamine_per's SumTree with each of its
+  kernels; `dopamine`, Dopamine 4.1.2's TF SumTree driven one index per call
+  as its prioritized buffer drives it; `cpprb`, cpprb's
+  PrioritizedReplayBuffer over a 1-byte observation with alpha = 1
+  (`update_priorities` to set and fill, `sample` to sample; it has no batch
+  `get`, and its `sample` also computes importance weights with a min tree
+  and gathers the observations); and `naive`, `NaiveSumTree` below, the
+  textbook tree walked one index and one level at a time in Python.
+
+Every call of set/get takes the next batch from a pool of pre-drawn batches
+(1024 by default), so that no implementation is flattered by finding the
+same tree paths in its caches. Cases are interleaved in shuffled rounds
+(`timing.run_interleaved`); the tables give the median microseconds per
+call and the ratios of medians, peer / ours (above 1: ours is faster).
 """
 
 import datetime
@@ -27,7 +33,6 @@ import math
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 
@@ -41,50 +46,66 @@ if __package__ in (None, ''):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
 
+from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import sum_tree  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import sum_tree_kernels  # pylint: disable=g-import-not-at-top
 
 __all__ = [
+    'CpprbSumTreeAdapter',
     'DopamineSumTreeAdapter',
     'NaiveSumTree',
     'OPERATIONS',
+    'PEERS',
     'check_same_queries',
+    'cpprb_available',
     'define_flags',
     'describe_machine',
     'dopamine_available',
     'format_results',
+    'format_section',
     'run_benchmark',
 ]
 
-_DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                               'RESULTS.md')
+OPERATIONS = ('set', 'get', 'stratified_sample', 'fill')
+# Peers, in table order, with their column titles.
+PEERS = ('dopamine', 'cpprb', 'naive')
+TITLES = {
+    'ours-numba': 'ours-numba',
+    'ours-numpy': 'ours-numpy',
+    'dopamine': 'Dopamine TF',
+    'cpprb': 'cpprb',
+    'naive': 'naive',
+}
+# Our trees are timed as 'ours-numba' and 'ours-numpy'.
+_OURS_PREFIX = 'ours-'
+_OURS = ('ours-numba', 'ours-numpy')
 
+# Issue 3's targets, at capacity 2**20, on set and stratified_sample at
+# batch 32 and 256: at least as fast as cpprb, and 20x faster than Dopamine.
+TARGET_CAPACITY = 2**20
+TARGET_BATCH_SIZES = (32, 256)
+TARGET_OPERATIONS = ('set', 'stratified_sample')
+REQUIRED_OVER_CPPRB = 1.0
+REQUIRED_OVER_DOPAMINE = 20.0
+# Issue 2's target: 20x faster than the naive tree at batch 256, on set, get
+# and stratified_sample.
+REQUIRED_OVER_NAIVE = 20.0
+REQUIRED_OVER_NAIVE_BATCH = 256
 
 
 def define_flags():
   """Defines the command-line flags (only when run as a program)."""
-  flags.DEFINE_integer(
-      'capacity_log2', 20, 'The trees hold 2**capacity_log2 priorities.')
-  flags.DEFINE_list(
-      'batch_sizes', ['32', '256'], 'Batch sizes to time, comma-separated.')
-  flags.DEFINE_integer(
-      'rounds', 150,
-      'Rounds; each times every case once, in a shuffled order.')
-  flags.DEFINE_float(
-      'burst_seconds', 0.005,
-      'Approximate duration of one measurement (a burst of calls).')
+  flags.DEFINE_list('capacities_log2', ['17', '20'],
+                    'Tree capacities, as powers of two, comma-separated.')
+  flags.DEFINE_list('batch_sizes', ['32', '256'],
+                    'Batch sizes to time, comma-separated.')
+  flags.DEFINE_integer('rounds', 40, 'Interleaved rounds.')
+  flags.DEFINE_float('burst_seconds', 0.005,
+                     'Approximate duration of one measurement.')
   flags.DEFINE_integer('seed', 0, 'Seed for the data and the order.')
-  flags.DEFINE_string(
-      'output', _DEFAULT_OUTPUT,
-      'Markdown file the results are written to; empty to skip writing.')
-
-
-OPERATIONS = ('set', 'get', 'stratified_sample')
-# Our trees are timed as 'ours-numpy' and, with Numba, 'ours-numba'.
-_OURS_PREFIX = 'ours-'
-# The issue asks for at least this speed-up at batch size 256.
-REQUIRED_SPEEDUP = 20.0
-REQUIRED_SPEEDUP_BATCH = 256
+  flags.DEFINE_string('output', '',
+                      'Markdown file to write the results to; empty: print '
+                      'only (`python -m benchmarks` writes RESULTS.md).')
 
 
 class NaiveSumTree:
@@ -109,7 +130,7 @@ class NaiveSumTree:
     self.levels = [np.zeros(2**d) for d in range(self.depth + 1)]
     self._rng = rng
 
-  def fill(self, priorities):
+  def load(self, priorities):
     """Sets all leaves at once and rebuilds the inner nodes (setup only)."""
     self.levels[-1][:len(priorities)] = priorities
     for d in range(self.depth - 1, -1, -1):
@@ -152,24 +173,23 @@ class NaiveSumTree:
 
 
 class DopamineSumTreeAdapter:
-  """Dopamine 4.1.2's own SumTree, driven as its prioritized buffer does.
+  """Dopamine 4.1.2's own TF SumTree, driven as its prioritized buffer does.
 
   `dopamine.tf.replay_memory.sum_tree.SumTree` takes one index per call;
   Dopamine's `set_priority` and `get_priority` loop over the batch in
-  Python, and so does this adapter. Timed only when dopamine-rl is
-  installed (scripts/test.sh installs it), to show what switching from it
-  gains.
+  Python, and so does this adapter. Its `stratified_sample` draws from
+  Python's global `random` (seeded by `run_benchmark`).
   """
 
   def __init__(self, capacity):
     from dopamine.tf.replay_memory import sum_tree as dopamine_sum_tree  # pylint: disable=g-import-not-at-top
     self._tree = dopamine_sum_tree.SumTree(capacity)
 
-  def fill(self, priorities):
+  def load(self, priorities):
     """Sets all leaves at once and rebuilds the inner nodes (setup only).
 
-    Writes Dopamine's `nodes` levels directly: setting 2**20 leaves through
-    its scalar `set` would take a minute.
+    Writes Dopamine's `nodes` levels directly: the timed `fill` operation
+    is what setting them through its scalar `set` costs.
     """
     nodes = self._tree.nodes
     nodes[-1][:len(priorities)] = priorities
@@ -186,14 +206,52 @@ class DopamineSumTreeAdapter:
     return np.array([self._tree.get(index) for index in indices])
 
   def stratified_sample(self, batch_size):
-    # Draws from Python's global `random`, seeded by run_benchmark.
     return self._tree.stratified_sample(batch_size)
+
+
+class CpprbSumTreeAdapter:
+  """cpprb's PrioritizedReplayBuffer, as a sum tree.
+
+  cpprb keeps its priorities in C++ segment trees (a sum tree and a min
+  tree, float32) inside a replay buffer, so the buffer here stores a 1-byte
+  observation per slot and is full. With alpha = 1 a stored priority is the
+  given one plus cpprb's eps (1e-4). `set` is `update_priorities`;
+  `stratified_sample` is `sample`, which also computes the importance
+  weights (with the min tree) and gathers the 1-byte observations. cpprb
+  has no batch `get`.
+  """
+
+  def __init__(self, capacity):
+    import cpprb  # pylint: disable=g-import-not-at-top
+    self._buffer = cpprb.PrioritizedReplayBuffer(
+        capacity, {'obs': {'shape': 1, 'dtype': np.uint8}}, alpha=1.0)
+    self._buffer.add(obs=np.zeros((capacity, 1), np.uint8))
+    self.capacity = capacity
+
+  def load(self, priorities):
+    """Sets all priorities (setup)."""
+    self.set(np.arange(len(priorities)), priorities)
+
+  def set(self, indices, values):
+    self._buffer.update_priorities(indices, values)
+
+  def stratified_sample(self, batch_size):
+    return self._buffer.sample(batch_size)['indexes']
 
 
 def dopamine_available():
   """Whether dopamine-rl's TF sum tree can be imported."""
   try:
     from dopamine.tf.replay_memory import sum_tree as _  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+def cpprb_available():
+  """Whether cpprb can be imported."""
+  try:
+    import cpprb as _  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
     return False
   return True
@@ -219,103 +277,136 @@ def check_same_queries(ours, naive, rng, num_targets=2000):
   return int(np.sum(np.asarray(ours.query(targets)) != expected))
 
 
-def _calls(tree, operation, batch_size, inputs):
-  """Returns a function running `operation` on `tree` with rotating inputs."""
+def _priorities(rng, size):
+  """Priorities uniform in (0, 1]."""
+  return 1.0 - rng.random(size)
+
+
+def _rotating(pool, operation):
+  """Returns a function applying `operation` to the pool's items in turn."""
   position = [0]
 
-  if operation == 'set':
-    def call():
-      indices, values = inputs[position[0] % len(inputs)]
-      position[0] += 1
-      tree.set(indices, values)
-  elif operation == 'get':
-    def call():
-      indices, _ = inputs[position[0] % len(inputs)]
-      position[0] += 1
-      tree.get(indices)
-  elif operation == 'stratified_sample':
-    def call():
-      tree.stratified_sample(batch_size)
-  else:
-    raise ValueError(f'Unknown operation {operation!r}')
+  def call():
+    item = pool[position[0] % len(pool)]
+    position[0] += 1
+    operation(*item)
   return call
 
 
-def _time_burst(call, repeats):
-  start = time.perf_counter_ns()
-  for _ in range(repeats):
-    call()
-  return (time.perf_counter_ns() - start) / repeats / 1e3  # µs per call
+def _case(tree, operation, batch_size, pool, fill_pool):
+  """Returns the callable timing `operation` on `tree`, or None."""
+  if operation == 'set':
+    return _rotating(pool, tree.set)
+  if operation == 'get':
+    if not hasattr(tree, 'get'):
+      return None
+    return _rotating(pool, lambda indices, _: tree.get(indices))
+  if operation == 'stratified_sample':
+    return lambda: tree.stratified_sample(batch_size)
+  if operation == 'fill':
+    return _rotating(fill_pool, tree.set)
+  raise ValueError(f'Unknown operation {operation!r}')
 
 
-def run_benchmark(capacity, batch_sizes, rounds, burst_seconds, seed,
-                  with_dopamine=None, progress=None):
+def _make_trees(capacity, implementations, priorities, seed):
+  """Returns {implementation: tree} holding `priorities`."""
+  trees = {}
+  for name in implementations:
+    if name.startswith(_OURS_PREFIX):
+      tree = sum_tree.SumTree(capacity, rng=np.random.default_rng(seed),
+                              kernels=name[len(_OURS_PREFIX):])
+      tree.set(np.arange(capacity), priorities)
+    elif name == 'dopamine':
+      tree = DopamineSumTreeAdapter(capacity)
+      tree.load(priorities)
+    elif name == 'cpprb':
+      tree = CpprbSumTreeAdapter(capacity)
+      tree.load(priorities)
+    elif name == 'naive':
+      tree = NaiveSumTree(capacity, np.random.default_rng(seed))
+      tree.load(priorities)
+    else:
+      raise ValueError(f'Unknown implementation {name!r}')
+    trees[name] = tree
+  return trees
+
+
+def default_implementations():
+  """Ours with every available kernel, and every installed peer."""
+  names = [name for name in _OURS if name[len(_OURS_PREFIX):] in
+           sum_tree_kernels.available()]
+  if dopamine_available():
+    names.append('dopamine')
+  if cpprb_available():
+    names.append('cpprb')
+  return names + ['naive']
+
+
+def run_benchmark(capacities, batch_sizes, rounds, burst_seconds, seed,
+                  implementations=None, pool_size=1024, slow_case_seconds=8.0,
+                  progress=None):
   """Times the trees; returns the median µs per call of every case.
 
   Args:
-    capacity: int, number of priorities in each tree.
+    capacities: sequence of ints, the tree sizes.
     batch_sizes: sequence of ints.
     rounds: int, number of interleaved rounds.
     burst_seconds: float, approximate length of one measurement.
     seed: int, seed for the priorities, the inputs and the order of cases.
-    with_dopamine: bool, whether to time Dopamine's SumTree too; None to do
-      so if dopamine-rl is installed.
+    implementations: names to time (see the module docstring); None for
+      `default_implementations()`.
+    pool_size: int, pre-drawn batches of indices and priorities per batch
+      size, used in turn.
+    slow_case_seconds: float; a case that has taken this long in total is
+      timed in 3 rounds only (Dopamine's and naive's `fill` at 2**20 take
+      seconds per call).
     progress: optional callable taking a str, for progress messages.
 
   Returns:
-    dict mapping (operation, batch_size, implementation) to the median time
-    in microseconds, implementation being 'naive', 'dopamine' or
-    'ours-' + kernels for each of `sum_tree_kernels.available()`; plus the
-    key 'query_mismatches' with the worst result of `check_same_queries`.
+    dict mapping (operation, capacity, batch_size, implementation) to the
+    median time in microseconds (batch_size is the capacity for `fill`);
+    'rounds' to {that key: the number of rounds it was timed in}; and
+    'query_mismatches' to the worst result of `check_same_queries`.
   """
-  if with_dopamine is None:
-    with_dopamine = dopamine_available()
+  if implementations is None:
+    implementations = default_implementations()
   rng = np.random.default_rng(seed)
-  priorities = rng.uniform(0.1, 10.0, size=capacity)
-  trees = {}
-  for kernels in sum_tree_kernels.available():
-    tree = sum_tree.SumTree(capacity, rng=np.random.default_rng(seed + 1),
-                            kernels=kernels)
-    tree.set(np.arange(capacity), priorities)
-    trees[_OURS_PREFIX + kernels] = tree
-  trees['naive'] = NaiveSumTree(capacity, np.random.default_rng(seed + 2))
-  trees['naive'].fill(priorities)
-  if with_dopamine:
-    random.seed(seed + 3)
-    trees['dopamine'] = DopamineSumTreeAdapter(capacity)
-    trees['dopamine'].fill(priorities)
-  mismatches = max(check_same_queries(tree, trees['naive'], rng)
-                   for name, tree in trees.items()
-                   if name.startswith(_OURS_PREFIX))
-
+  if 'dopamine' in implementations:
+    random.seed(seed)
   cases = {}
-  for batch_size in batch_sizes:
-    # A pool of distinct inputs per batch size, drawn once so that drawing
-    # them is not timed; `set` writes fresh values from the same range.
-    inputs = [(rng.choice(capacity, size=batch_size, replace=False),
-               rng.uniform(0.1, 10.0, size=batch_size)) for _ in range(32)]
-    for operation in OPERATIONS:
-      for name, tree in trees.items():
-        cases[(operation, batch_size, name)] = _calls(
-            tree, operation, batch_size, inputs)
-
-  # Calibrate each case's burst length after a warm-up call.
-  repeats = {}
-  for key, call in cases.items():
-    call()
-    single = max(_time_burst(call, 3), 0.05)
-    repeats[key] = max(1, int(burst_seconds * 1e6 / single))
-
-  samples = {key: [] for key in cases}
-  keys = list(cases)
-  for round_number in range(rounds):
-    for i in rng.permutation(len(keys)):
-      key = keys[i]
-      samples[key].append(_time_burst(cases[key], repeats[key]))
-    if progress and (round_number + 1) % max(1, rounds // 5) == 0:
-      progress(f'round {round_number + 1}/{rounds}')
-
-  results = {key: statistics.median(times) for key, times in samples.items()}
+  mismatches = 0
+  for capacity in capacities:
+    priorities = _priorities(rng, capacity)
+    trees = _make_trees(capacity, implementations, priorities, seed + 1)
+    reference = NaiveSumTree(capacity, rng)
+    reference.load(priorities)
+    mismatches = max([mismatches] + [
+        check_same_queries(tree, reference, rng)
+        for name, tree in trees.items() if name.startswith(_OURS_PREFIX)])
+    # Fresh values for `fill`, two arrays used in turn.
+    fill_pool = [(np.arange(capacity), _priorities(rng, capacity))
+                 for _ in range(2)]
+    for batch_size in batch_sizes:
+      pool = [(rng.choice(capacity, size=batch_size, replace=False),
+               _priorities(rng, batch_size)) for _ in range(pool_size)]
+      for operation in OPERATIONS:
+        if operation == 'fill' and batch_size != batch_sizes[0]:
+          continue
+        size = capacity if operation == 'fill' else batch_size
+        for name, tree in trees.items():
+          call = _case(tree, operation, batch_size, pool, fill_pool)
+          if call is None:
+            continue
+          environ = ({sum_tree_kernels.KERNELS_ENV: name[len(_OURS_PREFIX):]}
+                     if name.startswith(_OURS_PREFIX) else None)
+          cases[(operation, capacity, size, name)] = timing.Case(
+              call, environ, max_seconds=slow_case_seconds)
+  if progress:
+    progress(f'sum tree: {len(cases)} cases, {rounds} rounds')
+  samples = timing.run_interleaved(cases, rounds, burst_seconds, rng,
+                                   progress=progress)
+  results = {key: timing.median(times) for key, times in samples.items()}
+  results['rounds'] = {key: len(times) for key, times in samples.items()}
   results['query_mismatches'] = mismatches
   return results
 
@@ -335,98 +426,177 @@ def describe_machine():
     usable = len(os.sched_getaffinity(0))
   except AttributeError:
     usable = os.cpu_count()
-  return {
+  memory = None
+  try:
+    with open('/proc/meminfo', encoding='utf-8') as meminfo:
+      for line in meminfo:
+        if line.startswith('MemTotal:'):
+          memory = f'{int(line.split()[1]) / 2**20:.1f} GiB'
+          break
+  except OSError:
+    pass
+  description = {
       'CPU': cpu,
       'cores': f'{usable} usable of {os.cpu_count()}',
+  }
+  if memory:
+    description['memory'] = memory
+  description.update({
       'OS': platform.platform(),
       'Python': platform.python_version(),
       'NumPy': np.__version__,
       'date': datetime.datetime.now(datetime.timezone.utc).strftime(
           '%Y-%m-%d %H:%M UTC'),
-  }
+  })
+  return description
 
 
-def format_results(results, capacity, batch_sizes, rounds, machine):
-  """Formats the results as Markdown: a machine list and a table."""
-  with_dopamine = any(key[2] == 'dopamine' for key in results
-                      if isinstance(key, tuple))
-  lines = [
-      '# SumTree benchmark results',
-      '',
-      'Written by `python -m benchmarks.sum_tree_benchmark` '
-      '(see its docstring for the method): median microseconds per call over '
-      f'{rounds} interleaved rounds, on trees of capacity '
-      f'2**{int(math.log2(capacity))} = {capacity}. "naive" is the '
-      "benchmark's textbook per-index sum tree (`NaiveSumTree`: NumPy levels, "
-      'a Python loop over the batch and the levels), timed in the same run; '
-      'the speed-up is naive / ours.',
+def _log2_name(value):
+  log = int(math.log2(value))
+  return f'2**{log}' if 2**log == value else str(value)
+
+
+def _ours_names(results):
+  """Our variants present in `results`, Numba's first."""
+  present = {key[3] for key in results if isinstance(key, tuple)}
+  return [name for name in _OURS if name in present]
+
+
+def _ratio(results, key, peer, ours):
+  peer_time = results.get(key + (peer,))
+  ours_time = results.get(key + (ours,))
+  if peer_time is None or ours_time is None:
+    return None
+  return peer_time / ours_time
+
+
+def _rows(results):
+  """The (operation, capacity, batch) row keys present, in table order."""
+  keys = {key[:3] for key in results if isinstance(key, tuple)}
+  return sorted(keys, key=lambda k: (k[1], OPERATIONS.index(k[0]), k[2]))
+
+
+def _targets(results):
+  """The issues' targets as `timing.format_targets` rows, and where."""
+  capacities = sorted({key[1] for key in results if isinstance(key, tuple)})
+  if not capacities:
+    return [], ''
+  capacity = (TARGET_CAPACITY if TARGET_CAPACITY in capacities else
+              capacities[-1])
+  where = f'capacity {_log2_name(capacity)}'
+  if capacity != TARGET_CAPACITY:
+    where += f' (the issues set them at {_log2_name(TARGET_CAPACITY)})'
+  goals = [
+      ('issue 3: as fast as cpprb', 'cpprb', REQUIRED_OVER_CPPRB,
+       TARGET_OPERATIONS, TARGET_BATCH_SIZES),
+      ('issue 3: 20x Dopamine TF', 'dopamine', REQUIRED_OVER_DOPAMINE,
+       TARGET_OPERATIONS, TARGET_BATCH_SIZES),
+      ('issue 2: 20x naive', 'naive', REQUIRED_OVER_NAIVE,
+       ('set', 'get', 'stratified_sample'), (REQUIRED_OVER_NAIVE_BATCH,)),
   ]
-  if with_dopamine:
-    lines[-1] += (' "Dopamine" is dopamine-rl 4.1.2\'s own SumTree, called '
-                  'once per index as its prioritized buffer does.')
-  lines.append('')
-  lines += [f'- {name}: {value}' for name, value in machine.items()]
-  ours = sorted({key[2] for key in results if isinstance(key, tuple) and
-                 key[2].startswith(_OURS_PREFIX)})
-  header = '| operation | batch | naive (µs) |'
-  rule = '|---|---:|---:|'
-  for name in ours:
-    header += f' {name} (µs) | speed-up |'
-    rule += '---:|---:|'
-  if with_dopamine:
-    header += ' Dopamine (µs) |'
-    rule += '---:|'
-    header += ''.join(f' Dopamine / {name} |' for name in ours)
-    rule += '---:|' * len(ours)
-  lines += ['', header, rule]
-  for operation in OPERATIONS:
-    for batch_size in batch_sizes:
-      naive = results[(operation, batch_size, 'naive')]
-      line = f'| {operation} | {batch_size} | {naive:.1f} |'
-      for name in ours:
-        time = results[(operation, batch_size, name)]
-        line += f' {time:.1f} | {naive / time:.1f}x |'
-      if with_dopamine:
-        dopamine = results[(operation, batch_size, 'dopamine')]
-        line += f' {dopamine:.1f} |'
-        line += ''.join(
-            f' {dopamine / results[(operation, batch_size, name)]:.1f}x |'
-            for name in ours)
-      lines.append(line)
-  if REQUIRED_SPEEDUP_BATCH in batch_sizes:
-    lines.append('')
+  rows = []
+  for title, peer, required, operations, batch_sizes in goals:
+    for operation in operations:
+      for batch_size in batch_sizes:
+        ratios = {ours: _ratio(results, (operation, capacity, batch_size),
+                               peer, ours) for ours in _ours_names(results)}
+        if any(r is not None for r in ratios.values()):
+          rows.append((title, f'{operation}, batch {batch_size}', required,
+                       ratios))
+  return rows, where
+
+
+def format_section(results, rounds):
+  """Formats the results as a Markdown section (a `##` heading, tables).
+
+  Args:
+    results: the dict returned by `run_benchmark`.
+    rounds: int, the rounds requested.
+
+  Returns:
+    str, Markdown.
+  """
+  present = {key[3] for key in results if isinstance(key, tuple)}
+  ours = _ours_names(results)
+  peers = [p for p in PEERS if p in present]
+  names = ours + peers
+  fewest = min(results['rounds'].values()) if results['rounds'] else 0
+  lines = [
+      '## Sum tree',
+      '',
+      'Median microseconds per call over interleaved rounds '
+      f'({rounds} requested; calls taking seconds, {fewest} at least), '
+      'priorities uniform in (0, 1], each set/get call on a fresh batch of '
+      'distinct random indices. `fill` sets every priority (ours and cpprb: '
+      'one batch call; Dopamine TF and naive: one call per index, as their '
+      'buffers do). Dopamine TF is dopamine-rl 4.1.2\'s '
+      '`dopamine.tf.replay_memory.sum_tree.SumTree`, one index per call; '
+      'cpprb is cpprb\'s PrioritizedReplayBuffer (alpha = 1, a 1-byte '
+      'observation; its `sample` also computes importance weights with a '
+      'min tree, and it has no batch `get`); naive is `NaiveSumTree`, the '
+      'textbook tree walked per index in Python. Dopamine\'s JAX sum tree '
+      'is not measured: it needs JAX, which the `bench` extra does not '
+      'install. Method: benchmarks/sum_tree_benchmark.py.',
+      '',
+  ]
+  rows = []
+  for operation, capacity, batch_size in _rows(results):
+    row = [operation, _log2_name(capacity),
+           'all' if operation == 'fill' else str(batch_size)]
+    row += [timing.format_microseconds(
+        results.get((operation, capacity, batch_size, name)))
+            for name in names]
+    rows.append(row)
+  lines += timing.markdown_table(
+      ['operation', 'capacity', 'batch'] + [f'{TITLES[n]} (µs)'
+                                            for n in names], rows,
+      align=['l', 'r', 'r'] + ['r'] * len(names))
+  lines += ['', 'Ratios of the medians, peer / ours (above 1: ours is '
+            'faster):', '']
+  rows = []
+  for operation, capacity, batch_size in _rows(results):
+    row = [operation, _log2_name(capacity),
+           'all' if operation == 'fill' else str(batch_size)]
     for name in ours:
-      verdicts = []
-      for operation in OPERATIONS:
-        speedup = (results[(operation, REQUIRED_SPEEDUP_BATCH, 'naive')] /
-                   results[(operation, REQUIRED_SPEEDUP_BATCH, name)])
-        verdicts.append(
-            f'{operation} {speedup:.1f}x '
-            f'({"met" if speedup >= REQUIRED_SPEEDUP else "NOT met"})')
-      lines.append(f'- Required: at least {REQUIRED_SPEEDUP:.0f}x over naive '
-                   f'at batch {REQUIRED_SPEEDUP_BATCH}; {name}: ' +
-                   '; '.join(verdicts) + '.')
+      for peer in peers:
+        ratio = _ratio(results, (operation, capacity, batch_size), peer, name)
+        row.append('—' if ratio is None else f'{ratio:.1f}x')
+    rows.append(row)
+  lines += timing.markdown_table(
+      ['operation', 'capacity', 'batch'] +
+      [f'{TITLES[p]} / {n}' for n in ours for p in peers], rows,
+      align=['l', 'r', 'r'] + ['r'] * (len(ours) * len(peers)))
+  targets, where = _targets(results)
+  if targets:
+    lines += ['', f'Targets at {where}, ratio peer / ours and whether it is '
+              'met in this run:', '']
+    lines += timing.format_targets(targets, ours)
   if results.get('query_mismatches'):
-    lines += ['', f'Warning: the trees answered {results["query_mismatches"]}'
-              ' of 2000 random queries differently.']
+    lines += ['', f'Warning: ours and the naive tree answered '
+              f'{results["query_mismatches"]} of 2000 random queries '
+              'differently.']
   return '\n'.join(lines) + '\n'
+
+
+def format_results(results, rounds, machine):
+  """Formats a stand-alone document: a title, the machine, the section."""
+  lines = ['# Sum tree benchmark', '']
+  lines += [f'- {name}: {value}' for name, value in machine.items()]
+  return '\n'.join(lines) + '\n\n' + format_section(results, rounds)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   options = flags.FLAGS
-  capacity = 2**options.capacity_log2
+  capacities = [2**int(c) for c in options.capacities_log2]
   batch_sizes = [int(b) for b in options.batch_sizes]
   start = time.time()
-  print(f'Timing capacity {capacity}, batch sizes {batch_sizes}, '
-        f'{options.rounds} rounds...', file=sys.stderr, flush=True)
   results = run_benchmark(
-      capacity, batch_sizes, options.rounds, options.burst_seconds,
+      capacities, batch_sizes, options.rounds, options.burst_seconds,
       options.seed,
       progress=lambda text: print(text, file=sys.stderr, flush=True))
-  report = format_results(results, capacity, batch_sizes, options.rounds,
-                          describe_machine())
+  report = format_results(results, options.rounds, describe_machine())
   print(report, flush=True)
   if options.output:
     with open(options.output, 'w', encoding='utf-8') as output:

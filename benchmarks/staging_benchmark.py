@@ -1,7 +1,7 @@
-r"""Benchmarks staging: a graph-mode training step with and without prefetch.
+r"""Benchmarks the TF wrapper: sampling, and a training step with staging.
 
-Run from the repository root, in an environment where dopamine_per is
-installed (e.g. after `bash scripts/test.sh`, with .venv/bin/python):
+Part of `python -m benchmarks` (see benchmarks/__main__.py), which writes
+benchmarks/RESULTS.md. This section alone, printed and not written:
 
   python -m benchmarks.staging_benchmark
 
@@ -12,14 +12,19 @@ as sampling one batch, followed by the priority update of the batch, as
 Rainbow's step does. In one process, interleaved over rounds, it times:
 
 * `sample`: a session run that only samples a batch;
+* `sample, staging`: the same with `use_staging=True` (it returns the batch
+  staged by the previous run and prefetches the next);
+* `sample, Dopamine TF`: the same run on Dopamine 4.1.2's
+  WrappedPrioritizedReplayBuffer, when dopamine-rl is installed (Dopamine's
+  `use_staging` does nothing, so it has no staged variant);
 * `train`: the training op on a batch held in a variable (no sampling);
 * `step, no staging`: sample, then train, in one run;
 * `step, staging`: the same with `use_staging=True`.
 
 Without staging a step costs about sample + train; with staging the sample
 of the next batch overlaps the training on the current one, so a step costs
-about max(sample, train). The table (medians in milliseconds, and the
-ratios) is printed and written to benchmarks/STAGING_RESULTS.md.
+about max(sample, train). The table gives medians in milliseconds, and the
+ratios.
 """
 
 import os
@@ -37,12 +42,11 @@ if __package__ in (None, ''):
       __file__))))
 
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
 
-__all__ = ['StepGraph', 'run_benchmark', 'format_results']
-
-_DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                               'STAGING_RESULTS.md')
+__all__ = ['DopamineSampleGraph', 'StepGraph', 'format_results',
+           'format_section', 'run_benchmark']
 _BATCH = 32
 _FRAME = (84, 84)
 _STACK = 4
@@ -51,20 +55,21 @@ _HORIZON = 3
 
 def define_flags():
   """Defines the command-line flags (only when run as a program)."""
-  flags.DEFINE_integer('capacity', 100000, 'Replay capacity.')
+  flags.DEFINE_integer('capacity', 2**20, 'Replay capacity.')
   flags.DEFINE_integer('transitions', 20000, 'Transitions added first.')
   flags.DEFINE_integer('rounds', 15, 'Interleaved rounds.')
   flags.DEFINE_integer('steps', 20, 'Session runs timed per case and round.')
-  flags.DEFINE_string('output', _DEFAULT_OUTPUT,
-                      'Markdown file for the results; empty to skip.')
+  flags.DEFINE_string('output', '',
+                      'Markdown file to write the results to; empty: print '
+                      'only (`python -m benchmarks` writes RESULTS.md).')
 
 
-def _fill(replay, transitions, seed=0):
+def _fill(replay, transitions, seed=0, priority=None):
   rng = np.random.default_rng(seed)
   frames = rng.integers(0, 256, (1000,) + _FRAME, dtype=np.uint8)
   for i in range(transitions):
     replay.add(frames[i % 1000], i % 4, float(rng.random()),
-               int(i % 500 == 499), None)
+               int(i % 500 == 499), priority)
 
 
 def _dense_chain(states, layers):
@@ -100,11 +105,8 @@ class StepGraph(object):
       errors = _dense_chain(self.replay.states, layers)
       self.step = self.replay.tf_set_priority(self.replay.indices, errors)
       self.sample = self.replay.indices
-      # One thread for the math: the prefetch thread needs the other core
-      # of a 2-core machine (with more cores, give the math more threads).
-      config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
-                                        inter_op_parallelism_threads=2)
-      self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+      self.session = tf.compat.v1.Session(graph=self.graph,
+                                          config=_session_config())
       self.session.run(tf.compat.v1.global_variables_initializer())
 
   def time(self, fetch, steps):
@@ -115,6 +117,37 @@ class StepGraph(object):
       self.session.run(fetch)
       times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+def _session_config():
+  # One thread for the math: the prefetch thread needs the other core of a
+  # 2-core machine (with more cores, give the math more threads).
+  return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
+                                  inter_op_parallelism_threads=2)
+
+
+class DopamineSampleGraph(object):
+  """Dopamine's WrappedPrioritizedReplayBuffer and its sampling fetch.
+
+  Attributes:
+    session: tf.compat.v1.Session running the graph.
+    sample: fetch that samples one batch (Dopamine's `indices`, computed by
+      the same py_func as the whole transition).
+  """
+
+  def __init__(self, capacity, transitions):
+    from dopamine.tf.replay_memory import prioritized_replay_buffer as dopamine_prb  # pylint: disable=g-import-not-at-top
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self.replay = dopamine_prb.WrappedPrioritizedReplayBuffer(
+          _FRAME, _STACK, use_staging=False, replay_capacity=capacity,
+          batch_size=_BATCH, update_horizon=_HORIZON)
+      _fill(self.replay, transitions, priority=1.0)
+      self.sample = self.replay.indices
+      self.session = tf.compat.v1.Session(graph=self.graph,
+                                          config=_session_config())
+
+  time = StepGraph.time
 
 
 def _calibrate_layers(capacity, transitions):
@@ -128,17 +161,40 @@ def _calibrate_layers(capacity, transitions):
   return max(1, round(sample / per_layer))
 
 
-def run_benchmark(capacity, transitions, rounds, steps, progress=None):
-  """Times the four cases; returns their medians in ms and the layers used."""
+def run_benchmark(capacity, transitions, rounds, steps, progress=None,
+                  with_dopamine=None):
+  """Times the cases, interleaved; returns their medians in ms.
+
+  Args:
+    capacity: int, the memories' capacity.
+    transitions: int, transitions added to each memory first.
+    rounds: int, interleaved rounds.
+    steps: int, session runs timed per case and round.
+    progress: optional callable taking a str.
+    with_dopamine: whether to time Dopamine's sampling too; None: if
+      dopamine-rl is installed.
+
+  Returns:
+    dict mapping each case's name (see the module docstring) to its median
+    milliseconds per run, and 'layers' to the simulated network's depth.
+  """
+  if with_dopamine is None:
+    with_dopamine = sum_tree_benchmark.dopamine_available()
   layers = _calibrate_layers(capacity, transitions)
   graphs = {False: StepGraph(False, layers, capacity, transitions),
             True: StepGraph(True, layers, capacity, transitions)}
   cases = {
       'sample': (graphs[False], graphs[False].sample),
+      'sample, staging': (graphs[True], graphs[True].sample),
       'train': (graphs[False], graphs[False].train),
       'step, no staging': (graphs[False], graphs[False].step),
       'step, staging': (graphs[True], graphs[True].step),
   }
+  sessions = [graph.session for graph in graphs.values()]
+  if with_dopamine:
+    dopamine = DopamineSampleGraph(capacity, transitions)
+    cases['sample, Dopamine TF'] = (dopamine, dopamine.sample)
+    sessions.append(dopamine.session)
   for graph, fetch in cases.values():
     graph.time(fetch, 5)  # Warm up (and fill the stage).
   samples = {name: [] for name in cases}
@@ -148,48 +204,68 @@ def run_benchmark(capacity, transitions, rounds, steps, progress=None):
     for i in order.permutation(len(names)):
       graph, fetch = cases[names[i]]
       samples[names[i]].append(graph.time(fetch, steps))
-    if progress:
+    if progress and (round_number + 1) % max(1, rounds // 5) == 0:
       progress(f'round {round_number + 1}/{rounds}')
-  for graph in graphs.values():
-    graph.session.close()
+  for session in sessions:
+    session.close()
   results = {name: statistics.median(times) for name, times in samples.items()}
   results['layers'] = layers
   return results
 
 
-def format_results(results, machine):
-  """Formats the results as Markdown."""
+# Issue 3 (and 4): with staging, a step whose training costs about one
+# sample takes at most this times the larger of the two.
+REQUIRED_STAGED_STEP_RATIO = 1.2
+
+
+def format_section(results):
+  """Formats the results as a Markdown section (a `##` heading, tables)."""
   sample, train = results['sample'], results['train']
   unstaged, staged = results['step, no staging'], results['step, staging']
   lines = [
-      '# Staging benchmark results',
+      '## TF wrapper: sampling and staging',
       '',
-      'Written by `python -m benchmarks.staging_benchmark` (see its docstring '
-      'for the method): an Atari-shaped prioritized memory (84x84 uint8, '
+      'Graph mode (`tf.compat.v1.Session`): an Atari-shaped '
+      'WrappedPrioritizedReplayBuffer (84x84 uint8, '
       f'stack {_STACK}, {_HORIZON}-step returns, batch {_BATCH}) and a '
       f'simulated training op ({results["layers"]} dense layers, calibrated '
       'to cost about one sample) with the priority update of its batch. '
       'Sessions use one thread for the math, leaving a core for the prefetch '
-      'thread. Medians in milliseconds per session run.',
+      'thread. Median milliseconds per session run, interleaved. '
+      'Method: benchmarks/staging_benchmark.py.',
       '',
   ]
-  lines += [f'- {name}: {value}' for name, value in machine.items()]
+  rows = [[name, f'{results[name]:.3f}'] for name in (
+      'sample', 'sample, staging', 'sample, Dopamine TF', 'train',
+      'step, no staging', 'step, staging') if name in results]
+  lines += timing.markdown_table(['session run', 'ms'], rows)
+  staged_ratio = staged / max(sample, train)
   lines += [
-      '',
-      '| case | ms per run |',
-      '|---|---:|',
-      f'| sample | {sample:.3f} |',
-      f'| train | {train:.3f} |',
-      f'| step, no staging | {unstaged:.3f} |',
-      f'| step, staging | {staged:.3f} |',
       '',
       f'- step without staging / (sample + train): '
       f'{unstaged / (sample + train):.2f}',
-      f'- step with staging / max(sample, train): '
-      f'{staged / max(sample, train):.2f} (target: at most 1.2)',
+      f'- step with staging / max(sample, train): {staged_ratio:.2f}',
       f'- speed-up from staging: {unstaged / staged:.2f}x',
   ]
+  if 'sample, Dopamine TF' in results:
+    lines.append(f'- sample, Dopamine TF / ours: '
+                 f'{results["sample, Dopamine TF"] / sample:.1f}x')
+  lines += [
+      '',
+      'Target (issue 3): with staging, a step takes at most '
+      f'{REQUIRED_STAGED_STEP_RATIO}x max(sample, train): '
+      f'{staged_ratio:.2f}x '
+      f'({"met" if staged_ratio <= REQUIRED_STAGED_STEP_RATIO else "NOT met"}'
+      ').',
+  ]
   return '\n'.join(lines) + '\n'
+
+
+def format_results(results, machine):
+  """Formats a stand-alone document: a title, the machine, the section."""
+  lines = ['# TF wrapper benchmark', '']
+  lines += [f'- {name}: {value}' for name, value in machine.items()]
+  return '\n'.join(lines) + '\n\n' + format_section(results)
 
 
 def main(argv):

@@ -1,0 +1,248 @@
+r"""Runs every benchmark and writes benchmarks/RESULTS.md.
+
+From the repository root, in an environment with the `bench` extra and
+dopamine-rl installed without its dependencies (this installs nothing):
+
+  pip install -e '.[bench]' && pip install --no-deps dopamine-rl==4.1.2
+  python -m benchmarks                       # about 7 minutes on 2 cores
+  python -m benchmarks --sections=sum_tree   # one section (and no file)
+
+Three sections, each timing ours and the peers interleaved in one process
+(see benchmarks/timing.py for the method):
+
+1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
+   sample and fill at capacities 2**17 and 2**20, batches 32 and 256; ours
+   with both kernel sets, Dopamine's TF SumTree, cpprb, a textbook tree.
+2. `replay` (benchmarks/replay_benchmark.py): an Atari-shaped prioritized
+   memory at capacity 2**20: add, sample + set_priority at batch 32 and 256,
+   then the peak resident memory of each implementation filled to capacity,
+   each in its own subprocess, one after the other.
+3. `tf` (benchmarks/staging_benchmark.py): graph-mode session runs of a
+   sampled batch, and a training step with and without staging.
+
+Each section prints its tables (medians, ratios to each peer, and issue 3's
+targets with whether they are met); with every section run, the document is
+written to --output (benchmarks/RESULTS.md), the machine described first.
+"""
+
+import collections
+import importlib.metadata
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+if __package__ in (None, ''):
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))))
+
+from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
+
+__all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
+           'run']
+
+SECTIONS = ('sum_tree', 'replay', 'tf')
+DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              'RESULTS.md')
+
+Settings = collections.namedtuple('Settings', [
+    'sections',
+    'seed',
+    # Sum tree.
+    'sum_tree_capacities',
+    'batch_sizes',
+    'sum_tree_rounds',
+    'sum_tree_burst_seconds',
+    # Atari-shaped memory.
+    'replay_capacity',
+    'replay_fill',
+    'replay_steady_adds',
+    'replay_rounds',
+    'rss',
+    'cpprb_rss_transitions',
+    # TF wrapper.
+    'tf_transitions',
+    'tf_rounds',
+    'tf_steps',
+])
+
+DEFAULT_SETTINGS = Settings(
+    sections=SECTIONS,
+    seed=0,
+    sum_tree_capacities=(2**17, 2**20),
+    batch_sizes=(32, 256),
+    sum_tree_rounds=40,
+    sum_tree_burst_seconds=0.005,
+    replay_capacity=2**20,
+    replay_fill=50000,
+    replay_steady_adds=10000,
+    replay_rounds=20,
+    rss=True,
+    cpprb_rss_transitions=20000,
+    tf_transitions=20000,
+    tf_rounds=15,
+    tf_steps=20,
+)
+
+_FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program)."""
+  d = DEFAULT_SETTINGS
+  flags.DEFINE_list('sections', list(d.sections),
+                    f'Sections to run, out of {", ".join(SECTIONS)}.')
+  flags.DEFINE_string('output', DEFAULT_OUTPUT,
+                      'Markdown file written when every section runs; empty '
+                      'to only print.')
+  flags.DEFINE_integer('seed', d.seed, 'Seed for the data and the orders.')
+  flags.DEFINE_list('sum_tree_capacities_log2',
+                    [str(c.bit_length() - 1) for c in d.sum_tree_capacities],
+                    'Sum tree capacities, as powers of two.')
+  flags.DEFINE_list('batch_sizes', [str(b) for b in d.batch_sizes],
+                    'Batch sizes of the sum tree and the replay memory.')
+  flags.DEFINE_integer('sum_tree_rounds', d.sum_tree_rounds,
+                       'Interleaved rounds of the sum tree section.')
+  flags.DEFINE_integer('replay_capacity_log2',
+                       d.replay_capacity.bit_length() - 1,
+                       'Capacity of the Atari-shaped memories, 2**this.')
+  flags.DEFINE_integer('replay_fill', d.replay_fill,
+                       'Transitions added to each memory (timed as fresh '
+                       'adds) before the other measurements.')
+  flags.DEFINE_integer('replay_steady_adds', d.replay_steady_adds,
+                       'Adds timed after their pages were touched.')
+  flags.DEFINE_integer('replay_rounds', d.replay_rounds,
+                       'Interleaved rounds of sample + set_priority.')
+  flags.DEFINE_boolean('rss', d.rss,
+                       'Whether to measure peak memory at capacity.')
+  flags.DEFINE_integer('cpprb_rss_transitions', d.cpprb_rss_transitions,
+                       'Transitions added to cpprb for its peak memory.')
+  flags.DEFINE_integer('tf_transitions', d.tf_transitions,
+                       'Transitions in the TF section\'s memories.')
+  flags.DEFINE_integer('tf_rounds', d.tf_rounds,
+                       'Interleaved rounds of the TF section.')
+  flags.DEFINE_integer('tf_steps', d.tf_steps,
+                       'Session runs per case and round.')
+
+
+def _settings_from_flags():
+  options = _FLAGS
+  unknown = set(options.sections) - set(SECTIONS)
+  if unknown:
+    raise app.UsageError(f'Unknown sections: {sorted(unknown)}')
+  return DEFAULT_SETTINGS._replace(
+      sections=tuple(s for s in SECTIONS if s in options.sections),
+      seed=options.seed,
+      sum_tree_capacities=tuple(2**int(c)
+                                for c in options.sum_tree_capacities_log2),
+      batch_sizes=tuple(int(b) for b in options.batch_sizes),
+      sum_tree_rounds=options.sum_tree_rounds,
+      replay_capacity=2**options.replay_capacity_log2,
+      replay_fill=options.replay_fill,
+      replay_steady_adds=options.replay_steady_adds,
+      replay_rounds=options.replay_rounds,
+      rss=options.rss,
+      cpprb_rss_transitions=options.cpprb_rss_transitions,
+      tf_transitions=options.tf_transitions,
+      tf_rounds=options.tf_rounds,
+      tf_steps=options.tf_steps)
+
+
+def describe_packages():
+  """Returns 'name version' of the packages the benchmarks compare."""
+  versions = []
+  for name in ('tensorflow', 'numba', 'dopamine-rl', 'cpprb'):
+    try:
+      versions.append(f'{name} {importlib.metadata.version(name)}')
+    except importlib.metadata.PackageNotFoundError:
+      versions.append(f'{name} (not installed)')
+  return ', '.join(versions)
+
+
+def _load_average():
+  try:
+    return f'{os.getloadavg()[0]:.2f}'
+  except OSError:
+    return 'unknown'
+
+
+def run(settings=DEFAULT_SETTINGS, progress=None):
+  """Runs the chosen sections; returns the Markdown document.
+
+  Args:
+    settings: Settings.
+    progress: optional callable taking a str, for progress messages.
+
+  Returns:
+    str, the document: a title, the machine, then one section each.
+  """
+  start = time.time()
+  load_before = _load_average()
+  sections = []
+  if 'sum_tree' in settings.sections:
+    results = sum_tree_benchmark.run_benchmark(
+        settings.sum_tree_capacities, settings.batch_sizes,
+        settings.sum_tree_rounds, settings.sum_tree_burst_seconds,
+        settings.seed, progress=progress)
+    sections.append(sum_tree_benchmark.format_section(
+        results, settings.sum_tree_rounds))
+  if 'replay' in settings.sections:
+    implementations = replay_benchmark.default_implementations()
+    results = replay_benchmark.run_benchmark(
+        settings.replay_capacity, settings.replay_fill,
+        settings.replay_steady_adds, settings.batch_sizes,
+        settings.replay_rounds, settings.seed, implementations,
+        progress=progress)
+    rss = None
+    if settings.rss:
+      rss = replay_benchmark.run_rss(
+          implementations, settings.replay_capacity,
+          settings.cpprb_rss_transitions, progress=progress)
+    sections.append(replay_benchmark.format_section(
+        results, rss, settings.replay_capacity))
+  if 'tf' in settings.sections:
+    results = staging_benchmark.run_benchmark(
+        settings.replay_capacity, settings.tf_transitions,
+        settings.tf_rounds, settings.tf_steps, progress=progress)
+    sections.append(staging_benchmark.format_section(results))
+  machine = sum_tree_benchmark.describe_machine()
+  machine['packages'] = describe_packages()
+  machine['load average'] = (
+      f'{load_before} at the start, {_load_average()} at the end (1 minute; '
+      'staging needs a second core free)')
+  lines = [
+      '# Benchmark results',
+      '',
+      'Written by `python -m benchmarks` (benchmarks/__main__.py) in '
+      f'{(time.time() - start) / 60:.1f} minutes. Each section times ours '
+      'and the peers interleaved in one process: every case (an operation '
+      'of one implementation at one size) is timed as a short burst of '
+      'calls, once per round, in a shuffled order, and the tables give the '
+      'median over rounds and ratios of medians. The machine is shared and '
+      'noisy: compare ratios within a run, not with other runs.',
+      '',
+  ]
+  lines += [f'- {name}: {value}' for name, value in machine.items()]
+  return '\n'.join(lines) + '\n\n' + '\n'.join(sections)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  settings = _settings_from_flags()
+  report = run(settings, progress=lambda text: print(
+      text, file=sys.stderr, flush=True))
+  print(report, flush=True)
+  if _FLAGS.output and set(settings.sections) == set(SECTIONS):
+    with open(_FLAGS.output, 'w', encoding='utf-8') as output:
+      output.write(report)
+    print(f'Written to {_FLAGS.output}.', file=sys.stderr)
+
+
+if __name__ == '__main__':
+  define_flags()
+  app.run(main)

@@ -1,0 +1,131 @@
+"""Smoke tests for `python -m benchmarks` and its sections, at tiny sizes.
+
+They run every section of the command (benchmarks/__main__.py) on small
+memories, check the document's structure, and check that the peers are
+configured to store and return the transitions ours does.
+"""
+
+import importlib
+import os
+
+from absl.testing import absltest
+import numpy as np
+
+from benchmarks import replay_benchmark
+from benchmarks import sum_tree_benchmark
+from benchmarks import timing
+
+# `python -m benchmarks` runs this module.
+benchmarks_main = importlib.import_module('benchmarks.__main__')
+
+
+class TimingTest(absltest.TestCase):
+
+  def test_slow_cases_stop_after_min_rounds(self):
+    calls = {'fast': 0, 'slow': 0}
+
+    def count(name):
+      def call():
+        calls[name] += 1
+      return call
+
+    cases = {'fast': timing.Case(count('fast')),
+             'slow': timing.Case(count('slow'), max_seconds=0.0)}
+    samples = timing.run_interleaved(cases, rounds=6, burst_seconds=1e-5,
+                                     rng=np.random.default_rng(0),
+                                     min_rounds=2)
+    self.assertLen(samples['fast'], 6)
+    self.assertLen(samples['slow'], 2)
+
+  def test_environment_is_restored(self):
+    name = 'DOPAMINE_PER_BENCHMARKS_TEST_VARIABLE'
+    os.environ.pop(name, None)
+    with timing.environment({name: 'x'}):
+      self.assertEqual(os.environ[name], 'x')
+    self.assertNotIn(name, os.environ)
+
+  def test_targets_table(self):
+    lines = timing.format_targets(
+        [('as fast as X', 'set, batch 32', 1.0, {'a': 2.0, 'b': 0.5})],
+        ['a', 'b'])
+    self.assertEqual(lines[-1], '| as fast as X | set, batch 32 | 1x | '
+                     '2.00x (met) | 0.50x (NOT met) |')
+
+
+class FramePoolTest(absltest.TestCase):
+
+  def test_stacks_slide(self):
+    pool = replay_benchmark.FramePool(8, seed=0)
+    for k in range(8):
+      for position in range(4):
+        np.testing.assert_array_equal(
+            pool.stacks[k][..., position], pool.frames[(k - 3 + position) % 8])
+
+
+class CpprbConfigurationTest(absltest.TestCase):
+  """cpprb returns the transitions that ours and Dopamine's return."""
+
+  def test_samples_match_the_stream(self):
+    if not sum_tree_benchmark.cpprb_available():
+      self.skipTest('cpprb is not installed (the bench extra)')
+    pool = replay_benchmark.FramePool(16, seed=0)
+    memory = replay_benchmark.CpprbMemory(64, pool)
+    memory.add_transitions(40)
+    batch = memory.memory.sample(16)
+    gamma = replay_benchmark.GAMMA
+    for k, t in enumerate(batch['indexes'].astype(int)):
+      self.assertLess(t, 40 - replay_benchmark.UPDATE_HORIZON + 1)
+      np.testing.assert_array_equal(batch['obs'][k], pool.stacks[t % 16])
+      np.testing.assert_array_equal(batch['next_obs'][k],
+                                    pool.stacks[(t + 3) % 16])
+      rewards = [replay_benchmark._transition(t + i)[1] for i in range(3)]  # pylint: disable=protected-access
+      self.assertAlmostEqual(
+          float(batch['rew'][k][0]),
+          sum(gamma**i * r for i, r in enumerate(rewards)), places=5)
+
+
+class CommandTest(absltest.TestCase):
+  """Every section of `python -m benchmarks`, at tiny sizes."""
+
+  def test_run_every_section(self):
+    settings = benchmarks_main.DEFAULT_SETTINGS._replace(
+        sum_tree_capacities=(2**8,),
+        batch_sizes=(32, 256),
+        sum_tree_rounds=2,
+        sum_tree_burst_seconds=1e-4,
+        replay_capacity=2**11,
+        replay_fill=600,
+        replay_steady_adds=200,
+        replay_rounds=2,
+        cpprb_rss_transitions=300,
+        tf_transitions=600,
+        tf_rounds=2,
+        tf_steps=2)
+    messages = []
+    document = benchmarks_main.run(settings, progress=messages.append)
+    self.assertTrue(document.startswith('# Benchmark results\n'))
+    self.assertIn('- packages: tensorflow ', document)
+    for heading in ('## Sum tree', '## Atari-shaped prioritized replay memory',
+                    '## TF wrapper: sampling and staging'):
+      self.assertIn('\n' + heading + '\n', document)
+    self.assertIn('| add, fresh pages, per transition |', document)
+    self.assertIn('| add, pages touched, per transition |', document)
+    self.assertIn('| sample(256) + set_priority(256) |', document)
+    self.assertIn('| ours | ', document)  # The resident memory table.
+    self.assertIn('Target (issue 3): with staging, a step takes', document)
+    self.assertRegex(document, r'\| sample, staging \| [0-9.]+ \|')
+    if sum_tree_benchmark.dopamine_available():
+      self.assertIn('| 25x Dopamine TF | sample(32) + set_priority(32) |',
+                    document)
+      self.assertIn("| memory at most Dopamine TF's |", document)
+      self.assertRegex(document, r'\| sample, Dopamine TF \| [0-9.]+ \|')
+    if sum_tree_benchmark.cpprb_available():
+      self.assertIn('| as fast as cpprb | sample(32) + set_priority(32) |',
+                    document)
+      self.assertIn('| cpprb | ', document)
+      self.assertIn('cpprb, contiguous states / ours-numpy', document)
+    self.assertTrue(any('peak RSS' in m for m in messages))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -39,11 +39,27 @@ setuptools.setup(
             # The tests run the sum tree with both kernels, NumPy and Numba,
             # and check that they agree bit for bit.
             'numba>=0.59',
+            # The agent and runner tests train on CartPole (gymnasium) and
+            # run a Rainbow smoke test on Pong (ale-py ships the ROMs).
+            'gymnasium>=1.0',
+            'ale-py>=0.9',
             # Not listed: dopamine-rl==4.1.2, the reference implementation
             # the compatibility tests compare against. Its own requirements
             # pull in JAX, Flax, gym and more that it does not need for
             # dopamine.tf.replay_memory, so scripts/test.sh installs it with
             # `pip install --no-deps`.
+        ],
+        'gym': [
+            # Classic-control environments (CartPole, Acrobot, ...) for
+            # dopamine_per.discrete_domains.gym_lib and the CartPole configs.
+            'gymnasium>=1.0',
+        ],
+        'atari': [
+            # Atari 2600 games for dopamine_per.discrete_domains.atari_lib;
+            # ale-py ships the ROMs. Frames are resized in NumPy, so OpenCV
+            # is not needed.
+            'gymnasium>=1.0',
+            'ale-py>=0.9',
         ],
         'fast': [
             # Compiles the sum tree's two hot loops (dopamine_per/

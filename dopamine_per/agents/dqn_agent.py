@@ -232,7 +232,8 @@ class DQNAgent(object):
         self.summary_writer = summary_writer
       with tf.device(tf_device):
         state_shape = (1,) + self.observation_shape + (stack_size,)
-        self.state = np.zeros(state_shape)
+        self.state = np.zeros(state_shape,
+                              self.observation_dtype.as_numpy_dtype)
         self.state_ph = tf.compat.v1.placeholder(
             self.observation_dtype, state_shape, name='state_ph')
         self._replay = self._build_replay_buffer(use_staging)

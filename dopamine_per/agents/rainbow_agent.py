@@ -239,6 +239,8 @@ class RainbowAgent(dqn_agent.DQNAgent):
                               axis=1, batch_dims=1)
     loss = tf.nn.softmax_cross_entropy_with_logits(
         labels=target_distribution, logits=chosen_logits)
+    self._unweighted_loss = loss
+    self._new_priorities = None
     self._beta_ph = tf.compat.v1.placeholder_with_default(
         tf.constant(self.importance_sampling_exponent, tf.float32), [],
         name='importance_sampling_exponent')
@@ -247,6 +249,7 @@ class RainbowAgent(dqn_agent.DQNAgent):
       weights = tf.pow(priorities + _EPSILON, -self._beta_ph)
       weights /= tf.reduce_max(weights)
       new_priorities = tf.pow(loss + _EPSILON, self.priority_exponent)
+      self._new_priorities = new_priorities
       update_priorities_op = self._replay.tf_set_priority(
           self._replay.indices, new_priorities)
       loss = weights * loss

@@ -30,6 +30,9 @@ What differs from Dopamine (also in docs/compat.md):
   stored as a time-limit end rather than a terminal state (Dopamine's TF
   agents store a terminal).
 * Without ``tqdm``: the status line replaces Dopamine's progress bar.
+* `TrainRunner`'s ``create_environment_fn`` defaults to None, meaning
+  `Runner`'s (so ``Runner.create_environment_fn`` in a gin file applies to
+  it too; in Dopamine the TrainRunner's Atari default overrides it).
 """
 
 import inspect
@@ -638,11 +641,21 @@ class Runner(object):
 class TrainRunner(Runner):
   """A `Runner` without evaluation phases."""
 
-  def __init__(self, base_dir, create_agent_fn,
-               create_environment_fn=atari_lib.create_atari_environment):
-    """See `Runner`; the other parameters come from gin (``Runner.*``)."""
+  def __init__(self, base_dir, create_agent_fn, create_environment_fn=None):
+    """See `Runner`; the other parameters come from gin (``Runner.*``).
+
+    Args:
+      base_dir: str, the experiment directory.
+      create_agent_fn: callable(sess, environment, summary_writer=...).
+      create_environment_fn: callable or None. None (the default) leaves it
+        to `Runner`'s (so ``Runner.create_environment_fn`` in a gin file
+        applies); Dopamine passes its Atari default, which overrides it.
+    """
     logging.info('Creating TrainRunner ...')
-    super().__init__(base_dir, create_agent_fn, create_environment_fn)
+    kwargs = {}
+    if create_environment_fn is not None:
+      kwargs['create_environment_fn'] = create_environment_fn
+    super().__init__(base_dir, create_agent_fn, **kwargs)
     self._agent.eval_mode = False
 
   def _run_one_iteration(self, iteration):

@@ -1,0 +1,76 @@
+"""Every shipped gin file parses and builds its agent.
+
+Each file must start with a comment naming its source and deviations
+(STYLE.md, 7). The agents are built with the files' own settings, Atari's
+million-transition memories included (their storage is allocated lazily).
+"""
+
+import glob
+import os
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import gin
+
+from dopamine_per.agents import dqn_agent
+from dopamine_per.agents import rainbow_agent
+from dopamine_per.discrete_domains import run_experiment
+from tests import gin_util
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CONFIGS = sorted(glob.glob(os.path.join(_REPO_ROOT, 'configs', '*.gin')))
+_EXPECTED = {
+    'dqn.gin': dqn_agent.DQNAgent,
+    'c51.gin': rainbow_agent.RainbowAgent,
+    'rainbow.gin': rainbow_agent.RainbowAgent,
+    'dqn_cartpole.gin': dqn_agent.DQNAgent,
+    'c51_cartpole.gin': rainbow_agent.RainbowAgent,
+    'rainbow_cartpole.gin': rainbow_agent.RainbowAgent,
+    'rainbow_acrobot.gin': rainbow_agent.RainbowAgent,
+}
+
+
+class _Environment(object):
+  """Stands in for the environment: the agent only reads the action count."""
+
+  class action_space(object):  # pylint: disable=invalid-name
+    n = 3
+
+
+class ConfigsTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+
+  def tearDown(self):
+    gin.clear_config()
+    super().tearDown()
+
+  def test_all_expected_configs_exist(self):
+    self.assertContainsSubset(set(_EXPECTED),
+                              {os.path.basename(p) for p in _CONFIGS})
+
+  @parameterized.named_parameters(
+      *[(os.path.basename(p)[:-4], p) for p in _CONFIGS])
+  def test_config_builds_its_agent(self, path):
+    with open(path) as f:
+      text = f.read()
+    self.assertTrue(text.startswith('# '), 'first line must be a comment')
+    self.assertIn('Source:', text.split('\nimport')[0])
+    self.assertIn('Deviations', text.split('\nimport')[0])
+    gin.clear_config()
+    run_experiment.load_gin_configs([path], [])
+    agent = run_experiment.create_agent(None, _Environment())
+    self.assertIsInstance(agent, _EXPECTED.get(os.path.basename(path),
+                                               dqn_agent.DQNAgent))
+    self.assertEqual(agent.num_actions, 3)
+    self.assertEqual(agent.training_steps, 0)
+    memory = agent._replay.memory
+    self.assertEqual(memory._replay_capacity,
+                     gin.query_parameter(
+                         type(agent._replay).__name__ + '.replay_capacity'))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,163 @@
+"""Tests for run_experiment: gin loading, agents, the Runner's files, resume."""
+
+import json
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+import gin
+import numpy as np
+
+from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import run_experiment
+from tests import gin_util
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
+# A few hundred steps per iteration, a small network and memory.
+_SMALL = [
+    'CartpoleRainbowNetwork.hidden_units = (32,)',
+    'RainbowAgent.min_replay_history = 50',
+    'WrappedPrioritizedReplayBuffer.replay_capacity = 2000',
+    'WrappedPrioritizedReplayBuffer.batch_size = 16',
+    'Runner.training_steps = 200',
+    'Runner.evaluation_steps = 50',
+    'Runner.max_steps_per_episode = 100',
+]
+
+
+def _runner(base_dir, num_iterations, extra=()):
+  gin.clear_config()
+  run_experiment.load_gin_configs(
+      [_CARTPOLE], _SMALL + ['Runner.num_iterations = {}'.format(
+          num_iterations)] + list(extra))
+  return run_experiment.create_runner(base_dir)
+
+
+class LoadGinConfigsTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+
+  def tearDown(self):
+    gin.clear_config()
+    super().tearDown()
+
+  def test_missing_file(self):
+    with self.assertRaisesRegex(FileNotFoundError,
+                                'gin file not found: .*nope.gin'):
+      run_experiment.load_gin_configs(['nope.gin'], [])
+
+  def test_unknown_configurable(self):
+    with self.assertRaisesRegex(ValueError,
+                                r"Invalid gin binding 'Nope.x = 1'.*Nope"):
+      run_experiment.load_gin_configs([], ['Nope.x = 1'])
+
+  def test_unknown_parameter(self):
+    with self.assertRaisesRegex(ValueError, 'num_iteration'):
+      run_experiment.load_gin_configs([], ['Runner.num_iteration = 1'])
+
+  def test_bindings_override_files(self):
+    run_experiment.load_gin_configs([_CARTPOLE],
+                                    ['Runner.num_iterations = 3'])
+    self.assertEqual(gin.query_parameter('Runner.num_iterations'), 3)
+
+
+class CreateAgentTest(absltest.TestCase):
+
+  def test_unknown_agent(self):
+
+    class Env(object):
+
+      class action_space(object):  # pylint: disable=invalid-name
+        n = 2
+
+    with self.assertRaisesRegex(ValueError, 'Unknown agent: sarsa'):
+      run_experiment.create_agent(None, Env(), agent_name='sarsa')
+    with self.assertRaisesRegex(ValueError, 'agent_name'):
+      run_experiment.create_agent(None, Env())
+
+  def test_unknown_schedule(self):
+    with self.assertRaisesRegex(ValueError, 'Unknown schedule'):
+      run_experiment.create_runner('/tmp/x', schedule='forever')
+
+
+class RunnerTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+    self.base_dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+
+  def tearDown(self):
+    gin.clear_config()
+    super().tearDown()
+
+  def _records(self):
+    with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
+      return [json.loads(line) for line in f]
+
+  def test_files_and_resume(self):
+    runner = _runner(self.base_dir, 2)
+    runner.run_experiment()
+    records = self._records()
+    self.assertEqual([r['iteration'] for r in records], [0, 1])
+    for key in ('train_average_return', 'eval_average_return',
+                'train_average_steps_per_second', 'train_episodes',
+                'eval_episodes', 'training_steps'):
+      self.assertIn(key, records[0])
+    files = os.listdir(self.base_dir)
+    self.assertIn('learning_curve.png', files)
+    self.assertTrue(any(f.startswith('events.out.tfevents') for f in files))
+    with open(os.path.join(self.base_dir, 'logs', 'log_1')) as f:
+      self.assertEqual(sorted(json.load(f)), ['iteration_0', 'iteration_1'])
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    self.assertEqual(
+        checkpointer.get_complete_checkpoint_numbers(checkpoint_dir), [1, 0])
+    agent = runner._agent
+    steps = agent.training_steps
+    add_count = int(agent._replay.memory.add_count)
+    priorities = agent._replay.memory.get_priority(np.arange(add_count))
+
+    resumed = _runner(self.base_dir, 3)
+    self.assertEqual(resumed._start_iteration, 2)
+    self.assertEqual(resumed._agent.training_steps, steps)
+    memory = resumed._agent._replay.memory
+    self.assertEqual(int(memory.add_count), add_count)
+    np.testing.assert_array_equal(memory.get_priority(np.arange(add_count)),
+                                  priorities)
+    resumed.run_experiment()
+    self.assertEqual([r['iteration'] for r in self._records()], [0, 1, 2])
+
+  def test_falls_back_to_the_previous_complete_checkpoint(self):
+    _runner(self.base_dir, 2).run_experiment()
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    with open(os.path.join(checkpoint_dir, 'ckpt.0'), 'rb') as f:
+      import pickle  # pylint: disable=g-import-not-at-top
+      steps_0 = pickle.load(f)['training_steps']
+    # Iteration 1 lost a file after its marker was written.
+    os.remove(os.path.join(checkpoint_dir, 'sum_tree_ckpt.1.gz'))
+    resumed = _runner(self.base_dir, 2)
+    self.assertEqual(resumed._start_iteration, 1)
+    self.assertEqual(resumed._agent.training_steps, steps_0)
+    # The record of the iteration that will be rerun is dropped.
+    self.assertEqual([r['iteration'] for r in self._records()], [0])
+
+  def test_train_runner(self):
+    gin.clear_config()
+    run_experiment.load_gin_configs(
+        [_CARTPOLE], _SMALL + ['Runner.num_iterations = 1',
+                               "create_runner.schedule = 'continuous_train'"])
+    runner = run_experiment.create_runner(self.base_dir)
+    self.assertIsInstance(runner, run_experiment.TrainRunner)
+    runner.run_experiment()
+    record = self._records()[0]
+    self.assertIn('train_average_return', record)
+    self.assertNotIn('eval_average_return', record)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,166 @@
+"""Tests for the train entry point: flags, errors, and kill-and-resume.
+
+The trainer runs as a subprocess (``python -m
+dopamine_per.discrete_domains.train``), is killed with SIGKILL in the middle
+of an iteration, and is started again with the same --base_dir: it must
+resume after the last complete checkpoint, with the agent's counters, the
+replay memory and its priorities as they were at that checkpoint.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import absltest
+import gin
+import numpy as np
+
+from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import run_experiment
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from tests import gin_util
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
+_SMALL = [
+    'CartpoleRainbowNetwork.hidden_units = (32,)',
+    'RainbowAgent.min_replay_history = 50',
+    'WrappedPrioritizedReplayBuffer.replay_capacity = 3000',
+    'WrappedPrioritizedReplayBuffer.batch_size = 16',
+    'Runner.training_steps = 300',
+    'Runner.evaluation_steps = 50',
+    'Runner.max_steps_per_episode = 100',
+]
+
+
+def _command(base_dir, gin_files, bindings):
+  command = [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
+             '--base_dir=' + base_dir]
+  command += ['--gin_files=' + path for path in gin_files]
+  command += ['--gin_bindings=' + binding for binding in bindings]
+  return command
+
+
+def _environment():
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(
+      [_REPO_ROOT] + [p for p in sys.path if p])
+  env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+  return env
+
+
+class TrainTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+    self.base_dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+
+  def tearDown(self):
+    gin.clear_config()
+    super().tearDown()
+
+  def _run(self, gin_files, bindings, timeout=300):
+    return subprocess.run(
+        _command(self.base_dir, gin_files, bindings), env=_environment(),
+        cwd=_REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+  def test_missing_gin_file(self):
+    result = self._run(['no/such/file.gin'], [])
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn('gin file not found: no/such/file.gin', result.stderr)
+
+  def test_unknown_binding(self):
+    result = self._run([_CARTPOLE], ['Runner.num_iteratons = 3'])
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("Invalid gin binding 'Runner.num_iteratons = 3'",
+                  result.stderr)
+    self.assertIn('num_iteratons', result.stderr)
+
+  def test_base_dir_is_required(self):
+    result = subprocess.run(
+        [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
+         '--gin_files=' + _CARTPOLE], env=_environment(), cwd=_REPO_ROOT,
+        capture_output=True, text=True, timeout=120)
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn('base_dir', result.stderr)
+
+  def test_sigkill_and_resume(self):
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    bindings = _SMALL + ['Runner.num_iterations = 100']
+    # stderr goes to a file: a full pipe would stall the trainer.
+    stderr = tempfile.TemporaryFile(mode='w+')
+    process = subprocess.Popen(
+        _command(self.base_dir, [_CARTPOLE], bindings), env=_environment(),
+        cwd=_REPO_ROOT, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    try:
+      deadline = time.monotonic() + 240
+      while (checkpointer.get_latest_checkpoint_number(checkpoint_dir) < 2 and
+             process.poll() is None and time.monotonic() < deadline):
+        time.sleep(0.05)
+      # Into the next iteration, then kill without warning.
+      time.sleep(0.3)
+      if process.poll() is not None:
+        stderr.seek(0)
+        self.fail('the trainer exited early: ' + stderr.read())
+      process.send_signal(signal.SIGKILL)
+      process.wait(timeout=60)
+    finally:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+      stderr.close()
+    self.assertEqual(process.returncode, -signal.SIGKILL)
+    last = checkpointer.get_latest_checkpoint_number(checkpoint_dir)
+    self.assertGreaterEqual(last, 2)
+    with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
+      records = [json.loads(line) for line in f]
+    steps_at_checkpoint = records[last]['training_steps']
+
+    # The replay memory as the checkpoint saved it, read independently.
+    saved = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        (4, 1), 1, 3000, 16, update_horizon=3, observation_dtype=np.float64)
+    saved.load(checkpoint_dir, last)
+    count = int(saved.add_count)
+    saved_priorities = saved.get_priority(np.arange(min(count, 3000)))
+    self.assertGreater(len(np.unique(saved_priorities)), 10)
+
+    # Restarting builds a runner that resumes from that checkpoint.
+    gin.clear_config()
+    run_experiment.load_gin_configs([_CARTPOLE], bindings)
+    runner = run_experiment.create_runner(self.base_dir)
+    self.assertEqual(runner._start_iteration, last + 1)
+    agent = runner._agent
+    self.assertEqual(agent.training_steps, steps_at_checkpoint)
+    memory = agent._replay.memory
+    # One transition is stored per training step on CartPole.
+    self.assertEqual(int(memory.add_count), steps_at_checkpoint)
+    self.assertEqual(int(memory.add_count), count)
+    np.testing.assert_array_equal(
+        memory.get_priority(np.arange(min(count, 3000))), saved_priorities)
+    self.assertEqual(memory.sum_tree.max_recorded_priority,
+                     saved.sum_tree.max_recorded_priority)
+    del runner, agent, memory
+    gin.clear_config()
+
+    # The restarted trainer finishes the run without repeating iterations.
+    result = self._run([_CARTPOLE], _SMALL + [
+        'Runner.num_iterations = {}'.format(last + 3)])
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('Resumed from the checkpoint of iteration {}'.format(last),
+                  result.stdout)
+    with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
+      iterations = [json.loads(line)['iteration'] for line in f]
+    self.assertEqual(iterations, list(range(last + 3)))
+    self.assertEqual(checkpointer.get_latest_checkpoint_number(checkpoint_dir),
+                     last + 2)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -14,6 +14,7 @@ the same --base_dir, it resumes after the last complete checkpoint.
 from absl import app
 from absl import flags
 from absl import logging
+import tensorflow as tf
 
 from dopamine_per.discrete_domains import run_experiment
 
@@ -37,6 +38,9 @@ def main(argv):
     # The runner's status line and summaries are the console output; absl's
     # INFO messages (--verbosity=0) would interleave with them.
     logging.set_verbosity(logging.WARNING)
+    # TensorFlow's own deprecation notices (e.g. from the checkpoint saver's
+    # clean-up) are not actionable for a user of the trainer.
+    tf.get_logger().setLevel('ERROR')
   try:
     run_experiment.load_gin_configs(FLAGS.gin_files, FLAGS.gin_bindings)
   except (FileNotFoundError, ValueError) as e:

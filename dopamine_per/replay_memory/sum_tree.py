@@ -223,8 +223,13 @@ class SumTree(object):
         return float(self._levels[0][self._check_scalar_index(node_index)])
       node_index = np.asarray(node_index)
     kind = node_index.dtype.kind
-    if kind == 'u' or (kind == 'i' and (not node_index.size or
-                                        node_index.min() >= 0)):
+    if (self._kernels.get_leaves is not None and kind == 'i' and
+        node_index.ndim == 1):
+      values = self._kernels.get_leaves(self._leaves, node_index)
+      if values is not None:
+        return values
+    elif kind == 'u' or (kind == 'i' and (not node_index.size or
+                                          node_index.min() >= 0)):
       try:
         # `take` on the first `capacity` leaves checks the upper bound.
         return self._leaves.take(node_index)

@@ -55,9 +55,10 @@ class NumpyKernels(object):
   """The sum tree's loops, vectorized over the batch with NumPy."""
 
   name = 'numpy'
-  # Compiled kernels can also check, write and update in one call (see
-  # NumbaKernels.set_leaves); NumPy's path is SumTree.set itself.
+  # Compiled kernels can also check and write, or check and read, in one
+  # call (see NumbaKernels); NumPy's paths are SumTree.set and get themselves.
   set_leaves = None
+  get_leaves = None
 
   @staticmethod
   def level_sums(blocks: np.ndarray) -> np.ndarray:
@@ -225,6 +226,15 @@ def _build_numba_kernels():
       largest = max(largest, values[i])
     return True, update_parents(flat, offsets, fanout, leaves), largest
 
+  @jit
+  def get_leaves(leaves, indices):
+    out = np.empty(len(indices))
+    for i in range(len(indices)):
+      if indices[i] < 0 or indices[i] >= len(leaves):
+        return False, out
+      out[i] = leaves[indices[i]]
+    return True, out
+
   class NumbaKernels(object):
     """The sum tree's loops compiled with Numba (same arithmetic)."""
 
@@ -255,6 +265,17 @@ def _build_numba_kernels():
     def update_parents(flat, offsets, fanout, leaves):
       return float(update_parents(flat, offsets, fanout,
                                   leaves.astype(np.int64, copy=False)))
+
+    @staticmethod
+    def get_leaves(leaves, indices):
+      """Returns leaves[indices] (float64), or None if one is out of range.
+
+      Args:
+        leaves: float64 array of the `capacity` leaves.
+        indices: 1-D signed integer array.
+      """
+      ok, values = get_leaves(leaves, indices)
+      return values if ok else None
 
     @staticmethod
     def update_leaf(flat, offsets, fanout, leaf):

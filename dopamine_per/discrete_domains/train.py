@@ -29,6 +29,8 @@ flags.DEFINE_multi_string(
 
 FLAGS = flags.FLAGS
 
+__all__ = ['main', 'run']
+
 
 def main(argv):
   """Loads the configuration and runs the experiment."""

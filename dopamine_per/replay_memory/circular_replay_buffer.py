@@ -168,6 +168,13 @@ def synchronized(*lock_names: str) -> Callable[[Callable[..., Any]],
       def locked(self, *args, **kwargs):
         with getattr(self, name):
           return method(self, *args, **kwargs)
+    elif len(lock_names) == 2:
+      first, second = lock_names
+
+      @functools.wraps(method)
+      def locked(self, *args, **kwargs):
+        with getattr(self, first), getattr(self, second):
+          return method(self, *args, **kwargs)
     else:
       @functools.wraps(method)
       def locked(self, *args, **kwargs):

@@ -152,6 +152,7 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ------------------------------------------------------------------ add
 
+  @circular_replay_buffer.synchronized('_lock', '_priority_lock')
   def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
           *args: Any, priority: Any = _OMITTED, episode_end: bool = False
          ) -> None:
@@ -195,8 +196,8 @@ class OutOfGraphPrioritizedReplayBuffer(
     values[-1] = sum_tree.validate_priority(values[-1], 'priority')
     return values
 
-  @circular_replay_buffer.synchronized('_priority_lock')
   def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
+    # Called by `add`, which holds both locks.
     # values ends with the priority, which the storage does not hold: zip in
     # the parent stops at the last storage array.
     self.sum_tree.set(self._add_count % self._replay_capacity, values[-1])

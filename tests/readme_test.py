@@ -33,10 +33,10 @@ class ReadmeTest(absltest.TestCase):
     self.assertEqual(first_block.group(1), 'bash')
     commands = [line.split('#')[0].strip()
                 for line in first_block.group(2).splitlines()]
-    self.assertEqual(commands, ['bash scripts/demo.sh', 'bash scripts/test.sh'])
+    self.assertEqual(commands, ['bash scripts/train.sh', 'bash scripts/test.sh'])
 
   def test_commands_name_existing_scripts(self):
-    for script in ('scripts/demo.sh', 'scripts/test.sh'):
+    for script in ('scripts/train.sh', 'scripts/test.sh', 'scripts/demo.sh'):
       self.assertTrue(os.path.isfile(os.path.join(REPO_ROOT, script)), script)
 
   def test_python_examples_run(self):

@@ -287,9 +287,12 @@ class DQNAgent(object):
     self._replay_next_target_net_outputs = self.target_convnet(
         self._replay.next_states)
 
+  # The replay memory class; RainbowAgent's is the prioritized one.
+  _replay_buffer_class = circular_replay_buffer.WrappedReplayBuffer
+
   def _build_replay_buffer(self, use_staging: bool):
-    """Returns the agent's `WrappedReplayBuffer` (sized through gin)."""
-    return circular_replay_buffer.WrappedReplayBuffer(
+    """Returns the agent's replay memory (sized through gin)."""
+    return self._replay_buffer_class(
         observation_shape=self.observation_shape,
         stack_size=self.stack_size,
         use_staging=use_staging,

@@ -188,19 +188,10 @@ class RainbowAgent(dqn_agent.DQNAgent):
     self._support = tf.linspace(self._vmin, self._vmax, self._num_atoms)
     super()._build_networks()
 
-  def _build_replay_buffer(self, use_staging: bool):
-    """Returns a `WrappedPrioritizedReplayBuffer` (sized through gin).
-
-    Both replay schemes use the prioritized memory; 'uniform' stores every
-    transition with priority 1 and never changes it.
-    """
-    return prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-        observation_shape=self.observation_shape,
-        stack_size=self.stack_size,
-        use_staging=use_staging,
-        update_horizon=self.update_horizon,
-        gamma=self.gamma,
-        observation_dtype=self.observation_dtype.as_numpy_dtype)
+  # Both replay schemes use the prioritized memory; 'uniform' stores every
+  # transition with priority 1 and never changes it.
+  _replay_buffer_class = (
+      prioritized_replay_buffer.WrappedPrioritizedReplayBuffer)
 
   def _build_target_distribution(self) -> tf.Tensor:
     """Returns the projected C51 target (Bellemare et al., 2017).

@@ -1,5 +1,6 @@
 """Tests for checkpointer: atomic data files and verified completion markers."""
 
+import hashlib
 import json
 import os
 import pickle
@@ -36,7 +37,8 @@ class CheckpointerTest(absltest.TestCase):
     self.assertEqual(marker['iteration'], 3)
     self.assertEqual(set(marker['files']), {'tf_ckpt-3.index',
                                             'add_count_ckpt.3.gz', 'ckpt.3'})
-    self.assertEqual(marker['files']['add_count_ckpt.3.gz'], 4)
+    self.assertEqual(marker['files']['add_count_ckpt.3.gz'],
+                     [4, hashlib.sha256(b'abcd').hexdigest()])
     loaded = saver.load_checkpoint(3)
     self.assertEqual(loaded['current_iteration'], 3)
     np.testing.assert_array_equal(loaded['state'], np.arange(4.0))
@@ -55,6 +57,8 @@ class CheckpointerTest(absltest.TestCase):
     self.assertIsNone(saver.load_checkpoint(0))
     self._touch('tf_ckpt-0.index', b'abc')
     self.assertTrue(saver.is_complete(0))
+    self._touch('tf_ckpt-0.index', b'abd')  # Same size, other content.
+    self.assertFalse(saver.is_complete(0))
     os.remove(os.path.join(self.dir, 'tf_ckpt-0.index'))
     self.assertIsNone(saver.load_checkpoint(0))
     self.assertIsNone(saver.load_checkpoint(5))  # No marker at all.
@@ -77,8 +81,8 @@ class CheckpointerTest(absltest.TestCase):
     self._touch('ckpt.0', pickle.dumps(shutil.rmtree))
     with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.0')) as f:
       marker = json.load(f)
-    marker['files']['ckpt.0'] = os.path.getsize(
-        os.path.join(self.dir, 'ckpt.0'))
+    marker['files']['ckpt.0'] = list(checkpoint_io.file_digest(
+        os.path.join(self.dir, 'ckpt.0')))
     self._touch('sentinel_checkpoint_complete.0', json.dumps(marker).encode())
     with self.assertRaises(checkpoint_io.UnsafePickleError):
       saver.load_checkpoint(0)

@@ -14,10 +14,10 @@ What is added to Dopamine's scheme:
   file, fsync, rename), so a crash never leaves a truncated file under a
   checkpoint name.
 * The marker is written last and is a small JSON document listing every file
-  of iteration N in the directory with its size. `load_checkpoint` returns
-  None for a checkpoint whose marker is missing or whose files are missing or
-  changed, so `Runner` falls back to the previous complete one. (A marker
-  holding Dopamine's ``done`` is accepted without the check.)
+  of iteration N in the directory with its size and SHA-256. `load_checkpoint`
+  returns None for a checkpoint whose marker is missing or whose files are
+  missing or changed, so `Runner` falls back to the previous complete one. (A
+  marker holding Dopamine's ``done`` is accepted without the check.)
 * Garbage collection deletes a stale iteration's marker before its data, so
   a checkpoint is never half deleted while still marked complete.
 * ``ckpt.N`` is read with the replay memory's restricted unpickler: plain
@@ -39,7 +39,7 @@ from dopamine_per.replay_memory import checkpoint_io
 __all__ = ['get_latest_checkpoint_number', 'get_complete_checkpoint_numbers',
            'iteration_files', 'Checkpointer']
 
-_MARKER_FORMAT = 'dopamine_per.checkpoint_complete/1'
+_MARKER_FORMAT = 'dopamine_per.checkpoint_complete/2'
 
 
 def _sentinel_prefix(sentinel_file_identifier: str) -> str:
@@ -87,8 +87,8 @@ def get_latest_checkpoint_number(base_directory: str,
 
 
 def iteration_files(base_directory: str, iteration_number: int,
-                    exclude: Optional[str] = None) -> Dict[str, int]:
-  """Returns {file name: size} of the files of one iteration's checkpoint.
+                    exclude: Optional[str] = None) -> Dict[str, list]:
+  """Returns {file name: [size, sha256]} of one iteration's checkpoint files.
 
   A file belongs to iteration N if its name has N between a '.' or '-' and a
   '.' or its end: ``ckpt.N``, ``tf_ckpt-N.index``, ``add_count_ckpt.N.gz``.
@@ -107,7 +107,7 @@ def iteration_files(base_directory: str, iteration_number: int,
     path = os.path.join(base_directory, name)
     if tf.io.gfile.isdir(path):
       continue
-    files[name] = tf.io.gfile.stat(path).length
+    files[name] = list(checkpoint_io.file_digest(path))
   return files
 
 
@@ -212,15 +212,19 @@ class Checkpointer(object):
     if not isinstance(marker, dict) or marker.get('format') != _MARKER_FORMAT:
       # Dopamine's marker ('done'): nothing to verify.
       return content.strip() in (b'done', b'')
-    for name, size in marker.get('files', {}).items():
+    for name, digest in marker.get('files', {}).items():
       file_path = os.path.join(self._base_directory, name)
       if not tf.io.gfile.exists(file_path):
         logging.warning('Checkpoint %d is incomplete: %s is missing.',
                         iteration_number, name)
         return False
-      if tf.io.gfile.stat(file_path).length != size:
+      if tf.io.gfile.stat(file_path).length != digest[0]:
         logging.warning('Checkpoint %d is inconsistent: %s changed size.',
                         iteration_number, name)
+        return False
+      if tuple(checkpoint_io.file_digest(file_path)) != tuple(digest):
+        logging.warning('Checkpoint %d is inconsistent: %s changed (its '
+                        'SHA-256 differs).', iteration_number, name)
         return False
     return True
 

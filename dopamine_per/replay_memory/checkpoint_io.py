@@ -52,6 +52,7 @@ __all__ = [
     'list_directory',
     'remove_if_exists',
     'FileDigest',
+    'file_digest',
     'atomic_write',
     'save_npy_gz',
     'save_pickle_gz',
@@ -345,6 +346,20 @@ class _VerifyingReader(object):
                                   self._hash.hexdigest()[:12],
                                   self._expected.size,
                                   self._expected.sha256[:12]))
+
+
+def file_digest(path: str) -> FileDigest:
+  """Returns the size and SHA-256 of the file at `path`, read in chunks."""
+  digest = hashlib.sha256()
+  size = 0
+  with (_gfile().GFile(path, 'rb') if _is_url(path) else
+        open(path, 'rb')) as f:
+    while True:
+      chunk = f.read(_READ_CHUNK)
+      if not chunk:
+        return FileDigest(size, digest.hexdigest())
+      digest.update(chunk)
+      size += len(chunk)
 
 
 # ----------------------------------------------------------------- writing

@@ -43,6 +43,9 @@ setuptools.setup(
             # run a Rainbow smoke test on Pong (ale-py ships the ROMs).
             'gymnasium>=1.0',
             'ale-py>=0.9',
+            # The benchmark smoke tests drive cpprb, a peer of the benchmarks
+            # (tests must not skip when it is missing).
+            'cpprb>=10.0',
             # Not listed: dopamine-rl==4.1.2, the reference implementation
             # the compatibility tests compare against. Its own requirements
             # pull in JAX, Flax, gym and more that it does not need for

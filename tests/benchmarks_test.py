@@ -66,8 +66,6 @@ class CpprbConfigurationTest(absltest.TestCase):
   """cpprb returns the transitions that ours and Dopamine's return."""
 
   def test_samples_match_the_stream(self):
-    if not sum_tree_benchmark.cpprb_available():
-      self.skipTest('cpprb is not installed (the bench extra)')
     pool = replay_benchmark.FramePool(16, seed=0)
     memory = replay_benchmark.CpprbMemory(64, pool)
     memory.add_transitions(40)

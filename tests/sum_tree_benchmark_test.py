@@ -47,15 +47,11 @@ class PeerAdapterTest(absltest.TestCase):
     self.assertTrue(np.all((samples >= 0) & (samples < 64)))
 
   def test_dopamine(self):
-    if not sum_tree_benchmark.dopamine_available():
-      self.skipTest('dopamine-rl is not installed')
     tree = sum_tree_benchmark.DopamineSumTreeAdapter(64)
     self._check(tree)
     np.testing.assert_array_equal(tree.get(np.array([3, 40])), [1.0, 1000.0])
 
   def test_cpprb(self):
-    if not sum_tree_benchmark.cpprb_available():
-      self.skipTest('cpprb is not installed (the bench extra)')
     self._check(sum_tree_benchmark.CpprbSumTreeAdapter(64))
 
 

@@ -177,10 +177,13 @@ class OutOfGraphPrioritizedReplayBuffer(
         an argument has the wrong shape or dtype, or the priority is
         negative, NaN or infinite. Nothing is written then.
     """
+    values = [observation, action, reward, terminal, *args]
     if priority is not _OMITTED:
-      args += (priority,)
-    super().add(observation, action, reward, terminal, *args,
-                episode_end=episode_end)
+      values.append(priority)
+    # The parent's add, without its (reentrant) lock wrapper: both locks are
+    # held already, and this runs once per environment step.
+    values = self._check_add_args(values)
+    self._add_checked(values, bool(episode_end) or bool(values[3]))
 
   def _check_add_args(self, values: List[Any], priority: Any = None
                      ) -> List[Any]:

@@ -25,6 +25,7 @@ size) is not counted.
 """
 
 import collections
+import gc
 import os
 import sys
 
@@ -61,12 +62,17 @@ def count_lines(function):
       counts[(os.path.basename(frame.f_code.co_filename), frame.f_lineno)] += 1
     return trace_lines
 
+  # A garbage collection during the call would run unrelated finalizers
+  # (objects left by earlier tests) and count their lines.
+  gc.collect()
+  gc.disable()
   previous = sys.gettrace()
   sys.settrace(lambda frame, event, arg: trace_lines)
   try:
     function()
   finally:
     sys.settrace(previous)
+    gc.enable()
   return counts
 
 

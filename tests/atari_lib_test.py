@@ -139,10 +139,6 @@ class PongTest(absltest.TestCase):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_pong_environment(self):
     env = atari_lib.create_atari_environment('Pong', sticky_actions=True)
     self.assertAlmostEqual(

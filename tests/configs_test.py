@@ -43,10 +43,6 @@ class ConfigsTest(parameterized.TestCase):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_all_expected_configs_exist(self):
     self.assertContainsSubset(set(_EXPECTED),
                               {os.path.basename(p) for p in _CONFIGS})

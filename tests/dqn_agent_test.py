@@ -56,10 +56,6 @@ class DQNAgentTest(absltest.TestCase):
     gin.bind_parameter('WrappedReplayBuffer.replay_capacity', 500)
     gin.bind_parameter('WrappedReplayBuffer.batch_size', 8)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_observation_shape_must_be_a_tuple(self):
     with self.assertRaisesRegex(ValueError, 'tuple'):
       _make_agent(observation_shape=[4, 1])

@@ -19,7 +19,7 @@ _PREFIX = 'dopamine.'
 
 
 def hide_dopamine_configurables(test_case) -> None:
-  """Hides ``dopamine.*`` configurables until `test_case` cleans up.
+  """Hides ``dopamine.*`` configurables, and clears gin's bindings, after.
 
   Args:
     test_case: an absltest.TestCase (its addCleanup restores the registry).
@@ -38,3 +38,6 @@ def hide_dopamine_configurables(test_case) -> None:
 
   gin_config._REGISTRY = filtered  # pylint: disable=protected-access
   test_case.addCleanup(restore)
+  # Cleanups run last-in first-out: the test's bindings go before the
+  # registry is restored.
+  test_case.addCleanup(gin_config.clear_config)

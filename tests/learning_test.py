@@ -33,10 +33,6 @@ class LearningTest(absltest.TestCase):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_random_policy_baseline(self):
     env = gym_lib.create_gym_environment('CartPole', 'v1')
     env.seed(0)

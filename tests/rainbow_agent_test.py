@@ -158,10 +158,6 @@ class RainbowAgentTest(parameterized.TestCase):
     gin.bind_parameter('WrappedPrioritizedReplayBuffer.replay_capacity', 500)
     gin.bind_parameter('WrappedPrioritizedReplayBuffer.batch_size', 8)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_invalid_replay_scheme(self):
     with self.assertRaisesRegex(ValueError, 'Invalid replay scheme: ranked'):
       _make_agent(replay_scheme='ranked')

@@ -41,10 +41,6 @@ class LoadGinConfigsTest(absltest.TestCase):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def test_missing_file(self):
     with self.assertRaisesRegex(FileNotFoundError,
                                 'gin file not found: .*nope.gin'):
@@ -91,10 +87,6 @@ class RunnerTest(absltest.TestCase):
     gin_util.hide_dopamine_configurables(self)
     self.base_dir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
-
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
 
   def _records(self):
     with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:

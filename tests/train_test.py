@@ -62,10 +62,6 @@ class TrainTest(absltest.TestCase):
     self.base_dir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
 
-  def tearDown(self):
-    gin.clear_config()
-    super().tearDown()
-
   def _run(self, gin_files, bindings, timeout=300):
     return subprocess.run(
         _command(self.base_dir, gin_files, bindings), env=_environment(),

@@ -5,6 +5,7 @@ updates, same leaves for the same targets.
 """
 
 import os
+import random
 from unittest import mock
 
 from absl.testing import absltest
@@ -46,6 +47,15 @@ class KernelEquivalenceTest(parameterized.TestCase):
                                   [np.nextafter(total, 0.0)]])
         np.testing.assert_array_equal(ours.query(targets),
                                       theirs.query(targets))
+        # The fused draw-and-descend paths, from the same `random` words.
+        batch = int(rng.integers(1, 300))
+        draws = []
+        for tree in (ours, theirs):
+          random.seed(step)
+          draws.append((tree.stratified_sample(batch),
+                        tree.sample_batch(batch)))
+        for mine, other in zip(*draws):
+          np.testing.assert_array_equal(mine, other)
     ours.check_invariants()
     theirs.check_invariants()
 

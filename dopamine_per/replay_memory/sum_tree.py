@@ -65,27 +65,37 @@ class InvalidIndexTypeError(TypeError, ValueError):
   """A non-integer index. Catchable as TypeError or ValueError."""
 
 
-def _python_random_uniforms(count: int) -> np.ndarray:
-  """Returns `count` floats equal to `count` calls of `random.random()`.
+def _python_random_words(count: int) -> bytes:
+  """Returns the 2 * `count` Mersenne Twister words of `count` random()s.
 
-  `random.random()` builds each double from two 32-bit Mersenne Twister words
-  (27 and 26 bits of them). `random.getrandbits(64 * count)` consumes the same
-  words in the same order, so one call reproduces the scalar stream exactly,
-  without a Python loop.
+  `random.random()` builds each double from two 32-bit words (see
+  `sum_tree_kernels.uniforms_from_words`). `random.getrandbits(64 * count)`
+  consumes the same words in the same order, so one call reproduces the
+  scalar stream exactly, without a Python loop.
 
   Args:
-    count: int, how many uniforms in [0, 1) to draw.
+    count: int, how many uniforms the words are for.
 
   Returns:
-    np.ndarray of float64 with shape [count].
+    bytes, 2 * `count` little-endian 32-bit words.
   """
   if count == 0:
-    return np.zeros(0)
-  bits = random.getrandbits(64 * count)
-  words = np.frombuffer(bits.to_bytes(8 * count, 'little'), dtype='<u4')
-  high = (words[0::2] >> 5).astype(np.float64)
-  low = (words[1::2] >> 6).astype(np.float64)
-  return (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+    return b''
+  return random.getrandbits(64 * count).to_bytes(8 * count, 'little')
+
+
+def _python_random_uniforms(count: int) -> np.ndarray:
+  """Returns `count` floats equal to `count` calls of `random.random()`."""
+  return sum_tree_kernels.uniforms_from_words(_python_random_words(count))
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_range(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+  """Lower edges (0) and widths (1) of `batch_size` independent draws."""
+  lower, width = np.zeros(batch_size), np.ones(batch_size)
+  lower.flags.writeable = False
+  width.flags.writeable = False
+  return lower, width
 
 
 @functools.lru_cache(maxsize=64)
@@ -358,6 +368,17 @@ class SumTree(object):
     """Walks a batch of targets from the root to the leaves."""
     return self._kernels.descend(self._flat, self._offsets, FANOUT, targets)
 
+  def _descend_draws(self, lower: np.ndarray, width: np.ndarray
+                    ) -> np.ndarray:
+    """Descends to Python-`random` draws in the strata [lower, lower+width).
+
+    One kernel call makes the uniforms from `random`'s words, scales them
+    to the strata and the total, and descends.
+    """
+    return self._kernels.descend_draws(
+        self._flat, self._offsets, FANOUT, _python_random_words(len(lower)),
+        lower, width, self._total)
+
   def sample(self, query_value: Optional[float] = None) -> int:
     """Samples one leaf with probability proportional to its priority.
 
@@ -399,7 +420,9 @@ class SumTree(object):
         not isinstance(batch_size, numbers.Integral) or batch_size < 0):
       raise ValueError(
           'batch_size must be an integer >= 0. Got: {}'.format(batch_size))
-    return self._descend(self._uniforms(int(batch_size)) * self._total)
+    if self._rng is None:
+      return self._descend_draws(*_whole_range(int(batch_size)))
+    return self._descend(self._rng.random(int(batch_size)) * self._total)
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
     """Samples one leaf from each of `batch_size` equal strata of the mass.
@@ -425,8 +448,10 @@ class SumTree(object):
       raise ValueError(
           'batch_size must be a positive integer. Got: {}'.format(batch_size))
     lower, width = _strata(int(batch_size))
-    fractions = lower + width * self._uniforms(batch_size)
-    return self._descend(fractions * self._total)
+    if self._rng is None:
+      return self._descend_draws(lower, width)
+    return self._descend((lower + width * self._rng.random(batch_size)) *
+                         self._total)
 
   def _uniforms(self, count: int) -> np.ndarray:
     if self._rng is None:

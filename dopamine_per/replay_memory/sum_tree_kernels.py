@@ -10,6 +10,9 @@ walk that layout and decide the tree's speed:
   them from its children;
 * `descend`: for each target mass, walk from the root to the leaf holding it.
 
+`descend_draws` is `descend` with its targets made from raw random words
+(see `uniforms_from_words`), so that a compiled sample is one call.
+
 Both come in two implementations with the same float operations in the same
 order, so they give bit-identical trees and samples:
 
@@ -42,6 +45,26 @@ __all__ = ['NumpyKernels', 'NumbaKernels', 'get_kernels', 'available']
 # Environment variable choosing the default kernels: 'numpy', 'numba' or
 # 'auto' (numba when installed).
 KERNELS_ENV = 'DOPAMINE_PER_SUM_TREE_KERNELS'
+
+
+def uniforms_from_words(words: bytes) -> np.ndarray:
+  """Turns pairs of 32-bit Mersenne Twister words into floats in [0, 1).
+
+  `random.random()` builds each double from two consecutive words: 27 bits
+  of the first and 26 of the second. Given the bytes of
+  `random.getrandbits(64 * count)` (little-endian), this returns the same
+  `count` doubles as `count` calls of `random.random()`.
+
+  Args:
+    words: bytes, a whole number of pairs of little-endian 32-bit words.
+
+  Returns:
+    float64 array, one per pair.
+  """
+  words = np.frombuffer(words, dtype='<u4')
+  high = (words[0::2] >> 5).astype(np.float64)
+  low = (words[1::2] >> 6).astype(np.float64)
+  return (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
 
 
 def _halving_sums(rows: np.ndarray) -> np.ndarray:
@@ -119,6 +142,27 @@ class NumpyKernels(object):
       nodes = nodes * fanout + chosen
     return nodes
 
+  @staticmethod
+  def descend_draws(flat: np.ndarray, offsets: np.ndarray, fanout: int,
+                    words: np.ndarray, lower: np.ndarray, width: np.ndarray,
+                    scale: float) -> np.ndarray:
+    """`descend` to the targets (lower + width * u) * scale.
+
+    Args:
+      flat, offsets, fanout: the tree (see `descend`).
+      words: bytes, two random words per target (see
+        `uniforms_from_words`).
+      lower: float64 array, the start of each target's stratum (fraction of
+        the mass).
+      width: float64 array, the width of each stratum.
+      scale: float, the total mass.
+
+    Returns:
+      int64 array of leaf indices, one per target.
+    """
+    fractions = lower + width * uniforms_from_words(words)
+    return NumpyKernels.descend(flat, offsets, fanout, fractions * scale)
+
 
 def _build_numba_kernels():
   """Compiles the Numba kernels; returns the class, or None without Numba."""
@@ -128,6 +172,8 @@ def _build_numba_kernels():
     return None
 
   jit = numba.njit(cache=True, nogil=True)
+  # Inlined where called, so that a constant fanout unrolls their loops.
+  inline_jit = numba.njit(cache=True, nogil=True, inline='always')
 
   @jit
   def halving_sum(flat, start, fanout, scratch):
@@ -182,8 +228,30 @@ def _build_numba_kernels():
             flat, offsets[level] + node * fanout, fanout, scratch)
     return halving_sum(flat, offsets[top], fanout, scratch)
 
-  @jit
-  def descend(flat, offsets, fanout, targets):
+  @inline_jit
+  def choose_child(flat, start, fanout, remaining):
+    # Branch-free: the running sums never decrease, so the children whose
+    # running sum is <= remaining are a prefix; count it and keep its last
+    # sum. Without branches the scans of different targets overlap.
+    running = 0.0
+    before = 0.0
+    chosen = 0
+    for j in range(fanout):
+      running += flat[start + j]
+      below = running <= remaining
+      chosen += below
+      before = running if below else before
+    if chosen == fanout:
+      chosen = fanout - 1
+      while flat[start + chosen] <= 0.0 and chosen > 0:
+        chosen -= 1
+      before = 0.0
+      for j in range(chosen):
+        before += flat[start + j]
+    return chosen, before
+
+  @inline_jit
+  def descend_levels(flat, offsets, fanout, targets):
     # Level by level, so that the loads of different targets are independent
     # and overlap: a third faster than target by target on large trees.
     count = len(targets)
@@ -191,27 +259,36 @@ def _build_numba_kernels():
     remaining = targets.copy()
     for level in range(len(offsets) - 2, -1, -1):
       for b in range(count):
-        start = offsets[level] + nodes[b] * fanout
-        running = 0.0
-        before = 0.0
-        chosen = fanout
-        for j in range(fanout):
-          before = running
-          running += flat[start + j]
-          if running > remaining[b]:
-            chosen = j
-            break
-        if chosen == fanout:
-          chosen = fanout - 1
-          while flat[start + chosen] <= 0.0 and chosen > 0:
-            chosen -= 1
-          before = 0.0
-          for j in range(chosen):
-            before += flat[start + j]
+        chosen, before = choose_child(
+            flat, offsets[level] + nodes[b] * fanout, fanout, remaining[b])
         if chosen > 0:
           remaining[b] -= before
         nodes[b] = nodes[b] * fanout + chosen
     return nodes
+
+  @jit
+  def descend(flat, offsets, fanout, targets):
+    if fanout == 16:  # A constant: the child scan is unrolled.
+      return descend_levels(flat, offsets, 16, targets)
+    return descend_levels(flat, offsets, fanout, targets)
+
+  @inline_jit
+  def word(data, index):
+    # The little-endian 32-bit word `index` of a bytes object.
+    start = 4 * index
+    return (np.uint32(data[start]) | (np.uint32(data[start + 1]) << 8) |
+            (np.uint32(data[start + 2]) << 16) |
+            (np.uint32(data[start + 3]) << 24))
+
+  @jit
+  def draws_and_descend(flat, offsets, fanout, words, lower, width, scale):
+    targets = np.empty(len(lower))
+    for i in range(len(lower)):
+      high = np.float64(word(words, 2 * i) >> 5)
+      low = np.float64(word(words, 2 * i + 1) >> 6)
+      uniform = (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+      targets[i] = (lower[i] + width[i] * uniform) * scale
+    return descend(flat, offsets, fanout, targets)
 
   @jit
   def set_leaves(flat, offsets, fanout, capacity, leaves, values):
@@ -285,6 +362,8 @@ def _build_numba_kernels():
     def descend(flat, offsets, fanout, targets):
       return descend(flat, offsets, fanout,
                      np.ascontiguousarray(targets, dtype=np.float64))
+
+    descend_draws = staticmethod(draws_and_descend)
 
   return NumbaKernels
 

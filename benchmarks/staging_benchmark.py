@@ -17,7 +17,9 @@ Rainbow's step does. In one process, interleaved over rounds, it times:
 * `sample, Dopamine TF`: the same run on Dopamine 4.1.2's
   WrappedPrioritizedReplayBuffer, when dopamine-rl is installed (Dopamine's
   `use_staging` does nothing, so it has no staged variant);
-* `train`: the training op on a batch held in a variable (no sampling);
+* `train`: the step's own work on a batch held in variables, without
+  sampling: the dense chain and the priority update of that batch (every
+  prioritized training step writes the priorities it computed);
 * `step, no staging`: sample, then train, in one run;
 * `step, staging`: the same with `use_staging=True`.
 
@@ -88,7 +90,8 @@ class StepGraph(object):
     replay: the WrappedPrioritizedReplayBuffer.
     session: tf.compat.v1.Session running the graph.
     sample: fetch that samples one batch.
-    train: fetch that trains on a fixed batch (no sampling).
+    train: fetch that trains on a fixed batch and sets its priorities (no
+      sampling).
     step: fetch of a training step on sampled batches (with its priority
       update).
   """
@@ -100,14 +103,23 @@ class StepGraph(object):
           _FRAME, _STACK, use_staging=use_staging, replay_capacity=capacity,
           batch_size=_BATCH, update_horizon=_HORIZON)
       _fill(self.replay, transitions)
-      fixed = tf.Variable(self.replay.memory.sample_transition_batch()[0])
-      self.train = _dense_chain(fixed, layers)
+      batch = dict(zip(self.replay.transition,
+                       self.replay.memory.sample_transition_batch()))
+      self._fixed_states = tf.Variable(batch['state'])
+      self._fixed_indices = tf.Variable(batch['indices'])
+      self.train = self.train_op(layers)
       errors = _dense_chain(self.replay.states, layers)
       self.step = self.replay.tf_set_priority(self.replay.indices, errors)
       self.sample = self.replay.indices
       self.session = tf.compat.v1.Session(graph=self.graph,
                                           config=_session_config())
       self.session.run(tf.compat.v1.global_variables_initializer())
+
+  def train_op(self, layers):
+    """The training work on the fixed batch, with `layers` dense layers."""
+    with self.graph.as_default():
+      return self.replay.tf_set_priority(
+          self._fixed_indices, _dense_chain(self._fixed_states, layers))
 
   def time(self, fetch, steps):
     """Median milliseconds of `steps` runs of `fetch`."""
@@ -151,14 +163,20 @@ class DopamineSampleGraph(object):
 
 
 def _calibrate_layers(capacity, transitions):
-  """Returns the number of layers whose training costs about one sample."""
+  """Returns the number of layers whose training costs about one sample.
+
+  The training's cost is affine in its depth (a fixed part: the run, the
+  cast of the states, the priority update); two depths give both parts.
+  """
   probe = StepGraph(False, 8, capacity, transitions)
+  shallow = probe.train_op(2)
   for _ in range(5):
-    probe.session.run([probe.sample, probe.train])
+    probe.session.run([probe.sample, probe.train, shallow])
   sample = probe.time(probe.sample, 30)
-  per_layer = probe.time(probe.train, 30) / 8
+  deep_time, shallow_time = probe.time(probe.train, 30), probe.time(shallow, 30)
   probe.session.close()
-  return max(1, round(sample / per_layer))
+  per_layer = max((deep_time - shallow_time) / 6, 1e-3)
+  return max(1, round(2 + (sample - shallow_time) / per_layer))
 
 
 def run_benchmark(capacity, transitions, rounds, steps, progress=None,
@@ -229,9 +247,11 @@ def format_section(results):
       'WrappedPrioritizedReplayBuffer (84x84 uint8, '
       f'stack {_STACK}, {_HORIZON}-step returns, batch {_BATCH}) and a '
       f'simulated training op ({results["layers"]} dense layers, calibrated '
-      'to cost about one sample) with the priority update of its batch. '
-      'Sessions use one thread for the math, leaving a core for the prefetch '
-      'thread. Median milliseconds per session run, interleaved. '
+      'so that, with the priority update of its batch, it costs about one '
+      'sample). `train` is that work on a batch held in variables: all a '
+      'step does but sample. Sessions use one thread for the math, leaving a '
+      'core for the prefetch thread. Median milliseconds per session run, '
+      'interleaved. '
       'Method: benchmarks/staging_benchmark.py.',
       '',
   ]

@@ -392,6 +392,8 @@ class OutOfGraphReplayBuffer(object):
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
     self._horizon_offsets = np.arange(self._update_horizon, dtype=np.int64)
     self._lock = threading.RLock()
+    # get_transition_elements(batch_size) by batch size, for sampling.
+    self._batch_layouts = {}
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
@@ -1020,9 +1022,8 @@ class OutOfGraphReplayBuffer(object):
       elif batch_size != len(indices):
         raise ValueError('batch_size is {} but {} indices were given.'.format(
             batch_size, len(indices)))
-    elements = self.get_transition_elements(batch_size)
-    values = self._gather_transitions(indices,
-                                      frozenset(e.name for e in elements))
+    elements, names = self._batch_layout(batch_size)
+    values = self._gather_transitions(indices, names)
     batch = []
     for element in elements:
       value = values.get(element.name)
@@ -1030,6 +1031,16 @@ class OutOfGraphReplayBuffer(object):
         value = self._transition_element(element, indices)
       batch.append(value)
     return tuple(batch)
+
+  def _batch_layout(self, batch_size: int
+                   ) -> Tuple[List[ReplayElement], frozenset]:
+    """The transition elements of a batch and their names (cached)."""
+    layout = self._batch_layouts.get(batch_size)
+    if layout is None:
+      elements = self.get_transition_elements(batch_size)
+      layout = self._batch_layouts[batch_size] = (
+          elements, frozenset(e.name for e in elements))
+    return layout
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:

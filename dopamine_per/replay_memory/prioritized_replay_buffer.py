@@ -203,7 +203,10 @@ class OutOfGraphPrioritizedReplayBuffer(
     # Called by `add`, which holds both locks.
     # values ends with the priority, which the storage does not hold: zip in
     # the parent stops at the last storage array.
-    self.sum_tree.set(self._add_count % self._replay_capacity, values[-1])
+    # The slot is the cursor and `add` validated the priority: skip `set`'s
+    # checks (this runs once per environment step).
+    self.sum_tree._set_one(self._add_count % self._replay_capacity,  # pylint: disable=protected-access
+                           values[-1])
     super()._write(values, ends_episode)
 
   # ------------------------------------------------------------- sampling
@@ -236,7 +239,8 @@ class OutOfGraphPrioritizedReplayBuffer(
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
     if element.name == 'sampling_probabilities':
-      return self.get_priority(indices)
+      with self._priority_lock:  # The indices were just checked.
+        return self.sum_tree.get(indices).astype(np.float32)
     return super()._transition_element(element, indices)
 
   # ----------------------------------------------------------- priorities

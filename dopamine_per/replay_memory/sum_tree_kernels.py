@@ -210,7 +210,7 @@ def _build_numba_kernels():
     return halving_sum_16(flat, offsets[top])
 
   @jit
-  def update_leaf(flat, offsets, fanout, leaf):
+  def update_one_leaf(flat, offsets, fanout, leaf):
     return update_parents(flat, offsets, fanout,
                           np.full(1, leaf, dtype=np.int64))
 
@@ -354,9 +354,7 @@ def _build_numba_kernels():
       ok, values = get_leaves(leaves, indices)
       return values if ok else None
 
-    @staticmethod
-    def update_leaf(flat, offsets, fanout, leaf):
-      return float(update_leaf(flat, offsets, fanout, leaf))
+    update_leaf = staticmethod(update_one_leaf)  # Returns a Python float.
 
     @staticmethod
     def descend(flat, offsets, fanout, targets):

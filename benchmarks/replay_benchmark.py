@@ -89,10 +89,14 @@ IMPLEMENTATIONS = ('ours-numba', 'ours-numpy', 'dopamine', 'cpprb')
 # cpprb's cycle once more, making its states C-contiguous (see
 # CpprbMemory.cycle_contiguous): for information, not for the targets.
 CPPRB_CONTIGUOUS = 'cpprb-contiguous'
-PEERS = ('dopamine', 'cpprb', CPPRB_CONTIGUOUS)
+# Not a memory: the copy of a batch's frames that every sample makes (see
+# CopyFloor), as a lower bound.
+COPY_FLOOR = 'copy-floor'
+PEERS = ('dopamine', 'cpprb', CPPRB_CONTIGUOUS, COPY_FLOOR)
 TITLES = {'ours-numba': 'ours-numba', 'ours-numpy': 'ours-numpy',
           'dopamine': 'Dopamine TF', 'cpprb': 'cpprb',
-          CPPRB_CONTIGUOUS: 'cpprb, contiguous states', 'ours': 'ours'}
+          CPPRB_CONTIGUOUS: 'cpprb, contiguous states',
+          COPY_FLOOR: 'copy floor', 'ours': 'ours'}
 _KERNELS_ENV = 'DOPAMINE_PER_SUM_TREE_KERNELS'
 
 # Issue 3's targets for this memory at capacity 2**20.
@@ -290,6 +294,32 @@ class CpprbMemory(object):
     self.memory.update_priorities(batch['indexes'], priorities)
 
 
+class CopyFloor(object):
+  """The least work of an Atari sample, for reference: copying its frames.
+
+  Each sampled transition needs a state and a next state, 2 x 4 frames
+  (1.8 MB for a batch of 32). `cycle` draws slots uniformly and copies those
+  frames out of a memory's frame storage with one NumPy fancy index (a
+  memcpy per frame), without interleaving them into [84, 84, 4] stacks, and
+  sets no priorities. Every memory that returns frames pays at least this.
+  """
+
+  environ = None
+
+  def __init__(self, frames, stored, seed):
+    self._frames = frames
+    self._stored = stored
+    self._rng = np.random.default_rng(seed)
+    self._offsets = np.arange(1 - STACK_SIZE, 1)
+
+  def cycle(self, batch_size, priorities):
+    del priorities
+    slots = self._rng.integers(STACK_SIZE, self._stored - UPDATE_HORIZON,
+                               batch_size)
+    stacks = np.concatenate([slots, slots + UPDATE_HORIZON])
+    return self._frames[stacks[:, None] + self._offsets]
+
+
 def make_memory(name, capacity, pool):
   """Returns the memory called `name` (see IMPLEMENTATIONS)."""
   if name.startswith('ours'):
@@ -381,6 +411,12 @@ def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
   results = {key: timing.median(times) for key, times in samples.items()}
 
   cases = {}
+  floor = None
+  ours_memories = [m for n, m in memories.items() if n.startswith('ours')]
+  if ours_memories:
+    memory = ours_memories[0].memory
+    floor = CopyFloor(memory._store['observation'],  # pylint: disable=protected-access
+                      min(int(memory.add_count), capacity), seed)
   for batch_size in batch_sizes:
     priorities = [(batch_size, 1.0 - rng.random(batch_size))
                   for _ in range(64)]
@@ -390,6 +426,9 @@ def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
       if name == 'cpprb':
         cases[('cycle', batch_size, CPPRB_CONTIGUOUS)] = timing.Case(
             _rotating_cycle(memory.cycle_contiguous, priorities))
+    if floor is not None:
+      cases[('cycle', batch_size, COPY_FLOOR)] = timing.Case(
+          _rotating_cycle(floor.cycle, priorities))
   if progress:
     progress(f'replay: sample + set_priority, {rounds} rounds')
   cycle_samples = timing.run_interleaved(cases, rounds, burst_seconds, rng,
@@ -573,6 +612,10 @@ def format_section(results, rss=None, capacity=None):
       'without interleaving the frames as ours and Dopamine\'s do; "cpprb, '
       'contiguous states" adds the `np.ascontiguousarray` a TF tensor of '
       'them would cost (for information; the targets use plain cpprb). '
+      '"copy floor" is not a memory: it copies the 8 frames of each of a '
+      'batch of uniformly drawn transitions out of our frame storage with one '
+      'NumPy fancy index, without interleaving them or setting priorities: '
+      'the least any memory that returns the frames can do. '
       'Ours: `ours-numba` and `ours-numpy` are the same memory with each '
       'kernel set. Method: benchmarks/replay_benchmark.py.',
       '',
@@ -627,6 +670,17 @@ def format_section(results, rss=None, capacity=None):
     lines += ['', 'Targets (issue 3), ratio peer / ours and whether it is met '
               'in this run:', '']
     lines += timing.format_targets(targets, ours)
+  bound = _ratio(results, ('cycle', TARGET_CYCLE_BATCH), 'dopamine',
+                 COPY_FLOOR)
+  if bound is not None:
+    lines += [
+        '',
+        f'Bound: Dopamine TF / copy floor = {bound:.1f}x for '
+        f'{_row_label(("cycle", TARGET_CYCLE_BATCH))}: no memory that copies '
+        'its frames can be more than that much faster than Dopamine TF here'
+        + (f', so the {REQUIRED_CYCLE_OVER_DOPAMINE:g}x target is out of '
+           'reach on this machine.' if bound < REQUIRED_CYCLE_OVER_DOPAMINE
+           else '.')]
   return '\n'.join(lines) + '\n'
 
 

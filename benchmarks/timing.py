@@ -76,12 +76,16 @@ def time_burst(call: Callable[[], object], repeats: int) -> float:
 def _calibrate(case: Case, burst_seconds: float) -> int:
   """Returns how many calls of `case` make a burst of `burst_seconds`.
 
-  After a warm-up call, doubles a trial burst until it lasts a quarter of
+  After a warm-up call (and a second call if the first was slower than a
+  burst), doubles a trial burst until it lasts a quarter of
   `burst_seconds`, so that one slow (cold) call cannot set the length.
   """
   target_us = burst_seconds * 1e6
   with environment(case.environ):
-    if time_burst(case.call, 1) >= target_us:  # The warm-up.
+    # The warm-up; if it was slow, time one more call: a first call may
+    # compile or load compiled code, which must not set the length.
+    if (time_burst(case.call, 1) >= target_us and
+        time_burst(case.call, 1) >= target_us):
       return 1
     calls = 1
     while True:

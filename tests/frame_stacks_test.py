@@ -41,5 +41,41 @@ class GatherStacksTest(parameterized.TestCase):
     self.assertEqual(out.shape, (0, 84, 84, 4))
 
 
+class BufferPoolTest(absltest.TestCase):
+
+  def test_memory_is_reused_only_once_released(self):
+    pool = frame_stacks.BufferPool(size=2)
+    first = pool.empty((3, 5), np.float32)
+    self.assertEqual(first.ctypes.data % 64, 0)
+    address = first.ctypes.data
+    view = first[1:]
+    del first
+    second = pool.empty((3, 5), np.float32)  # `view` still holds the first.
+    self.assertNotEqual(second.ctypes.data, address)
+    del view
+    third = pool.empty((3, 5), np.float32)
+    self.assertEqual(third.ctypes.data, address)
+    self.assertEqual(third.shape, (3, 5))
+    self.assertEqual(third.dtype, np.float32)
+
+  def test_full_pool_still_gives_distinct_memory(self):
+    pool = frame_stacks.BufferPool(size=1)
+    held = [pool.empty((4,), np.int64) for _ in range(3)]
+    self.assertLen({a.ctypes.data for a in held}, 3)
+
+  def test_gathered_batches_stay_intact(self):
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (40, 84, 84), dtype=np.uint8)
+    pool = frame_stacks.BufferPool()
+    kept = []
+    for _ in range(6):
+      windows = rng.integers(0, 40, (8, 4))
+      kept.append((windows, frame_stacks.gather_stacks(frames, windows,
+                                                       pool=pool)))
+      frame_stacks.gather_stacks(frames, windows, pool=pool)  # Dropped.
+    for windows, out in kept:
+      np.testing.assert_array_equal(out, _reference(frames, windows))
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -187,6 +187,18 @@ class StagingTest(GraphTestCase):
     np.testing.assert_array_equal(self.session.run(replay.indices),
                                   np.full(16, only))
 
+  def test_graph_reads_the_frames_of_its_own_indices(self):
+    # The next batch is sampled, into reused memory, while the graph still
+    # computes on the current one: a run must see its own indices' frames.
+    replay = self.wrapper(use_staging=True, batch_size=16)
+    _fill(replay, 90)
+    sums = tf.reduce_sum(tf.cast(replay.states, tf.int64), axis=[1, 2, 3])
+    for _ in range(30):
+      got, indices = self.session.run([sums, replay.indices])
+      expected = replay.memory.get_observation_stack(indices).astype(
+          np.int64).sum(axis=(1, 2, 3))
+      np.testing.assert_array_equal(got, expected)
+
   def test_priorities_go_to_the_returned_transitions(self):
     replay = self.wrapper(use_staging=True)
     _fill(replay, 90)

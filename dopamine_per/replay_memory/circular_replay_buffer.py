@@ -394,6 +394,8 @@ class OutOfGraphReplayBuffer(object):
     self._lock = threading.RLock()
     # get_transition_elements(batch_size) by batch size, for sampling.
     self._batch_layouts = {}
+    # Memory for sampled states, reused once the caller has dropped them.
+    self._stack_buffers = frame_stacks.BufferPool()
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
@@ -765,7 +767,8 @@ class OutOfGraphReplayBuffer(object):
       [stack_size].
     """
     windows = (indices[:, None] + self._stack_offsets) % self._replay_capacity
-    return frame_stacks.gather_stacks(self._store['observation'], windows)
+    return frame_stacks.gather_stacks(self._store['observation'], windows,
+                                      pool=self._stack_buffers)
 
   def get_observation_stack(self, index: Any) -> np.ndarray:
     """Returns the state ending at slot `index` (frames on the last axis).

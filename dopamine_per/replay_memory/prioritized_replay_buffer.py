@@ -271,6 +271,8 @@ class OutOfGraphPrioritizedReplayBuffer(
         if an index is out of range; sum_tree.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
     """
+    if np.ndim(indices) and self.sum_tree.set_if_valid(indices, priorities):
+      return
     indices = self._check_indices(indices)
     if np.ndim(priorities) and np.shape(priorities) != indices.shape:
       raise ValueError(

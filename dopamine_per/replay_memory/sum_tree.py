@@ -272,8 +272,7 @@ class SumTree(object):
       self._set_one(self._check_scalar_index(node_index),
                     validate_priority(value))
       return
-    if self._kernels.set_leaves is not None and self._set_compiled(node_index,
-                                                                   value):
+    if self.set_if_valid(node_index, value):
       return
     indices = self._check_indices(node_index).ravel()
     values = validate_priorities(value, np.shape(node_index)).ravel()
@@ -285,13 +284,23 @@ class SumTree(object):
     self._total = self._kernels.update_parents(self._flat, self._offsets,
                                                FANOUT, indices)
 
-  def _set_compiled(self, node_index: Any, value: Any) -> bool:
-    """`set` in one compiled call; False (nothing written) if it cannot.
+  def set_if_valid(self, node_index: Any, value: Any) -> bool:
+    """`set` in one compiled pass if the batch is valid; else writes nothing.
 
-    Returns False for anything but integer indices with float values of the
-    same shape (or one value), and for bad indices or values: the checked
-    path then raises the precise error.
+    For callers that raise their own errors: on False, check the arguments
+    (or call `set`) to get the precise error. Always False without compiled
+    kernels, and for anything but a non-empty integer array of indices with
+    values of the same shape (or one value).
+
+    Args:
+      node_index: integer array-like of leaf indices.
+      value: a float or an array-like of the same shape.
+
+    Returns:
+      bool, whether the values were written.
     """
+    if self._kernels.set_leaves is None:
+      return False
     indices = np.asarray(node_index)
     if indices.dtype.kind not in 'iu' or not indices.size:
       return False

@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import frame_stacks
+from dopamine_per.replay_memory import transition_kernels
 
 __all__ = [
     'ReplayElement',
@@ -806,33 +807,10 @@ class OutOfGraphReplayBuffer(object):
 
   def _valid_mask(self, indices: np.ndarray) -> np.ndarray:
     """Vectorized validity of a 1-D int64 array of slots (see is_valid...)."""
-    capacity = self._replay_capacity
-    cursor = self._add_count % capacity
-    horizon = self._update_horizon
-    stack = self._stack_size
-    valid = (indices >= 0) & (indices < capacity)
-    indices = np.where(valid, indices, 0)
-    if self._add_count >= capacity:
-      # Not in the invalid range c - N, ..., c + K - 1.
-      valid &= (indices - (cursor - horizon)) % capacity >= horizon + stack
-    else:
-      # Trajectory and next state written; not the first episode's padding.
-      valid &= (indices >= stack - 1) & (indices < cursor - horizon)
-    if not valid.any():
-      return valid
-    if stack > 1:
-      # No episode may end inside the frame stack (before its last frame).
-      prior = (indices[:, None] + self._stack_offsets[:-1]) % capacity
-      valid &= ~self._episode_end[prior].any(axis=1)
-    trajectory = (indices[:, None] + self._horizon_offsets) % capacity
-    terminal = self._store['terminal'][trajectory] != 0
-    # An episode that ends without a terminal before the return is cut would
-    # make the n-step return bootstrap across episodes.
-    cut_off = self._episode_end[trajectory] & ~terminal
-    if horizon > 1:
-      cut_off &= ~np.logical_or.accumulate(terminal, axis=1)
-    valid &= ~cut_off.any(axis=1)
-    return valid
+    return transition_kernels.valid_mask(
+        indices, self._replay_capacity, self._add_count,
+        self._update_horizon, self._stack_size, self._episode_end,
+        self._store['terminal'])
 
   def _invalid_reason(self, index: int) -> str:
     """Explains why slot `index` is not a valid transition (for errors)."""

@@ -26,7 +26,11 @@ class GatherStacksTest(parameterized.TestCase):
     rng = np.random.default_rng(0)
     frames = (rng.integers(0, 200, (50,) + shape)).astype(dtype)
     windows = rng.integers(0, 50, (17, stack))
-    out = frame_stacks.gather_stacks(frames, windows, kernels=kernels)
+    # Output memory full of garbage, so that an unwritten row shows.
+    pool = frame_stacks.BufferPool(size=1)
+    pool.empty((17,) + shape + (stack,), dtype).fill(171)
+    out = frame_stacks.gather_stacks(frames, windows, kernels=kernels,
+                                     pool=pool)
     np.testing.assert_array_equal(out, _reference(frames, windows))
     self.assertEqual(out.shape, (17,) + shape + (stack,))
     self.assertEqual(out.dtype, dtype)

@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import frame_stacks
+from dopamine_per.replay_memory import sum_tree_kernels
 from dopamine_per.replay_memory import transition_kernels
 
 __all__ = [
@@ -397,6 +398,9 @@ class OutOfGraphReplayBuffer(object):
     self._batch_layouts = {}
     # Memory for sampled states, reused once the caller has dropped them.
     self._stack_buffers = frame_stacks.BufferPool()
+    # The compiled loops (or NumPy's) for sampling, chosen once, as the sum
+    # tree's are (the DOPAMINE_PER_SUM_TREE_KERNELS environment variable).
+    self._kernels = sum_tree_kernels.get_kernels().name
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
@@ -769,6 +773,7 @@ class OutOfGraphReplayBuffer(object):
     """
     windows = (indices[:, None] + self._stack_offsets) % self._replay_capacity
     return frame_stacks.gather_stacks(self._store['observation'], windows,
+                                      kernels=self._kernels,
                                       pool=self._stack_buffers)
 
   def get_observation_stack(self, index: Any) -> np.ndarray:
@@ -810,7 +815,7 @@ class OutOfGraphReplayBuffer(object):
     return transition_kernels.valid_mask(
         indices, self._replay_capacity, self._add_count,
         self._update_horizon, self._stack_size, self._episode_end,
-        self._store['terminal'])
+        self._store['terminal'], kernels=self._kernels)
 
   def _invalid_reason(self, index: int) -> str:
     """Explains why slot `index` is not a valid transition (for errors)."""

@@ -20,6 +20,7 @@ frames.
   next states reads the frames they share once.
 """
 
+import math
 import sys
 import threading
 from typing import List, Optional, Tuple
@@ -39,7 +40,7 @@ _ALIGNMENT = 64
 
 def _aligned_empty(shape, dtype) -> np.ndarray:
   """np.empty whose data starts on a _ALIGNMENT-byte boundary."""
-  nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+  nbytes = math.prod(shape) * np.dtype(dtype).itemsize
   return _aligned_view(np.empty(nbytes + _ALIGNMENT, dtype=np.uint8), shape,
                        dtype)
 
@@ -61,7 +62,7 @@ class BufferPool(object):
 
   def empty(self, shape: Tuple[int, ...], dtype) -> np.ndarray:
     """Returns an uninitialized 64-byte aligned C-contiguous array."""
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize + _ALIGNMENT
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize + _ALIGNMENT
     with self._lock:
       raw = self._take(nbytes)
     return _aligned_view(raw, shape, dtype)
@@ -83,7 +84,7 @@ class BufferPool(object):
 def _aligned_view(raw: np.ndarray, shape, dtype) -> np.ndarray:
   """The _ALIGNMENT-aligned array of `shape` inside the bytes of `raw`."""
   dtype = np.dtype(dtype)
-  nbytes = int(np.prod(shape)) * dtype.itemsize
+  nbytes = math.prod(shape) * dtype.itemsize
   offset = -raw.ctypes.data % _ALIGNMENT
   return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
@@ -125,8 +126,9 @@ def _build_numba():
     # its next state, their shared frames are read from memory once.
     rows = windows.shape[0]
     half = rows // 2
-    for b in range(half + rows % 2):
-      c = b + half if b < half else b  # The odd last row pairs with itself.
+    for pair in range(half + rows % 2):
+      # An odd last row pairs with itself.
+      b, c = (pair, pair + half) if pair < half else (rows - 1, rows - 1)
       a0, a1 = frames[windows[b, 0]], frames[windows[b, 1]]
       a2, a3 = frames[windows[b, 2]], frames[windows[b, 3]]
       b0, b1 = frames[windows[c, 0]], frames[windows[c, 1]]

@@ -1,7 +1,7 @@
 """Tests for dopamine_per.replay_memory.transition_kernels.
 
-The NumPy and Numba validity checks must agree on every slot, and agree
-with the rule spelled out slot by slot.
+The NumPy and Numba loops must agree with the rules spelled out slot by
+slot: validity exactly, returns bit for bit with Dopamine's formula.
 """
 
 from absl.testing import absltest
@@ -63,6 +63,51 @@ class ValidMaskTest(parameterized.TestCase):
           np.zeros(0, np.int64), 10, 5, 1, 1, np.zeros(10, bool),
           np.zeros(10, np.uint8), kernels=kernels)
       self.assertEqual(got.shape, (0,))
+
+
+def _trajectory(slot, capacity, terminal, rewards, discounts):
+  """Dopamine's n-step trajectory of one slot: (next slot, cut, return)."""
+  length = len(discounts)
+  for k in range(len(discounts)):
+    if terminal[(slot + k) % capacity]:
+      length = k + 1
+      break
+  steps = [(slot + k) % capacity for k in range(length)]
+  # Dopamine's product and sum (its discounts broadcast over reward axes).
+  trailing = (1,) * (rewards.ndim - 1)
+  value = np.sum(discounts[:length].reshape((length,) + trailing) *
+                 rewards[steps], axis=0)
+  return (slot + length) % capacity, length < len(discounts) or bool(
+      terminal[steps[-1]]), value
+
+
+class TrajectoriesTest(parameterized.TestCase):
+
+  @parameterized.product(
+      kernels=['numpy', 'numba'], horizon=[1, 3, 7, 8, 11],
+      reward=[((), np.float32), ((), np.float64), ((2,), np.float32)])
+  def test_matches_dopamines_formula(self, kernels, horizon, reward):
+    reward_shape, reward_dtype = reward
+    capacity = 60
+    rng = np.random.default_rng(horizon)
+    discounts = np.array([0.99**j for j in range(horizon)], np.float32)
+    for _ in range(10):
+      terminal = (rng.random(capacity) < 0.1).astype(np.uint8)
+      # Twelve decades of both signs: a different summation order shows.
+      rewards = (rng.standard_normal((capacity,) + reward_shape) *
+                 10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
+                ).astype(reward_dtype)
+      indices = rng.integers(0, capacity, 50)
+      next_indices, is_terminal, returns = transition_kernels.trajectories(
+          indices, capacity, terminal, rewards, discounts, kernels=kernels)
+      self.assertEqual(returns.dtype, reward_dtype)
+      self.assertEqual(returns.shape, (50,) + reward_shape)
+      for b, slot in enumerate(indices):
+        expected = _trajectory(int(slot), capacity, terminal, rewards,
+                               discounts)
+        self.assertEqual(next_indices[b], expected[0])
+        self.assertEqual(is_terminal[b], expected[1])
+        np.testing.assert_array_equal(returns[b], expected[2])
 
 
 if __name__ == '__main__':

@@ -392,7 +392,6 @@ class OutOfGraphReplayBuffer(object):
     # Per-slot mirror of episode_end_indices, for vectorized validity checks.
     self._episode_end = np.zeros(self._replay_capacity, dtype=bool)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
-    self._horizon_offsets = np.arange(self._update_horizon, dtype=np.int64)
     self._lock = threading.RLock()
     # get_transition_elements(batch_size) by batch size, for sampling.
     self._batch_layouts = {}
@@ -1047,24 +1046,20 @@ class OutOfGraphReplayBuffer(object):
   def _gather_transitions(self, indices: np.ndarray, names: frozenset
                          ) -> Dict[str, np.ndarray]:
     """Computes the known transition elements for a batch of valid slots."""
-    capacity = self._replay_capacity
     store = self._store
     out = {}
-    trajectory = (indices[:, None] + self._horizon_offsets) % capacity
-    terminal = store['terminal'][trajectory] != 0
-    is_terminal = terminal.any(axis=1)
-    lengths = np.where(is_terminal, np.argmax(terminal, axis=1) + 1,
-                       self._update_horizon)
-    next_indices = (indices + lengths) % capacity
+    next_indices, is_terminal, returns = transition_kernels.trajectories(
+        indices, self._replay_capacity, store['terminal'], store['reward'],
+        self._cumulative_discount_vector, kernels=self._kernels)
 
     if 'state' in names or 'next_state' in names:
-      # One gather for both.
+      # One gather, states first: the Atari kernel builds each state with
+      # its next state, which shares frames with it.
       stacks = self._state_stacks(np.concatenate([indices, next_indices]))
       out['state'] = stacks[:len(indices)]
       out['next_state'] = stacks[len(indices):]
     if 'reward' in names:
-      out['reward'] = self._discounted_returns(
-          store['reward'][trajectory], lengths, is_terminal)
+      out['reward'] = returns
     if 'next_action' in names:
       out['next_action'] = store['action'][next_indices]
     if 'next_reward' in names:
@@ -1077,31 +1072,6 @@ class OutOfGraphReplayBuffer(object):
       if name not in out and name in store:
         out[name] = store[name][indices]
     return out
-
-  def _discounted_returns(self, rewards: np.ndarray, lengths: np.ndarray,
-                          is_terminal: np.ndarray) -> np.ndarray:
-    """n-step returns of [B, N, *reward_shape] rewards, cut at `lengths`.
-
-    The products and sums use Dopamine's dtypes (float32 discounts times
-    reward_dtype rewards) and, per trajectory length, the same NumPy
-    reduction, so the results are bit-identical to Dopamine's.
-    """
-    batch_size = len(lengths)
-    returns = np.empty((batch_size,) + self._reward_shape,
-                       dtype=self._reward_dtype)
-    trailing = (1,) * len(self._reward_shape)
-    discounts = self._cumulative_discount_vector
-    if not is_terminal.any():
-      length = self._update_horizon
-      returns[...] = np.sum(
-          discounts.reshape((length,) + trailing) * rewards, axis=1)
-      return returns
-    for length in np.unique(lengths).tolist():  # At most N lengths.
-      rows = np.flatnonzero(lengths == length)
-      returns[rows] = np.sum(
-          discounts[:length].reshape((length,) + trailing) *
-          rewards[rows, :length], axis=1)
-    return returns
 
   def as_dataset(self, batch_size: Optional[int] = None,
                  prefetch: int = 1) -> tf.data.Dataset:

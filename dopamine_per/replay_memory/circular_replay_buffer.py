@@ -906,11 +906,12 @@ class OutOfGraphReplayBuffer(object):
         complete.
     """
     candidates = np.asarray(candidates, dtype=np.int64)
-    pending = np.arange(len(candidates))
+    valid = self._valid_mask(candidates)
+    if valid.all():  # The common case, in one check.
+      return candidates
+    pending = np.flatnonzero(~valid)
     failures = 0
     while True:
-      invalid = ~self._valid_mask(candidates[pending])
-      pending = pending[invalid]
       if not len(pending):
         return candidates
       failures += len(pending)
@@ -921,6 +922,7 @@ class OutOfGraphReplayBuffer(object):
                 self._max_sample_attempts, len(candidates) - len(pending),
                 len(candidates)))
       candidates[pending] = draw(len(pending))
+      pending = pending[~self._valid_mask(candidates[pending])]
 
   def _draw_uniform(self, count: int) -> np.ndarray:
     low, high = self._sampling_range()

@@ -59,6 +59,19 @@ class KernelEquivalenceTest(parameterized.TestCase):
     ours.check_invariants()
     theirs.check_invariants()
 
+  def test_same_samples_from_a_generator(self):
+    rng = np.random.default_rng(5)
+    priorities = 10.0 ** rng.uniform(-6, 6, 5000) * (rng.random(5000) < 0.8)
+    draws = []
+    for kernels in ('numpy', 'numba'):
+      tree = sum_tree.SumTree(5000, rng=np.random.default_rng(9),
+                              kernels=kernels)
+      tree.set(np.arange(5000), priorities)
+      draws.append([tree.stratified_sample(b) for b in (1, 32, 300)] +
+                   [tree.sample_batch(b) for b in (0, 7, 500)])
+    for mine, other in zip(*draws):
+      np.testing.assert_array_equal(mine, other)
+
   def test_rebuild_matches_incremental_updates(self):
     rng = np.random.default_rng(0)
     for tree in _trees(5000):

@@ -377,16 +377,20 @@ class SumTree(object):
     """Walks a batch of targets from the root to the leaves."""
     return self._kernels.descend(self._flat, self._offsets, FANOUT, targets)
 
-  def _descend_draws(self, lower: np.ndarray, width: np.ndarray
-                    ) -> np.ndarray:
-    """Descends to Python-`random` draws in the strata [lower, lower+width).
+  def _descend_strata(self, lower: np.ndarray, width: np.ndarray
+                     ) -> np.ndarray:
+    """Descends to one draw in each stratum [lower, lower + width).
 
-    One kernel call makes the uniforms from `random`'s words, scales them
-    to the strata and the total, and descends.
+    One kernel call scales the draws to the strata and the total and
+    descends; from `random`'s words (Dopamine's draws) without an rng.
     """
-    return self._kernels.descend_draws(
-        self._flat, self._offsets, FANOUT, _python_random_words(len(lower)),
-        lower, width, self._total)
+    if self._rng is None:
+      return self._kernels.descend_draws(
+          self._flat, self._offsets, FANOUT, _python_random_words(len(lower)),
+          lower, width, self._total)
+    return self._kernels.descend_uniforms(
+        self._flat, self._offsets, FANOUT, self._rng.random(len(lower)), lower,
+        width, self._total)
 
   def sample(self, query_value: Optional[float] = None) -> int:
     """Samples one leaf with probability proportional to its priority.
@@ -425,13 +429,12 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    if (isinstance(batch_size, bool) or
-        not isinstance(batch_size, numbers.Integral) or batch_size < 0):
+    if type(batch_size) is not int and (  # pylint: disable=unidiomatic-typecheck
+        isinstance(batch_size, bool) or
+        not isinstance(batch_size, numbers.Integral)) or batch_size < 0:
       raise ValueError(
           'batch_size must be an integer >= 0. Got: {}'.format(batch_size))
-    if self._rng is None:
-      return self._descend_draws(*_whole_range(int(batch_size)))
-    return self._descend(self._rng.random(int(batch_size)) * self._total)
+    return self._descend_strata(*_whole_range(int(batch_size)))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
     """Samples one leaf from each of `batch_size` equal strata of the mass.
@@ -452,15 +455,12 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    if (isinstance(batch_size, bool) or
-        not isinstance(batch_size, numbers.Integral) or batch_size <= 0):
+    if type(batch_size) is not int and (  # pylint: disable=unidiomatic-typecheck
+        isinstance(batch_size, bool) or
+        not isinstance(batch_size, numbers.Integral)) or batch_size <= 0:
       raise ValueError(
           'batch_size must be a positive integer. Got: {}'.format(batch_size))
-    lower, width = _strata(int(batch_size))
-    if self._rng is None:
-      return self._descend_draws(lower, width)
-    return self._descend((lower + width * self._rng.random(batch_size)) *
-                         self._total)
+    return self._descend_strata(*_strata(int(batch_size)))
 
   def _uniforms(self, count: int) -> np.ndarray:
     if self._rng is None:

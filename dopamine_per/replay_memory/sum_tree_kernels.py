@@ -10,8 +10,9 @@ walk that layout and decide the tree's speed:
   them from its children;
 * `descend`: for each target mass, walk from the root to the leaf holding it.
 
-`descend_draws` is `descend` with its targets made from raw random words
-(see `uniforms_from_words`), so that a compiled sample is one call.
+`descend_uniforms` and `descend_draws` are `descend` with its targets made
+from uniform draws or from raw random words (see `uniforms_from_words`), so
+that a compiled sample is one call.
 
 Both come in two implementations with the same float operations in the same
 order, so they give bit-identical trees and samples:
@@ -143,15 +144,14 @@ class NumpyKernels(object):
     return nodes
 
   @staticmethod
-  def descend_draws(flat: np.ndarray, offsets: np.ndarray, fanout: int,
-                    words: np.ndarray, lower: np.ndarray, width: np.ndarray,
-                    scale: float) -> np.ndarray:
-    """`descend` to the targets (lower + width * u) * scale.
+  def descend_uniforms(flat: np.ndarray, offsets: np.ndarray, fanout: int,
+                       uniforms: np.ndarray, lower: np.ndarray,
+                       width: np.ndarray, scale: float) -> np.ndarray:
+    """`descend` to the targets (lower + width * uniforms) * scale.
 
     Args:
       flat, offsets, fanout: the tree (see `descend`).
-      words: bytes, two random words per target (see
-        `uniforms_from_words`).
+      uniforms: float64 array of draws in [0, 1), one per target.
       lower: float64 array, the start of each target's stratum (fraction of
         the mass).
       width: float64 array, the width of each stratum.
@@ -160,8 +160,17 @@ class NumpyKernels(object):
     Returns:
       int64 array of leaf indices, one per target.
     """
-    fractions = lower + width * uniforms_from_words(words)
-    return NumpyKernels.descend(flat, offsets, fanout, fractions * scale)
+    return NumpyKernels.descend(flat, offsets, fanout,
+                                (lower + width * uniforms) * scale)
+
+  @staticmethod
+  def descend_draws(flat: np.ndarray, offsets: np.ndarray, fanout: int,
+                    words: bytes, lower: np.ndarray, width: np.ndarray,
+                    scale: float) -> np.ndarray:
+    """`descend_uniforms` of `uniforms_from_words(words)`."""
+    return NumpyKernels.descend_uniforms(flat, offsets, fanout,
+                                         uniforms_from_words(words), lower,
+                                         width, scale)
 
 
 def _build_numba_kernels():
@@ -281,14 +290,22 @@ def _build_numba_kernels():
             (np.uint32(data[start + 3]) << 24))
 
   @jit
-  def draws_and_descend(flat, offsets, fanout, words, lower, width, scale):
+  def uniforms_and_descend(flat, offsets, fanout, uniforms, lower, width,
+                           scale):
     targets = np.empty(len(lower))
+    for i in range(len(lower)):
+      targets[i] = (lower[i] + width[i] * uniforms[i]) * scale
+    return descend(flat, offsets, fanout, targets)
+
+  @jit
+  def draws_and_descend(flat, offsets, fanout, words, lower, width, scale):
+    uniforms = np.empty(len(lower))
     for i in range(len(lower)):
       high = np.float64(word(words, 2 * i) >> 5)
       low = np.float64(word(words, 2 * i + 1) >> 6)
-      uniform = (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
-      targets[i] = (lower[i] + width[i] * uniform) * scale
-    return descend(flat, offsets, fanout, targets)
+      uniforms[i] = (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+    return uniforms_and_descend(flat, offsets, fanout, uniforms, lower, width,
+                                scale)
 
   @jit
   def set_leaves(flat, offsets, fanout, capacity, leaves, values):
@@ -361,6 +378,7 @@ def _build_numba_kernels():
       return descend(flat, offsets, fanout,
                      np.ascontiguousarray(targets, dtype=np.float64))
 
+    descend_uniforms = staticmethod(uniforms_and_descend)
     descend_draws = staticmethod(draws_and_descend)
 
   return NumbaKernels

@@ -8,7 +8,7 @@ dopamine-rl installed without its dependencies (this installs nothing):
   python -m benchmarks --sections=sum_tree   # one section (and no file)
 
 Three sections, each timing ours and the peers interleaved in one process
-(see benchmarks/timing.py for the method):
+of its own, started fresh (see benchmarks/timing.py for the method):
 
 1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
    sample and fill at capacities 2**17 and 2**20, batches 32 and 256; ours
@@ -26,7 +26,9 @@ written to --output (benchmarks/RESULTS.md), the machine described first.
 """
 
 import collections
+import concurrent.futures
 import importlib.metadata
+import multiprocessing
 import os
 import sys
 import time
@@ -41,6 +43,7 @@ if __package__ in (None, ''):
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import timing  # pylint: disable=g-import-not-at-top
 
 __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
@@ -170,6 +173,19 @@ def _load_average():
     return 'unknown'
 
 
+def _in_fresh_process(function, *args, progress=None):
+  """Returns function(*args, progress=...) computed in a new interpreter.
+
+  Each section gets a process of its own, so that what one leaves behind
+  (gigabytes of freed replay memory, the allocator's state, threads) cannot
+  change the next one's timings. The child prints its progress to stderr.
+  """
+  context = multiprocessing.get_context('spawn')
+  with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+    return pool.submit(function, *args, progress=(
+        timing.print_progress if progress else None)).result()
+
+
 def run(settings=DEFAULT_SETTINGS, progress=None):
   """Runs the chosen sections; returns the Markdown document.
 
@@ -184,19 +200,19 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
   load_before = _load_average()
   sections = []
   if 'sum_tree' in settings.sections:
-    results = sum_tree_benchmark.run_benchmark(
-        settings.sum_tree_capacities, settings.batch_sizes,
-        settings.sum_tree_rounds, settings.sum_tree_burst_seconds,
-        settings.seed, progress=progress)
+    results = _in_fresh_process(
+        sum_tree_benchmark.run_benchmark, settings.sum_tree_capacities,
+        settings.batch_sizes, settings.sum_tree_rounds,
+        settings.sum_tree_burst_seconds, settings.seed, progress=progress)
     sections.append(sum_tree_benchmark.format_section(
         results, settings.sum_tree_rounds))
   if 'replay' in settings.sections:
     implementations = replay_benchmark.default_implementations()
-    results = replay_benchmark.run_benchmark(
-        settings.replay_capacity, settings.replay_fill,
-        settings.replay_steady_adds, settings.batch_sizes,
-        settings.replay_rounds, settings.seed, implementations,
-        progress=progress)
+    results = _in_fresh_process(
+        replay_benchmark.run_benchmark, settings.replay_capacity,
+        settings.replay_fill, settings.replay_steady_adds,
+        settings.batch_sizes, settings.replay_rounds, settings.seed,
+        implementations, progress=progress)
     rss = None
     if settings.rss:
       rss = replay_benchmark.run_rss(
@@ -205,9 +221,10 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
     sections.append(replay_benchmark.format_section(
         results, rss, settings.replay_capacity))
   if 'tf' in settings.sections:
-    results = staging_benchmark.run_benchmark(
-        settings.replay_capacity, settings.tf_transitions,
-        settings.tf_rounds, settings.tf_steps, progress=progress)
+    results = _in_fresh_process(
+        staging_benchmark.run_benchmark, settings.replay_capacity,
+        settings.tf_transitions, settings.tf_rounds, settings.tf_steps,
+        progress=progress)
     sections.append(staging_benchmark.format_section(results))
   machine = sum_tree_benchmark.describe_machine()
   machine['packages'] = describe_packages()
@@ -219,7 +236,8 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
       '',
       'Written by `python -m benchmarks` (benchmarks/__main__.py) in '
       f'{(time.time() - start) / 60:.1f} minutes. Each section times ours '
-      'and the peers interleaved in one process: every case (an operation '
+      'and the peers interleaved in a fresh process of its own: every case '
+      '(an operation '
       'of one implementation at one size) is timed as a short burst of '
       'calls, once per round, in a shuffled order, and the tables give the '
       'median over rounds and ratios of medians. The machine is shared and '

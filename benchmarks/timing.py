@@ -12,6 +12,7 @@ the tables report, with ratios of those medians.
 import contextlib
 import os
 import statistics
+import sys
 import time
 from typing import Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence
 
@@ -24,6 +25,7 @@ __all__ = [
     'format_microseconds',
     'format_targets',
     'median',
+    'print_progress',
     'run_interleaved',
     'time_burst',
     'verdict',
@@ -137,6 +139,11 @@ def run_interleaved(cases: Mapping[Hashable, Case], rounds: int,
     if progress and (round_number + 1) % max(1, rounds // 5) == 0:
       progress(f'round {round_number + 1}/{rounds}')
   return samples
+
+
+def print_progress(text: str) -> None:
+  """Prints a progress message to stderr (picklable, for child processes)."""
+  print(text, file=sys.stderr, flush=True)
 
 
 def median(values: Sequence[float]) -> float:

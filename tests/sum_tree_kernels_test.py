@@ -12,6 +12,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.replay_memory import numba_loops
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import sum_tree_kernels
 
@@ -84,6 +85,25 @@ class KernelEquivalenceTest(parameterized.TestCase):
     row = 10.0 ** np.random.default_rng(1).uniform(-8, 8, sum_tree.FANOUT)
     self.assertEqual(sum_tree._row_sum(row.tolist()),
                      sum_tree_kernels.NumpyKernels.level_sums(row))
+
+
+class PrefetchTest(absltest.TestCase):
+
+  def test_falls_back_to_a_no_op(self):
+    import numba  # pylint: disable=g-import-not-at-top
+
+    def failing_probe(array):
+      raise numba.core.errors.LoweringError('no prefetch here')
+
+    prefetch = numba_loops._choose_prefetch(probe=failing_probe)  # pylint: disable=protected-access
+    self.assertIs(prefetch, numba_loops._no_prefetch)  # pylint: disable=protected-access
+
+    @numba.njit
+    def first(array):
+      prefetch(array, 0)
+      return array[0]
+
+    self.assertEqual(first(np.full(3, 7.0)), 7.0)
 
 
 class GetKernelsTest(absltest.TestCase):

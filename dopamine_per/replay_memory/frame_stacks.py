@@ -95,54 +95,6 @@ def _gather_numpy(frames: np.ndarray, windows: np.ndarray,
     out[..., position] = frames[windows[:, position]]
 
 
-def _build_numba():
-  """Compiles the Numba gathers; returns them, or (None, None)."""
-  if sum_tree_kernels.NumbaKernels is None:
-    return None, None
-  import numba  # pylint: disable=g-import-not-at-top
-
-  jit = numba.njit(cache=True, nogil=True)
-
-  @jit
-  def gather_generic(frames, windows, out):
-    # frames: [capacity, pixels]; out: [batch, pixels * stack].
-    stack = windows.shape[1]
-    for b in range(windows.shape[0]):
-      for position in range(stack):
-        source = frames[windows[b, position]]
-        for pixel in range(source.shape[0]):
-          out[b, pixel * stack + position] = source[pixel]
-
-  @numba.njit(cache=True, nogil=True, inline='always')
-  def word(f0, f1, f2, f3, pixel):
-    # Byte k of the (little-endian) word is frame k's pixel.
-    return (np.uint32(f0[pixel]) | (np.uint32(f1[pixel]) << 8) |
-            (np.uint32(f2[pixel]) << 16) | (np.uint32(f3[pixel]) << 24))
-
-  @jit
-  def gather_4x8(frames, windows, out):
-    # frames: uint8 [capacity, pixels]; out: uint32 [rows, pixels]. Rows b
-    # and b + rows // 2 are built in one pass: when they are a state and
-    # its next state, their shared frames are read from memory once.
-    rows = windows.shape[0]
-    half = rows // 2
-    for pair in range(half + rows % 2):
-      # An odd last row pairs with itself.
-      b, c = (pair, pair + half) if pair < half else (rows - 1, rows - 1)
-      a0, a1 = frames[windows[b, 0]], frames[windows[b, 1]]
-      a2, a3 = frames[windows[b, 2]], frames[windows[b, 3]]
-      b0, b1 = frames[windows[c, 0]], frames[windows[c, 1]]
-      b2, b3 = frames[windows[c, 2]], frames[windows[c, 3]]
-      for pixel in range(a0.shape[0]):
-        out[b, pixel] = word(a0, a1, a2, a3, pixel)
-        out[c, pixel] = word(b0, b1, b2, b3, pixel)
-
-  return gather_generic, gather_4x8
-
-
-_GATHER_GENERIC, _GATHER_4X8 = _build_numba()
-
-
 def gather_stacks(frames: np.ndarray, windows: np.ndarray,
                   kernels: Optional[str] = None,
                   pool: Optional[BufferPool] = None) -> np.ndarray:
@@ -171,10 +123,11 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
   if not use_numba or batch == 0:
     _gather_numpy(frames, windows, out)
     return out
+  loops = sum_tree_kernels.numba_loops
   flat_frames = frames.reshape(len(frames), -1)
   if stack == 4 and frames.dtype.itemsize == 1 and np.little_endian:
-    _GATHER_4X8(flat_frames.view(np.uint8), windows,
-                out.reshape(batch, -1).view(np.uint32))
+    loops.gather_4x8(flat_frames.view(np.uint8), windows,
+                     out.reshape(batch, -1).view(np.uint32))
   else:
-    _GATHER_GENERIC(flat_frames, windows, out.reshape(batch, -1))
+    loops.gather_generic(flat_frames, windows, out.reshape(batch, -1))
   return out

@@ -89,6 +89,17 @@ def _python_random_uniforms(count: int) -> np.ndarray:
   return sum_tree_kernels.uniforms_from_words(_python_random_words(count))
 
 
+def _cache_aligned_zeros(size: int) -> np.ndarray:
+  """float64 zeros starting on a 64-byte boundary.
+
+  A row of 16 siblings (128 bytes) then spans two cache lines, not three:
+  a third fewer memory reads per level of a descent or an update.
+  """
+  raw = np.zeros(size + 8)
+  start = (-raw.ctypes.data % 64) // 8
+  return raw[start:start + size]
+
+
 @functools.lru_cache(maxsize=64)
 def _whole_range(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   """Lower edges (0) and widths (1) of `batch_size` independent draws."""
@@ -179,7 +190,7 @@ class SumTree(object):
     # All levels, leaves first, in one array; `_offsets[k]` is where level k
     # starts and `_offsets[-1]` the end.
     self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    self._flat = np.zeros(int(self._offsets[-1]))
+    self._flat = _cache_aligned_zeros(int(self._offsets[-1]))
     self._levels = [self._flat[start:end] for start, end in
                     zip(self._offsets[:-1], self._offsets[1:])]
     # `_blocks[k]` views level k as rows of siblings: row j holds the children

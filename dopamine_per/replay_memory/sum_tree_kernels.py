@@ -41,6 +41,11 @@ from typing import Optional
 from absl import logging
 import numpy as np
 
+try:
+  from dopamine_per.replay_memory import numba_loops  # pylint: disable=g-import-not-at-top
+except ImportError:  # Numba is not installed: NumPy's kernels only.
+  numba_loops = None
+
 __all__ = ['NumpyKernels', 'NumbaKernels', 'get_kernels', 'available']
 
 # Environment variable choosing the default kernels: 'numpy', 'numba' or
@@ -174,160 +179,10 @@ class NumpyKernels(object):
 
 
 def _build_numba_kernels():
-  """Compiles the Numba kernels; returns the class, or None without Numba."""
-  try:
-    import numba  # pylint: disable=g-import-not-at-top
-  except ImportError:
+  """Returns the class of compiled kernels, or None without Numba."""
+  if numba_loops is None:
     return None
-
-  jit = numba.njit(cache=True, nogil=True)
-  # Inlined where called, so that a constant fanout unrolls their loops.
-  inline_jit = numba.njit(cache=True, nogil=True, inline='always')
-
-  @jit
-  def halving_sum(flat, start, fanout, scratch):
-    for j in range(fanout // 2):
-      scratch[j] = flat[start + 2 * j] + flat[start + 2 * j + 1]
-    width = fanout // 2
-    while width > 1:
-      width //= 2
-      for j in range(width):
-        scratch[j] = scratch[2 * j] + scratch[2 * j + 1]
-    return scratch[0]
-
-  @jit
-  def halving_sum_16(flat, start):
-    # halving_sum for 16 children, unrolled (same order, in registers).
-    a = (flat[start] + flat[start + 1]) + (flat[start + 2] + flat[start + 3])
-    b = ((flat[start + 4] + flat[start + 5]) +
-         (flat[start + 6] + flat[start + 7]))
-    c = ((flat[start + 8] + flat[start + 9]) +
-         (flat[start + 10] + flat[start + 11]))
-    d = ((flat[start + 12] + flat[start + 13]) +
-         (flat[start + 14] + flat[start + 15]))
-    return (a + b) + (c + d)
-
-  @jit
-  def update_parents_16(flat, offsets, leaves):
-    top = len(offsets) - 2
-    for b in range(len(leaves)):
-      node = leaves[b]
-      for level in range(top):
-        node //= 16
-        flat[offsets[level + 1] + node] = halving_sum_16(
-            flat, offsets[level] + node * 16)
-    return halving_sum_16(flat, offsets[top])
-
-  @jit
-  def update_one_leaf(flat, offsets, fanout, leaf):
-    return update_parents(flat, offsets, fanout,
-                          np.full(1, leaf, dtype=np.int64))
-
-  @jit
-  def update_parents(flat, offsets, fanout, leaves):
-    if fanout == 16:
-      return update_parents_16(flat, offsets, leaves)
-    scratch = np.empty(max(fanout // 2, 1))
-    top = len(offsets) - 2
-    for b in range(len(leaves)):
-      node = leaves[b]
-      for level in range(top):
-        node //= fanout
-        flat[offsets[level + 1] + node] = halving_sum(
-            flat, offsets[level] + node * fanout, fanout, scratch)
-    return halving_sum(flat, offsets[top], fanout, scratch)
-
-  @inline_jit
-  def choose_child(flat, start, fanout, remaining):
-    # Branch-free: the running sums never decrease, so the children whose
-    # running sum is <= remaining are a prefix; count it and keep its last
-    # sum. Without branches the scans of different targets overlap.
-    running = 0.0
-    before = 0.0
-    chosen = 0
-    for j in range(fanout):
-      running += flat[start + j]
-      below = running <= remaining
-      chosen += below
-      before = running if below else before
-    if chosen == fanout:
-      chosen = fanout - 1
-      while flat[start + chosen] <= 0.0 and chosen > 0:
-        chosen -= 1
-      before = 0.0
-      for j in range(chosen):
-        before += flat[start + j]
-    return chosen, before
-
-  @inline_jit
-  def descend_levels(flat, offsets, fanout, targets):
-    # Level by level, so that the loads of different targets are independent
-    # and overlap: a third faster than target by target on large trees.
-    count = len(targets)
-    nodes = np.zeros(count, dtype=np.int64)
-    remaining = targets.copy()
-    for level in range(len(offsets) - 2, -1, -1):
-      for b in range(count):
-        chosen, before = choose_child(
-            flat, offsets[level] + nodes[b] * fanout, fanout, remaining[b])
-        if chosen > 0:
-          remaining[b] -= before
-        nodes[b] = nodes[b] * fanout + chosen
-    return nodes
-
-  @jit
-  def descend(flat, offsets, fanout, targets):
-    if fanout == 16:  # A constant: the child scan is unrolled.
-      return descend_levels(flat, offsets, 16, targets)
-    return descend_levels(flat, offsets, fanout, targets)
-
-  @inline_jit
-  def word(data, index):
-    # The little-endian 32-bit word `index` of a bytes object.
-    start = 4 * index
-    return (np.uint32(data[start]) | (np.uint32(data[start + 1]) << 8) |
-            (np.uint32(data[start + 2]) << 16) |
-            (np.uint32(data[start + 3]) << 24))
-
-  @jit
-  def uniforms_and_descend(flat, offsets, fanout, uniforms, lower, width,
-                           scale):
-    targets = np.empty(len(lower))
-    for i in range(len(lower)):
-      targets[i] = (lower[i] + width[i] * uniforms[i]) * scale
-    return descend(flat, offsets, fanout, targets)
-
-  @jit
-  def draws_and_descend(flat, offsets, fanout, words, lower, width, scale):
-    uniforms = np.empty(len(lower))
-    for i in range(len(lower)):
-      high = np.float64(word(words, 2 * i) >> 5)
-      low = np.float64(word(words, 2 * i + 1) >> 6)
-      uniforms[i] = (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
-    return uniforms_and_descend(flat, offsets, fanout, uniforms, lower, width,
-                                scale)
-
-  @jit
-  def set_leaves(flat, offsets, fanout, capacity, leaves, values):
-    for i in range(len(leaves)):
-      if leaves[i] < 0 or leaves[i] >= capacity:
-        return False, 0.0, 0.0
-      if not (values[i] >= 0.0 and values[i] < np.inf):  # NaN fails too.
-        return False, 0.0, 0.0
-    largest = 0.0
-    for i in range(len(leaves)):
-      flat[leaves[i]] = values[i]
-      largest = max(largest, values[i])
-    return True, update_parents(flat, offsets, fanout, leaves), largest
-
-  @jit
-  def get_leaves(leaves, indices):
-    out = np.empty(len(indices))
-    for i in range(len(indices)):
-      if indices[i] < 0 or indices[i] >= len(leaves):
-        return False, out
-      out[i] = leaves[indices[i]]
-    return True, out
+  loops = numba_loops
 
   class NumbaKernels(object):
     """The sum tree's loops compiled with Numba (same arithmetic)."""
@@ -351,14 +206,14 @@ def _build_numba_kernels():
         (total, largest value) after the write; None, with nothing written,
         if an index is out of range or a value negative, NaN or infinite.
       """
-      ok, total, largest = set_leaves(flat, offsets, fanout, capacity,
-                                      leaves, values)
+      ok, total, largest = loops.set_leaves(flat, offsets, fanout,
+                                            capacity, leaves, values)
       return (total, largest) if ok else None
 
     @staticmethod
     def update_parents(flat, offsets, fanout, leaves):
-      return float(update_parents(flat, offsets, fanout,
-                                  leaves.astype(np.int64, copy=False)))
+      return float(loops.update_parents(
+          flat, offsets, fanout, leaves.astype(np.int64, copy=False)))
 
     @staticmethod
     def get_leaves(leaves, indices):
@@ -368,18 +223,18 @@ def _build_numba_kernels():
         leaves: float64 array of the `capacity` leaves.
         indices: 1-D signed integer array.
       """
-      ok, values = get_leaves(leaves, indices)
+      ok, values = loops.get_leaves(leaves, indices)
       return values if ok else None
 
-    update_leaf = staticmethod(update_one_leaf)  # Returns a Python float.
+    update_leaf = staticmethod(loops.update_one_leaf)  # Returns a Python float.
 
     @staticmethod
     def descend(flat, offsets, fanout, targets):
-      return descend(flat, offsets, fanout,
-                     np.ascontiguousarray(targets, dtype=np.float64))
+      return loops.descend(flat, offsets, fanout,
+                           np.ascontiguousarray(targets, dtype=np.float64))
 
-    descend_uniforms = staticmethod(uniforms_and_descend)
-    descend_draws = staticmethod(draws_and_descend)
+    descend_uniforms = staticmethod(loops.uniforms_and_descend)
+    descend_draws = staticmethod(loops.draws_and_descend)
 
   return NumbaKernels
 

@@ -133,69 +133,6 @@ def _returns(rewards: np.ndarray, lengths: np.ndarray,
 _SEQUENTIAL_SUM_LIMIT = 8
 
 
-def _build_numba():
-  """Compiles the Numba loops; returns them, or (None, None) without Numba."""
-  if sum_tree_kernels.NumbaKernels is None:
-    return None, None
-  import numba  # pylint: disable=g-import-not-at-top
-
-  @numba.njit(cache=True, nogil=True)
-  def valid_mask_loop(indices, capacity, add_count, horizon, stack,
-                      episode_end, terminal):
-    valid = np.zeros(len(indices), dtype=np.bool_)
-    cursor = add_count % capacity
-    for b in range(len(indices)):
-      slot = indices[b]
-      if slot < 0 or slot >= capacity:
-        continue
-      if add_count >= capacity:
-        if (slot - (cursor - horizon)) % capacity < horizon + stack:
-          continue
-      elif slot < stack - 1 or slot >= cursor - horizon:
-        continue
-      ok = True
-      for k in range(1 - stack, 0):
-        if episode_end[(slot + k) % capacity]:
-          ok = False
-      for k in range(horizon):
-        step = (slot + k) % capacity
-        if terminal[step] != 0:
-          break  # The return is cut here: later slots do not matter.
-        if episode_end[step]:
-          ok = False
-      valid[b] = ok
-    return valid
-
-  @numba.njit(cache=True, nogil=True)
-  def trajectories_loop(indices, capacity, terminal, rewards, discounts):
-    # rewards: float32 [capacity]; the products and the left-to-right sum
-    # in float32, as NumPy computes a short sum.
-    count = len(indices)
-    next_indices = np.empty(count, dtype=np.int64)
-    is_terminal = np.zeros(count, dtype=np.bool_)
-    returns = np.empty(count, dtype=np.float32)
-    for b in range(count):
-      slot = indices[b]
-      total = np.float32(0.0)
-      length = len(discounts)
-      for k in range(len(discounts)):
-        step = (slot + k) % capacity
-        term = discounts[k] * rewards[step]
-        total = term if k == 0 else total + term
-        if terminal[step] != 0:
-          is_terminal[b] = True
-          length = k + 1
-          break
-      next_indices[b] = (slot + length) % capacity
-      returns[b] = total
-    return next_indices, is_terminal, returns
-
-  return valid_mask_loop, trajectories_loop
-
-
-_VALID_MASK_NUMBA, _TRAJECTORIES_NUMBA = _build_numba()
-
-
 def _compiled(kernels: Optional[str]) -> bool:
   return (sum_tree_kernels.get_kernels(kernels) is not
           sum_tree_kernels.NumpyKernels)
@@ -219,8 +156,8 @@ def valid_mask(indices: np.ndarray, capacity: int, add_count: int,
   if not _compiled(kernels) or terminal.ndim != 1:
     return valid_mask_numpy(indices, capacity, add_count, horizon, stack,
                             episode_end, terminal)
-  return _VALID_MASK_NUMBA(indices, capacity, add_count, horizon, stack,
-                           episode_end, terminal)
+  return sum_tree_kernels.numba_loops.valid_mask_loop(
+      indices, capacity, add_count, horizon, stack, episode_end, terminal)
 
 
 def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
@@ -244,6 +181,6 @@ def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
   if (_compiled(kernels) and terminal.ndim == 1 and rewards.ndim == 1 and
       rewards.dtype == np.float32 and discounts.dtype == np.float32 and
       len(discounts) < _SEQUENTIAL_SUM_LIMIT):
-    return _TRAJECTORIES_NUMBA(indices, capacity, terminal, rewards,
-                               discounts)
+    return sum_tree_kernels.numba_loops.trajectories_loop(
+        indices, capacity, terminal, rewards, discounts)
   return trajectories_numpy(indices, capacity, terminal, rewards, discounts)

@@ -37,6 +37,21 @@ class GatherStacksTest(parameterized.TestCase):
     self.assertTrue(out.flags.c_contiguous)
     self.assertEqual(out.ctypes.data % 64, 0)
 
+  @parameterized.product(
+      kernels=['numpy', 'numba'],
+      case=[((84, 84), np.uint8, 4), ((6,), np.uint8, 3),
+            ((3, 2), np.float32, 4)])
+  def test_ending_at_wraps_around(self, kernels, case):
+    shape, dtype, stack = case
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 200, (30,) + shape).astype(dtype)
+    ends = np.concatenate([[0, 1, 29], rng.integers(0, 30, 14)])
+    windows = (ends[:, None] + np.arange(1 - stack, 1)) % 30
+    out = frame_stacks.gather_stacks_ending_at(frames, ends, stack,
+                                               kernels=kernels)
+    np.testing.assert_array_equal(out, _reference(frames, windows))
+    self.assertEqual(out.ctypes.data % 64, 0)
+
   @parameterized.parameters('numpy', 'numba')
   def test_empty_batch(self, kernels):
     frames = np.zeros((10, 84, 84), np.uint8)

@@ -213,6 +213,8 @@ def _lazy_zeros(shape: Tuple[int, ...], dtype: Any
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
+  if type(value) is int and value >= minimum:  # pylint: disable=unidiomatic-typecheck
+    return value  # The common case, without the slow ABC check.
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
     raise ValueError('{} must be an int, got {!r}'.format(name, value))
   if value < minimum:
@@ -770,10 +772,9 @@ class OutOfGraphReplayBuffer(object):
       C-contiguous np.ndarray of shape [len(indices)] + observation_shape +
       [stack_size].
     """
-    windows = (indices[:, None] + self._stack_offsets) % self._replay_capacity
-    return frame_stacks.gather_stacks(self._store['observation'], windows,
-                                      kernels=self._kernels,
-                                      pool=self._stack_buffers)
+    return frame_stacks.gather_stacks_ending_at(
+        self._store['observation'], indices, self._stack_size,
+        kernels=self._kernels, pool=self._stack_buffers)
 
   def get_observation_stack(self, index: Any) -> np.ndarray:
     """Returns the state ending at slot `index` (frames on the last axis).

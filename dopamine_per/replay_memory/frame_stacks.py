@@ -23,13 +23,13 @@ frames.
 import math
 import sys
 import threading
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from dopamine_per.replay_memory import sum_tree_kernels
 
-__all__ = ['BufferPool', 'gather_stacks']
+__all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at']
 
 
 # TensorFlow adopts a returned array's memory without copying it (from
@@ -57,28 +57,30 @@ class BufferPool(object):
 
   def __init__(self, size: int = 3):
     self._size = size
-    self._buffers: List[np.ndarray] = []
+    # [raw uint8 buffer, offset of its first aligned byte]
+    self._buffers: List[List[Any]] = []
     self._lock = threading.Lock()
 
   def empty(self, shape: Tuple[int, ...], dtype) -> np.ndarray:
     """Returns an uninitialized 64-byte aligned C-contiguous array."""
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize + _ALIGNMENT
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
     with self._lock:
-      raw = self._take(nbytes)
-    return _aligned_view(raw, shape, dtype)
+      raw, offset = self._take(nbytes + _ALIGNMENT)
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
-  def _take(self, nbytes: int) -> np.ndarray:
-    for index in range(len(self._buffers)):
-      # References: the list's and getrefcount's argument.
-      if (self._buffers[index].nbytes == nbytes and
-          sys.getrefcount(self._buffers[index]) == 2):
-        return self._buffers[index]
-    raw = np.empty(nbytes, dtype=np.uint8)
+  def _take(self, size: int) -> List[Any]:
+    for entry in self._buffers:
+      # References to a free buffer: the entry's and getrefcount's argument.
+      if entry[0].nbytes == size and sys.getrefcount(entry[0]) == 2:
+        return entry
+    raw = np.empty(size, dtype=np.uint8)
+    entry = [raw, -raw.ctypes.data % _ALIGNMENT]
     if len(self._buffers) < self._size:
-      self._buffers.append(raw)
+      self._buffers.append(entry)
     elif self._buffers:
-      self._buffers[-1] = raw  # All in use, or the batch size changed.
-    return raw
+      self._buffers[-1] = entry  # All in use, or the batch size changed.
+    return entry
 
 
 def _aligned_view(raw: np.ndarray, shape, dtype) -> np.ndarray:
@@ -114,20 +116,61 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
     64-byte aligned so that TensorFlow can take it without a copy.
   """
   batch, stack = windows.shape
-  shape = (batch,) + frames.shape[1:] + (stack,)
-  out = (pool.empty(shape, frames.dtype) if pool is not None else
-         _aligned_empty(shape, frames.dtype))
-  use_numba = (sum_tree_kernels.get_kernels(kernels) is not
-               sum_tree_kernels.NumpyKernels and frames.flags.c_contiguous
-               and frames.dtype.kind in 'uifb')
-  if not use_numba or batch == 0:
+  out = _empty((batch,) + frames.shape[1:] + (stack,), frames.dtype, pool)
+  if not _compiled(frames, kernels) or batch == 0:
     _gather_numpy(frames, windows, out)
     return out
   loops = sum_tree_kernels.numba_loops
   flat_frames = frames.reshape(len(frames), -1)
-  if stack == 4 and frames.dtype.itemsize == 1 and np.little_endian:
+  if _packs_4x8(frames, stack):
     loops.gather_4x8(flat_frames.view(np.uint8), windows,
                      out.reshape(batch, -1).view(np.uint32))
   else:
     loops.gather_generic(flat_frames, windows, out.reshape(batch, -1))
   return out
+
+
+def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
+                            kernels: Optional[str] = None,
+                            pool: Optional[BufferPool] = None) -> np.ndarray:
+  """`gather_stacks` of the `stack` slots ending at each of `ends`.
+
+  The slots wrap around `len(frames)`: the state ending at slot e holds
+  frames e - stack + 1, ..., e (modulo the capacity).
+
+  Args:
+    frames: array [capacity, *observation_shape], C-contiguous.
+    ends: 1-D int64 array of slots, the last frame of each state.
+    stack: int, frames per state.
+    kernels: as for `gather_stacks`.
+    pool: as for `gather_stacks`.
+
+  Returns:
+    As `gather_stacks`.
+  """
+  if len(ends) and _packs_4x8(frames, stack) and _compiled(frames, kernels):
+    out = _empty((len(ends),) + frames.shape[1:] + (stack,), frames.dtype,
+                 pool)
+    sum_tree_kernels.numba_loops.gather_4x8_ending_at(
+        frames.reshape(len(frames), -1).view(np.uint8), ends,
+        out.reshape(len(ends), -1).view(np.uint32))
+    return out
+  windows = (ends[:, None] + np.arange(1 - stack, 1)) % len(frames)
+  return gather_stacks(frames, windows, kernels=kernels, pool=pool)
+
+
+def _empty(shape, dtype, pool: Optional[BufferPool]) -> np.ndarray:
+  return (pool.empty(shape, dtype) if pool is not None else
+          _aligned_empty(shape, dtype))
+
+
+def _compiled(frames: np.ndarray, kernels: Optional[str]) -> bool:
+  """Whether Numba's gathers apply (chosen, and a plain C-contiguous array)."""
+  return (sum_tree_kernels.get_kernels(kernels) is not
+          sum_tree_kernels.NumpyKernels and frames.flags.c_contiguous and
+          frames.dtype.kind in 'uifb')
+
+
+def _packs_4x8(frames: np.ndarray, stack: int) -> bool:
+  """Whether a state's pixel is 4 bytes, one per frame (Atari)."""
+  return stack == 4 and frames.dtype.itemsize == 1 and np.little_endian

@@ -263,6 +263,17 @@ def gather_4x8(frames, windows, out):
       out[c, pixel] = pack_word(b0, b1, b2, b3, pixel)
 
 
+@jit
+def gather_4x8_ending_at(frames, ends, out):
+  # gather_4x8 of the 4 slots ending at each of `ends` (modulo capacity).
+  capacity = frames.shape[0]
+  windows = np.empty((len(ends), 4), dtype=np.int64)
+  for row in range(len(ends)):
+    for k in range(4):
+      windows[row, k] = (ends[row] - 3 + k) % capacity
+  gather_4x8(frames, windows, out)
+
+
 # ----------------------------------------------------------- transitions
 
 @jit

@@ -323,9 +323,11 @@ class SumTree(object):
       if values.ndim:
         return False
       values = np.full(indices.shape, values)
-    result = self._kernels.set_leaves(
-        self._flat, self._offsets, FANOUT, self.capacity,
-        indices.ravel().astype(np.int64, copy=False), values.ravel())
+    if indices.dtype != np.int32:  # int32 (TF's indices) compiles as is.
+      indices = indices.astype(np.int64, copy=False)
+    result = self._kernels.set_leaves(self._flat, self._offsets, FANOUT,
+                                      self.capacity, indices.ravel(),
+                                      values.ravel())
     if result is None:
       return False
     self._total, largest = result

@@ -8,7 +8,9 @@ floor of an Atari sample (two stacks of 4 x 84 x 84 bytes per transition)
 and its layout is awkward: consecutive output bytes come from different
 frames.
 
-`gather_stacks` does it in one of three ways, all giving the same bytes:
+`gather_stacks` (given each state's slots) and `gather_stacks_ending_at`
+(given each state's last slot) do it in one of three ways, all giving the
+same bytes:
 
 * NumPy: one gather per frame position, written into place (the output's
   last axis is strided, so this runs at a fraction of memory speed);
@@ -18,6 +20,10 @@ frames.
   32-bit word from the 4 frames' bytes, which vectorizes; rows b and
   b + batch // 2 are built together, so a batch of states followed by their
   next states reads the frames they share once.
+
+The compiled loops are in `numba_loops`. Outputs are 64-byte aligned (so
+TensorFlow adopts them without a copy) and may come from a `BufferPool`,
+which reuses an output's memory once nothing refers to it.
 """
 
 import math

@@ -19,9 +19,10 @@ order, so they give bit-identical trees and samples:
 
 * `NumpyKernels`: vectorized over the batch (a few NumPy calls per level);
   always available.
-* `NumbaKernels`: the same loops compiled with Numba, from the `fast` extra
-  (``pip install dopamine_per[fast]``); several times faster on small and
-  medium batches, where NumPy's per-call overhead dominates.
+* `NumbaKernels`: the same loops compiled with Numba (in `numba_loops`),
+  from the `fast` extra (``pip install dopamine_per[fast]``); several times
+  faster on small and medium batches, where NumPy's per-call overhead
+  dominates.
 
 The arithmetic that both share:
 

@@ -4,10 +4,15 @@ The NumPy and Numba loops must agree with the rules spelled out slot by
 slot: validity exactly, returns bit for bit with Dopamine's formula.
 """
 
+import os
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sum_tree_kernels
 from dopamine_per.replay_memory import transition_kernels
 
 
@@ -112,3 +117,34 @@ class TrajectoriesTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class MemoryKernelsTest(absltest.TestCase):
+  """A memory with NumPy's loops and one with Numba's give the same batches."""
+
+  def test_same_batches(self):
+    memories = []
+    for kernels in ('numpy', 'numba'):
+      with mock.patch.dict(os.environ, {sum_tree_kernels.KERNELS_ENV: kernels}):
+        memories.append(
+            prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+                (5, 5), 4, 300, 32, update_horizon=3, gamma=0.9))
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (50, 5, 5), dtype=np.uint8)
+    for t in range(1000):  # Wraps around the capacity three times.
+      terminal = int(rng.random() < 0.05)
+      episode_end = not terminal and rng.random() < 0.02
+      reward = float(rng.standard_normal() * 10.0**rng.integers(-3, 4))
+      for memory in memories:
+        memory.add(frames[t % 50], t % 4, reward, terminal, None,
+                   episode_end=episode_end)
+      if t % 97 == 96:
+        slots = np.arange(300)
+        valid = memories[0].is_valid_transition(slots)
+        np.testing.assert_array_equal(
+            valid, memories[1].is_valid_transition(slots))
+        indices = rng.choice(np.flatnonzero(valid), 40)
+        batches = [m.sample_transition_batch(indices=indices)
+                   for m in memories]
+        for mine, other in zip(*batches):
+          np.testing.assert_array_equal(mine, other)

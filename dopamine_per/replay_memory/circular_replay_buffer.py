@@ -1051,16 +1051,21 @@ class OutOfGraphReplayBuffer(object):
     """Computes the known transition elements for a batch of valid slots."""
     store = self._store
     out = {}
-    next_indices, is_terminal, returns = transition_kernels.trajectories(
-        indices, self._replay_capacity, store['terminal'], store['reward'],
-        self._cumulative_discount_vector, kernels=self._kernels)
-
     if 'state' in names or 'next_state' in names:
       # One gather, states first: the Atari kernel builds each state with
       # its next state, which shares frames with it.
-      stacks = self._state_stacks(np.concatenate([indices, next_indices]))
+      next_indices, is_terminal, returns, stacks = (
+          transition_kernels.trajectories_and_states(
+              indices, store['observation'], self._stack_size,
+              store['terminal'], store['reward'],
+              self._cumulative_discount_vector, kernels=self._kernels,
+              pool=self._stack_buffers))
       out['state'] = stacks[:len(indices)]
       out['next_state'] = stacks[len(indices):]
+    else:
+      next_indices, is_terminal, returns = transition_kernels.trajectories(
+          indices, self._replay_capacity, store['terminal'], store['reward'],
+          self._cumulative_discount_vector, kernels=self._kernels)
     if 'reward' in names:
       out['reward'] = returns
     if 'next_action' in names:

@@ -35,7 +35,8 @@ import numpy as np
 
 from dopamine_per.replay_memory import sum_tree_kernels
 
-__all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at']
+__all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at',
+           'compiled_4x8', 'empty_output']
 
 
 # TensorFlow adopts a returned array's memory without copying it (from
@@ -122,7 +123,8 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
     64-byte aligned so that TensorFlow can take it without a copy.
   """
   batch, stack = windows.shape
-  out = _empty((batch,) + frames.shape[1:] + (stack,), frames.dtype, pool)
+  out = empty_output((batch,) + frames.shape[1:] + (stack,), frames.dtype,
+                     pool)
   if not _compiled(frames, kernels) or batch == 0:
     _gather_numpy(frames, windows, out)
     return out
@@ -154,9 +156,9 @@ def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
   Returns:
     As `gather_stacks`.
   """
-  if len(ends) and _packs_4x8(frames, stack) and _compiled(frames, kernels):
-    out = _empty((len(ends),) + frames.shape[1:] + (stack,), frames.dtype,
-                 pool)
+  if len(ends) and compiled_4x8(frames, stack, kernels):
+    out = empty_output((len(ends),) + frames.shape[1:] + (stack,),
+                       frames.dtype, pool)
     sum_tree_kernels.numba_loops.gather_4x8_ending_at(
         frames.reshape(len(frames), -1).view(np.uint8), ends,
         out.reshape(len(ends), -1).view(np.uint32))
@@ -165,9 +167,23 @@ def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
   return gather_stacks(frames, windows, kernels=kernels, pool=pool)
 
 
-def _empty(shape, dtype, pool: Optional[BufferPool]) -> np.ndarray:
+def empty_output(shape: Tuple[int, ...], dtype,
+                 pool: Optional[BufferPool] = None) -> np.ndarray:
+  """An aligned output array, from `pool` if given (see BufferPool)."""
   return (pool.empty(shape, dtype) if pool is not None else
           _aligned_empty(shape, dtype))
+
+
+def compiled_4x8(frames: np.ndarray, stack: int,
+                 kernels: Optional[str] = None) -> bool:
+  """Whether `numba_loops.gather_4x8*` gathers these frames' states.
+
+  Args:
+    frames: the frame storage.
+    stack: int, frames per state.
+    kernels: as for `gather_stacks`.
+  """
+  return _packs_4x8(frames, stack) and _compiled(frames, kernels)
 
 
 def _compiled(frames: np.ndarray, kernels: Optional[str]) -> bool:

@@ -326,3 +326,17 @@ def trajectories_loop(indices, capacity, terminal, rewards, discounts):
     next_indices[b] = (slot + length) % capacity
     returns[b] = total
   return next_indices, is_terminal, returns
+
+
+@jit
+def atari_transitions(frames, terminal, rewards, discounts, indices, out):
+  # trajectories_loop, then the states ending at the indices and the next
+  # states ending at the trajectories' ends (rows b and b + n, in one pass).
+  count = len(indices)
+  next_indices, is_terminal, returns = trajectories_loop(
+      indices, frames.shape[0], terminal, rewards, discounts)
+  ends = np.empty(2 * count, dtype=np.int64)
+  ends[:count] = indices
+  ends[count:] = next_indices
+  gather_4x8_ending_at(frames, ends, out)
+  return next_indices, is_terminal, returns

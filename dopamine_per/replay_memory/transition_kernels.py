@@ -35,10 +35,11 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from dopamine_per.replay_memory import frame_stacks
 from dopamine_per.replay_memory import sum_tree_kernels
 
-__all__ = ['trajectories', 'trajectories_numpy', 'valid_mask',
-           'valid_mask_numpy']
+__all__ = ['trajectories', 'trajectories_numpy', 'trajectories_and_states',
+           'valid_mask', 'valid_mask_numpy']
 
 
 def valid_mask_numpy(indices: np.ndarray, capacity: int, add_count: int,
@@ -178,9 +179,58 @@ def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
   Returns:
     (next_indices, is_terminal, returns), see `trajectories_numpy`.
   """
-  if (_compiled(kernels) and terminal.ndim == 1 and rewards.ndim == 1 and
-      rewards.dtype == np.float32 and discounts.dtype == np.float32 and
-      len(discounts) < _SEQUENTIAL_SUM_LIMIT):
+  if _compiled_trajectories(terminal, rewards, discounts, kernels):
     return sum_tree_kernels.numba_loops.trajectories_loop(
         indices, capacity, terminal, rewards, discounts)
   return trajectories_numpy(indices, capacity, terminal, rewards, discounts)
+
+
+def _compiled_trajectories(terminal: np.ndarray, rewards: np.ndarray,
+                           discounts: np.ndarray, kernels: Optional[str]
+                          ) -> bool:
+  return (_compiled(kernels) and terminal.ndim == 1 and rewards.ndim == 1 and
+          rewards.dtype == np.float32 and discounts.dtype == np.float32 and
+          len(discounts) < _SEQUENTIAL_SUM_LIMIT)
+
+
+def trajectories_and_states(
+    indices: np.ndarray, frames: np.ndarray, stack: int,
+    terminal: np.ndarray, rewards: np.ndarray, discounts: np.ndarray,
+    kernels: Optional[str] = None,
+    pool: Optional[frame_stacks.BufferPool] = None
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """`trajectories`, and the states ending at the slots and at their ends.
+
+  For Atari-like memories (4 one-byte frames, float32 rewards) with Numba,
+  one compiled call does both; otherwise `trajectories` then
+  `frame_stacks.gather_stacks_ending_at`.
+
+  Args:
+    indices: 1-D int64 array of valid slots.
+    frames: array [capacity, *observation_shape], the frame storage.
+    stack: int, frames per state.
+    terminal, rewards, discounts, kernels: see `trajectories`.
+    pool: as for `frame_stacks.gather_stacks`.
+
+  Returns:
+    (next_indices, is_terminal, returns, stacks): the first three as
+    `trajectories`; stacks [2 * batch, *observation_shape, stack], the
+    states ending at `indices`, then those ending at `next_indices`.
+  """
+  count = len(indices)
+  if (count and frame_stacks.compiled_4x8(frames, stack, kernels) and
+      _compiled_trajectories(terminal, rewards, discounts, kernels)):
+    stacks = frame_stacks.empty_output(
+        (2 * count,) + frames.shape[1:] + (stack,), frames.dtype, pool)
+    next_indices, is_terminal, returns = (
+        sum_tree_kernels.numba_loops.atari_transitions(
+            frames.reshape(len(frames), -1).view(np.uint8), terminal,
+            rewards, discounts, indices,
+            stacks.reshape(2 * count, -1).view(np.uint32)))
+    return next_indices, is_terminal, returns, stacks
+  next_indices, is_terminal, returns = trajectories(
+      indices, len(frames), terminal, rewards, discounts, kernels=kernels)
+  stacks = frame_stacks.gather_stacks_ending_at(
+      frames, np.concatenate([indices, next_indices]), stack,
+      kernels=kernels, pool=pool)
+  return next_indices, is_terminal, returns, stacks

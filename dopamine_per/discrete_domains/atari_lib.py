@@ -242,8 +242,37 @@ def area_resize_matrix(source: int, target: int) -> np.ndarray:
   return (overlap / scale).astype(np.float32)
 
 
+class EnvironmentWrapper(object):
+  """What a Dopamine environment wrapper passes through to `environment`.
+
+  Subclasses set `self.environment` and define the observation space, the
+  seeding, `reset` and `step`.
+  """
+
+  environment = None
+
+  @property
+  def action_space(self):
+    return self.environment.action_space
+
+  @property
+  def reward_range(self):
+    return getattr(self.environment, 'reward_range', (-np.inf, np.inf))
+
+  @property
+  def metadata(self):
+    return self.environment.metadata
+
+  def seed(self, seed: Optional[int]) -> None:
+    """Seeds the next reset (later resets continue the same stream)."""
+    self._seed = seed  # pylint: disable=attribute-defined-outside-init
+
+  def close(self):
+    return self.environment.close()
+
+
 @gin.configurable
-class AtariPreprocessing(object):
+class AtariPreprocessing(EnvironmentWrapper):
   """Dopamine's Atari preprocessing around an ALE gymnasium environment.
 
   Frame skipping, max-pooling of the last two grayscale frames, area resize
@@ -291,6 +320,7 @@ class AtariPreprocessing(object):
     self._columns = area_resize_matrix(width, screen_size).T.copy()
     self.game_over = False
     self.lives = 0
+    self._seed = None
 
   @property
   def observation_space(self):
@@ -298,28 +328,9 @@ class AtariPreprocessing(object):
     return gymnasium.spaces.Box(low=0, high=255, dtype=np.uint8,
                                 shape=(self.screen_size, self.screen_size, 1))
 
-  @property
-  def action_space(self):
-    return self.environment.action_space
-
-  @property
-  def reward_range(self):
-    return getattr(self.environment, 'reward_range', (-np.inf, np.inf))
-
-  @property
-  def metadata(self):
-    return self.environment.metadata
-
-  def close(self):
-    return self.environment.close()
-
-  def seed(self, seed: Optional[int]) -> None:
-    """Seeds the next reset (the ALE's random number generator)."""
-    self._seed = seed
-
   def reset(self) -> np.ndarray:
     """Starts a new game; returns the first [84, 84, 1] observation."""
-    seed, self._seed = getattr(self, '_seed', None), None
+    seed, self._seed = self._seed, None
     self.environment.reset(seed=seed)
     self.lives = self._ale.lives()
     self.game_over = False

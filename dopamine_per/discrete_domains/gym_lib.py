@@ -92,7 +92,7 @@ def create_gym_environment(environment_name: Optional[str] = None,
 
 
 @gin.configurable
-class GymPreprocessing(object):
+class GymPreprocessing(atari_lib.EnvironmentWrapper):
   """Adapts a gymnasium environment to Dopamine's four-value `step`.
 
   Attributes:
@@ -110,22 +110,6 @@ class GymPreprocessing(object):
   def observation_space(self):
     return self.environment.observation_space
 
-  @property
-  def action_space(self):
-    return self.environment.action_space
-
-  @property
-  def reward_range(self):
-    return getattr(self.environment, 'reward_range', (-np.inf, np.inf))
-
-  @property
-  def metadata(self):
-    return self.environment.metadata
-
-  def seed(self, seed: Optional[int]) -> None:
-    """Seeds the next reset (later resets continue the same stream)."""
-    self._seed = seed
-
   def reset(self) -> np.ndarray:
     """Starts an episode; returns the first observation."""
     seed, self._seed = self._seed, None
@@ -141,9 +125,6 @@ class GymPreprocessing(object):
     info['TimeLimit.truncated'] = bool(truncated and not terminated)
     self.game_over = bool(terminated)
     return observation, reward, self.game_over, info
-
-  def close(self):
-    return self.environment.close()
 
 
 @gin.configurable

@@ -45,13 +45,6 @@ __all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at',
 _ALIGNMENT = 64
 
 
-def _aligned_empty(shape, dtype) -> np.ndarray:
-  """np.empty whose data starts on a _ALIGNMENT-byte boundary."""
-  nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-  return _aligned_view(np.empty(nbytes + _ALIGNMENT, dtype=np.uint8), shape,
-                       dtype)
-
-
 class BufferPool(object):
   """Reuses the memory of earlier outputs once nothing refers to them.
 
@@ -90,12 +83,8 @@ class BufferPool(object):
     return entry
 
 
-def _aligned_view(raw: np.ndarray, shape, dtype) -> np.ndarray:
-  """The _ALIGNMENT-aligned array of `shape` inside the bytes of `raw`."""
-  dtype = np.dtype(dtype)
-  nbytes = math.prod(shape) * dtype.itemsize
-  offset = -raw.ctypes.data % _ALIGNMENT
-  return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+# Fresh aligned memory for every output: a pool that keeps nothing.
+_UNPOOLED = BufferPool(size=0)
 
 
 def _gather_numpy(frames: np.ndarray, windows: np.ndarray,
@@ -170,8 +159,7 @@ def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
 def empty_output(shape: Tuple[int, ...], dtype,
                  pool: Optional[BufferPool] = None) -> np.ndarray:
   """An aligned output array, from `pool` if given (see BufferPool)."""
-  return (pool.empty(shape, dtype) if pool is not None else
-          _aligned_empty(shape, dtype))
+  return (pool or _UNPOOLED).empty(shape, dtype)
 
 
 def compiled_4x8(frames: np.ndarray, stack: int,

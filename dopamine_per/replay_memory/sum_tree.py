@@ -100,6 +100,19 @@ def _cache_aligned_zeros(size: int) -> np.ndarray:
   return raw[start:start + size]
 
 
+def _check_batch_size(batch_size: Any, minimum: int, expected: str) -> None:
+  """Raises ValueError unless batch_size is an int (not a bool) >= minimum."""
+  if type(batch_size) is int:  # pylint: disable=unidiomatic-typecheck
+    valid = batch_size >= minimum  # The common case, without ABC checks.
+  else:
+    valid = (not isinstance(batch_size, bool) and
+             isinstance(batch_size, numbers.Integral) and
+             batch_size >= minimum)
+  if not valid:
+    raise ValueError('batch_size must be {}. Got: {}'.format(expected,
+                                                            batch_size))
+
+
 @functools.lru_cache(maxsize=64)
 def _whole_range(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   """Lower edges (0) and widths (1) of `batch_size` independent draws."""
@@ -442,11 +455,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    if type(batch_size) is not int and (  # pylint: disable=unidiomatic-typecheck
-        isinstance(batch_size, bool) or
-        not isinstance(batch_size, numbers.Integral)) or batch_size < 0:
-      raise ValueError(
-          'batch_size must be an integer >= 0. Got: {}'.format(batch_size))
+    _check_batch_size(batch_size, 0, 'an integer >= 0')
     return self._descend_strata(*_whole_range(int(batch_size)))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
@@ -468,11 +477,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    if type(batch_size) is not int and (  # pylint: disable=unidiomatic-typecheck
-        isinstance(batch_size, bool) or
-        not isinstance(batch_size, numbers.Integral)) or batch_size <= 0:
-      raise ValueError(
-          'batch_size must be a positive integer. Got: {}'.format(batch_size))
+    _check_batch_size(batch_size, 1, 'a positive integer')
     return self._descend_strata(*_strata(int(batch_size)))
 
   def _uniforms(self, count: int) -> np.ndarray:

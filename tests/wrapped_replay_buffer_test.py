@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import prioritized_replay_buffer
 
 ReplayElement = circular_replay_buffer.ReplayElement
@@ -139,6 +140,9 @@ class SamplingOpsTest(GraphTestCase):
     self.assertIs(replay.indices, replay.transition['indices'])
     self.assertIn('replay_sample_py_func',
                   replay.transition['state'].op.name)
+    # Handed over without TF's per-output conversion (numpy_function_test).
+    self.assertTrue(numpy_function.uses_direct_outputs(
+        replay.transition['state'].op))
 
   @parameterized.parameters(True, False)
   def test_each_run_samples_a_fresh_batch(self, prioritized):
@@ -255,8 +259,11 @@ class PriorityOpsTest(GraphTestCase):
     replay = self.wrapper()
     _fill(replay, 20)
     indices = np.arange(2, 9, dtype=np.int32)
-    self.session.run(replay.tf_set_priority(indices, np.arange(7.0)))
+    setter = replay.tf_set_priority(indices, np.arange(7.0))
+    self.assertTrue(numpy_function.uses_direct_outputs(setter))
+    self.session.run(setter)
     fetched = replay.tf_get_priority(np.flip(indices))
+    self.assertTrue(numpy_function.uses_direct_outputs(fetched.op))
     self.assertEqual(fetched.shape.as_list(), [7])
     self.assertEqual(fetched.dtype, tf.float32)
     self.assertIn('prioritized_replay_get_priority_py_func', fetched.op.name)

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 
@@ -372,9 +373,9 @@ class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer)
       A tf.Operation; running it writes the priorities, or raises
       tf.errors.InvalidArgumentError naming the bad value and writes nothing.
     """
-    return tf.numpy_function(
+    return numpy_function.numpy_function(
         self.memory.set_priority, [indices, priorities], [],
-        stateful=True, name='prioritized_replay_set_priority_py_func')
+        name='prioritized_replay_set_priority_py_func')
 
   def tf_get_priority(self, indices) -> tf.Tensor:
     """Returns a float32 tensor of shape [n]: the priorities at `indices`.
@@ -383,8 +384,8 @@ class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer)
       indices: int tensor of shape [n], memory indices.
     """
     indices = tf.convert_to_tensor(indices)
-    priorities = tf.numpy_function(
-        self.memory.get_priority, [indices], tf.float32,
-        stateful=True, name='prioritized_replay_get_priority_py_func')
+    priorities, = numpy_function.numpy_function(
+        self.memory.get_priority, [indices], [tf.float32],
+        name='prioritized_replay_get_priority_py_func')
     priorities.set_shape(indices.shape)
     return priorities

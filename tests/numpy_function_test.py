@@ -1,0 +1,108 @@
+"""Tests for dopamine_per.replay_memory.numpy_function.
+
+The op must behave as `tf.numpy_function(..., stateful=True)` does, values,
+dtypes and errors alike, while handing contiguous arrays over unconverted.
+"""
+
+import gc
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.replay_memory import numpy_function
+
+
+class NumpyFunctionTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.graph = tf.Graph()
+    context = self.graph.as_default()
+    context.__enter__()
+    self.addCleanup(context.__exit__, None, None, None)
+    self.session = tf.compat.v1.Session(graph=self.graph)
+    self.addCleanup(self.session.close)
+
+  def test_outputs_match_tf_numpy_function(self):
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+    def outputs(x):
+      # Contiguous, strided, a list, a 0-d array and a Python scalar.
+      return (x * 2, base[:, ::2], [1, 2, 3], np.int64(7), 2.5)
+
+    types = [tf.int32, tf.float32, tf.int64, tf.int64, tf.float64]
+    x = tf.constant([1, 2, 3], dtype=tf.int32)
+    ours = numpy_function.numpy_function(outputs, [x], types, name='ours')
+    theirs = tf.numpy_function(outputs, [x], types, stateful=True)
+    self.assertTrue(numpy_function.uses_direct_outputs(ours[0].op))
+    self.assertFalse(numpy_function.uses_direct_outputs(theirs[0].op))
+    got_ours, got_theirs = self.session.run([ours, theirs])
+    for mine, reference in zip(got_ours, got_theirs):
+      np.testing.assert_array_equal(mine, reference)
+      self.assertEqual(mine.dtype, reference.dtype)
+    np.testing.assert_array_equal(got_ours[1], base[:, ::2])
+    self.assertEqual(ours[0].op.name, 'ours')
+
+  def test_no_outputs_returns_an_op_that_runs(self):
+    calls = []
+    op = numpy_function.numpy_function(
+        lambda v: calls.append(v.copy()), [tf.constant([5, 6])], [],
+        name='record')
+    self.assertIsInstance(op, tf.Operation)
+    self.assertTrue(numpy_function.uses_direct_outputs(op))
+    self.session.run(op)
+    self.session.run(op)
+    self.assertLen(calls, 2)
+    np.testing.assert_array_equal(calls[0], [5, 6])
+
+  def test_a_single_array_result_is_one_output(self):
+    out, = numpy_function.numpy_function(
+        lambda: np.ones(3, np.float32), [], [tf.float32], name='single')
+    np.testing.assert_array_equal(self.session.run(out), [1, 1, 1])
+
+  def test_wrong_dtype_still_raises(self):
+    out, = numpy_function.numpy_function(
+        lambda: np.zeros(2, np.float64), [], [tf.float32], name='wrong')
+    with self.assertRaises(tf.errors.InvalidArgumentError):
+      self.session.run(out)
+
+  def test_wrong_count_still_raises(self):
+    out = numpy_function.numpy_function(
+        lambda: [np.zeros(2, np.float32)], [], [tf.float32, tf.float32],
+        name='short')
+    with self.assertRaises(tf.errors.InvalidArgumentError):
+      self.session.run(out)
+
+  def test_errors_surface_as_tf_numpy_function_surfaces_them(self):
+    def fail():
+      raise ValueError('bad value 42')
+
+    ours, = numpy_function.numpy_function(fail, [], [tf.float32],
+                                          name='fails')
+    theirs = tf.numpy_function(fail, [], [tf.float32], stateful=True)
+    for fetch in (ours, theirs):
+      with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                  'bad value 42'):
+        self.session.run(fetch)
+
+  def test_function_lives_as_long_as_the_graph(self):
+    def make():
+      data = np.arange(5, dtype=np.int32)
+      return numpy_function.numpy_function(lambda: data, [], [tf.int32],
+                                           name='closure')[0]
+
+    out = make()
+    gc.collect()
+    np.testing.assert_array_equal(self.session.run(out), np.arange(5))
+
+  def test_stateful_each_run_calls_again(self):
+    counter = iter(range(100))
+    out, = numpy_function.numpy_function(
+        lambda: np.array(next(counter), np.int64), [], [tf.int64],
+        name='count')
+    self.assertEqual([self.session.run(out) for _ in range(3)], [0, 1, 2])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -132,8 +132,9 @@ class StepGraph(object):
 
 
 def _session_config():
-  # One thread for the math: the prefetch thread needs the other core of a
-  # 2-core machine (with more cores, give the math more threads).
+  # One thread for the math and two inter-op threads: with staging, the
+  # sampling of the next batch runs on the second inter-op thread, on the
+  # other core of a 2-core machine (with more cores, give the math more).
   return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1,
                                   inter_op_parallelism_threads=2)
 
@@ -249,8 +250,9 @@ def format_section(results):
       f'simulated training op ({results["layers"]} dense layers, calibrated '
       'so that, with the priority update of its batch, it costs about one '
       'sample). `train` is that work on a batch held in variables: all a '
-      'step does but sample. Sessions use one thread for the math, leaving a '
-      'core for the prefetch thread. Median milliseconds per session run, '
+      'step does but sample. Sessions use one thread for the math and two '
+      'inter-op threads, so that staging samples the next batch on the other '
+      'core. Median milliseconds per session run, '
       'interleaved. '
       'Method: benchmarks/staging_benchmark.py.',
       '',

@@ -44,6 +44,20 @@ class NumpyFunctionTest(absltest.TestCase):
     np.testing.assert_array_equal(got_ours[1], base[:, ::2])
     self.assertEqual(ours[0].op.name, 'ours')
 
+  def test_inside_a_cond_branch(self):
+    branch_ops = []
+
+    def branch():
+      out, = numpy_function.numpy_function(
+          lambda: np.full(2, 3, np.int32), [], [tf.int32], name='in_branch')
+      branch_ops.append(out.op)
+      return out
+
+    result = tf.cond(tf.constant(True), branch,
+                     lambda: tf.zeros([2], tf.int32))
+    self.assertTrue(numpy_function.uses_direct_outputs(branch_ops[0]))
+    np.testing.assert_array_equal(self.session.run(result), [3, 3])
+
   def test_no_outputs_returns_an_op_that_runs(self):
     calls = []
     op = numpy_function.numpy_function(

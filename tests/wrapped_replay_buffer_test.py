@@ -179,8 +179,7 @@ class StagingTest(GraphTestCase):
     _fill(replay, 90)
     memory = replay.memory
     valid = np.flatnonzero(memory.is_valid_transition(np.arange(100)))
-    self.session.run(replay.indices)  # Fills the stage, stages the next.
-    replay._prefetcher.wait()
+    self.session.run(replay.indices)  # Samples one batch, stages the next.
     # From now on only slot `only` can be sampled.
     only = int(valid[10])
     priorities = np.zeros(100)
@@ -190,6 +189,90 @@ class StagingTest(GraphTestCase):
     self.assertFalse(np.all(staged == only))  # Sampled before the change.
     np.testing.assert_array_equal(self.session.run(replay.indices),
                                   np.full(16, only))
+
+  def _only_slot_from_now_on(self, replay, position=10):
+    """Makes one valid slot the only one with a priority; returns it."""
+    memory = replay.memory
+    only = int(np.flatnonzero(memory.is_valid_transition(
+        np.arange(memory._replay_capacity)))[position])
+    priorities = np.zeros(memory._replay_capacity)
+    priorities[only] = 1.0
+    memory.set_priority(np.arange(memory._replay_capacity), priorities)
+    return only
+
+  def test_a_run_of_the_states_alone_stages_nothing(self):
+    replay = self.wrapper(use_staging=True, batch_size=16)
+    _fill(replay, 90)
+    self.session.run(replay.indices)  # Stages a batch from all slots.
+    only = self._only_slot_from_now_on(replay)
+    self.session.run(replay.states)  # Takes it; stages nothing.
+    # Nothing staged: this run samples its own batch (and stages the next).
+    np.testing.assert_array_equal(self.session.run(replay.indices),
+                                  np.full(16, only))
+
+  def test_only_the_states_skip_the_wait_for_the_next_batch(self):
+    # The networks start on the states at once; everything else waits for
+    # the next batch to be staged, so a training step stages it.
+    replay = self.wrapper(use_staging=True)
+
+    def ancestors(tensor):
+      seen, stack = set(), [tensor.op]
+      while stack:
+        op = stack.pop()
+        if op.name not in seen:
+          seen.add(op.name)
+          stack.extend(t.op for t in op.inputs)
+          stack.extend(op.control_inputs)
+      return seen
+
+    for name, tensor in replay.transition.items():
+      staged = any(n.endswith('stage_next_batch') for n in ancestors(tensor))
+      self.assertEqual(staged, name not in ('state', 'next_state'), name)
+
+  def test_each_session_stages_its_own_batch(self):
+    replay = self.wrapper(use_staging=True, batch_size=16)
+    _fill(replay, 90)
+    other = tf.compat.v1.Session(graph=self.graph)
+    self.addCleanup(other.close)
+    self.session.run(replay.indices)  # Stages a batch from all slots here.
+    only = self._only_slot_from_now_on(replay)
+    np.testing.assert_array_equal(other.run(replay.indices),
+                                  np.full(16, only))
+    self.assertFalse(np.all(self.session.run(replay.indices) == only))
+
+  def test_staging_with_tf1_control_flow(self):
+    # Dopamine's scripts call disable_v2_behavior(): the staging cond is then
+    # a TF1 cond. A subprocess, since the switch is process-wide.
+    code = (
+        'import numpy as np, tensorflow as tf\n'
+        'tf.compat.v1.disable_v2_behavior()\n'
+        'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
+        'replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(\n'
+        '    (3, 3), 2, use_staging=True, replay_capacity=100, batch_size=8,\n'
+        '    update_horizon=2)\n'
+        'for i in range(90):\n'
+        '  replay.add(np.full((3, 3), i, np.uint8), 0, 1.0, int(i % 25 == 24),\n'
+        '             1.0)\n'
+        'indices = replay.transition["indices"]\n'
+        'train = replay.tf_set_priority(\n'
+        '    indices, tf.cast(indices, tf.float32) + 0.5)\n'
+        'with tf.compat.v1.Session() as sess:\n'
+        '  for _ in range(4):\n'
+        '    got, _ = sess.run([indices, train])\n'
+        '    assert np.array_equal(replay.memory.get_priority(got),\n'
+        '                          got + 0.5), got\n'
+        '  valid = np.flatnonzero(replay.memory.is_valid_transition(\n'
+        '      np.arange(100)))\n'
+        '  only = int(valid[3])\n'
+        '  priorities = np.zeros(100)\n'
+        '  priorities[only] = 1.0\n'
+        '  replay.memory.set_priority(np.arange(100), priorities)\n'
+        '  staged = sess.run(indices)\n'
+        '  fresh = sess.run(indices)\n'
+        'print(int(np.all(staged == only)), int(np.all(fresh == only)))\n')
+    output = subprocess.run([sys.executable, '-c', code], check=True,
+                            capture_output=True, text=True, cwd=_REPO_ROOT)
+    self.assertEqual(output.stdout.split()[-2:], ['0', '1'])
 
   def test_graph_reads_the_frames_of_its_own_indices(self):
     # The next batch is sampled, into reused memory, while the graph still
@@ -235,7 +318,10 @@ class StagingTest(GraphTestCase):
       np.testing.assert_array_equal(replay.memory.get_priority(indices),
                                     indices + 0.5)
 
-  def test_load_drops_the_staged_batch(self):
+  def test_load_reaches_the_run_after_the_staged_batch(self):
+    # The staged batch lives in the session, out of load's reach (see
+    # WrappedReplayBuffer.load): the next run returns it, the one after
+    # samples the loaded contents.
     replay = self.wrapper(use_staging=True, batch_size=16)
     _fill(replay, 90)
     checkpoint_dir = tempfile.mkdtemp()
@@ -249,6 +335,7 @@ class StagingTest(GraphTestCase):
     replay.memory.set_priority(np.arange(100), 1.0)
     self.session.run(replay.indices)  # Stages a batch from all slots.
     replay.load(checkpoint_dir, 0)
+    self.assertFalse(np.all(self.session.run(replay.indices) == only))
     np.testing.assert_array_equal(self.session.run(replay.indices),
                                   np.full(16, only))
 
@@ -357,7 +444,7 @@ class GinTest(absltest.TestCase):
         '  memory = replay.memory\n'
         '  print(json.dumps([memory._replay_capacity, replay.batch_size,\n'
         '                    memory._batch_size, memory._max_sample_attempts,\n'
-        '                    replay._prefetcher is not None,\n'
+        '                    replay._staging_area is not None,\n'
         '                    replay.transition["state"].shape.as_list()]))\n'
         'try:\n'
         '  gin.parse_config("WrappedPrioritizedReplayBuffer.gamma = 0.5")\n'

@@ -31,7 +31,6 @@ import math
 import mmap
 import numbers
 import operator
-import queue
 import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -40,6 +39,7 @@ from absl import logging
 import gin
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import frame_stacks
@@ -75,6 +75,10 @@ STORE_FILENAME_PREFIX = '$store$_'
 DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 
 _STATE_FORMAT_VERSION = 1
+
+# Transition elements a training step feeds its networks first; with staging
+# they do not wait for the next batch to be staged (see create_sampling_ops).
+_NETWORK_INPUTS = ('state', 'next_state')
 
 # Result of checking whether values of one dtype may be stored in another.
 _CAST_OK, _CAST_IF_IN_RANGE, _CAST_REFUSED = 0, 1, 2
@@ -1374,87 +1378,6 @@ class OutOfGraphReplayBuffer(object):
       self._rng.bit_generator.state = pending['rng_state']
 
 
-class _Prefetcher(object):
-  """Samples the next batch on a worker thread while the graph trains.
-
-  TensorFlow runs only the ops a fetch depends on, so a staging area's `put`
-  either waits on the training step's critical path or is never run unless
-  the caller groups it with the train op. This prefetcher needs neither: each
-  call returns the batch staged by the previous call (sampling one now if
-  none is staged, i.e. on the first call) and immediately stages the next
-  one on a single worker thread. The sampling then overlaps with whatever
-  the graph computes from the returned batch, and a step costs about
-  max(sample, train) instead of their sum.
-  """
-
-  def __init__(self, sample_fn: Callable[[], Sequence[np.ndarray]]):
-    self._sample_fn = sample_fn
-    self._lock = threading.Lock()  # One caller at a time.
-    # Created with the worker thread, on the first call.
-    self._requests: Optional[queue.SimpleQueue] = None
-    self._results: Optional[queue.SimpleQueue] = None
-    self._pending = False  # The worker is sampling, or has sampled, a batch.
-    self._ready = None  # (batch, error) taken from the worker by `wait`.
-
-  def __call__(self) -> Sequence[np.ndarray]:
-    # The call is on the training step's critical path: queues and a plain
-    # thread cost ~4 us here, an executor's futures ~10 us.
-    with self._lock:
-      if self._requests is None:
-        self._requests, self._results = queue.SimpleQueue(), queue.SimpleQueue()
-        threading.Thread(target=_prefetch_loop,
-                         args=(self._requests, self._results),
-                         name='replay_prefetch', daemon=True).start()
-      batch, error = self._take()
-      if error is not None:
-        raise error  # The sampler's error; the next call samples afresh.
-      self._requests.put(self._sample_fn)
-      self._pending = True
-      return batch
-
-  def _take(self) -> Tuple[Any, Optional[BaseException]]:
-    """The staged (batch, error), sampled now if none is; lock held."""
-    if self._ready is None:
-      if not self._pending:
-        self._requests.put(self._sample_fn)
-      self._ready = self._results.get()
-    self._pending = False
-    ready, self._ready = self._ready, None
-    return ready
-
-  def wait(self) -> None:
-    """Blocks until the staged batch, if any, has been sampled."""
-    with self._lock:
-      if self._pending:
-        self._ready = self._results.get()
-        self._pending = False
-
-  def discard(self) -> None:
-    """Drops the staged batch (e.g. after the memory was reloaded)."""
-    with self._lock:
-      if self._pending:
-        self._results.get()
-        self._pending = False
-      self._ready = None
-
-  def __del__(self):
-    if self._requests is not None:
-      self._requests.put(None)  # Ends the worker.
-
-
-def _prefetch_loop(requests: queue.SimpleQueue,
-                   results: queue.SimpleQueue) -> None:
-  """The prefetch worker: runs each requested sampler, until given None."""
-  while True:
-    sample_fn = requests.get()
-    if sample_fn is None:
-      return
-    try:
-      results.put((sample_fn(), None))
-    except Exception as error:  # pylint: disable=broad-except
-      results.put((None, error))
-
-
 @gin.configurable(
     denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
 class WrappedReplayBuffer(object):
@@ -1462,9 +1385,9 @@ class WrappedReplayBuffer(object):
 
   Every `session.run` that needs a tensor of `transition` (or the legacy
   attributes `states`, `actions`, ...) samples a fresh batch through a
-  `tf.numpy_function`. With `use_staging=True` the batch is prefetched: each
-  run returns the batch staged during the previous run and stages the next,
-  so sampling overlaps with the training step.
+  `tf.numpy_function`. With `use_staging=True` each run returns the batch
+  staged by the previous run and stages the next one, sampled while the
+  graph trains on the current one (see `create_sampling_ops`).
 
   Attributes:
     memory: the out-of-graph replay memory; `add`, `save` and `load` go to it.
@@ -1549,21 +1472,65 @@ class WrappedReplayBuffer(object):
     self.memory.add(observation, action, reward, terminal, *args, **kwargs)
 
   def create_sampling_ops(self, use_staging: bool) -> None:
-    """Builds the sampling op and fills `transition` and legacy attributes.
+    """Builds the sampling ops and fills `transition` and legacy attributes.
+
+    Without staging, the transition tensors are the outputs of one
+    `tf.numpy_function` that samples a batch.
+
+    With staging, a `StagingArea` in the session holds the next batch. A run
+    takes the staged batch (or samples one, when none is staged: the first
+    run) and then samples the next one into the area. That sampling runs on
+    another of TensorFlow's inter-op threads while the graph trains: the
+    `state` and `next_state` tensors come straight from the area, and the
+    other elements (actions, rewards, indices, ...) are released once the
+    next batch is staged. A training step reads them only after its
+    networks have run on the states, so the sampling overlaps with that work
+    and a step costs about max(sample, train). A run that reads nothing but
+    the states stages nothing; the next run then samples its own batch.
 
     Args:
       use_staging: bool, prefetch the next batch while the graph trains.
     """
     elements = self.memory.get_transition_elements()
-    sample = self.memory.sample_transition_batch
-    self._prefetcher = _Prefetcher(sample) if use_staging else None
     with tf.name_scope('sample_replay'), tf.device('/cpu:*'):
-      tensors = numpy_function.numpy_function(
-          self._prefetcher or sample, [], [e.type for e in elements],
-          name='replay_sample_py_func')
-      for tensor, element in zip(tensors, elements):
-        tensor.set_shape(element.shape)
+      if use_staging:
+        tensors = self._staged_sampling_ops(elements)
+      else:
+        self._staging_area = None
+        tensors = self._sampling_op(elements, 'replay_sample_py_func')
     self.unpack_transition(tensors, elements)
+
+  def _sampling_op(self, elements: Sequence[ReplayElement], name: str
+                  ) -> List[tf.Tensor]:
+    """A py_func op sampling one batch, its outputs' static shapes set."""
+    tensors = numpy_function.numpy_function(
+        self.memory.sample_transition_batch, [], [e.type for e in elements],
+        name=name)
+    for tensor, element in zip(tensors, elements):
+      tensor.set_shape(element.shape)
+    return tensors
+
+  def _staged_sampling_ops(self, elements: Sequence[ReplayElement]
+                          ) -> List[tf.Tensor]:
+    """The transition tensors with staging (see `create_sampling_ops`)."""
+    area = data_flow_ops.StagingArea(
+        [tf.as_dtype(e.type) for e in elements],
+        shapes=[e.shape for e in elements])
+    self._staging_area = area
+    batch = tf.cond(area.size() > 0, area.get,
+                    lambda: self._sampling_op(elements,
+                                              'replay_sample_py_func'))
+    batch = batch if isinstance(batch, (list, tuple)) else [batch]
+    with tf.control_dependencies(batch):  # The area holds one batch at most.
+      stage = area.put(self._sampling_op(elements, 'replay_stage_py_func'),
+                       name='stage_next_batch')
+    tensors = []
+    for tensor, element in zip(batch, elements):
+      if element.name not in _NETWORK_INPUTS:
+        with tf.control_dependencies([stage]):
+          tensor = tf.identity(tensor, name=element.name)
+      tensors.append(tensor)
+    return tensors
 
   def unpack_transition(self, transition_tensors, transition_type) -> None:
     """Names the sampled tensors: `transition` and the legacy attributes."""
@@ -1586,9 +1553,9 @@ class WrappedReplayBuffer(object):
   def load(self, checkpoint_dir: str, suffix) -> None:
     """Loads the memory (see `OutOfGraphReplayBuffer.load`).
 
-    A batch staged before the load is dropped, so the next run samples the
-    loaded contents.
+    With staging, a batch staged before the load (one per session at most)
+    lives in the session, out of the memory's reach: the next run returns
+    it, and the run after samples the loaded contents. Dopamine's runners
+    load before training, when nothing is staged.
     """
     self.memory.load(checkpoint_dir, suffix)
-    if self._prefetcher is not None:
-      self._prefetcher.discard()

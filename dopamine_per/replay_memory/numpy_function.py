@@ -17,6 +17,8 @@ uses TF internals (`script_ops._py_funcs`, `EagerFunc`); where they are not
 as expected, the op is left exactly as `tf.numpy_function` made it.
 """
 
+import ctypes
+import threading
 from typing import Any, Callable, List, Sequence, Union
 
 import numpy as np
@@ -48,6 +50,8 @@ if _EagerFunc is not None:
 
     def __call__(self, device, token, args) -> List[np.ndarray]:
       del device, token
+      if not getattr(_THREAD, 'state_kept', False):
+        _keep_thread_state()
       result = self._func(*args)
       if result is None:
         return []
@@ -56,6 +60,24 @@ if _EagerFunc is not None:
       return [value if type(value) is np.ndarray and  # pylint: disable=unidiomatic-typecheck
               value.flags.c_contiguous and value.dtype.kind not in 'OSU'
               else _convert(value) for value in result]
+
+
+_THREAD = threading.local()
+
+
+def _keep_thread_state() -> None:
+  """Keeps the calling (TensorFlow) thread's Python thread state alive.
+
+  The PyFunc kernel runs on TensorFlow's threads, which Python does not
+  know: each call takes the GIL with `PyGILState_Ensure`, which creates a
+  Python thread state, and releases it with `PyGILState_Release`, which
+  destroys it again (with its frame stack's memory): ~25 us of every call
+  here. One unmatched `PyGILState_Ensure` keeps the state, so later calls
+  on this thread reuse it. TensorFlow's inter-op threads live as long as
+  the process, so this keeps one state per thread, not per call.
+  """
+  ctypes.pythonapi.PyGILState_Ensure()
+  _THREAD.state_kept = True
 
 
 def numpy_function(func: Callable[..., Any], inp: Sequence[Any],
@@ -87,9 +109,13 @@ def _register_direct(op: tf.Operation, func: Callable[..., Any],
   """Replaces the registry's callable for `op` with a `_DirectOutputs`."""
   if _EagerFunc is None:
     return
+  graph = op.graph
+  # Ops in a function body (a tf.cond branch) keep their py_funcs in the
+  # outermost graph, as tf.numpy_function does.
+  while getattr(graph, 'outer_graph', None) is not None:
+    graph = graph.outer_graph
   try:
     token = op.get_attr('token').decode('ascii')
-    graph = op.graph
     registered = _FUNCS.get(token)
     kept = graph._py_funcs_used_in_graph  # pylint: disable=protected-access
   except (AttributeError, ValueError, TypeError):

@@ -5,6 +5,7 @@ dtypes and errors alike, while handing contiguous arrays over unconverted.
 """
 
 import gc
+import threading
 
 from absl.testing import absltest
 import numpy as np
@@ -57,6 +58,22 @@ class NumpyFunctionTest(absltest.TestCase):
                      lambda: tf.zeros([2], tf.int32))
     self.assertTrue(numpy_function.uses_direct_outputs(branch_ops[0]))
     np.testing.assert_array_equal(self.session.run(result), [3, 3])
+
+  def test_tf_threads_keep_their_python_thread_state(self):
+    # A thread-local value lives in the thread state: it survives from one
+    # call to the next on a TF thread only if the state is kept.
+    local = threading.local()
+    seen = {}
+
+    def probe():
+      ident = threading.get_ident()
+      survived = ident not in seen or getattr(local, 'mark', None) == ident
+      seen[ident] = True
+      local.mark = ident
+      return np.array(survived)
+
+    out, = numpy_function.numpy_function(probe, [], [tf.bool], name='probe')
+    self.assertTrue(all(self.session.run(out) for _ in range(20)))
 
   def test_no_outputs_returns_an_op_that_runs(self):
     calls = []

@@ -12,18 +12,10 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per.replay_memory import numpy_function
+from tests import graph_util
 
 
-class NumpyFunctionTest(absltest.TestCase):
-
-  def setUp(self):
-    super().setUp()
-    self.graph = tf.Graph()
-    context = self.graph.as_default()
-    context.__enter__()
-    self.addCleanup(context.__exit__, None, None, None)
-    self.session = tf.compat.v1.Session(graph=self.graph)
-    self.addCleanup(self.session.close)
+class NumpyFunctionTest(graph_util.GraphTestCase):
 
   def test_outputs_match_tf_numpy_function(self):
     base = np.arange(24, dtype=np.float32).reshape(4, 6)

@@ -22,6 +22,7 @@ import tensorflow as tf
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from tests import graph_util
 
 ReplayElement = circular_replay_buffer.ReplayElement
 
@@ -43,17 +44,8 @@ def _fill(replay, count, seed=0, episode=25):
     replay.add(*args)
 
 
-class GraphTestCase(parameterized.TestCase):
-  """Each test builds its ops in a fresh graph with its own session."""
-
-  def setUp(self):
-    super().setUp()
-    self.graph = tf.Graph()
-    context = self.graph.as_default()
-    context.__enter__()
-    self.addCleanup(context.__exit__, None, None, None)
-    self.session = tf.compat.v1.Session(graph=self.graph)
-    self.addCleanup(self.session.close)
+class GraphTestCase(graph_util.GraphTestCase):
+  """A graph and session per test, and a wrapper factory."""
 
   def wrapper(self, prioritized=True, **kwargs):
     config = dict(observation_shape=(3, 3), stack_size=2,

@@ -127,5 +127,15 @@ class NumpyFunctionTest(graph_util.GraphTestCase):
     self.assertEqual([self.session.run(out) for _ in range(3)], [0, 1, 2])
 
 
+class EagerTest(absltest.TestCase):
+
+  def test_eagerly_it_is_tf_numpy_function(self):
+    self.assertTrue(tf.executing_eagerly())
+    out, = numpy_function.numpy_function(
+        lambda x: x * 2, [tf.constant([1.0, 2.0])], [tf.float32],
+        name='eager')
+    np.testing.assert_array_equal(out.numpy(), [2.0, 4.0])
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -5,6 +5,8 @@ slot: validity exactly, returns bit for bit with Dopamine's formula.
 """
 
 import os
+import shutil
+import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -115,9 +117,6 @@ class TrajectoriesTest(parameterized.TestCase):
         np.testing.assert_array_equal(returns[b], expected[2])
 
 
-if __name__ == '__main__':
-  absltest.main()
-
 
 class MemoryKernelsTest(absltest.TestCase):
   """A memory with NumPy's loops and one with Numba's give the same batches."""
@@ -148,3 +147,31 @@ class MemoryKernelsTest(absltest.TestCase):
                    for m in memories]
         for mine, other in zip(*batches):
           np.testing.assert_array_equal(mine, other)
+
+  def test_the_compiled_atari_path_follows_a_load(self):
+    # The memory keeps its compiled Atari path, which holds the storage
+    # arrays; a load replaces them, and the path must read the new ones.
+    def memory():
+      with mock.patch.dict(os.environ, {sum_tree_kernels.KERNELS_ENV: 'numba'}):
+        return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+            (6, 6), 4, 200, 16, update_horizon=3, gamma=0.9)
+
+    rng = np.random.default_rng(1)
+    saved, loaded = memory(), memory()
+    for source, offset in ((saved, 0), (loaded, 7)):
+      for t in range(150):
+        source.add(np.full((6, 6), (t + offset) % 256, np.uint8), t % 3,
+                   float(rng.random()), int(t % 40 == 39), None)
+    checkpoint_dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    saved.save(checkpoint_dir, 0)
+    loaded.load(checkpoint_dir, 0)
+    self.assertIsNotNone(loaded._atari_transitions)
+    indices = np.flatnonzero(saved.is_valid_transition(np.arange(200)))[:16]
+    for mine, other in zip(loaded.sample_transition_batch(indices=indices),
+                           saved.sample_transition_batch(indices=indices)):
+      np.testing.assert_array_equal(mine, other)
+
+
+if __name__ == '__main__':
+  absltest.main()

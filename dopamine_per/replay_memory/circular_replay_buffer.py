@@ -438,8 +438,13 @@ class OutOfGraphReplayBuffer(object):
     self._refresh_store_arrays()
 
   def _refresh_store_arrays(self) -> None:
-    self._store_arrays = [self._store[e.name]
-                          for e in self.get_storage_signature()]
+    store = self._store
+    self._store_arrays = [store[e.name] for e in self.get_storage_signature()]
+    # The compiled Atari sampling path for this storage, or None.
+    self._atari_transitions = transition_kernels.atari_transitions(
+        store['observation'], self._stack_size, store['terminal'],
+        store['reward'], self._cumulative_discount_vector,
+        kernels=self._kernels)
 
   def get_add_args_signature(self) -> List[ReplayElement]:
     """Returns the elements `add` takes, in order.
@@ -1059,12 +1064,16 @@ class OutOfGraphReplayBuffer(object):
     if 'state' in names or 'next_state' in names:
       # One gather, states first: the Atari kernel builds each state with
       # its next state, which shares frames with it.
-      next_indices, is_terminal, returns, stacks = (
-          transition_kernels.trajectories_and_states(
-              indices, store['observation'], self._stack_size,
-              store['terminal'], store['reward'],
-              self._cumulative_discount_vector, kernels=self._kernels,
-              pool=self._stack_buffers))
+      if self._atari_transitions is not None and len(indices):
+        next_indices, is_terminal, returns, stacks = self._atari_transitions(
+            indices, self._stack_buffers)
+      else:
+        next_indices, is_terminal, returns, stacks = (
+            transition_kernels.trajectories_and_states(
+                indices, store['observation'], self._stack_size,
+                store['terminal'], store['reward'],
+                self._cumulative_discount_vector, kernels=self._kernels,
+                pool=self._stack_buffers))
       out['state'] = stacks[:len(indices)]
       out['next_state'] = stacks[len(indices):]
     else:

@@ -440,7 +440,10 @@ class OutOfGraphReplayBuffer(object):
   def _refresh_store_arrays(self) -> None:
     store = self._store
     self._store_arrays = [store[e.name] for e in self.get_storage_signature()]
-    # The compiled Atari sampling path for this storage, or None.
+    # The sampling loops for this storage, chosen once: validity, and the
+    # compiled Atari path (or None).
+    self._valid_mask_loop = transition_kernels.valid_mask_function(
+        store['terminal'], kernels=self._kernels)
     self._atari_transitions = transition_kernels.atari_transitions(
         store['observation'], self._stack_size, store['terminal'],
         store['reward'], self._cumulative_discount_vector,
@@ -822,10 +825,10 @@ class OutOfGraphReplayBuffer(object):
 
   def _valid_mask(self, indices: np.ndarray) -> np.ndarray:
     """Vectorized validity of a 1-D int64 array of slots (see is_valid...)."""
-    return transition_kernels.valid_mask(
+    return self._valid_mask_loop(
         indices, self._replay_capacity, self._add_count,
         self._update_horizon, self._stack_size, self._episode_end,
-        self._store['terminal'], kernels=self._kernels)
+        self._store['terminal'])
 
   def _invalid_reason(self, index: int) -> str:
     """Explains why slot `index` is not a valid transition (for errors)."""
@@ -918,7 +921,8 @@ class OutOfGraphReplayBuffer(object):
     """
     candidates = np.asarray(candidates, dtype=np.int64)
     valid = self._valid_mask(candidates)
-    if valid.all():  # The common case, in one check.
+    # The common case, in one check (count_nonzero: a third of all()'s cost).
+    if np.count_nonzero(valid) == len(valid):
       return candidates
     pending = np.flatnonzero(~valid)
     failures = 0

@@ -31,7 +31,7 @@ batch of 32) with the same results; `valid_mask` and `trajectories` pick
 one like the sum tree's kernels (see `sum_tree_kernels.get_kernels`).
 """
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from dopamine_per.replay_memory import sum_tree_kernels
 
 __all__ = ['AtariTransitions', 'atari_transitions', 'trajectories',
            'trajectories_numpy', 'trajectories_and_states', 'valid_mask',
-           'valid_mask_numpy']
+           'valid_mask_function', 'valid_mask_numpy']
 
 
 def valid_mask_numpy(indices: np.ndarray, capacity: int, add_count: int,
@@ -155,11 +155,19 @@ def valid_mask(indices: np.ndarray, capacity: int, add_count: int,
   Returns:
     bool array shaped like `indices`.
   """
-  if not _compiled(kernels) or terminal.ndim != 1:
-    return valid_mask_numpy(indices, capacity, add_count, horizon, stack,
-                            episode_end, terminal)
-  return sum_tree_kernels.numba_loops.valid_mask_loop(
+  return valid_mask_function(terminal, kernels)(
       indices, capacity, add_count, horizon, stack, episode_end, terminal)
+
+
+def valid_mask_function(terminal: np.ndarray, kernels: Optional[str] = None
+                       ) -> Callable[..., np.ndarray]:
+  """The function `valid_mask` calls for this terminal array and kernels.
+
+  A memory keeps it, to skip the choice on every sample.
+  """
+  if not _compiled(kernels) or terminal.ndim != 1:
+    return valid_mask_numpy
+  return sum_tree_kernels.numba_loops.valid_mask_loop
 
 
 def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,

@@ -169,14 +169,8 @@ class StagingTest(GraphTestCase):
   def test_runs_return_the_batch_staged_by_the_previous_run(self):
     replay = self.wrapper(use_staging=True, batch_size=16)
     _fill(replay, 90)
-    memory = replay.memory
-    valid = np.flatnonzero(memory.is_valid_transition(np.arange(100)))
     self.session.run(replay.indices)  # Samples one batch, stages the next.
-    # From now on only slot `only` can be sampled.
-    only = int(valid[10])
-    priorities = np.zeros(100)
-    priorities[only] = 1.0
-    memory.set_priority(np.arange(100), priorities)
+    only = self._only_slot_from_now_on(replay)
     staged = self.session.run(replay.indices)
     self.assertFalse(np.all(staged == only))  # Sampled before the change.
     np.testing.assert_array_equal(self.session.run(replay.indices),

@@ -752,7 +752,7 @@ def main(argv):
                                after_adds=options.rss_after_adds)))
     return
   capacity = 2**options.capacity_log2
-  progress = lambda text: print(text, file=sys.stderr, flush=True)
+  progress = timing.print_progress
   implementations = default_implementations()
   results = run_benchmark(capacity, options.fill, options.steady_adds,
                           [int(b) for b in options.batch_sizes],

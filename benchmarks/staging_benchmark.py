@@ -296,7 +296,7 @@ def main(argv):
   options = flags.FLAGS
   results = run_benchmark(
       options.capacity, options.transitions, options.rounds, options.steps,
-      progress=lambda text: print(text, file=sys.stderr, flush=True))
+      progress=timing.print_progress)
   report = format_results(results, sum_tree_benchmark.describe_machine())
   print(report, flush=True)
   if options.output:

@@ -595,7 +595,7 @@ def main(argv):
   results = run_benchmark(
       capacities, batch_sizes, options.rounds, options.burst_seconds,
       options.seed,
-      progress=lambda text: print(text, file=sys.stderr, flush=True))
+      progress=timing.print_progress)
   report = format_results(results, options.rounds, describe_machine())
   print(report, flush=True)
   if options.output:

@@ -166,7 +166,7 @@ class MemoryKernelsTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
     saved.save(checkpoint_dir, 0)
     loaded.load(checkpoint_dir, 0)
-    self.assertIsNotNone(loaded._atari_transitions)
+    self.assertTrue(loaded._transitions_and_states.compiled)
     indices = np.flatnonzero(saved.is_valid_transition(np.arange(200)))[:16]
     for mine, other in zip(loaded.sample_transition_batch(indices=indices),
                            saved.sample_transition_batch(indices=indices)):

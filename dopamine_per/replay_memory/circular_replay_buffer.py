@@ -440,11 +440,10 @@ class OutOfGraphReplayBuffer(object):
   def _refresh_store_arrays(self) -> None:
     store = self._store
     self._store_arrays = [store[e.name] for e in self.get_storage_signature()]
-    # The sampling loops for this storage, chosen once: validity, and the
-    # compiled Atari path (or None).
+    # The sampling loops for this storage, chosen once.
     self._valid_mask_loop = transition_kernels.valid_mask_function(
         store['terminal'], kernels=self._kernels)
-    self._atari_transitions = transition_kernels.atari_transitions(
+    self._transitions_and_states = transition_kernels.TransitionsAndStates(
         store['observation'], self._stack_size, store['terminal'],
         store['reward'], self._cumulative_discount_vector,
         kernels=self._kernels)
@@ -1068,16 +1067,8 @@ class OutOfGraphReplayBuffer(object):
     if 'state' in names or 'next_state' in names:
       # One gather, states first: the Atari kernel builds each state with
       # its next state, which shares frames with it.
-      if self._atari_transitions is not None and len(indices):
-        next_indices, is_terminal, returns, stacks = self._atari_transitions(
-            indices, self._stack_buffers)
-      else:
-        next_indices, is_terminal, returns, stacks = (
-            transition_kernels.trajectories_and_states(
-                indices, store['observation'], self._stack_size,
-                store['terminal'], store['reward'],
-                self._cumulative_discount_vector, kernels=self._kernels,
-                pool=self._stack_buffers))
+      next_indices, is_terminal, returns, stacks = (
+          self._transitions_and_states(indices, self._stack_buffers))
       out['state'] = stacks[:len(indices)]
       out['next_state'] = stacks[len(indices):]
     else:

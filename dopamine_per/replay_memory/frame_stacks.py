@@ -176,9 +176,8 @@ def compiled_4x8(frames: np.ndarray, stack: int,
 
 def _compiled(frames: np.ndarray, kernels: Optional[str]) -> bool:
   """Whether Numba's gathers apply (chosen, and a plain C-contiguous array)."""
-  return (sum_tree_kernels.get_kernels(kernels) is not
-          sum_tree_kernels.NumpyKernels and frames.flags.c_contiguous and
-          frames.dtype.kind in 'uifb')
+  return (sum_tree_kernels.compiled(kernels) and frames.flags.c_contiguous
+          and frames.dtype.kind in 'uifb')
 
 
 def _packs_4x8(frames: np.ndarray, stack: int) -> bool:

@@ -39,7 +39,6 @@ The arithmetic that both share:
 import os
 from typing import Optional
 
-from absl import logging
 import numpy as np
 
 try:
@@ -47,7 +46,8 @@ try:
 except ImportError:  # Numba is not installed: NumPy's kernels only.
   numba_loops = None
 
-__all__ = ['NumpyKernels', 'NumbaKernels', 'get_kernels', 'available']
+__all__ = ['NumpyKernels', 'NumbaKernels', 'get_kernels', 'available',
+           'compiled']
 
 # Environment variable choosing the default kernels: 'numpy', 'numba' or
 # 'auto' (numba when installed).
@@ -275,3 +275,8 @@ def get_kernels(name: Optional[str] = None):
     return NumbaKernels
   raise ValueError("Unknown sum tree kernels {!r}: use 'numpy', 'numba' or "
                    "'auto'.".format(name))
+
+
+def compiled(name: Optional[str] = None) -> bool:
+  """Whether `get_kernels(name)` are Numba's (the memory's loops follow)."""
+  return get_kernels(name) is not NumpyKernels

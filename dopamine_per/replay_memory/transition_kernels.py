@@ -38,9 +38,9 @@ import numpy as np
 from dopamine_per.replay_memory import frame_stacks
 from dopamine_per.replay_memory import sum_tree_kernels
 
-__all__ = ['AtariTransitions', 'atari_transitions', 'trajectories',
-           'trajectories_numpy', 'trajectories_and_states', 'valid_mask',
-           'valid_mask_function', 'valid_mask_numpy']
+__all__ = ['TransitionsAndStates', 'trajectories', 'trajectories_numpy',
+           'trajectories_and_states', 'valid_mask', 'valid_mask_function',
+           'valid_mask_numpy']
 
 
 def valid_mask_numpy(indices: np.ndarray, capacity: int, add_count: int,
@@ -135,11 +135,6 @@ def _returns(rewards: np.ndarray, lengths: np.ndarray,
 _SEQUENTIAL_SUM_LIMIT = 8
 
 
-def _compiled(kernels: Optional[str]) -> bool:
-  return (sum_tree_kernels.get_kernels(kernels) is not
-          sum_tree_kernels.NumpyKernels)
-
-
 def valid_mask(indices: np.ndarray, capacity: int, add_count: int,
                horizon: int, stack: int, episode_end: np.ndarray,
                terminal: np.ndarray, kernels: Optional[str] = None
@@ -165,7 +160,7 @@ def valid_mask_function(terminal: np.ndarray, kernels: Optional[str] = None
 
   A memory keeps it, to skip the choice on every sample.
   """
-  if not _compiled(kernels) or terminal.ndim != 1:
+  if not sum_tree_kernels.compiled(kernels) or terminal.ndim != 1:
     return valid_mask_numpy
   return sum_tree_kernels.numba_loops.valid_mask_loop
 
@@ -197,55 +192,54 @@ def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
 def _compiled_trajectories(terminal: np.ndarray, rewards: np.ndarray,
                            discounts: np.ndarray, kernels: Optional[str]
                           ) -> bool:
-  return (_compiled(kernels) and terminal.ndim == 1 and rewards.ndim == 1 and
-          rewards.dtype == np.float32 and discounts.dtype == np.float32 and
+  return (sum_tree_kernels.compiled(kernels) and terminal.ndim == 1 and
+          rewards.ndim == 1 and rewards.dtype == np.float32 and
+          discounts.dtype == np.float32 and
           len(discounts) < _SEQUENTIAL_SUM_LIMIT)
 
 
-class AtariTransitions(object):
-  """The compiled Atari path of `trajectories_and_states`, checked once.
+class TransitionsAndStates(object):
+  """`trajectories_and_states` for one storage, its path chosen once.
 
-  For 4 one-byte frames per state and float32 rewards, with Numba: one
-  compiled call builds the trajectories and both stacks of a batch. A memory
-  keeps one of these (see `atari_transitions`) so that a sample does not
-  repeat the checks and reshapes, which cost ~5 us of an Atari sample here.
+  For 4 one-byte frames per state and float32 rewards, with Numba, one
+  compiled call builds the trajectories and both stacks of a batch;
+  otherwise `trajectories` then `frame_stacks.gather_stacks_ending_at`. A
+  memory keeps one of these per storage, so that a sample does not redo the
+  choice and the reshapes.
   """
 
-  def __init__(self, frames: np.ndarray, terminal: np.ndarray,
-               rewards: np.ndarray, discounts: np.ndarray):
-    self._frames = frames.reshape(len(frames), -1).view(np.uint8)
-    self._stack_shape = frames.shape[1:] + (4,)
-    self._dtype = frames.dtype
+  def __init__(self, frames: np.ndarray, stack: int, terminal: np.ndarray,
+               rewards: np.ndarray, discounts: np.ndarray,
+               kernels: Optional[str] = None):
+    self._frames, self._stack, self._kernels = frames, stack, kernels
     self._arrays = (terminal, rewards, discounts)
+    self.compiled = (frame_stacks.compiled_4x8(frames, stack, kernels) and
+                     _compiled_trajectories(terminal, rewards, discounts,
+                                            kernels))
+    # The frames as rows of bytes, for the compiled call.
+    self._frame_bytes = (frames.reshape(len(frames), -1).view(np.uint8)
+                         if self.compiled else None)
 
   def __call__(self, indices: np.ndarray,
                pool: Optional[frame_stacks.BufferPool] = None
               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`trajectories_and_states` of `indices` (a non-empty int64 array)."""
+    """See `trajectories_and_states`."""
+    frames = self._frames
+    if not (self.compiled and len(indices)):
+      next_indices, is_terminal, returns = trajectories(
+          indices, len(frames), *self._arrays, kernels=self._kernels)
+      stacks = frame_stacks.gather_stacks_ending_at(
+          frames, np.concatenate([indices, next_indices]), self._stack,
+          kernels=self._kernels, pool=pool)
+      return next_indices, is_terminal, returns, stacks
     rows = 2 * len(indices)
-    stacks = frame_stacks.empty_output((rows,) + self._stack_shape,
-                                       self._dtype, pool)
+    stacks = frame_stacks.empty_output(
+        (rows,) + frames.shape[1:] + (self._stack,), frames.dtype, pool)
     next_indices, is_terminal, returns = (
         sum_tree_kernels.numba_loops.atari_transitions(
-            self._frames, *self._arrays, indices,
+            self._frame_bytes, *self._arrays, indices,
             stacks.reshape(rows, -1).view(np.uint32)))
     return next_indices, is_terminal, returns, stacks
-
-
-def atari_transitions(frames: np.ndarray, stack: int, terminal: np.ndarray,
-                      rewards: np.ndarray, discounts: np.ndarray,
-                      kernels: Optional[str] = None
-                     ) -> Optional[AtariTransitions]:
-  """The compiled Atari path for these arrays, or None if they do not fit.
-
-  Args:
-    frames, stack, terminal, rewards, discounts, kernels: see
-      `trajectories_and_states`.
-  """
-  if (frame_stacks.compiled_4x8(frames, stack, kernels) and
-      _compiled_trajectories(terminal, rewards, discounts, kernels)):
-    return AtariTransitions(frames, terminal, rewards, discounts)
-  return None
 
 
 def trajectories_and_states(
@@ -256,9 +250,8 @@ def trajectories_and_states(
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """`trajectories`, and the states ending at the slots and at their ends.
 
-  For Atari-like memories (4 one-byte frames, float32 rewards) with Numba,
-  one compiled call does both (`AtariTransitions`); otherwise
-  `trajectories` then `frame_stacks.gather_stacks_ending_at`.
+  One compiled call for Atari-like memories with Numba (see
+  `TransitionsAndStates`, which a memory keeps instead of calling this).
 
   Args:
     indices: 1-D int64 array of valid slots.
@@ -272,13 +265,5 @@ def trajectories_and_states(
     `trajectories`; stacks [2 * batch, *observation_shape, stack], the
     states ending at `indices`, then those ending at `next_indices`.
   """
-  compiled = len(indices) and atari_transitions(
-      frames, stack, terminal, rewards, discounts, kernels)
-  if compiled:
-    return compiled(indices, pool)
-  next_indices, is_terminal, returns = trajectories(
-      indices, len(frames), terminal, rewards, discounts, kernels=kernels)
-  stacks = frame_stacks.gather_stacks_ending_at(
-      frames, np.concatenate([indices, next_indices]), stack,
-      kernels=kernels, pool=pool)
-  return next_indices, is_terminal, returns, stacks
+  return TransitionsAndStates(frames, stack, terminal, rewards, discounts,
+                              kernels)(indices, pool)

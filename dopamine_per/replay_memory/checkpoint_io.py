@@ -61,6 +61,7 @@ __all__ = [
     'load_npy_gz',
     'load_pickle_gz',
     'restricted_loads',
+    'non_plain_data',
 ]
 
 # The class Dopamine's checkpoints name for a pickled sum tree.
@@ -208,6 +209,76 @@ class _RestrictedUnpickler(pickle.Unpickler):
     raise UnsafePickleError(
         '{}: refusing persistent id {!r} in a checkpoint pickle.'.format(
             self._filename, pid))
+
+
+# Types whose instances `restricted_loads` rebuilds, exactly (subclasses such
+# as namedtuples, enums or np.matrix pickle their own class: refused).
+_PLAIN_SCALARS = frozenset([type(None), bool, int, float, complex, str, bytes,
+                            bytearray, np.dtype])
+_PLAIN_CONTAINERS = frozenset([list, tuple, set, frozenset])
+
+
+def non_plain_data(value: Any) -> Optional[str]:
+  """Describes the first part of `value` that is not plain data, or None.
+
+  Plain data is what `restricted_loads` rebuilds without running code:
+  None, bools, numbers, strings, bytes, NumPy dtypes, scalars and arrays of
+  non-object dtype, and lists, tuples, sets, frozensets and dicts of those.
+  Nesting depth and shared or cyclic references are handled without
+  recursion.
+
+  Args:
+    value: any object.
+
+  Returns:
+    None if `value` is plain data, else a short description of the first
+    other object found: its type and where it sits, e.g.
+    "a _thread.lock at ['locks'][1]".
+  """
+  # Each entry: (object, path), a path being None or (step, parent path).
+  pending = [(value, None)]
+  seen = set()
+  while pending:
+    item, path = pending.pop()
+    kind = type(item)
+    if kind in _PLAIN_SCALARS:
+      continue
+    if kind is np.ndarray or isinstance(item, np.generic):
+      if not item.dtype.hasobject:
+        continue
+      description = 'a NumPy value of dtype object'
+    elif kind in _PLAIN_CONTAINERS or kind is dict:
+      if id(item) not in seen:
+        seen.add(id(item))
+        if kind is dict:
+          for key, child in item.items():
+            pending.append((key, ('<key {}>'.format(_brief(key)), path)))
+            pending.append((child, ('[{}]'.format(_brief(key)), path)))
+        else:
+          pending.extend((child, ('[{}]'.format(position), path))
+                         for position, child in enumerate(item))
+      continue
+    else:
+      description = 'a {}.{}'.format(kind.__module__, kind.__qualname__)
+    return description + _describe_path(path)
+  return None
+
+
+def _brief(key: Any) -> str:
+  text = repr(key) if type(key) in _PLAIN_SCALARS else type(key).__name__
+  return text if len(text) <= 30 else text[:27] + '...'
+
+
+def _describe_path(path: Any, limit: int = 8) -> str:
+  """' at [a][b]...' for a path of `non_plain_data`, innermost steps kept."""
+  steps = []
+  while path is not None and len(steps) <= limit:
+    step, path = path
+    steps.append(step)
+  if not steps:
+    return ''
+  prefix = '...' if len(steps) > limit else ''
+  return ' at {}{}'.format(prefix, ''.join(reversed(steps[:limit])))
 
 
 # ------------------------------------------------------------------- paths

@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import frame_stacks
 from dopamine_per.replay_memory import numpy_function
@@ -80,8 +81,11 @@ _STATE_FORMAT_VERSION = 1
 # they do not wait for the next batch to be staged (see create_sampling_ops).
 _NETWORK_INPUTS = ('state', 'next_state')
 
-# Result of checking whether values of one dtype may be stored in another.
-_CAST_OK, _CAST_IF_IN_RANGE, _CAST_REFUSED = 0, 1, 2
+# Result of checking whether values of one dtype may be stored in another:
+# always, if every value is in the target's range (integers into integers),
+# if every value converts exactly (floats or complex numbers into integers,
+# complex numbers into floats), or never.
+_CAST_OK, _CAST_IF_IN_RANGE, _CAST_IF_EXACT, _CAST_REFUSED = 0, 1, 2, 3
 
 
 def modulo_range(start: int, length: int, modulo: int) -> np.ndarray:
@@ -119,10 +123,11 @@ def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
     np.ndarray of int64 with shape [stack_size + update_horizon].
 
   Raises:
-    ValueError: If cursor is not in [0, replay_capacity).
+    dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+      as Dopamine asserts) If cursor is not in [0, replay_capacity).
   """
   if not 0 <= cursor < replay_capacity:
-    raise ValueError('cursor must be in [0, {}), got {}'.format(
+    raise errors.ArgumentError('cursor must be in [0, {}), got {}'.format(
         replay_capacity, cursor))
   return modulo_range(cursor - update_horizon, stack_size + update_horizon,
                       replay_capacity)
@@ -249,7 +254,37 @@ def _cast_category(source: np.dtype, target: np.dtype) -> int:
     return _CAST_OK  # Rounding, as for Python numbers.
   if source.kind == 'c' and target.kind == 'c':
     return _CAST_OK
+  if source.kind in 'fc' and target.kind in 'iubf':
+    return _CAST_IF_EXACT
   return _CAST_REFUSED
+
+
+def _first_inexact(values: np.ndarray, target: np.dtype,
+                   low: Optional[int], high: Optional[int]) -> Optional[Any]:
+  """Returns a value of `values` that `target` cannot hold exactly, or None.
+
+  Args:
+    values: a float or complex array (or NumPy scalar).
+    target: the storage dtype (integer, bool or float).
+    low: int, the smallest value of an integer or bool target (else None).
+    high: int, the largest value of an integer or bool target (else None).
+  """
+  values = np.asarray(values)
+  if values.dtype.kind == 'c':
+    imaginary = values.imag != 0
+    if imaginary.any():
+      return values[imaginary].flat[0].item()
+    values = values.real
+  if target.kind == 'f':
+    return None  # A real value, rounded as any float is.
+  # high + 1 is a power of two, so exact as a float (high may not be).
+  exact = np.isfinite(values)
+  exact &= values >= float(low)
+  exact &= values < float(high + 1)
+  exact &= values == np.trunc(values)
+  if exact.all():
+    return None
+  return values[~exact].flat[0].item()
 
 
 def _short_repr(value: Any) -> str:
@@ -342,11 +377,14 @@ class OutOfGraphReplayBuffer(object):
 
     Raises:
       ValueError: If an argument is malformed, or replay_capacity is smaller
-        than update_horizon + stack_size.
+        than update_horizon + stack_size. A non-tuple observation_shape
+        raises dopamine_per.errors.ArgumentError, also an AssertionError (as
+        Dopamine asserts).
     """
     if not isinstance(observation_shape, (tuple, list)):
-      raise ValueError('observation_shape must be a tuple, got {!r}'.format(
-          observation_shape))
+      raise errors.ArgumentError(
+          'observation_shape must be a tuple, got {!r}'.format(
+              observation_shape))
     self._observation_shape = _check_shape('observation_shape',
                                            observation_shape)
     self._stack_size = _check_int('stack_size', stack_size, 1)
@@ -435,6 +473,11 @@ class OutOfGraphReplayBuffer(object):
     self._padding_values = [
         np.zeros(spec.shape, dtype=spec.dtype) if spec.shape else
         spec.dtype.type(0) for spec in self._add_specs]
+    # A subclass's override of Dopamine's `_check_add_types` hook, which
+    # `add` calls (None when not overridden: nothing to call).
+    overridden = (type(self)._check_add_types is not
+                  OutOfGraphReplayBuffer._check_add_types)
+    self._add_check_override = self._check_add_types if overridden else None
     self._refresh_store_arrays()
 
   def _refresh_store_arrays(self) -> None:
@@ -511,8 +554,22 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def add_count(self) -> np.ndarray:
-    """Transitions written so far, padding included (0-d int64 array)."""
+    """Transitions written so far, padding included (0-d int64 array).
+
+    Assignable, as Dopamine's attribute (tests set it to move the cursor):
+    a nonnegative integer, or an integer array holding one.
+    """
     return np.array(self._add_count, dtype=np.int64)
+
+  @add_count.setter
+  def add_count(self, value: Any) -> None:
+    array = np.asarray(value)
+    if (array.size != 1 or array.dtype.kind not in 'iu' or
+        not 0 <= int(array.reshape(())) <= np.iinfo(np.int64).max):
+      raise ValueError('add_count must be an integer in [0, 2**63), got '
+                       '{}'.format(_short_repr(value)))
+    with self._lock:
+      self._add_count = int(array.reshape(()))
 
   @property
   def invalid_range(self) -> np.ndarray:
@@ -570,20 +627,23 @@ class OutOfGraphReplayBuffer(object):
         wrong shape or cannot be stored in its element's dtype (the message
         names the argument, the value or shape given and the one expected).
     """
-    values = [observation, action, reward, terminal]
-    if args:
-      values.extend(args)
-    values = self._check_add_args(values, priority)
+    values = [observation, action, reward, terminal, *args]
+    if priority is not None:
+      values.append(priority)  # As Dopamine: after the positional ones.
+    self._add_values(values, episode_end)
+
+  def _add_values(self, values: List[Any], episode_end: Any) -> None:
+    """Checks the arguments of `add`, then writes them (see `add`)."""
+    if self._add_check_override is not None:
+      self._add_check_override(*values)
+    values = self._check_add_args(values)
     self._add_checked(values, bool(episode_end) or bool(values[3]))
 
-  def _check_add_args(self, values: List[Any], priority: Any = None
-                     ) -> List[Any]:
+  def _check_add_args(self, values: List[Any]) -> List[Any]:
     """Checks (and where needed converts) the arguments of `add`.
 
     Args:
-      values: list of the positional arguments.
-      priority: the `priority` keyword argument; if not None it is appended
-        to the positional ones, as Dopamine does.
+      values: list of the arguments, in `get_add_args_signature` order.
 
     Returns:
       list of values, in `get_add_args_signature` order, ready to be written.
@@ -591,18 +651,46 @@ class OutOfGraphReplayBuffer(object):
     Raises:
       ValueError: see `add`.
     """
-    if priority is not None:
-      values.append(priority)
     specs = self._add_specs
     if len(values) != len(specs):
-      raise ValueError('Add expects {} elements ({}), received {}'.format(
-          len(specs), ', '.join(s.name for s in specs), len(values)))
+      self._check_args_length(*values)
     for position, spec in enumerate(specs):
       value = values[position]
       checked = self._check_add_value(spec, value)
       if checked is not value:
         values[position] = checked
     return values
+
+  def _check_args_length(self, *args: Any) -> None:
+    """Dopamine's hook: checks the number of arguments of `add`.
+
+    Args:
+      *args: the arguments, in `get_add_args_signature` order.
+
+    Raises:
+      ValueError: 'Add expects N elements (names), received M', as Dopamine.
+    """
+    specs = self._add_specs
+    if len(args) != len(specs):
+      raise ValueError('Add expects {} elements ({}), received {}'.format(
+          len(specs), ', '.join(s.name for s in specs), len(args)))
+
+  def _check_add_types(self, *args: Any) -> None:
+    """Dopamine's hook: checks the arguments of `add` without adding them.
+
+    Runs the same checks as `add` (number, shapes, and values that the
+    storage dtypes hold exactly). A subclass may override it, as in
+    Dopamine: `add` then calls the override first, with the arguments in
+    `get_add_args_signature` order, and runs its own checks after it.
+
+    Args:
+      *args: the arguments, in `get_add_args_signature` order.
+
+    Raises:
+      ValueError: 'Add expects ...' for a wrong number of arguments, or a
+        message naming the argument whose shape or value does not fit.
+    """
+    self._check_add_args(list(args))
 
   def _check_add_value(self, spec: _AddSpec, value: Any) -> Any:
     """Checks one argument of `add` against its element; returns it."""
@@ -614,7 +702,7 @@ class OutOfGraphReplayBuffer(object):
                 spec.name, value.shape, spec.shape))
       dtype = value.dtype
       if dtype is not spec.dtype and dtype != spec.dtype:
-        self._check_array_cast(spec, value)
+        return self._check_array_cast(spec, value)
       return value
     if value_type is int or value_type is float or value_type is bool:
       if spec.shape:
@@ -634,19 +722,35 @@ class OutOfGraphReplayBuffer(object):
           .format(spec.name, _short_repr(value), spec.dtype, spec.shape))
     return self._check_add_value(spec, array)
 
-  def _check_array_cast(self, spec: _AddSpec, value: Any) -> None:
+  def _check_array_cast(self, spec: _AddSpec, value: Any) -> Any:
+    """Checks that `value` (of another dtype) fits `spec`; returns it.
+
+    A complex value with no imaginary part is returned as its real part, so
+    that storing it does not warn.
+
+    Raises:
+      ValueError: If a value would lose information in `spec`'s dtype.
+    """
     category = spec.casts.get(value.dtype)
     if category is None:
       category = spec.casts[value.dtype] = _cast_category(value.dtype,
                                                           spec.dtype)
     if category == _CAST_OK:
-      return
+      return value
+    if category == _CAST_IF_EXACT:
+      bad = _first_inexact(value, spec.dtype, spec.low, spec.high)
+      if bad is None:
+        return value.real if value.dtype.kind == 'c' else value
+      raise ValueError(
+          'add(): argument {!r} holds {} (dtype {}), which cannot be stored '
+          'as {} without losing information.'.format(
+              spec.name, _short_repr(bad), value.dtype, spec.dtype))
     if category == _CAST_IF_IN_RANGE:
       if value.size == 0:
-        return
+        return value
       low, high = int(np.min(value)), int(np.max(value))
       if spec.low <= low and high <= spec.high:
-        return
+        return value
       raise ValueError(
           'add(): argument {!r} holds {} (dtype {}), out of range for {} '
           '[{}, {}].'.format(spec.name, low if low < spec.low else high,
@@ -672,6 +776,9 @@ class OutOfGraphReplayBuffer(object):
                 spec.name, value, spec.dtype, spec.low, spec.high))
     elif kind in 'fc':  # A Python float.
       return
+    elif (kind in 'iub' and math.isfinite(value) and value.is_integer() and
+          spec.low <= value <= spec.high):
+      return  # A float with an exact integer value, e.g. terminal=1.0.
     raise ValueError(
         'add(): argument {!r} = {} ({}) cannot be stored as {} without losing '
         'information.'.format(spec.name, _short_repr(value),
@@ -742,16 +849,18 @@ class OutOfGraphReplayBuffer(object):
       np.ndarray of shape [end_index - start_index, ...].
 
     Raises:
-      ValueError: If the range is empty or malformed, or reaches slots not
-        written yet.
+      dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+        as Dopamine asserts) If the range is empty or malformed, or reaches
+        slots not written yet.
     """
     if end_index <= start_index:
-      raise ValueError('end_index must be larger than start_index')
+      raise errors.ArgumentError('end_index must be larger than start_index')
     if end_index < 0 or start_index >= self._replay_capacity:
-      raise ValueError('Range [{}, {}) is outside the buffer.'.format(
+      raise errors.ArgumentError('Range [{}, {}) is outside the buffer.'.format(
           start_index, end_index))
     if not self.is_full() and end_index > self.cursor():
-      raise ValueError('Index {} has not been added.'.format(start_index))
+      raise errors.ArgumentError(
+          'Index {} has not been added.'.format(start_index))
     if 0 <= start_index and end_index <= self._replay_capacity:
       return array[start_index:end_index]
     return array[modulo_range(start_index, end_index - start_index,
@@ -760,12 +869,13 @@ class OutOfGraphReplayBuffer(object):
   def _check_stack_indices(self, index: Any) -> np.ndarray:
     indices = np.asarray(index)
     if indices.dtype.kind not in 'iu':
-      raise ValueError('index must be an integer, got {!r}'.format(index))
+      raise errors.ArgumentError(
+          'index must be an integer, got {!r}'.format(index))
     if np.any((indices < 0) | (indices >= self._replay_capacity)):
-      raise ValueError('index must be in [0, {}), got {!r}'.format(
+      raise errors.ArgumentError('index must be in [0, {}), got {!r}'.format(
           self._replay_capacity, index))
     if not self.is_full() and np.any(indices >= self.cursor()):
-      raise ValueError('Index {!r} has not been added.'.format(index))
+      raise errors.ArgumentError('Index {!r} has not been added.'.format(index))
     return indices.astype(np.int64)
 
   def _stacks(self, array: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -799,7 +909,8 @@ class OutOfGraphReplayBuffer(object):
       shape in front for an array of indices.
 
     Raises:
-      ValueError: If an index is out of range or not written yet.
+      dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+        as Dopamine asserts) If an index is out of range or not written yet.
     """
     indices = self._check_stack_indices(index)
     states = self._state_stacks(indices.reshape(-1))
@@ -815,7 +926,8 @@ class OutOfGraphReplayBuffer(object):
       np.ndarray of shape [stack_size] (batch shape in front for an array).
 
     Raises:
-      ValueError: If an index is out of range or not written yet.
+      dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+        as Dopamine asserts) If an index is out of range or not written yet.
     """
     return self._stacks(self._store['terminal'],
                         self._check_stack_indices(index))
@@ -1009,7 +1121,9 @@ class OutOfGraphReplayBuffer(object):
 
     Raises:
       ValueError: If an index is not an integer, out of range or not a valid
-        transition, or batch_size does not match len(indices).
+        transition, or batch_size does not match len(indices) (then a
+        dopamine_per.errors.ArgumentError, also an AssertionError, as
+        Dopamine asserts).
       RuntimeError: See `sample_index_batch`.
     """
     if indices is None:
@@ -1021,8 +1135,9 @@ class OutOfGraphReplayBuffer(object):
       if batch_size is None:
         batch_size = len(indices)
       elif batch_size != len(indices):
-        raise ValueError('batch_size is {} but {} indices were given.'.format(
-            batch_size, len(indices)))
+        raise errors.ArgumentError(
+            'batch_size is {} but {} indices were given.'.format(
+                batch_size, len(indices)))
     elements, names = self._batch_layout(batch_size)
     values = self._gather_transitions(indices, names)
     batch = []
@@ -1032,6 +1147,18 @@ class OutOfGraphReplayBuffer(object):
         value = self._transition_element(element, indices)
       batch.append(value)
     return tuple(batch)
+
+  def _create_batch_arrays(self, batch_size: int) -> Tuple[np.ndarray, ...]:
+    """Dopamine's hook: uninitialized arrays shaped like a batch.
+
+    Args:
+      batch_size: int, or None for the memory's batch size.
+
+    Returns:
+      tuple of np.ndarray, one per `get_transition_elements(batch_size)`.
+    """
+    return tuple(np.empty(element.shape, dtype=element.type)
+                 for element in self.get_transition_elements(batch_size))
 
   def _batch_layout(self, batch_size: int
                    ) -> Tuple[List[ReplayElement], frozenset]:
@@ -1127,10 +1254,11 @@ class OutOfGraphReplayBuffer(object):
   # ---------------------------------------------------------- checkpoints
 
   def _checkpoint_layout(self) -> List[Tuple[str, str]]:
-    """Returns the (name, format) of each Dopamine checkpoint file, in order.
+    """Returns the (name, format) of the files of this class's own state.
 
     Formats: 'npy' (gzip'd np.save), 'pickle' (gzip'd plain-data pickle) and
-    'sum_tree' (gzip'd pickle of a Dopamine SumTree).
+    'sum_tree' (gzip'd pickle of a Dopamine SumTree). Other public
+    attributes get files too (see `_attribute_files`).
     """
     layout = [(STORE_FILENAME_PREFIX + e.name, 'npy')
               for e in self.get_storage_signature()]
@@ -1148,7 +1276,65 @@ class OutOfGraphReplayBuffer(object):
       return self.invalid_range
     if name == 'episode_end_indices':
       return set(int(i) for i in self.episode_end_indices)
+    if not name.startswith('_') and name in vars(self):
+      return vars(self)[name]
     raise KeyError(name)
+
+  def _attribute_files(self) -> List[Tuple[str, str]]:
+    """Returns (name, format) for the public attributes `_checkpoint_layout`
+    does not name (e.g. a subclass's counters and arrays), sorted by name.
+
+    As in Dopamine, every public attribute is checkpointed: NumPy arrays as
+    'npy' files, anything else as a 'pickle'.
+    """
+    own = {name for name, _ in self._checkpoint_layout()}
+    return [(name, 'npy' if type(value) is np.ndarray else 'pickle')
+            for name, value in sorted(vars(self).items())
+            if not name.startswith('_') and name not in own]
+
+  def _checkpoint_files(self) -> List[Tuple[str, str]]:
+    """Returns (name, format) of every file of a checkpoint but the state."""
+    return self._checkpoint_layout() + self._attribute_files()
+
+  def _check_checkpointable(self, files: Sequence[Tuple[str, str]]) -> None:
+    """Checks that every public attribute can be saved and safely loaded.
+
+    Raises:
+      TypeError: If an attribute holds something other than plain data
+        (`checkpoint_io.non_plain_data`): loading it would have to run code.
+      ValueError: If an attribute's name cannot be a checkpoint file's.
+    """
+    own = {name for name, _ in self._checkpoint_layout()}
+    for name, _ in files:
+      if name in own:
+        continue
+      if not name.isidentifier() or name == DOPAMINE_PER_STATE_NAME:
+        raise ValueError(
+            'save(): the attribute {!r} of {} cannot be checkpointed under '
+            'its name; rename it (or make it private with a leading '
+            "underscore).".format(name, type(self).__name__))
+      problem = checkpoint_io.non_plain_data(vars(self)[name])
+      if problem is not None:
+        raise TypeError(
+            'save(): the public attribute {!r} of {} holds {}; checkpoints '
+            'hold plain data only (numbers, strings, bytes, None, NumPy '
+            'arrays, and lists, tuples, dicts and sets of those), so that '
+            'loading never runs code. Make it private (a leading '
+            'underscore) or store plain data. Nothing was written.'.format(
+                name, type(self).__name__, problem))
+
+  def _return_checkpointable_elements(self) -> Dict[str, Any]:
+    """Returns {file name: value} of what `save` writes, as Dopamine's hook.
+
+    Overriding it does not change what `save` writes (see docs/compat.md).
+    """
+    return {name: self._checkpoint_value(name)
+            for name, _ in self._checkpoint_files()}
+
+  def _generate_filename(self, checkpoint_dir: str, name: str,
+                         suffix: Any) -> str:
+    """Returns the path of checkpoint file `name` (Dopamine's hook)."""
+    return checkpoint_io.checkpoint_filename(checkpoint_dir, name, suffix)
 
   def _extra_state(self) -> Dict[str, Any]:
     """Returns the state Dopamine's format has no file for."""
@@ -1165,8 +1351,10 @@ class OutOfGraphReplayBuffer(object):
     """Writes the memory to `checkpoint_dir` in Dopamine's format.
 
     One gzip file per attribute, ``{name}_ckpt.{iteration_number}.gz``, each
-    written atomically, plus a ``dopamine_per_state`` file for what Dopamine
-    does not save. Then the files of iteration
+    written atomically: the storage arrays, the counters, and, as in
+    Dopamine, every other public attribute (a subclass's arrays, counters,
+    strings ...), plus a ``dopamine_per_state`` file for what Dopamine does
+    not save. Then the files of iteration
     ``iteration_number - checkpoint_duration`` are deleted, unless it is a
     multiple of keep_every. (Dopamine stops after the first file when it
     spares an iteration; this writes them all.)
@@ -1176,6 +1364,11 @@ class OutOfGraphReplayBuffer(object):
         warning is logged and nothing is written (as Dopamine, which is
         silent).
       iteration_number: int, the checkpoint's suffix.
+
+    Raises:
+      TypeError: If a public attribute holds something other than plain data
+        (see `checkpoint_io.non_plain_data`); nothing is written then.
+      ValueError: If a public attribute's name cannot name a file.
     """
     iteration_number = operator.index(iteration_number)
     if not checkpoint_io.exists(checkpoint_dir):
@@ -1185,8 +1378,10 @@ class OutOfGraphReplayBuffer(object):
     savers = {'npy': checkpoint_io.save_npy_gz,
               'sum_tree': checkpoint_io.save_dopamine_sum_tree_gz,
               'pickle': checkpoint_io.save_pickle_gz}
+    files = self._checkpoint_files()
+    self._check_checkpointable(files)
     digests = {}
-    for name, file_format in self._checkpoint_layout():
+    for name, file_format in files:
       filename = checkpoint_io.checkpoint_filename(checkpoint_dir, name,
                                                    iteration_number)
       digests[name] = tuple(savers[file_format](
@@ -1209,7 +1404,7 @@ class OutOfGraphReplayBuffer(object):
       return
     # The state file first: a checkpoint that has one has all its files,
     # even if this deletion is interrupted.
-    names = [name for name, _ in self._checkpoint_layout()]
+    names = [name for name, _ in self._checkpoint_files()]
     for name in [DOPAMINE_PER_STATE_NAME] + names:
       checkpoint_io.remove_if_exists(
           checkpoint_io.checkpoint_filename(checkpoint_dir, name, stale))
@@ -1220,7 +1415,9 @@ class OutOfGraphReplayBuffer(object):
 
     All-or-nothing: every file is checked to exist, then read and validated
     against this memory's configuration into temporaries, and only then
-    assigned. On any error the memory is left exactly as it was.
+    assigned. On any error the memory is left exactly as it was. Public
+    attributes (see `save`) are restored from their files: those of the
+    attributes this memory has when `load` is called, as in Dopamine.
 
     Args:
       checkpoint_dir: str, the directory.
@@ -1234,7 +1431,7 @@ class OutOfGraphReplayBuffer(object):
         unsafe, or does not match this memory's configuration.
     """
     missing_episode_ends = False
-    for name, _ in self._checkpoint_layout():
+    for name, _ in self._checkpoint_files():
       filename = checkpoint_io.checkpoint_filename(checkpoint_dir, name,
                                                    suffix)
       if checkpoint_io.exists(filename):
@@ -1325,6 +1522,10 @@ class OutOfGraphReplayBuffer(object):
               .format(path, index, written))
         episode_ends.add(int(index))
     pending['episode_end_indices'] = episode_ends
+    pending['attributes'] = {
+        name: self._read_attribute(filename(name), file_format,
+                                   digest_of(name))
+        for name, file_format in self._attribute_files()}
 
     path = filename(DOPAMINE_PER_STATE_NAME)
     if extra is not None:
@@ -1347,6 +1548,24 @@ class OutOfGraphReplayBuffer(object):
             '{}: unusable generator state: {!r}'.format(path, e)) from e
       pending['rng_state'] = rng_state
     return pending
+
+  @staticmethod
+  def _read_attribute(path: str, file_format: str,
+                      expected: Optional[checkpoint_io.FileDigest]) -> Any:
+    """Reads the checkpoint file of a public attribute (plain data only).
+
+    Raises:
+      checkpoint_io.CheckpointError: If the file is corrupt or unsafe.
+    """
+    if file_format == 'npy':
+      return checkpoint_io.load_npy_gz(path, expected=expected)
+    value = checkpoint_io.load_pickle_gz(path, expected=expected)
+    problem = checkpoint_io.non_plain_data(value)
+    if problem is not None:
+      raise checkpoint_io.CorruptCheckpointError(
+          '{}: an attribute must be plain data, found {}.'.format(
+              path, problem))
+    return value
 
   @staticmethod
   def _read_extra_state(path: str) -> Optional[Dict[str, Any]]:
@@ -1380,6 +1599,8 @@ class OutOfGraphReplayBuffer(object):
     self._next_experience_is_episode_start = pending['episode_start']
     if pending['rng_state'] is not None:
       self._rng.bit_generator.state = pending['rng_state']
+    for name, value in pending['attributes'].items():
+      setattr(self, name, value)
 
 
 @gin.configurable(

@@ -25,6 +25,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import numpy_function
@@ -37,10 +38,6 @@ __all__ = ['OutOfGraphPrioritizedReplayBuffer', 'WrappedPrioritizedReplayBuffer'
 # Default of `add`'s priority keyword: distinguishes "not given" (an error,
 # as in Dopamine) from None (the maximum recorded priority).
 _OMITTED = object()
-
-
-class _NotAnArrayError(ValueError, AssertionError):
-  """Scalar indices; an AssertionError as Dopamine raises, and a ValueError."""
 
 
 @gin.configurable
@@ -183,17 +180,14 @@ class OutOfGraphPrioritizedReplayBuffer(
       values.append(priority)
     # The parent's add, without its (reentrant) lock wrapper: both locks are
     # held already, and this runs once per environment step.
-    values = self._check_add_args(values)
-    self._add_checked(values, bool(episode_end) or bool(values[3]))
+    self._add_values(values, episode_end)
 
-  def _check_add_args(self, values: List[Any], priority: Any = None
-                     ) -> List[Any]:
+  def _check_add_args(self, values: List[Any]) -> List[Any]:
     """Checks the arguments of `add`; a None priority becomes the maximum.
 
     Raises:
       ValueError: see `add`.
     """
-    del priority  # `add` passes it positionally.
     if len(values) == len(self._add_specs) and values[-1] is None:
       values[-1] = self.sum_tree.max_recorded_priority
     values = super()._check_add_args(values)
@@ -248,7 +242,7 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   def _check_indices(self, indices: Any) -> np.ndarray:
     if np.ndim(indices) == 0:
-      raise _NotAnArrayError(
+      raise errors.ArgumentError(
           'indices must be an array, got {!r}'.format(indices))
     return sum_tree.validate_indices(indices, self._replay_capacity,
                                      'indices')

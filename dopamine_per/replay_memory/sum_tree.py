@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import sum_tree_kernels
 
 __all__ = [
@@ -61,8 +62,11 @@ class InvalidIndexError(IndexError, ValueError):
   """An index outside [0, capacity). Catchable as IndexError or ValueError."""
 
 
-class InvalidIndexTypeError(TypeError, ValueError):
-  """A non-integer index. Catchable as TypeError or ValueError."""
+class InvalidIndexTypeError(TypeError, errors.ArgumentError):
+  """A non-integer index: a TypeError, a ValueError and an AssertionError.
+
+  Dopamine's prioritized memory asserts that indices are integers.
+  """
 
 
 def _python_random_words(count: int) -> bytes:
@@ -188,11 +192,16 @@ class SumTree(object):
         results; see `sum_tree_kernels`.
 
     Raises:
-      ValueError: If capacity is not a positive integer, or the kernels are
-        unknown or unavailable.
+      ValueError: If capacity is not positive, or the kernels are unknown or
+        unavailable.
+      dopamine_per.errors.ArgumentError: (a ValueError and an
+        AssertionError, as Dopamine asserts) If capacity is not an int.
     """
-    if (isinstance(capacity, bool) or
-        not isinstance(capacity, numbers.Integral) or capacity <= 0):
+    if isinstance(capacity, bool) or not isinstance(capacity,
+                                                    numbers.Integral):
+      raise errors.ArgumentError(
+          'Sum tree capacity should be an int. Got: {!r}'.format(capacity))
+    if capacity <= 0:
       raise ValueError(
           'Sum tree capacity should be positive. Got: {}'.format(capacity))
     self.capacity = int(capacity)

@@ -13,6 +13,7 @@ from absl.testing import parameterized
 import gin
 
 from dopamine_per.agents import dqn_agent
+from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import run_experiment
 from tests import gin_util
@@ -27,6 +28,9 @@ _EXPECTED = {
     'c51_cartpole.gin': rainbow_agent.RainbowAgent,
     'rainbow_cartpole.gin': rainbow_agent.RainbowAgent,
     'rainbow_acrobot.gin': rainbow_agent.RainbowAgent,
+    'implicit_quantile.gin': implicit_quantile_agent.ImplicitQuantileAgent,
+    'implicit_quantile_cartpole.gin':
+        implicit_quantile_agent.ImplicitQuantileAgent,
 }
 
 
@@ -43,9 +47,8 @@ class ConfigsTest(parameterized.TestCase):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
 
-  def test_all_expected_configs_exist(self):
-    self.assertContainsSubset(set(_EXPECTED),
-                              {os.path.basename(p) for p in _CONFIGS})
+  def test_every_config_is_expected(self):
+    self.assertEqual(set(_EXPECTED), {os.path.basename(p) for p in _CONFIGS})
 
   @parameterized.named_parameters(
       *[(os.path.basename(p)[:-4], p) for p in _CONFIGS])
@@ -58,8 +61,7 @@ class ConfigsTest(parameterized.TestCase):
     gin.clear_config()
     run_experiment.load_gin_configs([path], [])
     agent = run_experiment.create_agent(None, _Environment())
-    self.assertIsInstance(agent, _EXPECTED.get(os.path.basename(path),
-                                               dqn_agent.DQNAgent))
+    self.assertIs(type(agent), _EXPECTED[os.path.basename(path)])
     self.assertEqual(agent.num_actions, 3)
     self.assertEqual(agent.training_steps, 0)
     memory = agent._replay.memory

@@ -9,6 +9,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.agents import dqn_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
@@ -57,8 +58,10 @@ class DQNAgentTest(absltest.TestCase):
     gin.bind_parameter('WrappedReplayBuffer.batch_size', 8)
 
   def test_observation_shape_must_be_a_tuple(self):
-    with self.assertRaisesRegex(ValueError, 'tuple'):
-      _make_agent(observation_shape=[4, 1])
+    # Dopamine asserts: the error is an AssertionError and a ValueError.
+    for error in (errors.ArgumentError, AssertionError, ValueError):
+      with self.assertRaisesRegex(error, r'observation_shape .*\[4, 1\]'):
+        _make_agent(observation_shape=[4, 1])
 
   def test_default_optimizer_is_dopamines_rmsprop(self):
     agent = _make_agent(optimizer=None)

@@ -1,23 +1,33 @@
 """Tests for gym_lib: environments, constants and networks."""
 
+import sys
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
+
+
+def _started(environment_name, version, observation_size, num_actions):
+  """Returns a seeded environment after its first reset, checking its spaces."""
+  env = gym_lib.create_gym_environment(environment_name, version)
+  env.seed(0)
+  observation = env.reset()
+  np.testing.assert_equal(observation.shape, (observation_size,))
+  np.testing.assert_equal(env.action_space.n, num_actions)
+  return env
 
 
 class EnvironmentTest(parameterized.TestCase):
 
   def test_cartpole_has_no_time_limit_and_dopamines_step(self):
-    env = gym_lib.create_gym_environment('CartPole', 'v1')
-    env.seed(0)
-    observation = env.reset()
-    self.assertEqual(observation.shape, (4,))
-    self.assertEqual(env.action_space.n, 2)
+    env = _started('CartPole', 'v1', observation_size=4, num_actions=2)
     steps = 0
     terminal = False
     while not terminal:
@@ -37,8 +47,67 @@ class EnvironmentTest(parameterized.TestCase):
     self.assertEqual(first.action_space.n, 3)
 
   def test_needs_a_name(self):
-    with self.assertRaisesRegex(ValueError, 'environment_name'):
-      gym_lib.create_gym_environment()
+    # Dopamine asserts: both except clauses must catch it.
+    for caught in (ValueError, AssertionError):
+      with self.assertRaisesRegex(caught, 'environment_name'):
+        gym_lib.create_gym_environment()
+    with self.assertRaises(errors.ArgumentError):
+      gym_lib.create_gym_environment(None, 'v1')
+
+  def test_retired_version_is_replaced_by_the_newest_with_a_warning(self):
+    # Dopamine's LunarLander configs ask for v2; gymnasium 1.x has only v3.
+    with self.assertLogs('absl', level='WARNING') as logs:
+      env = gym_lib.create_gym_environment('LunarLander', 'v2')
+    self.assertEqual(env.environment.spec.id, 'LunarLander-v3')
+    self.assertLen(logs.records, 1)
+    message = logs.records[0].getMessage()
+    self.assertIn('LunarLander-v2', message)
+    self.assertIn('using LunarLander-v3', message)
+
+  def test_registered_old_version_is_kept_silently(self):
+    # CartPole-v0 is still registered next to v1: it is made as asked.
+    with self.assertNoLogs('absl', level='WARNING'):
+      env = gym_lib.create_gym_environment('CartPole', 'v0')
+    self.assertEqual(env.environment.spec.id, 'CartPole-v0')
+
+  @parameterized.named_parameters(
+      ('unknown_name', 'NoSuchEnvironment', 'v0', 'NoSuchEnvironment-v0'),
+      ('misspelt_name', 'Lunarlander', 'v2', 'Lunarlander-v2'),
+      ('version_above_the_newest', 'CartPole', 'v9', 'CartPole-v9'),
+      ('malformed_version', 'CartPole', '1', 'CartPole-1'),
+  )
+  def test_unknown_environment_is_an_error(self, name, version, requested):
+    with self.assertNoLogs('absl', level='WARNING'):
+      with self.assertRaisesRegex(
+          ValueError, r"no environment '{}' \(environment_name='{}', "
+          r"version='{}'\)".format(requested, name, version)):
+        gym_lib.create_gym_environment(name, version)
+
+  def test_missing_box2d_names_the_extra(self):
+    # None in sys.modules makes `import Box2D` raise ImportError, as when
+    # the package is not installed (gymnasium's module may be cached).
+    with mock.patch.dict(sys.modules, {'Box2D': None}):
+      with self.assertRaisesRegex(
+          ImportError, r"LunarLander-v3 needs Box2D .*"
+          r"pip install 'dopamine_per\[box2d\]'"):
+        gym_lib.create_gym_environment('LunarLander', 'v3')
+      # Environments without Box2D are unaffected.
+      gym_lib.create_gym_environment('CartPole', 'v1')
+
+  def test_lunar_lander_steps_to_a_terminal(self):
+    env = _started('LunarLander', 'v3', observation_size=8, num_actions=4)
+    terminal = False
+    for step in range(1000):
+      observation, reward, terminal, info = env.step(step % 4)
+      if terminal:
+        break
+    # Seeded, so deterministic: this action cycle crashes within 1000 steps
+    # (no time limit here). An episode ends with +100 (at rest) or -100.
+    self.assertTrue(terminal)
+    self.assertTrue(env.game_over)
+    self.assertFalse(info['TimeLimit.truncated'])
+    self.assertEqual(abs(reward), 100.0)
+    self.assertEqual(observation.shape, (8,))
 
   def test_gin_constants(self):
     @gin.configurable('gym_lib_test_probe')

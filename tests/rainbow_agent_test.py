@@ -10,6 +10,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.agents import dqn_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import gym_lib
@@ -161,6 +162,10 @@ class RainbowAgentTest(parameterized.TestCase):
   def test_invalid_replay_scheme(self):
     with self.assertRaisesRegex(ValueError, 'Invalid replay scheme: ranked'):
       _make_agent(replay_scheme='ranked')
+
+  def test_observation_shape_must_be_a_tuple(self):
+    with self.assertRaisesRegex(errors.ArgumentError, 'observation_shape'):
+      _make_agent(observation_shape=[4, 1])
 
   @parameterized.named_parameters(
       ('negative_alpha', dict(priority_exponent=-0.1)),

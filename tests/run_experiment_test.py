@@ -17,7 +17,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
 # A few hundred steps per iteration, a small network and memory.
 _SMALL = [
-    'CartpoleRainbowNetwork.hidden_units = (32,)',
+    'gym_lib.CartpoleRainbowNetwork.hidden_units = (32,)',
     'RainbowAgent.min_replay_history = 50',
     'WrappedPrioritizedReplayBuffer.replay_capacity = 2000',
     'WrappedPrioritizedReplayBuffer.batch_size = 16',

@@ -21,8 +21,13 @@ Deviations from Dopamine (also in docs/compat.md):
   behaviour). ``end_episode(reward, terminal=False)`` records an episode cut
   by a time limit: the transition is stored with ``episode_end=True`` and no
   terminal flag, so the memory never bootstraps from a false terminal.
-* The online and target networks are paired through their
-  ``trainable_variables`` (Dopamine looks variables up by name scope).
+* Networks may be Keras models (Keras 3 or tf-keras), `graph_layers`
+  networks or plain `tf.Module`s. The online and target networks are paired
+  through their ``trainable_variables``, Keras 3 variables through the
+  `tf.Variable`s they wrap (`network_variables`); Dopamine looks variables
+  up by name scope.
+* A non-tuple ``observation_shape`` raises `errors.ArgumentError` (a
+  ValueError and an AssertionError) where Dopamine asserts.
 * The TF checkpoint is written without a meta graph (``tf_ckpt-N.index`` and
   ``.data-*``); restoring only needs those.
 """
@@ -30,7 +35,7 @@ Deviations from Dopamine (also in docs/compat.md):
 import math
 import os
 import random
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import gin
@@ -38,7 +43,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
+from dopamine_per import errors
 from dopamine_per import external_configurables  # pylint: disable=unused-import
+from dopamine_per.agents import network_variables
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.replay_memory import circular_replay_buffer
 
@@ -161,7 +168,11 @@ class DQNAgent(object):
         continuous inputs).
       stack_size: int, observations per state.
       network: callable(num_actions, name=...) returning a network whose call
-        on a state batch returns `atari_lib.DQNNetworkType`.
+        on a state batch returns `atari_lib.DQNNetworkType`: a Keras model
+        (Keras 3 or tf-keras, e.g. Dopamine's), a `graph_layers.Network` or
+        a `tf.Module`. Its variables should live under `name` (Keras: pass
+        `name` to the base class), since checkpoints are keyed by variable
+        names.
       gamma: float, the discount factor.
       update_horizon: int, n of the n-step return.
       min_replay_history: int, transitions stored before training starts.
@@ -184,10 +195,18 @@ class DQNAgent(object):
       summary_writing_frequency: int, training steps between summaries.
       allow_partial_reload: bool, let `unbundle` succeed without the replay
         memory or the bundle.
+
+    Raises:
+      errors.ArgumentError: If observation_shape is not a tuple.
+      ValueError: If the online and target networks' trainable variables do
+        not pair up (count, shapes, dtypes).
+      TypeError: If a network variable is neither a tf.Variable nor a Keras
+        variable wrapping one.
     """
     if not isinstance(observation_shape, tuple):
-      raise ValueError('observation_shape must be a tuple, got {!r}'.format(
-          observation_shape))
+      raise errors.ArgumentError(
+          'observation_shape must be a tuple, got {!r}'.format(
+              observation_shape))
     logging.info('Creating %s agent: gamma %f, update_horizon %d, '
                  'min_replay_history %d, update_period %d, '
                  'target_update_period %d, epsilon_train %f, epsilon_eval %f, '
@@ -324,23 +343,17 @@ class DQNAgent(object):
     return self.optimizer.minimize(tf.reduce_mean(loss))
 
   def _build_sync_op(self):
-    """Returns the ops copying the online network's weights to the target."""
-    online = self._network_variables(self.online_convnet, 'Online')
-    target = self._network_variables(self.target_convnet, 'Target')
-    if len(online) != len(target):
-      raise ValueError('The online and target networks have {} and {} '
-                       'trainable variables.'.format(len(online), len(target)))
-    return [t.assign(o, use_locking=True) for o, t in zip(online, target)]
+    """Returns the ops copying the online network's weights to the target.
 
-  @staticmethod
-  def _network_variables(network, scope: str):
-    variables = getattr(network, 'trainable_variables', None)
-    if variables:
-      return list(variables)
-    prefix = tf.compat.v1.get_default_graph().get_name_scope()
-    return tf.compat.v1.get_collection(
-        tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES,
-        scope=os.path.join(prefix, scope))
+    Variables are paired by position in the networks' trainable variables;
+    Keras 3 variables are replaced by the `tf.Variable`s they wrap
+    (`network_variables`).
+    """
+    return network_variables.build_sync_ops(
+        network_variables.trainable_tf_variables(self.online_convnet,
+                                                 'Online'),
+        network_variables.trainable_tf_variables(self.target_convnet,
+                                                 'Target'))
 
   def _make_train_callable(self) -> Callable[[], Any]:
     """Returns a callable running one training step."""

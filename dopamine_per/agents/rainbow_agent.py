@@ -38,7 +38,7 @@ static shape checks and ``validate_args`` assertions, computed without
 building the [batch, atoms, atoms] tiled tensor twice.
 """
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gin
 import numpy as np
@@ -96,7 +96,9 @@ class RainbowAgent(dqn_agent.DQNAgent):
       observation_dtype: tf.DType of observations.
       stack_size: int, observations per state.
       network: callable(num_actions, num_atoms, support, name=...) returning
-        a network whose call returns `atari_lib.RainbowNetworkType`.
+        a network whose call returns `atari_lib.RainbowNetworkType`: a Keras
+        model (Keras 3 or tf-keras), a `graph_layers.Network` or a
+        `tf.Module` (see `dqn_agent.DQNAgent`).
       num_atoms: int, atoms of the return distribution.
       vmin: float or None, the smallest atom; None means -vmax.
       vmax: float, the largest atom.
@@ -127,6 +129,8 @@ class RainbowAgent(dqn_agent.DQNAgent):
     Raises:
       ValueError: If replay_scheme is not 'prioritized' or 'uniform', or an
         exponent is out of range.
+      errors.ArgumentError: If observation_shape is not a tuple (see
+        `dqn_agent.DQNAgent` for the network errors).
     """
     if replay_scheme not in ('uniform', 'prioritized'):
       raise ValueError('Invalid replay scheme: {}'.format(replay_scheme))
@@ -230,27 +234,41 @@ class RainbowAgent(dqn_agent.DQNAgent):
                               axis=1, batch_dims=1)
     loss = tf.nn.softmax_cross_entropy_with_logits(
         labels=target_distribution, logits=chosen_logits)
+    return self._minimize_with_priorities(loss, 'CrossEntropyLoss')
+
+  def _minimize_with_priorities(self, loss: tf.Tensor, summary_name: str
+                               ) -> Tuple[tf.Operation, tf.Tensor]:
+    """Returns (train op, loss) minimizing a per-transition loss.
+
+    With 'prioritized' replay each sampled transition's priority becomes
+    (loss + 1e-10) ** priority_exponent and the loss is weighted by the
+    importance weights (see the module docstring); with 'uniform', neither.
+    Sets _unweighted_loss, _new_priorities (None for 'uniform') and
+    _beta_ph, which the training callable feeds. Subclasses with another
+    loss (IQN) end their `_build_train_op` here.
+
+    Args:
+      loss: float tensor [batch], each transition's loss.
+      summary_name: str, the tag of its mean under ``Losses/``.
+    """
     self._unweighted_loss = loss
     self._new_priorities = None
     self._beta_ph = tf.compat.v1.placeholder_with_default(
         tf.constant(self.importance_sampling_exponent, tf.float32), [],
         name='importance_sampling_exponent')
+    update_priorities_op = tf.no_op()
     if self._replay_scheme == 'prioritized':
-      priorities = self._replay.transition['sampling_probabilities']
-      weights = tf.pow(priorities + _EPSILON, -self._beta_ph)
+      probabilities = self._replay.transition['sampling_probabilities']
+      weights = tf.pow(probabilities + _EPSILON, -self._beta_ph)
       weights /= tf.reduce_max(weights)
-      new_priorities = tf.pow(loss + _EPSILON, self.priority_exponent)
-      self._new_priorities = new_priorities
+      self._new_priorities = tf.pow(loss + _EPSILON, self.priority_exponent)
       update_priorities_op = self._replay.tf_set_priority(
-          self._replay.indices, new_priorities)
+          self._replay.indices, self._new_priorities)
       loss = weights * loss
-    else:
-      update_priorities_op = tf.no_op()
     with tf.control_dependencies([update_priorities_op]):
       if self.summary_writer is not None:
         with tf.compat.v1.variable_scope('Losses'):
-          tf.compat.v1.summary.scalar('CrossEntropyLoss',
-                                      tf.reduce_mean(loss))
+          tf.compat.v1.summary.scalar(summary_name, tf.reduce_mean(loss))
       return self.optimizer.minimize(tf.reduce_mean(loss)), loss
 
   def _make_train_callable(self) -> Callable[[], Any]:

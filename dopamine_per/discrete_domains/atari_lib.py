@@ -3,7 +3,8 @@
 
 Same names as ``dopamine.discrete_domains.atari_lib`` (Dopamine 4.1.2): the
 Nature DQN constants, the network output types (`DQNNetworkType`,
-`RainbowNetworkType`), the networks (`NatureDQNNetwork`, `RainbowNetwork`) and
+`RainbowNetworkType`, `ImplicitQuantileNetworkType`), the networks
+(`NatureDQNNetwork`, `RainbowNetwork`, `ImplicitQuantileNetwork`) and
 `create_atari_environment` with `AtariPreprocessing` (Machado et al., 2018):
 
 * frame skip 4, the reward summed over the skipped frames;
@@ -18,8 +19,9 @@ The environment comes from ``ale-py``, which ships the game ROMs; it is the
 imported only when an environment is created.
 
 The networks are built from `graph_layers` (TF variables created on the first
-call) instead of Keras layers, because Keras 3 layers do not build in TF1
-graph mode; constructors, call signatures and outputs are Dopamine's.
+call, named as Dopamine's tf-keras networks name them, whichever Keras is
+installed) instead of Keras layers; constructors, call signatures and outputs
+are Dopamine's.
 """
 
 import collections
@@ -30,6 +32,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.discrete_domains import graph_layers
 
 __all__ = [
@@ -43,6 +46,9 @@ __all__ = [
     'maybe_transform_variable_names',
     'NatureDQNNetwork',
     'RainbowNetwork',
+    'ImplicitQuantileNetworkBase',
+    'ImplicitQuantileNetwork',
+    'cosine_quantile_embedding',
     'AtariPreprocessing',
     'area_resize_matrix',
 ]
@@ -77,12 +83,13 @@ def create_atari_environment(game_name: Optional[str] = None,
     An `AtariPreprocessing` around the ALE environment.
 
   Raises:
-    ValueError: If game_name is None.
+    ArgumentError: If game_name is None (Dopamine asserts).
     ImportError: If ale-py is not installed (the ``atari`` extra).
   """
   if game_name is None:
-    raise ValueError('create_atari_environment needs a game_name, e.g. '
-                     "create_atari_environment.game_name = 'Pong'.")
+    raise errors.ArgumentError(
+        'create_atari_environment needs a game_name, got None; e.g. '
+        "create_atari_environment.game_name = 'Pong'.")
   try:
     import ale_py  # pylint: disable=g-import-not-at-top
     import gymnasium  # pylint: disable=g-import-not-at-top
@@ -134,11 +141,16 @@ def _nature_torso(initializer):
                         name='fully_connected')
 
 
-def _run_torso(convs, dense, state):
+def _run_convs(convs, state):
+  """Returns the flattened output of `convs` on frames scaled to [0, 1]."""
   x = tf.cast(state, tf.float32) / 255.0
   for conv in convs:
     x = conv(x)
-  return dense(graph_layers.flatten(x))
+  return graph_layers.flatten(x)
+
+
+def _run_torso(convs, dense, state):
+  return dense(_run_convs(convs, state))
 
 
 class NatureDQNNetwork(graph_layers.Network):
@@ -220,6 +232,131 @@ def distribution_outputs(x: tf.Tensor, num_actions: int, num_atoms: int,
   probabilities = tf.nn.softmax(logits)
   q_values = tf.reduce_sum(support * probabilities, axis=2)
   return RainbowNetworkType(q_values, logits, probabilities)
+
+
+def cosine_quantile_embedding(quantiles: tf.Tensor,
+                              embedding_dim: int) -> tf.Tensor:
+  """Returns cos(pi * i * tau) for i = 1..embedding_dim (Dabney et al., 2018).
+
+  The fixed part of IQN's quantile embedding (equation 4 of the paper; a
+  learned ReLU layer follows it in the network).
+
+  Args:
+    quantiles: float tensor [n, 1], the sampled quantile levels tau.
+    embedding_dim: int, the number of cosine features (n in the paper).
+
+  Returns:
+    float tensor [n, embedding_dim].
+  """
+  frequencies = np.pi * tf.range(1, embedding_dim + 1, dtype=tf.float32)
+  return tf.cos(quantiles * frequencies[None, :])
+
+
+class ImplicitQuantileNetworkBase(graph_layers.Network):
+  """What every implicit quantile network shares (Dabney et al., 2018).
+
+  A call ``network(state, num_quantiles)`` embeds the states with
+  `_embed_state` ([batch, d]), draws ``num_quantiles`` levels tau ~ U(0, 1)
+  per state, embeds each with `cosine_quantile_embedding` and a ReLU layer
+  of width d (``dense_quantile``, created on the first call because d is
+  only known then), multiplies the two embeddings elementwise and maps the
+  product to one value per action with `_quantile_head`.
+
+  Outputs follow Dopamine's layout, quantile-major: row ``q * batch + b``
+  holds the q-th sampled level of state b.
+  """
+
+  def __init__(self, quantile_embedding_dim: int,
+               kernel_initializer: Optional[graph_layers.Initializer] = None,
+               name: Optional[str] = None):
+    """Sets up the quantile embedding; subclasses add their layers.
+
+    Args:
+      quantile_embedding_dim: int, cosine features per quantile level.
+      kernel_initializer: the kernel initializer of the quantile layer, or
+        None for Glorot uniform.
+      name: str, the name scope of the network's variables.
+
+    Raises:
+      ValueError: If quantile_embedding_dim is not positive.
+    """
+    super().__init__(name=name)
+    if quantile_embedding_dim < 1:
+      raise ValueError('quantile_embedding_dim must be positive, got '
+                       '{!r}'.format(quantile_embedding_dim))
+    self.quantile_embedding_dim = int(quantile_embedding_dim)
+    self._quantile_initializer = kernel_initializer
+    self.dense_quantile = None
+
+  def _embed_state(self, state: tf.Tensor) -> tf.Tensor:
+    """Returns the [batch, d] embedding of a batch of states."""
+    raise NotImplementedError
+
+  def _quantile_head(self, x: tf.Tensor) -> tf.Tensor:
+    """Maps [n, d] state-and-quantile embeddings to [n, num_actions]."""
+    raise NotImplementedError
+
+  def call(self, state: tf.Tensor,
+           num_quantiles: int) -> ImplicitQuantileNetworkType:
+    """Returns sampled quantile values of a batch of states.
+
+    Args:
+      state: tensor [batch, ...], the states.
+      num_quantiles: int, levels sampled per state.
+
+    Returns:
+      ImplicitQuantileNetworkType: quantile_values
+      [num_quantiles * batch, num_actions] (float32) and quantiles
+      [num_quantiles * batch, 1] (float32), quantile-major.
+    """
+    state_embedding = self._embed_state(state)
+    batch_size = state_embedding.shape[0]
+    if batch_size is None:
+      batch_size = tf.shape(state_embedding)[0]
+    quantiles = tf.random.uniform([num_quantiles * batch_size, 1],
+                                  minval=0.0, maxval=1.0, dtype=tf.float32)
+    if self.dense_quantile is None:
+      with self.name_scope:
+        self.dense_quantile = graph_layers.Dense(
+            int(state_embedding.shape[-1]), activation=tf.nn.relu,
+            kernel_initializer=self._quantile_initializer, name='dense')
+    quantile_embedding = self.dense_quantile(
+        cosine_quantile_embedding(quantiles, self.quantile_embedding_dim))
+    x = tf.tile(state_embedding, [num_quantiles, 1]) * quantile_embedding
+    return ImplicitQuantileNetworkType(self._quantile_head(x), quantiles)
+
+
+class ImplicitQuantileNetwork(ImplicitQuantileNetworkBase):
+  """Dopamine's Atari IQN: the Nature convolutions, then the quantile product.
+
+  Kernels are initialized as in Dopamine's (fan-in variance scaling with
+  scale 1/sqrt(3), uniform).
+  """
+
+  def __init__(self, num_actions: int, quantile_embedding_dim: int,
+               name: Optional[str] = None):
+    """Creates the layers.
+
+    Args:
+      num_actions: int, the number of actions.
+      quantile_embedding_dim: int, cosine features per quantile level.
+      name: str, the name scope of the network's variables.
+    """
+    initializer = graph_layers.variance_scaling_uniform(1.0 / np.sqrt(3.0))
+    super().__init__(quantile_embedding_dim, kernel_initializer=initializer,
+                     name=name)
+    self.num_actions = num_actions
+    with self.name_scope:
+      self.convs, self.dense1 = _nature_torso(initializer)
+      self.dense2 = graph_layers.Dense(num_actions,
+                                       kernel_initializer=initializer,
+                                       name='fully_connected')
+
+  def _embed_state(self, state: tf.Tensor) -> tf.Tensor:
+    return _run_convs(self.convs, state)
+
+  def _quantile_head(self, x: tf.Tensor) -> tf.Tensor:
+    return self.dense2(self.dense1(x))
 
 
 def area_resize_matrix(source: int, target: int) -> np.ndarray:

@@ -1,14 +1,18 @@
 # coding=utf-8
 """Minimal dense and convolutional layers that build in TF1 graph mode.
 
-Dopamine's TF networks are Keras models. With Keras 3 (TensorFlow >= 2.16)
-Keras layers no longer build inside a ``tf.compat.v1`` graph, and tf-slim and
-``tf.compat.v1.layers`` are gone, so the networks of `atari_lib` and
-`gym_lib` are built from these layers instead: `tf.Module` subclasses whose
-variables (``kernel`` and ``bias``, as Keras names them) are created on the
-first call, under the module's name scope, with the initializers Keras uses by
-default (Glorot uniform kernels, zero biases). They work in graph mode (as the
-agents use them) and eagerly.
+Dopamine's TF networks are Keras models. The agents accept Keras models of
+either Keras (see `dopamine_per.agents.network_variables`), but the networks
+of `atari_lib` and `gym_lib` are built from these layers instead, so that
+they behave the same whichever Keras ``tf.keras`` is: with Keras 3
+(TensorFlow >= 2.16) a model's variables are Keras variables named only by
+the model (``Online/kernel_1``), while tf-keras, whose names Dopamine's
+checkpoints carry, names them by layer (``Online/Conv_1/kernel``); tf-slim
+and ``tf.compat.v1.layers`` are gone. These layers are `tf.Module`
+subclasses whose `tf.Variable`s (``kernel`` and ``bias``, named as tf-keras
+names them) are created on the first call, under the module's name scope,
+with the initializers Keras uses by default (Glorot uniform kernels, zero
+biases). They work in graph mode (as the agents use them) and eagerly.
 
 A network is a `Network`: a `tf.Module` whose sub-layers are created in its
 name scope, so that a network named ``Online`` owns variables named

@@ -11,25 +11,35 @@ come from ``gymnasium``.
 
 Deviations from Dopamine:
 
-* Networks are `graph_layers.Network` modules, not Keras models (Keras 3
-  layers do not build in TF1 graph mode); variables, calls and outputs are as
-  in Dopamine.
+* Networks are `graph_layers.Network` modules, not Keras models (the same
+  under Keras 3 and tf-keras); variables, calls and outputs are as in
+  Dopamine. `legacy_networks` registers them under that gin module too.
 * `BasicDiscreteDomainNetwork` takes the hidden layer sizes as an argument
   (``hidden_units``, default Dopamine's two layers of 512), and the
   CartPole and Acrobot networks pass it on, so a gin file can choose a
   smaller network (``CartpoleRainbowNetwork.hidden_units = (256, 256)``).
+* New: implicit quantile networks for the IQN agent
+  (`ImplicitQuantileDomainNetwork`, which takes the observation bounds, and
+  one per domain: `CartpoleImplicitQuantileNetwork`,
+  `AcrobotImplicitQuantileNetwork`, `MountainCarImplicitQuantileNetwork`,
+  `LunarLanderImplicitQuantileNetwork`), and Rainbow networks for the two
+  domains Dopamine has only DQN networks for (`LunarLanderRainbowNetwork`,
+  `MountainCarRainbowNetwork`).
 * `GymPreprocessing` reports a time-limit truncation in ``info`` as
   ``'TimeLimit.truncated'`` (gymnasium's ``truncated``) and has `seed`.
 """
 
+import importlib
 import itertools
 import math
 from typing import Optional, Sequence
 
+from absl import logging
 import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import graph_layers
 
@@ -41,7 +51,10 @@ __all__ = [
     'CartpoleRainbowNetwork', 'AcrobotDQNNetwork', 'AcrobotRainbowNetwork',
     'LunarLanderDQNNetwork', 'MountainCarDQNNetwork', 'FourierBasis',
     'FourierDQNNetwork', 'CartpoleFourierDQNNetwork',
-    'AcrobotFourierDQNNetwork',
+    'AcrobotFourierDQNNetwork', 'ImplicitQuantileDomainNetwork',
+    'CartpoleImplicitQuantileNetwork', 'AcrobotImplicitQuantileNetwork',
+    'MountainCarImplicitQuantileNetwork', 'LunarLanderImplicitQuantileNetwork',
+    'LunarLanderRainbowNetwork', 'MountainCarRainbowNetwork',
 ]
 
 # Bounds used to rescale observations to [-1, 1] (velocities are unbounded in
@@ -64,13 +77,94 @@ del _name, _size
 _DEFAULT_HIDDEN_UNITS = (512, 512)
 
 
+# Gymnasium packages whose environments need an optional dependency: the
+# module they import, and the install extra of this package that provides it.
+_EXTRA_FOR_ENTRY_POINT = {
+    'gymnasium.envs.box2d.': ('Box2D', 'box2d'),
+}
+
+
+def _current_spec(environment_name: str, version: str):
+  """Returns the gymnasium spec to make for Dopamine's name and version.
+
+  Dopamine's gin files name versions that gymnasium has since retired (e.g.
+  ``LunarLander-v2``; gymnasium 1.x has ``LunarLander-v3``). A version below
+  the newest registered one, which gymnasium no longer provides, is replaced
+  by the newest, with a warning; anything else must be registered as given.
+
+  Args:
+    environment_name: str, e.g. 'LunarLander'.
+    version: str, e.g. 'v2'.
+
+  Returns:
+    gymnasium.envs.registration.EnvSpec, a registered environment.
+
+  Raises:
+    ValueError: If gymnasium has no environment of that name, or only
+      versions below the one asked for.
+  """
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  from gymnasium.envs import registration  # pylint: disable=g-import-not-at-top
+  requested = '{}-{}'.format(environment_name, version)
+  newest = None
+  try:
+    return gymnasium.spec(requested)
+  except gymnasium.error.DeprecatedEnv as e:
+    # Gymnasium raises this for a version below the newest registered one
+    # (and for a name registered without versions: `newest` stays None).
+    namespace, name, _ = registration.parse_env_id(requested)
+    latest = registration.find_highest_version(namespace, name)
+    if latest is not None:
+      newest = registration.get_env_id(namespace, name, latest)
+    cause = e
+  except gymnasium.error.Error as e:  # Unknown name, version or namespace.
+    cause = e
+  if newest is None:
+    raise ValueError(
+        'create_gym_environment: gymnasium {} has no environment {!r} '
+        '(environment_name={!r}, version={!r}): {}'.format(
+            gymnasium.__version__, requested, environment_name, version,
+            cause)) from cause
+  logging.warning(
+      'create_gym_environment: gymnasium %s no longer provides %s; using %s '
+      'instead.', gymnasium.__version__, requested, newest)
+  return gymnasium.spec(newest)
+
+
+def _check_extra_installed(spec) -> None:
+  """Raises ImportError naming the install extra an environment needs.
+
+  Checked before gymnasium imports the environment's module, whose own
+  message (or a cached import) would not name this package's extra.
+
+  Args:
+    spec: gymnasium.envs.registration.EnvSpec, the environment to make.
+
+  Raises:
+    ImportError: If a module the environment needs cannot be imported.
+  """
+  entry_point = spec.entry_point
+  if not isinstance(entry_point, str):
+    return  # A class or function registered directly: nothing to check.
+  for prefix, (module, extra) in _EXTRA_FOR_ENTRY_POINT.items():
+    if not entry_point.startswith(prefix):
+      continue
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise ImportError(
+          '{} needs {} ({}): pip install '
+          "'dopamine_per[{}]'".format(spec.id, module, e, extra)) from e
+
+
 @gin.configurable
 def create_gym_environment(environment_name: Optional[str] = None,
                            version: str = 'v0'):
   """Creates a gymnasium environment for Dopamine's agents.
 
   The environment's own time limit is removed: episode lengths are the
-  Runner's ``max_steps_per_episode``.
+  Runner's ``max_steps_per_episode``. A version that gymnasium has retired
+  (e.g. ``LunarLander-v2``) is replaced by the newest one, with a warning.
 
   Args:
     environment_name: str, e.g. 'CartPole' or 'Acrobot'.
@@ -80,13 +174,19 @@ def create_gym_environment(environment_name: Optional[str] = None,
     A `GymPreprocessing` around the environment.
 
   Raises:
-    ValueError: If environment_name is None.
+    ArgumentError: If environment_name is None (Dopamine asserts).
+    ValueError: If gymnasium has no such environment (see `_current_spec`).
+    ImportError: If the environment needs an install extra that is missing
+      (LunarLander: ``pip install 'dopamine_per[box2d]'``).
   """
   if environment_name is None:
-    raise ValueError('create_gym_environment needs an environment_name, e.g. '
-                     "create_gym_environment.environment_name = 'CartPole'.")
+    raise errors.ArgumentError(
+        'create_gym_environment needs an environment_name, got None; e.g. '
+        "create_gym_environment.environment_name = 'CartPole'.")
   import gymnasium  # pylint: disable=g-import-not-at-top
-  env = gymnasium.make('{}-{}'.format(environment_name, version))
+  spec = _current_spec(environment_name, version)
+  _check_extra_installed(spec)
+  env = gymnasium.make(spec)
   # Remove gymnasium's wrappers (TimeLimit, order enforcing, checks).
   return GymPreprocessing(env.unwrapped)
 
@@ -125,6 +225,22 @@ class GymPreprocessing(atari_lib.EnvironmentWrapper):
     info['TimeLimit.truncated'] = bool(truncated and not terminated)
     self.game_over = bool(terminated)
     return observation, reward, self.game_over, info
+
+
+def _rescaled_inputs(state: tf.Tensor, min_vals, max_vals) -> tf.Tensor:
+  """Flattens a state batch to float32, rescaled from the bounds to [-1, 1].
+
+  Args:
+    state: tensor [batch, ...], the states.
+    min_vals: array or None (None: no rescaling), lower bounds.
+    max_vals: array, upper bounds (used when min_vals is not None).
+  """
+  x = graph_layers.flatten(tf.cast(state, tf.float32))
+  if min_vals is not None:
+    low = tf.constant(min_vals, tf.float32)
+    high = tf.constant(max_vals, tf.float32)
+    x = 2.0 * (x - low) / (high - low) - 1.0
+  return x
 
 
 @gin.configurable
@@ -166,11 +282,7 @@ class BasicDiscreteDomainNetwork(graph_layers.Network):
 
   def call(self, state: tf.Tensor) -> tf.Tensor:
     """Returns the output layer's values for a batch of states."""
-    x = graph_layers.flatten(tf.cast(state, tf.float32))
-    if self.min_vals is not None:
-      low = tf.constant(self.min_vals, tf.float32)
-      high = tf.constant(self.max_vals, tf.float32)
-      x = 2.0 * (x - low) / (high - low) - 1.0
+    x = _rescaled_inputs(state, self.min_vals, self.max_vals)
     for layer in self.hidden:
       x = layer(x)
     return self.last_layer(x)
@@ -262,6 +374,122 @@ class AcrobotRainbowNetwork(_RainbowDomainNetwork):
   _MAX_VALS = ACROBOT_MAX_VALS
 
 
+# The IQN networks' default layers (see ImplicitQuantileDomainNetwork).
+_IQN_HIDDEN_UNITS = (512, 512, 512)
+
+
+@gin.configurable
+class ImplicitQuantileDomainNetwork(atari_lib.ImplicitQuantileNetworkBase):
+  """An implicit quantile network on low-dimensional observations.
+
+  New (Dopamine 4.1.2 has no classic-control IQN network). Laid out like
+  `atari_lib.ImplicitQuantileNetwork` with fully connected layers: the
+  rescaled observation goes through ``hidden_units[:-1]`` (the state
+  embedding), is multiplied by the quantile embedding, then goes through a
+  layer of ``hidden_units[-1]`` units and the output layer. The default,
+  three layers of 512, is Dopamine's two-layer gym torso in place of the
+  Atari convolutions, then the 512-unit layer that follows the product in
+  the Atari network; with a single layer before the product the agent
+  learned CartPole far more slowly (returns stuck near 100 for 24,000
+  steps). Kernels are Glorot uniform, as in the other gym networks.
+  """
+
+  def __init__(self, min_vals, max_vals, num_actions: int,
+               quantile_embedding_dim: int, name: Optional[str] = None,
+               activation_fn=tf.nn.relu,
+               hidden_units: Sequence[int] = _IQN_HIDDEN_UNITS):
+    """Creates the layers.
+
+    Args:
+      min_vals: array or None, lower observation bounds (None: inputs are
+        not rescaled).
+      max_vals: array or None, upper observation bounds.
+      num_actions: int, the number of actions.
+      quantile_embedding_dim: int, cosine features per quantile level.
+      name: str, the name scope of the variables.
+      activation_fn: callable, the hidden layers' activation.
+      hidden_units: non-empty sequence of int, the hidden layer sizes (the
+        last one comes after the quantile product).
+
+    Raises:
+      ValueError: If hidden_units is empty or quantile_embedding_dim is not
+        positive.
+    """
+    if not hidden_units:
+      raise ValueError('hidden_units must name at least one layer, got '
+                       '{!r}'.format(hidden_units))
+    super().__init__(quantile_embedding_dim, name=name)
+    self.num_actions = num_actions
+    self.min_vals = min_vals
+    self.max_vals = max_vals
+    with self.name_scope:
+      self.hidden = [graph_layers.Dense(units, activation=activation_fn,
+                                        name='fully_connected')
+                     for units in hidden_units[:-1]]
+      self.dense1 = graph_layers.Dense(hidden_units[-1],
+                                       activation=activation_fn,
+                                       name='fully_connected')
+      self.last_layer = graph_layers.Dense(num_actions,
+                                           name='fully_connected')
+
+  def _embed_state(self, state: tf.Tensor) -> tf.Tensor:
+    x = _rescaled_inputs(state, self.min_vals, self.max_vals)
+    for layer in self.hidden:
+      x = layer(x)
+    return x
+
+  def _quantile_head(self, x: tf.Tensor) -> tf.Tensor:
+    return self.last_layer(self.dense1(x))
+
+
+class _BoundedImplicitQuantileNetwork(ImplicitQuantileDomainNetwork):
+  """An `ImplicitQuantileDomainNetwork` with its domain's bounds built in."""
+
+  _MIN_VALS = None
+  _MAX_VALS = None
+
+  def __init__(self, num_actions: int, quantile_embedding_dim: int,
+               name: Optional[str] = None,
+               hidden_units: Sequence[int] = _IQN_HIDDEN_UNITS):
+    """Creates the network.
+
+    Args:
+      num_actions: int, the number of actions.
+      quantile_embedding_dim: int, cosine features per quantile level.
+      name: str, the name scope of the variables.
+      hidden_units: non-empty sequence of int, the hidden layer sizes.
+    """
+    super().__init__(self._MIN_VALS, self._MAX_VALS, num_actions,
+                     quantile_embedding_dim, name=name,
+                     hidden_units=hidden_units)
+
+
+@gin.configurable
+class CartpoleImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
+  """IQN network for CartPole (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = CARTPOLE_MIN_VALS
+  _MAX_VALS = CARTPOLE_MAX_VALS
+
+
+@gin.configurable
+class AcrobotImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
+  """IQN network for Acrobot (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = ACROBOT_MIN_VALS
+  _MAX_VALS = ACROBOT_MAX_VALS
+
+
+@gin.configurable
+class MountainCarImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
+  """IQN network for MountainCar (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = MOUNTAINCAR_MIN_VALS
+  _MAX_VALS = MOUNTAINCAR_MAX_VALS
+
+
+@gin.configurable
+class LunarLanderImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
+  """IQN network for LunarLander (inputs not rescaled)."""
+
+
 @gin.configurable
 class LunarLanderDQNNetwork(_DQNDomainNetwork):
   """DQN network for LunarLander (inputs not rescaled)."""
@@ -270,6 +498,24 @@ class LunarLanderDQNNetwork(_DQNDomainNetwork):
 @gin.configurable
 class MountainCarDQNNetwork(_DQNDomainNetwork):
   """DQN network for MountainCar (inputs rescaled to [-1, 1])."""
+  _MIN_VALS = MOUNTAINCAR_MIN_VALS
+  _MAX_VALS = MOUNTAINCAR_MAX_VALS
+
+
+@gin.configurable
+class LunarLanderRainbowNetwork(_RainbowDomainNetwork):
+  """Rainbow network for LunarLander (inputs not rescaled).
+
+  New: Dopamine 4.1.2 has DQN networks only for LunarLander and MountainCar.
+  """
+
+
+@gin.configurable
+class MountainCarRainbowNetwork(_RainbowDomainNetwork):
+  """Rainbow network for MountainCar (inputs rescaled to [-1, 1]).
+
+  New: Dopamine 4.1.2 has DQN networks only for LunarLander and MountainCar.
+  """
   _MIN_VALS = MOUNTAINCAR_MIN_VALS
   _MAX_VALS = MOUNTAINCAR_MAX_VALS
 

@@ -2,7 +2,8 @@
 """The experiment runner, as Dopamine's ``run_experiment``.
 
 Same names and gin parameters as ``dopamine.discrete_domains.run_experiment``
-(Dopamine 4.1.2): `load_gin_configs`, `create_agent` ('dqn', 'rainbow'),
+(Dopamine 4.1.2): `load_gin_configs`, `create_agent` ('dqn', 'rainbow',
+'implicit_quantile'),
 `create_runner`, `Runner` (``num_iterations``, ``training_steps``,
 ``evaluation_steps``, ``max_steps_per_episode``, ``create_environment_fn``,
 ``clip_rewards``, ...) and `TrainRunner`. An iteration is a training phase of
@@ -48,6 +49,7 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per.agents import dqn_agent
+from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import checkpointer
@@ -107,8 +109,9 @@ def create_agent(sess, environment, agent_name=None, summary_writer=None,
     sess: tf.compat.v1.Session or None (the agent creates one).
     environment: the environment (its ``action_space.n`` is the number of
       actions).
-    agent_name: str, 'dqn' (or any name starting with it) or 'rainbow'. C51
-      is 'rainbow' with uniform replay and 1-step returns (c51.gin).
+    agent_name: str, 'dqn' (or any name starting with it), 'rainbow' or
+      'implicit_quantile' (IQN). C51 is 'rainbow' with uniform replay and
+      1-step returns (c51.gin).
     summary_writer: passed to the agent when debug_mode is True.
     debug_mode: bool, let the agent write training summaries (slower).
 
@@ -130,6 +133,9 @@ def create_agent(sess, environment, agent_name=None, summary_writer=None,
   if agent_name == 'rainbow':
     return rainbow_agent.RainbowAgent(sess, num_actions=num_actions,
                                       summary_writer=summary_writer)
+  if agent_name == 'implicit_quantile':
+    return implicit_quantile_agent.ImplicitQuantileAgent(
+        sess, num_actions=num_actions, summary_writer=summary_writer)
   raise ValueError('Unknown agent: {}'.format(agent_name))
 
 

@@ -4,7 +4,52 @@ Install for use:         pip install .
 Install for development: bash scripts/test.sh   (creates .venv, see README.md)
 """
 
+import importlib.metadata
+import os
+import subprocess
+import sys
+
 import setuptools
+
+# The TensorFlow minor version tf-keras is pinned to when TensorFlow is not
+# installed yet (pip then resolves both to this minor version).
+_DEFAULT_TENSORFLOW_MINOR = '2.21'
+_TENSORFLOW_VERSION = (
+    'import importlib.metadata as m; print(m.version("tensorflow"))')
+
+
+def _installed_tensorflow_version():
+  """Returns the target environment's TensorFlow version, or None.
+
+  pip builds a package without pyproject.toml in an isolated environment
+  that hides the target's site-packages (through PYTHONPATH); the same
+  interpreter without that PYTHONPATH sees them.
+  """
+  try:
+    return importlib.metadata.version('tensorflow')
+  except importlib.metadata.PackageNotFoundError:
+    pass
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('PYTHONPATH', 'PYTHONNOUSERSITE')}
+  result = subprocess.run([sys.executable, '-c', _TENSORFLOW_VERSION],
+                          env=env, capture_output=True, text=True,
+                          check=False)
+  if result.returncode != 0:
+    return None
+  return result.stdout.strip() or None
+
+
+def _tf_keras_requirement():
+  """Returns tf-keras pinned to the installed TensorFlow's minor version.
+
+  tf-keras X.Y requires tensorflow X.Y exactly (tf-keras 2.21.0:
+  tensorflow>=2.21,<2.22), so any other pin makes pip replace the installed
+  TensorFlow wheel.
+  """
+  version = _installed_tensorflow_version() or _DEFAULT_TENSORFLOW_MINOR
+  major, minor = (int(part) for part in version.split('.')[:2])
+  return 'tf-keras>={0}.{1},<{0}.{2}'.format(major, minor, minor + 1)
+
 
 setuptools.setup(
     name='dopamine_per',
@@ -43,6 +88,12 @@ setuptools.setup(
             # run a Rainbow smoke test on Pong (ale-py ships the ROMs).
             'gymnasium>=1.0',
             'ale-py>=0.9',
+            # gym_lib's tests step LunarLander (Box2D), as the 'box2d' extra.
+            'gymnasium[box2d]>=1.0',
+            # The agent tests also run Dopamine-style Keras networks under
+            # tf-keras (TF_USE_LEGACY_KERAS=1), besides Keras 3; pinned to the
+            # installed TensorFlow's minor version (_tf_keras_requirement).
+            _tf_keras_requirement(),
             # The benchmark smoke tests drive cpprb, a peer of the benchmarks
             # (tests must not skip when it is missing).
             'cpprb>=10.0',
@@ -56,6 +107,14 @@ setuptools.setup(
             # Classic-control environments (CartPole, Acrobot, ...) for
             # dopamine_per.discrete_domains.gym_lib and the CartPole configs.
             'gymnasium>=1.0',
+        ],
+        'box2d': [
+            # LunarLander (Dopamine's lunarlander configs) is a Box2D
+            # environment. gymnasium's own extra pins box2d==2.3.10 on Python
+            # < 3.14, which has manylinux wheels for 3.10-3.13 (3.11
+            # included), so no SWIG or C++ compiler is needed (3.14 builds
+            # box2d-py with SWIG); it also brings pygame-ce, for rendering.
+            'gymnasium[box2d]>=1.0',
         ],
         'atari': [
             # Atari 2600 games for dopamine_per.discrete_domains.atari_lib;

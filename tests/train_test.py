@@ -7,6 +7,7 @@ resume after the last complete checkpoint, with the agent's counters, the
 replay memory and its priorities as they were at that checkpoint.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -14,7 +15,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import gin
@@ -22,13 +25,14 @@ import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
+from dopamine_per.discrete_domains import train
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests import gin_util
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
 _SMALL = [
-    'CartpoleRainbowNetwork.hidden_units = (32,)',
+    'gym_lib.CartpoleRainbowNetwork.hidden_units = (32,)',
     'RainbowAgent.min_replay_history = 50',
     'WrappedPrioritizedReplayBuffer.replay_capacity = 3000',
     'WrappedPrioritizedReplayBuffer.batch_size = 16',
@@ -52,6 +56,88 @@ def _environment():
       [_REPO_ROOT] + [p for p in sys.path if p])
   env['TF_CPP_MIN_LOG_LEVEL'] = '2'
   return env
+
+
+class BaseDirTest(absltest.TestCase):
+  """An unusable --base_dir is one line on stderr, before TensorFlow loads."""
+
+  def setUp(self):
+    super().setUp()
+    self.dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.file = os.path.join(self.dir, 'a_file')
+    with open(self.file, 'w') as f:
+      f.write('not a directory')
+
+  def _run_trainer(self, base_dir):
+    return subprocess.run(
+        _command(base_dir, [_CARTPOLE], []), env=_environment(),
+        cwd=_REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+  def _assert_one_line_error(self, result, expected):
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertEqual(result.stderr, 'train: error: {}\n'.format(expected))
+    self.assertEqual(result.stdout, '')
+
+  def test_base_dir_is_a_file(self):
+    self._assert_one_line_error(
+        self._run_trainer(self.file),
+        '--base_dir={} is not a directory'.format(self.file))
+
+  def test_base_dir_below_a_file(self):
+    # Also how an unwritable directory looks to root, which may write
+    # anywhere else: nothing can be created below a regular file.
+    base_dir = os.path.join(self.file, 'runs', 'cartpole')
+    self._assert_one_line_error(
+        self._run_trainer(base_dir),
+        '--base_dir={} cannot be created: {} is not a directory'.format(
+            base_dir, self.file))
+    self.assertTrue(os.path.isfile(self.file))
+
+  def test_empty_base_dir(self):
+    self._assert_one_line_error(
+        self._run_trainer(''), '--base_dir is required: the directory for '
+        'checkpoints, logs and summaries')
+
+  def test_base_dir_is_checked_before_tensorflow_is_imported(self):
+    script = textwrap.dedent('''
+        import sys
+        from dopamine_per.discrete_domains import train
+        sys.argv = ['train', '--base_dir=' + sys.argv[1]]
+        try:
+          train.run()
+        except SystemExit as e:
+          print('tensorflow' in sys.modules, e.code)
+        ''')
+    result = subprocess.run(
+        [sys.executable, '-c', script, self.file], env=_environment(),
+        cwd=_REPO_ROOT, capture_output=True, text=True, timeout=120)
+    self.assertEqual(result.stdout, 'False 1\n', result.stderr)
+    self.assertIn('is not a directory', result.stderr)
+
+  def test_not_writable(self):
+    # Root may write into any directory, so the refusal is simulated.
+    denied = PermissionError(errno.EACCES, 'Permission denied')
+    missing = os.path.join(self.dir, 'new', 'run')
+    with mock.patch.object(train.tempfile, 'TemporaryFile',
+                           side_effect=denied):
+      with self.assertRaisesRegex(
+          ValueError, r'^--base_dir={} is not writable: cannot create a file '
+          r'in it \(Permission denied\)$'.format(self.dir)):
+        train.check_base_dir(self.dir)
+      with self.assertRaisesRegex(
+          ValueError, r'^--base_dir={} is not writable: cannot create a file '
+          r'in {} \(Permission denied\)$'.format(missing, self.dir)):
+        train.check_base_dir(missing)
+
+  def test_usable_base_dirs(self):
+    nested = os.path.join(self.dir, 'new', 'run')
+    for base_dir in (self.dir, nested, 'gs://bucket/run'):
+      train.check_base_dir(base_dir)
+    # The check creates nothing (the runner creates the directory).
+    self.assertEqual(os.listdir(self.dir), ['a_file'])
+    with self.assertRaisesRegex(ValueError, '--base_dir is required'):
+      train.check_base_dir(None)
 
 
 class TrainTest(absltest.TestCase):

@@ -6,17 +6,20 @@ r"""Trains an agent: the command-line entry point, as Dopamine's ``train``.
       --gin_files=configs/rainbow_cartpole.gin \
       --gin_bindings='Runner.num_iterations = 10'
 
-Loads the gin files, then the bindings, creates the runner
-(`run_experiment.create_runner`) and runs the experiment. Started again with
-the same --base_dir, it resumes after the last complete checkpoint.
+Checks that --base_dir can hold the run's files, loads the gin files, then
+the bindings, creates the runner (`run_experiment.create_runner`) and runs
+the experiment. Started again with the same --base_dir, it resumes after the
+last complete checkpoint.
 """
+
+import os
+import sys
+import tempfile
+from typing import Optional, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow as tf
-
-from dopamine_per.discrete_domains import run_experiment
 
 flags.DEFINE_string('base_dir', None,
                     'Directory for checkpoints, logs and summaries.')
@@ -29,26 +32,110 @@ flags.DEFINE_multi_string(
 
 FLAGS = flags.FLAGS
 
-__all__ = ['main', 'run']
+__all__ = ['check_base_dir', 'main', 'run']
 
 
-def main(argv):
+def _nearest_existing(path: str) -> str:
+  """Returns `path` or its closest ancestor that exists (a broken link too).
+
+  A path below a regular file does not exist (ENOTDIR), so the file is
+  returned.
+  """
+  while not os.path.lexists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return path
+
+
+def check_base_dir(base_dir: Optional[str]) -> None:
+  """Checks that the run's directory exists or can be created, writably.
+
+  Nothing is created (a probe file is deleted at once); the runner creates
+  the directory. Paths with a scheme (``gs://...``) are left to
+  ``tf.io.gfile``.
+
+  Args:
+    base_dir: str, the --base_dir flag.
+
+  Raises:
+    ValueError: If base_dir is None or empty, is not a directory, lies
+      below a path that is not a directory, or is (or would be created in)
+      a directory where no file can be created; the message names the path.
+  """
+  if not base_dir:
+    raise ValueError('--base_dir is required: the directory for '
+                     'checkpoints, logs and summaries')
+  if '://' in base_dir:
+    return
+  path = os.path.abspath(base_dir)
+  existing = _nearest_existing(path)
+  if not os.path.isdir(existing):
+    if existing == path:
+      raise ValueError('--base_dir={} is not a directory'.format(base_dir))
+    raise ValueError('--base_dir={} cannot be created: {} is not a '
+                     'directory'.format(base_dir, existing))
+  try:
+    # Creating a file is the only test that root, read-only filesystems and
+    # access control lists all answer truthfully (os.access does not).
+    with tempfile.TemporaryFile(dir=existing):
+      pass
+  except OSError as e:
+    where = 'in it' if existing == path else 'in {}'.format(existing)
+    raise ValueError('--base_dir={} is not writable: cannot create a file '
+                     '{} ({})'.format(base_dir, where,
+                                      e.strerror or e)) from e
+
+
+def _train(base_dir: str, gin_files: Sequence[str],
+           gin_bindings: Sequence[str]) -> None:
   """Loads the configuration and runs the experiment."""
-  if len(argv) > 1:
-    raise app.UsageError('Unexpected arguments: {}'.format(' '.join(argv[1:])))
+  # Imported here, after the flags are checked: TensorFlow takes seconds to
+  # import and logs to stderr, which would bury a one-line flag error.
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from dopamine_per.discrete_domains import run_experiment
+  # pylint: enable=g-import-not-at-top
   if not FLAGS['verbosity'].present:
-    # The runner's status line and summaries are the console output; absl's
-    # INFO messages (--verbosity=0) would interleave with them.
-    logging.set_verbosity(logging.WARNING)
     # TensorFlow's own deprecation notices (e.g. from the checkpoint saver's
     # clean-up) are not actionable for a user of the trainer.
     tf.get_logger().setLevel('ERROR')
   try:
-    run_experiment.load_gin_configs(FLAGS.gin_files, FLAGS.gin_bindings)
+    run_experiment.load_gin_configs(gin_files, gin_bindings)
   except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(str(e)) from e
-  runner = run_experiment.create_runner(FLAGS.base_dir)
+  runner = run_experiment.create_runner(base_dir)
   runner.run_experiment()
+
+
+def main(argv: Sequence[str]) -> int:
+  """Checks --base_dir, then trains; returns the exit status.
+
+  Args:
+    argv: the arguments left after absl's flags (the program name only).
+
+  Returns:
+    int, 0 after training, 1 for an unusable --base_dir (reported in one
+    line on stderr, before TensorFlow is imported).
+
+  Raises:
+    app.UsageError: For extra arguments or a gin file or binding that does
+      not load (absl prints it with the usage).
+  """
+  if len(argv) > 1:
+    raise app.UsageError('Unexpected arguments: {}'.format(' '.join(argv[1:])))
+  try:
+    check_base_dir(FLAGS.base_dir)
+  except ValueError as e:
+    print('train: error: {}'.format(e), file=sys.stderr)
+    return 1
+  if not FLAGS['verbosity'].present:
+    # The runner's status line and summaries are the console output; absl's
+    # INFO messages (--verbosity=0) would interleave with them.
+    logging.set_verbosity(logging.WARNING)
+  _train(FLAGS.base_dir, FLAGS.gin_files, FLAGS.gin_bindings)
+  return 0
 
 
 def run():

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Exception types shared by the replay memories, the agents and the domains.
+"""Exception types and error-message helpers shared across dopamine_per.
 
 Dopamine checks many arguments with ``assert``, so code written against it
 catches `AssertionError`; a well-kept library raises `ValueError` for a bad
@@ -8,7 +8,12 @@ raised wherever Dopamine 4.1.2 asserts on an argument (docs/compat.md lists
 the places).
 """
 
-__all__ = ['ArgumentError']
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ['ArgumentError', 'describe']
 
 
 class ArgumentError(ValueError, AssertionError):
@@ -16,3 +21,36 @@ class ArgumentError(ValueError, AssertionError):
 
   The message names the argument and the value given.
   """
+
+
+def describe(value: Any, limit: int = 60) -> str:
+  """A short description of `value` for an error message; never raises.
+
+  Loaded data may be anything: its repr may be huge, recurse without bound,
+  or fail (an int of 10**5 digits), so containers are described by type and
+  size, and other values by a repr cut to `limit` characters.
+
+  Args:
+    value: any object.
+    limit: int, the most characters returned.
+
+  Returns:
+    str, e.g. "'1e3'", "a list of 3 items", "an int of about 10**400".
+  """
+  kind = type(value)
+  if kind in (list, tuple, dict, set, frozenset) and not (
+      kind in (list, tuple) and len(value) <= 8 and
+      all(type(item) in (bool, float, type(None)) or
+          type(item) is int and item.bit_length() <= 256 for item in value)):
+    return 'a {} of {} items'.format(kind.__name__, len(value))
+  if kind is np.ndarray:
+    return 'an array of shape {} and dtype {}'.format(value.shape, value.dtype)
+  if isinstance(value, int) and value.bit_length() > 256:
+    # repr is quadratic in the digits and refused past 4300 of them.
+    return 'an int of about {}10**{}'.format(
+        '-' if value < 0 else '', int(value.bit_length() * math.log10(2)))
+  try:
+    text = repr(value)
+  except Exception:  # pylint: disable=broad-except
+    text = 'a {}'.format(kind.__name__)
+  return text if len(text) <= limit else text[:limit - 3] + '...'

@@ -3,17 +3,24 @@
 import collections
 import gzip
 import io
+import json
 import os
 import pickle
 import random
 import shutil
+import stat
+import struct
+import subprocess
+import sys
 import tempfile
+import textwrap
 
 from absl.testing import absltest
 from absl.testing import parameterized
 from dopamine.tf.replay_memory import sum_tree as dopamine_sum_tree
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import sum_tree
 
@@ -28,6 +35,69 @@ def _npy_bytes(array):
   raw = io.BytesIO()
   np.save(raw, array, allow_pickle=True)
   return raw.getvalue()
+
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _npy_with_header(header, version=1, data=b''):
+  """A raw .npy stream with a hand-written header (no validation)."""
+  length = struct.pack('<H' if version == 1 else '<I', len(header))
+  return b'\x93NUMPY' + bytes([version, 0]) + length + header + data
+
+
+def _bomb(prefix, inflated_bytes, filler=b'\0'):
+  """Gzip of `prefix` then `inflated_bytes` of `filler`, a few MB at most.
+
+  One member of 64 MiB of filler, repeated: gzip readers (Python's,
+  Dopamine's) read concatenated members as one stream.
+  """
+  chunk = 1 << 26
+  member = gzip.compress(filler * chunk, compresslevel=9, mtime=0)
+  return (gzip.compress(prefix, mtime=0) +
+          member * (inflated_bytes // chunk))
+
+
+# Runs in a fresh Python under a 6 GiB address-space limit (a regression
+# then fails with MemoryError instead of exhausting the machine): calls
+# `load()`, defined by the test's code, and prints whether it refused the
+# file and how much the peak resident memory grew.
+_ISOLATED = textwrap.dedent('''
+    import json, resource
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    from dopamine_per.replay_memory import checkpoint_io
+    {code}
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+      load()
+      outcome = 'loaded'
+    except checkpoint_io.CheckpointError as e:
+      outcome = 'refused: ' + str(e)
+    except BaseException as e:
+      outcome = 'raised {{}}: {{}}'.format(type(e).__name__, str(e)[:200])
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(json.dumps({{'outcome': outcome, 'peak_growth_kib': growth}}))
+''')
+
+
+def run_isolated(code, timeout=120):
+  """Runs `code` (defining `load()`) as `_ISOLATED`; returns its report.
+
+  Returns:
+    dict with 'outcome' ('loaded', 'refused: message' or 'raised ...') and
+    'peak_growth_kib', or {'outcome': 'timeout'} if it did not finish, or
+    {'outcome': 'died: signal'} if it crashed.
+  """
+  try:
+    done = subprocess.run(
+        [sys.executable, '-c', _ISOLATED.format(code=code)], cwd=_REPO_ROOT,
+        capture_output=True, text=True, timeout=timeout, check=False)
+  except subprocess.TimeoutExpired:
+    return {'outcome': 'timeout'}
+  if done.returncode:
+    return {'outcome': 'died: {} {}'.format(done.returncode,
+                                            done.stderr[-500:])}
+  return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 class IoTestCase(parameterized.TestCase):
@@ -326,6 +396,278 @@ class AtomicWriteTest(IoTestCase):
     self.assertTrue(checkpoint_io.exists(path))
     self.assertTrue(checkpoint_io.remove_if_exists(path))
     self.assertFalse(checkpoint_io.exists(path))
+
+
+class BoundedReadTest(IoTestCase):
+  """Issue 12: reading is bounded, whatever a file claims or inflates to."""
+
+  def test_giant_npy_shape_refused_before_allocating(self):
+    # Declares 10**12 int64 (7.28 TiB): was a MemoryError from np.empty.
+    header = b"{'descr': '<i8', 'fortran_order': False, 'shape': (10**12,), }"
+    header = header.replace(b'10**12', str(10**12).encode())
+    path = self.write_raw(gzip.compress(_npy_with_header(header)))
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'larger than this file can hold'):
+      checkpoint_io.load_npy_gz(path)  # DEFAULT_MAX_ARRAY_BYTES.
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                r'f.gz: array of shape \(1000000000000,\) '
+                                r'and dtype int64 \(8000000000000 bytes\) is '
+                                r'larger than this file can hold \(16 bytes\)'):
+      checkpoint_io.load_npy_gz(path, max_bytes=16)
+
+  def test_zero_byte_elements_count(self):
+    header = ("{'descr': '|V0', 'fortran_order': False, 'shape': (%d,), }"
+              % 10**15).encode()
+    path = self.write_raw(gzip.compress(_npy_with_header(header)))
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'larger than'):
+      checkpoint_io.load_npy_gz(path)
+
+  def test_npy_header_length_is_capped(self):
+    # A version-2 header may declare 4 GiB; NumPy would read it all first.
+    path = self.write_raw(gzip.compress(
+        _npy_with_header(b' ' * 70000, version=2)))
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                r'header of 70000 bytes'):
+      checkpoint_io.load_npy_gz(path)
+
+  def test_hostile_header_is_a_checkpoint_error(self):
+    nested = b'(' * 5000 + b')' * 5000
+    for header in (b"{'descr': " + nested + b'}', b'\xff\xfe',
+                   b"{'descr': '<i8', 'fortran_order': False, "
+                   b"'shape': (-5,), }"):
+      path = self.write_raw(gzip.compress(_npy_with_header(header)))
+      with self.assertRaises(checkpoint_io.CorruptCheckpointError,
+                             msg=header[:20]):
+        checkpoint_io.load_npy_gz(path)
+
+  def test_npy_header_bomb_in_bounded_memory(self):
+    # A version-2 header declaring 4 GiB, then 2 GiB of spaces: NumPy's own
+    # reader decompressed them all before checking the length.
+    path = self.write_raw(_bomb(b'\x93NUMPY\x02\x00' + b'\xf0\xff\xff\xff',
+                                2 << 30, filler=b' '))
+    report = run_isolated(
+        'def load():\n  checkpoint_io.load_npy_gz({!r})'.format(path))
+    self.assertStartsWith(report['outcome'], 'refused: ')
+    self.assertLess(report['peak_growth_kib'], 256 << 10)
+
+  def test_pickle_bomb_in_bounded_memory(self):
+    # BINBYTES8 of 2 GiB, all zeros, in a file of 2 MB: was decompressed
+    # whole (gz.read()) before any check.
+    path = self.write_raw(_bomb(b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30),
+                                2 << 30))
+    report = run_isolated(
+        'def load():\n  checkpoint_io.load_pickle_gz({!r}, limits='
+        'checkpoint_io.PickleLimits(1 << 20, 1 << 16, 8))'.format(path))
+    self.assertStartsWith(report['outcome'], 'refused: ')
+    self.assertIn('decompresses to more than 1048576 bytes',
+                  report['outcome'])
+    self.assertLess(report['peak_growth_kib'], 256 << 10)
+
+  def test_default_limits_bound_a_bomb(self):
+    path = self.write_raw(_bomb(b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30),
+                                2 << 30))
+    report = run_isolated(
+        'def load():\n  checkpoint_io.load_pickle_gz({!r})'.format(path))
+    self.assertStartsWith(report['outcome'], 'refused: ')
+    # DEFAULT_PICKLE_LIMITS.max_bytes (256 MiB) are read, plus some slack.
+    self.assertLess(report['peak_growth_kib'], 600 << 10)
+    self.assertEqual(checkpoint_io.DEFAULT_PICKLE_LIMITS.max_bytes, 1 << 28)
+
+  def test_deep_nesting_is_refused(self):
+    # A list nested 200,000 deep: its repr (in an error message) raised
+    # RecursionError.
+    depth = 200000
+    data = b'\x80\x04' + b']' * depth + b'a' * (depth - 1) + b'.'
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                '<bytes>: data nested deeper than 64'):
+      checkpoint_io.restricted_loads(data)
+
+  def test_cycles_are_refused(self):
+    data = b'\x80\x04]\x94h\x00a.'  # A list that contains itself.
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'cyclic'):
+      checkpoint_io.restricted_loads(data)
+
+  def test_deep_tuples_in_a_set_do_not_crash(self):
+    # Hashing a tuple nested 10**6 deep (to add it to a set) overflowed the
+    # C stack: the process died with SIGSEGV.
+    report = run_isolated(
+        'def load():\n  checkpoint_io.restricted_loads('
+        "b'\\x80\\x04\\x8f(K\\x01' + b'\\x85' * 10**6 + b'\\x90.')")
+    self.assertStartsWith(report['outcome'], 'refused: ')
+    self.assertIn('tuples nested deeper than 64 levels', report['outcome'])
+
+  def test_shared_references_count_at_each_use(self):
+    # 10,000 references to one list of 10,000 floats: 100 KB of pickle,
+    # 10**8 elements once converted (np.asarray, set()).
+    inner = [0.5] * 10000
+    data = pickle.dumps([inner] * 10000, protocol=4)
+    self.assertLess(len(data), 200000)
+    limits = checkpoint_io.PickleLimits(1 << 20, 10**6, 8)
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'more than 1000000 elements'):
+      checkpoint_io.restricted_loads(data, limits=limits)
+    # The same data, unshared and within bounds, loads.
+    self.assertLen(checkpoint_io.restricted_loads(
+        pickle.dumps([inner] * 50), limits=limits), 50)
+
+  def test_constructors_cannot_allocate(self):
+    cases = {
+        # bytearray(2**30): a zeroed GiB.
+        'bytearray': b'\x80\x02c__builtin__\nbytearray\nJ\x00\x00\x00@\x85R.',
+        # numpy.ndarray((2**30,)) and its __new__: uninitialized memory.
+        'ndarray': b'\x80\x02cnumpy\nndarray\nJ\x00\x00\x00@\x85\x85R.',
+        'ndarray_new': b'\x80\x02cnumpy\nndarray\nJ\x00\x00\x00@\x85\x85\x81.',
+        # _reconstruct(ndarray, (2**30,), 'b'): NumPy's own pickles say (0,).
+        'reconstruct': (b'\x80\x02cnumpy._core.multiarray\n_reconstruct\n'
+                        b'cnumpy\nndarray\nJ\x00\x00\x00@\x85C\x01b\x87R.'),
+        # set() of anything but a list or tuple (of an array of 10**15
+        # zero-byte elements, it would iterate without end).
+        'set_of_array': b'\x80\x02c__builtin__\nset\nC\x00\x85R.',
+    }
+    for name, data in cases.items():
+      with self.assertRaises(checkpoint_io.CorruptCheckpointError, msg=name):
+        checkpoint_io.restricted_loads(data)
+
+  def test_zero_byte_array_elements_count(self):
+    # An array of 10**15 elements of zero bytes fits in a 200-byte pickle.
+    original = pickle.dumps(np.zeros(3, 'V0'), protocol=3)
+    data = original.replace(b'(K\x01K\x03\x85',
+                            b'(K\x01\x8a\x07' + (10**15).to_bytes(7, 'little')
+                            + b'\x85')
+    self.assertNotEqual(data, original)
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'more than'):
+      checkpoint_io.restricted_loads(data)
+
+  def test_bounds_keep_legitimate_data(self):
+    value = {'files': {'a': (1, 'f' * 64)}, 'set': set(range(1000)),
+             'nodes': [np.zeros(2**k) for k in range(12)], 'text': 'x' * 800}
+    limits = checkpoint_io.PickleLimits(1 << 20, 6000, 4)
+    loaded = checkpoint_io.restricted_loads(pickle.dumps(value), limits=limits)
+    self.assertEqual(loaded['set'], value['set'])
+    self.assertEqual(loaded['files'], value['files'])
+
+
+class RegularFileTest(IoTestCase):
+  """Only regular files are read; nothing blocks."""
+
+  def test_directory_is_refused(self):
+    os.mkdir(self.path('d.gz'))
+    for load in (checkpoint_io.load_npy_gz, checkpoint_io.load_pickle_gz,
+                 checkpoint_io.file_digest):
+      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                  'd.gz: is a directory, not a regular file'):
+        load(self.path('d.gz'))
+
+  def test_device_is_refused_without_reading(self):
+    os.symlink('/dev/zero', self.path('zero.gz'))
+    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                'zero.gz: is a character device'):
+      checkpoint_io.load_pickle_gz(self.path('zero.gz'))
+    # file_digest read /dev/zero forever.
+    report = run_isolated(
+        'def load():\n  checkpoint_io.file_digest({!r})'.format(
+            self.path('zero.gz')), timeout=60)
+    self.assertStartsWith(report['outcome'], 'refused: ')
+
+  def test_fifo_is_refused_without_blocking(self):
+    # Opening a FIFO for reading waits for a writer: forever.
+    os.mkfifo(self.path('fifo.gz'))
+    for call in ('load_npy_gz', 'load_pickle_gz', 'file_digest'):
+      report = run_isolated(
+          'def load():\n  checkpoint_io.{}({!r})'.format(
+              call, self.path('fifo.gz')), timeout=60)
+      self.assertStartsWith(report['outcome'], 'refused: ', call)
+      self.assertIn('is a FIFO, not a regular file', report['outcome'])
+
+  def test_symlink_to_regular_file_is_read(self):
+    checkpoint_io.save_pickle_gz(self.path('real.gz'), {1})
+    os.symlink(self.path('real.gz'), self.path('link.gz'))
+    self.assertEqual(checkpoint_io.load_pickle_gz(self.path('link.gz')), {1})
+
+  def test_missing_file_is_still_file_not_found(self):
+    with self.assertRaises(FileNotFoundError):
+      checkpoint_io.load_pickle_gz(self.path('missing.gz'))
+
+
+class ErrorsTest(IoTestCase):
+
+  def test_describe_never_raises(self):
+    deep = []
+    for _ in range(100000):
+      deep = [deep]
+
+    class BadRepr(object):
+
+      def __repr__(self):
+        raise RuntimeError('no')
+
+    self.assertEqual(errors.describe(10**5000), 'an int of about 10**5000')
+    self.assertEqual(errors.describe(-10**400), 'an int of about -10**400')
+    self.assertEqual(errors.describe(deep), 'a list of 1 items')
+    self.assertEqual(errors.describe(BadRepr()), 'a BadRepr')
+    self.assertEqual(errors.describe((1, 2.5)), '(1, 2.5)')
+    self.assertLen(errors.describe('x' * 1000), 60)
+
+  def test_refusing_converts_any_error(self):
+    for error in (MemoryError(), OverflowError('big'), RecursionError(),
+                  AttributeError('files'), IsADirectoryError(21, 'dir')):
+      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+                                  '^the/file: unusable: ' +
+                                  type(error).__name__):
+        with checkpoint_io.refusing('the/file'):
+          raise error
+    original = checkpoint_io.UnsafePickleError('x')
+    with self.assertRaises(checkpoint_io.UnsafePickleError) as raised:
+      with checkpoint_io.refusing('the/file'):
+        raise original
+    self.assertIs(raised.exception, original)
+
+
+class RemoveTemporariesTest(IoTestCase):
+
+  def _touch(self, name):
+    with open(self.path(name), 'wb') as f:
+      f.write(b'x')
+
+  def test_removes_only_matching_temporaries(self):
+    ours = ['.a_ckpt.1.gz.k3j_9zqa.tmp', '.a_ckpt.7.gz.00000000.tmp']
+    kept = ['.b_ckpt.1.gz.k3j_9zqa.tmp',  # Not a target.
+            '.a_ckpt.1.gz.tmp',  # Not atomic_write's name.
+            'a_ckpt.1.gz.k3j_9zqa.tmp',  # No leading dot.
+            '.a_ckpt.1.gz.K3J_9ZQA.tmp',  # Not mkstemp's characters.
+            'a_ckpt.1.gz', 'notes.txt']
+    for name in ours + kept:
+      self._touch(name)
+    os.mkdir(self.path('.a_ckpt.2.gz.abcdefgh.tmp'))  # Not a file.
+    kept.append('.a_ckpt.2.gz.abcdefgh.tmp')
+    removed = checkpoint_io.remove_temporaries(
+        self.dir, lambda target: target.startswith('a_ckpt.'))
+    self.assertCountEqual(removed, [self.path(name) for name in ours])
+    self.assertCountEqual(os.listdir(self.dir), kept)
+
+  def test_matches_what_atomic_write_leaves(self):
+    target = self.path('a_ckpt.3.gz')
+
+    def interrupted(f):
+      f.write(b'partial')
+      # What a SIGKILL leaves: the temporary, under its own name.
+      leftover.extend(n for n in os.listdir(self.dir) if n.endswith('.tmp'))
+      shutil.copy(os.path.join(self.dir, leftover[0]),
+                  self.path('copy_of_temp'))
+      raise RuntimeError('killed')
+
+    leftover = []
+    with self.assertRaises(RuntimeError):
+      checkpoint_io.atomic_write(target, interrupted)
+    os.rename(self.path('copy_of_temp'), self.path(leftover[0]))
+    self.assertEqual(
+        checkpoint_io.remove_temporaries(self.dir,
+                                         lambda name: name == 'a_ckpt.3.gz'),
+        [self.path(leftover[0])])
+    self.assertEqual(os.listdir(self.dir), [])
 
 
 if __name__ == '__main__':

@@ -1,5 +1,7 @@
 """Tests for dopamine_per.replay_memory.frame_stacks: every path, same bytes."""
 
+import tracemalloc
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
@@ -94,6 +96,44 @@ class BufferPoolTest(absltest.TestCase):
       frame_stacks.gather_stacks(frames, windows, pool=pool)  # Dropped.
     for windows, out in kept:
       np.testing.assert_array_equal(out, _reference(frames, windows))
+
+  def test_many_sizes_keep_at_most_max_bytes(self):
+    # Issue 12: the pool kept its last buffers whatever their size (3 x
+    # 500k-state batches, then 750 MB with the sum tree's strata). Measured
+    # with tracemalloc, which sees NumPy's data buffers.
+    pool = frame_stacks.BufferPool(size=3, max_bytes=3 << 20)
+    tracemalloc.start()
+    self.addCleanup(tracemalloc.stop)
+    start = tracemalloc.get_traced_memory()[0]
+    for size in range(1 << 20, 5 << 20, 65536):  # 64 sizes of 1 to 5 MB.
+      out = pool.empty((size,), np.uint8)
+      self.assertEqual(out.ctypes.data % 64, 0)
+      del out
+      self.assertLessEqual(pool.held_bytes, 3 << 20)
+    held = tracemalloc.get_traced_memory()[0] - start
+    self.assertLessEqual(held, (3 << 20) + 65536)
+    del pool
+    self.assertLess(tracemalloc.get_traced_memory()[0] - start, 65536)
+
+  def test_free_buffers_of_another_size_go_first(self):
+    pool = frame_stacks.BufferPool(size=2, max_bytes=1 << 20)
+    pool.empty((1000,), np.uint8)  # Dropped by the caller at once.
+    held = pool.empty((2000,), np.uint8)
+    pool.empty((3000,), np.uint8)  # Replaces the free 1000-byte buffer.
+    self.assertEqual(pool.held_bytes, 2000 + 3000 + 2 * 64)
+    also_held = pool.empty((4000,), np.uint8)  # Replaces the free one.
+    self.assertEqual(pool.held_bytes, 2000 + 4000 + 2 * 64)
+    pool.empty((5000,), np.uint8)  # All in use: replaces the newest.
+    self.assertEqual(pool.held_bytes, 2000 + 5000 + 2 * 64)
+    del held, also_held
+
+  def test_outputs_over_the_budget_are_not_kept(self):
+    pool = frame_stacks.BufferPool(size=3, max_bytes=1000)
+    small = pool.empty((100,), np.uint8)
+    large = pool.empty((2000,), np.uint8)
+    self.assertEqual(large.shape, (2000,))
+    self.assertEqual(pool.held_bytes, 100 + 64)
+    del small, large
 
 
 if __name__ == '__main__':

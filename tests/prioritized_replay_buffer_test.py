@@ -4,6 +4,7 @@ import os
 import random
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -13,6 +14,7 @@ import numpy as np
 from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory import sum_tree_kernels
 from tests import replay_cases
 from tests import stats_util
 
@@ -110,6 +112,100 @@ class AddTest(absltest.TestCase):
     buffer = _buffer()
     with self.assertRaisesRegex(ValueError, 'Add expects 5 elements'):
       buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0, priority=1.0)
+
+
+class InputValuesTest(parameterized.TestCase):
+  """Issue 12: values the storage or the tree cannot hold are refused first.
+
+  Each test reproduces a value that was written before the fix; both sum
+  tree kernels run (the priority checks differ between them).
+  """
+
+  def _buffer(self, kernels, **kwargs):
+    with mock.patch.dict(os.environ,
+                         {sum_tree_kernels.KERNELS_ENV: kernels}):
+      buffer = _buffer(**kwargs)
+    self.assertEqual(buffer.sum_tree._kernels.name, kernels)
+    return buffer
+
+  def assert_refused(self, buffer, regex, function, *args):
+    before = snapshot(buffer)
+    with self.assertRaisesRegex(ValueError, regex):
+      function(*args)
+    assert_same_snapshot(self, before, snapshot(buffer))
+    buffer.sum_tree.check_invariants()
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_rejected_add_writes_nothing(self, kernels):
+    # Was an OverflowError, after the padding, the observation and the
+    # priority were written.
+    buffer = self._buffer(kernels, stack_size=4)
+    obs = np.ones(2, np.uint8)
+    self.assert_refused(buffer, r"'reward'.*10\*\*400.*overflows float32",
+                        buffer.add, obs, 3, 10**400, False, 2.5)
+    self.assertTrue(buffer.is_empty())
+    self.assertEqual(buffer.sum_tree.total_priority(), 0.0)
+    buffer.add(obs, 3, 1.0, False, 2.5)
+    self.assertEqual(int(buffer.add_count), 4)
+
+  @parameterized.parameters((1e300,), (-1e300,), (np.float64(1e39),),
+                            (2**128,), (np.array(1e300),))
+  def test_reward_that_overflows_float32(self, reward):
+    # Was stored as inf.
+    buffer = self._buffer('numpy')
+    self.assert_refused(buffer, "'reward'.*overflows float32", buffer.add,
+                        np.ones(2, np.uint8), 0, reward, False, 1.0)
+
+  @parameterized.product(kernels=['numpy', 'numba'],
+                         priority=[1e308, 3.5e38, 5e-324, 1e-46, 10**400])
+  def test_priority_outside_float32(self, kernels, priority):
+    # 1e308 read back as inf, 5e-324 as 0; 10**400 raised OverflowError.
+    buffer = self._buffer(kernels, replay_capacity=32)
+    _add(buffer, 10)
+    regex = r'priorit.*0 or in \[1.4\d*e-45, 3.40282\d*e\+38\]'
+    self.assert_refused(buffer, regex, buffer.add, np.ones(2, np.uint8), 0,
+                        0.0, False, priority)
+    for priorities in (priority, [priority, 1.0], np.array([priority, 1.0])
+                       if priority != 10**400 else [priority, 1.0]):
+      self.assert_refused(buffer, regex, buffer.set_priority,
+                          np.array([3, 4]), priorities)
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_finite_priorities_whose_sum_overflows(self, kernels):
+    # Was accepted: the total became inf and every sample slot 16.
+    buffer = self._buffer(kernels, replay_capacity=32)
+    _add(buffer, 20)
+    self.assert_refused(buffer, '1e\\+308', buffer.set_priority,
+                        np.array([0, 1, 16]), [1e308, 1e308, 0.0])
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_float32_range_edges_read_back(self, kernels):
+    buffer = self._buffer(kernels)
+    _add(buffer, 10)
+    info = np.finfo(np.float32)
+    edges = np.array([info.smallest_subnormal, info.max], np.float32)
+    buffer.set_priority(np.array([3, 4]), edges.astype(np.float64))
+    np.testing.assert_array_equal(buffer.get_priority(np.array([3, 4])),
+                                  edges)
+    cursor = buffer.cursor()
+    buffer.add(np.ones(2, np.uint8), 0, 0.0, False, float(edges[0]))
+    self.assertEqual(buffer.get_priority(np.array([cursor]))[0], edges[0])
+
+  @parameterized.product(
+      kernels=['numpy', 'numba'],
+      priority=['1e3', b'3', 1 + 0j, np.complex128(2.0), True,
+                np.bool_(True)])
+  def test_priorities_that_are_not_real_numbers(self, kernels, priority):
+    # Strings and bytes were parsed, complex numbers lost their imaginary
+    # part, bools counted as 1.
+    buffer = self._buffer(kernels)
+    _add(buffer, 10)
+    regex = 'priorit.*should be real numbers'
+    self.assert_refused(buffer, regex, buffer.add, np.ones(2, np.uint8), 0,
+                        0.0, False, priority)
+    for priorities in (priority, [priority], np.array([priority])):
+      self.assert_refused(buffer, regex, buffer.set_priority, np.array([3]),
+                          priorities)
 
 
 class TableCasesTest(parameterized.TestCase):

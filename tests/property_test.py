@@ -2,22 +2,37 @@
 
 Hypothesis drives the sum tree and both replay memories with sequences of
 valid and invalid calls and checks them against simple reference models
-after every step; an invalid call must raise and change nothing.
+after every step; an invalid call must raise and change nothing. The
+invalid calls include adversarial values (issue 12): huge, tiny, non-finite
+and wrong-typed priorities and `add` arguments, and updates whose sum would
+overflow the tree's total. The memories also save and load, and load
+checkpoints with a crafted file (truncated, a flipped byte, a gzip bomb, a
+pickle nested 100,000 deep or naming a global that would run code, an
+`.npy` header declaring a terabyte, a directory, a missing file), with and
+without the state file that records every file's digest: each must be
+refused with the memory unchanged.
 
 CI runs a modest number of examples. For a long fuzz run:
 
   DOPAMINE_PER_FUZZ_EXAMPLES=10000 python -m pytest tests/property_test.py
 """
 
+import gzip
+import io
 import math
 import os
+import pickle
+import shutil
+import tempfile
 
 from absl.testing import absltest
 import hypothesis
 from hypothesis import strategies as st
 from hypothesis import stateful
 import numpy as np
+import tensorflow as tf
 
+from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
@@ -32,8 +47,68 @@ _SETTINGS = hypothesis.settings(
 _CAPACITY = 37
 _priorities = st.floats(min_value=0.0, max_value=1e6, allow_nan=False,
                         allow_infinity=False)
-_bad_priorities = st.sampled_from([-1.0, -1e-300, math.nan, math.inf])
+# The memory's priorities must read back from float32 as set (nonzero).
+_memory_priorities = st.floats(min_value=0.0, max_value=1e6, width=32)
+# Never a priority: negative, non-finite, past any float, or not a real
+# number (Dopamine would parse the string and the bytes, and keep the
+# complex number's real part).
+_NOT_PRIORITIES = [-1.0, -1e-300, math.nan, math.inf, -math.inf, 10**400,
+                   -10**400, '1e3', b'2', 1 + 0j, np.complex128(2.0), True,
+                   np.bool_(False)]
+_bad_priorities = st.sampled_from(_NOT_PRIORITIES)
+# Also refused by the memory, whose priorities must fit float32: these
+# would read back as inf, or as 0.
+_bad_memory_priorities = st.sampled_from(
+    _NOT_PRIORITIES + [1e308, 3.5e38, 5e-324, 1e-46])
 _bad_indices = st.sampled_from([-1, _CAPACITY, 2**40])
+# Priorities near float64's limit, each a multiple of 2**1020: the tree's
+# total overflows exactly when the multiples among the leaves reach 2**1024
+# (the small priorities, below 2**30 in all, cannot tip it).
+_HUGE = [2.0**1020, 2.0**1022, 2.0**1023, 1.5 * 2.0**1023]
+
+
+
+
+class _RunsCode(object):
+  """Pickles as a call of os.system: loading it must never run it."""
+
+  def __reduce__(self):
+    return (os.system, ('exit 1',))
+
+
+def _npy_header_only(shape):
+  """An `.npy` stream declaring `shape` (uint8) with no data after it."""
+  stream = io.BytesIO()
+  np.lib.format.write_array_header_1_0(
+      stream, {'descr': '|u1', 'fortran_order': False, 'shape': shape})
+  return np.lib.format.magic(1, 0) + stream.getvalue()
+
+
+def _crafted(kind, original):
+  """Returns the bytes of a damaged checkpoint file (see `_DAMAGES`)."""
+  if kind == 'truncate':
+    return original[:len(original) // 2]
+  if kind == 'flip':  # Past gzip's 10-byte header, which its CRC skips.
+    position = 10 + (len(original) - 10) // 2
+    return (original[:position] + bytes([original[position] ^ 0xFF]) +
+            original[position + 1:])
+  if kind == 'bomb':
+    return _BOMB
+  if kind == 'deep':  # EMPTY_LIST 100,000 times, then APPEND 99,999 times.
+    depth = 100000
+    return gzip.compress(b'\x80\x02' + b']' * depth + b'a' * (depth - 1) +
+                         b'.')
+  if kind == 'runs_code':
+    return gzip.compress(pickle.dumps(_RunsCode(), protocol=2))
+  if kind == 'huge_header':
+    return gzip.compress(_npy_header_only((1 << 40,)))
+  raise ValueError(kind)
+
+
+# 64 MiB of zeros, about 64 KiB compressed: past every file's bound here.
+_BOMB = gzip.compress(bytes(64 << 20), compresslevel=1)
+_DAMAGES = ('truncate', 'flip', 'bomb', 'deep', 'runs_code', 'huge_header',
+            'directory', 'remove')
 
 
 class SumTreeMachine(stateful.RuleBasedStateMachine):
@@ -62,10 +137,29 @@ class SumTreeMachine(stateful.RuleBasedStateMachine):
       self.model[index] = value
       self.max_priority = max(self.max_priority, value)
 
-  @stateful.rule(index=st.integers(0, _CAPACITY - 1), bad=_bad_priorities)
-  def set_bad_value(self, index, bad):
+  @stateful.rule(index=st.integers(0, _CAPACITY - 1), bad=_bad_priorities,
+                 batch=st.booleans())
+  def set_bad_value(self, index, bad, batch):
     with np.testing.assert_raises(ValueError):
-      self.tree.set(np.array([index, index]), np.array([1.0, bad]))
+      if batch:
+        self.tree.set(np.array([index]), [bad])
+      else:
+        self.tree.set(index, bad)
+
+  @stateful.rule(index=st.integers(0, _CAPACITY - 1),
+                 value=st.sampled_from(_HUGE), batch=st.booleans())
+  def set_huge(self, index, value, batch):
+    model = list(self.model)
+    model[index] = value
+    overflows = sum(int(v) for v in model if v >= _HUGE[0]) >= 2**1024
+    indices, values = (np.array([index]), [value]) if batch else (index, value)
+    if overflows:
+      with np.testing.assert_raises(ValueError):
+        self.tree.set(indices, values)
+      return
+    self.tree.set(indices, values)
+    self.model = model
+    self.max_priority = max(self.max_priority, value)
 
   @stateful.rule(bad=_bad_indices)
   def set_bad_index(self, bad):
@@ -102,6 +196,17 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
 
   prioritized = False
 
+  # Arguments of `add` that their storage (int32 observations and actions,
+  # float32 rewards, uint8 terminals) cannot hold: out of range, inexact,
+  # overflowing, beyond any float, or not numbers.
+  _BAD_ADD_VALUES = {
+      0: [2**31, 1.5, 1e300, math.nan, 10**400, '1', 1 + 1j],
+      1: [-2**31 - 1, 0.5, math.inf, 10**400, b'1'],
+      2: [1e300, -1e300, 3.5e38, np.float64(1e39), np.array(-1e39),
+          10**400, -10**39, np.complex128(1e300), 1 + 1j, '1.0'],
+      3: [256, -1, 0.5, math.nan, 10**400, '1'],
+  }
+
   def __init__(self):
     super().__init__()
     cls = (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
@@ -118,9 +223,17 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
     args = [np.int32(observation), action, reward, terminal]
     return args + [priority] if self.prioritized else args
 
+  def _assert_refused(self, call):
+    """`call()` must raise ValueError and change nothing."""
+    before = replay_cases.snapshot(self.memory)
+    with np.testing.assert_raises(ValueError):
+      call()
+    replay_cases.assert_same_snapshot(absltest.TestCase(), before,
+                                      replay_cases.snapshot(self.memory))
+
   @stateful.rule(observation=st.integers(1, 1000), action=st.integers(0, 5),
                  reward=st.integers(-8, 8), terminal=st.booleans(),
-                 episode_end=st.booleans(), priority=_priorities)
+                 episode_end=st.booleans(), priority=_memory_priorities)
   def add(self, observation, action, reward, terminal, episode_end,
           priority):
     reward = reward / 4.0  # Exact in float32.
@@ -143,15 +256,22 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
       self.memory.add(*self._add_args([observation, observation], 0, 0.0, 0,
                                       1.0))
 
-  @stateful.rule(bad=_bad_priorities)
+  @stateful.rule(position=st.sampled_from(sorted(_BAD_ADD_VALUES)),
+                 data=st.data())
+  def add_bad_value(self, position, data):
+    args = self._add_args(np.int32(1), 0, 0.0, 0, 1.0)
+    bad_values = self._BAD_ADD_VALUES[position]
+    args[position] = data.draw(st.sampled_from(bad_values))
+    self._assert_refused(lambda: self.memory.add(*args))
+
+  @stateful.rule(bad=_bad_memory_priorities)
   def add_bad_priority(self, bad):
     if not self.prioritized:
       return
-    with np.testing.assert_raises(ValueError):
-      self.memory.add(np.int32(1), 0, 0.0, 0, bad)
+    self._assert_refused(lambda: self.memory.add(np.int32(1), 0, 0.0, 0, bad))
 
   @stateful.rule(pairs=st.lists(st.tuples(st.integers(0, _CAPACITY - 1),
-                                          _priorities), max_size=10))
+                                          _memory_priorities), max_size=10))
   def set_priority(self, pairs):
     if not self.prioritized:
       return
@@ -161,17 +281,74 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
     for index, value in pairs:
       self.priorities[index] = value
 
-  @stateful.rule(index=st.integers(0, _CAPACITY - 1), bad=_bad_priorities)
-  def set_bad_priority(self, index, bad):
+  @stateful.rule(index=st.integers(0, _CAPACITY - 1),
+                 bad=_bad_memory_priorities, batch=st.booleans())
+  def set_bad_priority(self, index, bad, batch):
     if not self.prioritized:
       return
-    with np.testing.assert_raises(ValueError):
-      self.memory.set_priority(np.array([index, index]), [1.0, bad])
+    self._assert_refused(lambda: self.memory.set_priority(
+        np.array([index]), [bad] if batch else bad))
 
   @stateful.rule(bad=_bad_indices)
   def sample_bad_index(self, bad):
     with np.testing.assert_raises(ValueError):
       self.memory.sample_transition_batch(indices=[bad])
+
+  def _saved(self):
+    """Saves the memory as iteration 0 of a new directory; returns it."""
+    directory = tempfile.mkdtemp()
+    self.memory.save(directory, 0)
+    return directory
+
+  @stateful.rule()
+  def save_and_load(self):
+    directory = self._saved()
+    try:
+      before = replay_cases.snapshot(self.memory)
+      self.memory.load(directory, 0)
+      replay_cases.assert_same_snapshot(absltest.TestCase(), before,
+                                        replay_cases.snapshot(self.memory))
+    finally:
+      shutil.rmtree(directory)
+
+  @stateful.rule(data=st.data(), damage=st.sampled_from(_DAMAGES),
+                 keep_state_file=st.booleans())
+  def load_crafted_file(self, data, damage, keep_state_file):
+    directory = self._saved()
+    try:
+      def path(name):
+        return checkpoint_io.checkpoint_filename(directory, name, 0)
+      names = [name for name, _ in self.memory._checkpoint_files()]
+      if keep_state_file:
+        names.append(circular_replay_buffer.DOPAMINE_PER_STATE_NAME)
+      else:
+        os.remove(path(circular_replay_buffer.DOPAMINE_PER_STATE_NAME))
+      if damage == 'remove':
+        # Without these a checkpoint is Dopamine's (the state file) or an
+        # old Dopamine's (episode ends taken from the terminal flags): not
+        # a damage.
+        names = [name for name in names if name not in (
+            'episode_end_indices',
+            circular_replay_buffer.DOPAMINE_PER_STATE_NAME)]
+      target = path(data.draw(st.sampled_from(names)))
+      if damage == 'remove':
+        os.remove(target)
+      elif damage == 'directory':
+        os.remove(target)
+        os.mkdir(target)
+      else:
+        with open(target, 'rb') as f:
+          original = f.read()
+        with open(target, 'wb') as f:
+          f.write(_crafted(damage, original))
+      before = replay_cases.snapshot(self.memory)
+      with np.testing.assert_raises((checkpoint_io.CheckpointError,
+                                     tf.errors.NotFoundError)):
+        self.memory.load(directory, 0)
+      replay_cases.assert_same_snapshot(absltest.TestCase(), before,
+                                        replay_cases.snapshot(self.memory))
+    finally:
+      shutil.rmtree(directory)
 
   @stateful.invariant()
   def matches_reference(self):

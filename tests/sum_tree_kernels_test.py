@@ -81,6 +81,36 @@ class KernelEquivalenceTest(parameterized.TestCase):
       tree._rebuild()
       np.testing.assert_array_equal(tree._flat, incremental)
 
+  @parameterized.parameters(np.float32, np.float64)
+  def test_same_values_refused(self, priority_dtype):
+    # Issue 12: the compiled check-and-write and the NumPy path accept and
+    # refuse the same values (range of priority_dtype, total overflow).
+    rng = np.random.default_rng(3)
+    info = np.finfo(priority_dtype)
+    edges = [0.0, -0.0, float(info.smallest_subnormal), float(info.max),
+             float(info.smallest_subnormal) / 4, float(info.max) * 1.5,
+             1e308, 2.0**1022, 5e-324, -5e-324, np.inf, np.nan, 1.0, 3.5]
+    trees = [sum_tree.SumTree(40, kernels=k, priority_dtype=priority_dtype)
+             for k in ('numpy', 'numba')]
+    for _ in range(300):
+      size = int(rng.integers(1, 5))
+      indices = rng.integers(0, 40, size)
+      values = rng.choice(edges, size)
+      outcomes = []
+      for tree in trees:
+        try:
+          tree.set(indices, values)
+          outcomes.append(None)
+        except ValueError as e:
+          outcomes.append(str(e))
+      self.assertEqual(outcomes[0], outcomes[1])
+      np.testing.assert_array_equal(trees[0]._flat, trees[1]._flat)
+      self.assertEqual(trees[0].max_recorded_priority,
+                       trees[1].max_recorded_priority)
+    for tree in trees:
+      tree.check_invariants()
+      self.assertTrue(np.isfinite(tree.total_priority()))
+
   def test_scalar_row_sum_matches_level_sums(self):
     row = 10.0 ** np.random.default_rng(1).uniform(-8, 8, sum_tree.FANOUT)
     self.assertEqual(sum_tree._row_sum(row.tolist()),

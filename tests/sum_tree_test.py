@@ -479,6 +479,117 @@ class ReferenceModelTest(absltest.TestCase):
       self.assertEqual(tree.max_recorded_priority, max_priority)
 
 
+class PriorityValuesTest(parameterized.TestCase):
+  """Issue 12: every value reaching the tree is a priority it can hold.
+
+  Each test reproduces a value that was written before the fix.
+  """
+
+  def setUp(self):
+    super().setUp()
+    self.tree = sum_tree.SumTree(20)
+    self.tree.set(np.arange(3), [1.0, 2.0, 3.0])
+
+  def assert_refused(self, regex, function, *args):
+    before = _snapshot(self.tree)
+    with self.assertRaisesRegex(ValueError, regex):
+      function(*args)
+    after = _snapshot(self.tree)
+    np.testing.assert_array_equal(after[0], before[0])
+    self.assertEqual(after[1:], before[1:])
+    self.tree.check_invariants()
+
+  def test_finite_priorities_whose_sum_overflows(self):
+    # Was accepted: the total became inf and every sample slot 16 (or 1),
+    # whatever the priorities.
+    self.assert_refused(r'\[1e\+308, 1e\+308, 0\.0\].*\[0, 1, 16\].*infinite',
+                        self.tree.set, [0, 1, 16], [1e308, 1e308, 0.0])
+    self.tree.set(0, 1e308)
+    self.assert_refused('infinite', self.tree.set, 1, 1e308)
+    self.assert_refused('infinite', self.tree.set, np.array([1]), [1e308])
+    self.tree.set(np.array([0, 1]), [1e308, 7e307])  # A finite total.
+    self.assertEqual(self.tree.total_priority(), 1e308 + 7e307 + 3.0)
+    self.tree.check_invariants()
+
+  @parameterized.named_parameters(
+      ('string', '1e3'), ('bytes', b'3'), ('complex', 1 + 0j),
+      ('numpy_complex', np.complex128(2.0)), ('bool', True),
+      ('numpy_bool', np.bool_(True)), ('none', None))
+  def test_not_real_numbers(self, value):
+    # Strings and bytes were parsed, complex numbers lost their imaginary
+    # part, bools counted as 1.
+    self.assert_refused('value should be real numbers', self.tree.set, 5,
+                        value)
+    self.assert_refused('value should be real numbers', self.tree.set,
+                        np.array([5]), [value])
+    self.assert_refused('value should be real numbers', self.tree.set,
+                        np.array([5, 6]), value)
+
+  def test_complex_and_bool_arrays(self):
+    for values in (np.array([1.0 + 0j, 2.0]), np.array([True, False])):
+      self.assert_refused('value should be real numbers', self.tree.set,
+                          np.array([5, 6]), values)
+
+  @parameterized.parameters(10**400, -10**400)
+  def test_int_beyond_any_float(self, value):
+    # Was an OverflowError.
+    self.assert_refused(r'value should be nonnegative and finite.*10\*\*400',
+                        self.tree.set, 5, value)
+    self.assert_refused(r'value should be nonnegative and finite.*10\*\*400',
+                        self.tree.set, np.array([5]), [value])
+
+  def test_real_numbers_of_any_kind(self):
+    self.tree.set(np.array([5, 6, 7]), [2**64, np.float32(0.5), 3])
+    self.tree.set(8, np.int8(4))
+    self.tree.set(9, np.array(2.5))
+    np.testing.assert_array_equal(self.tree.get(np.arange(5, 10)),
+                                  [2.0**64, 0.5, 3.0, 4.0, 2.5])
+    self.tree.check_invariants()
+
+  @parameterized.parameters(1e308, 3.5e38, 5e-324, 1e-46, -1e-46)
+  def test_float32_range(self, value):
+    # With priority_dtype float32 (the prioritized memory's tree): would read
+    # back as inf or 0 in float32.
+    self.tree = sum_tree.SumTree(20, priority_dtype=np.float32)
+    self.assert_refused(r'0 or in \[1.4\d*e-45, 3.40282\d*e\+38\].*float32',
+                        self.tree.set, 3, value)
+    self.assert_refused('float32', self.tree.set, np.array([3]), [value])
+
+  def test_float32_range_edges_are_accepted(self):
+    self.tree = sum_tree.SumTree(20, priority_dtype=np.float32)
+    info = np.finfo(np.float32)
+    edges = [0.0, float(info.smallest_subnormal), float(info.max)]
+    self.tree.set(np.arange(3), edges)
+    np.testing.assert_array_equal(self.tree.get(np.arange(3)), edges)
+    self.tree.set(5, float(info.smallest_subnormal))
+    self.assertEqual(self.tree.get(5), float(info.smallest_subnormal))
+
+  @parameterized.parameters(np.int32, np.longdouble, 'bogus', np.complex64)
+  def test_bad_priority_dtype(self, dtype):
+    with self.assertRaisesRegex(ValueError, 'priority_dtype'):
+      sum_tree.SumTree(4, priority_dtype=dtype)
+
+
+class StrataCacheTest(absltest.TestCase):
+  """Issue 12: per-batch-size arrays are cached for small sizes only."""
+
+  def test_large_batch_sizes_are_not_cached(self):
+    # Each size of 500,000 kept 8 MB in the cache, 64 sizes at a time.
+    tree = sum_tree.SumTree(100, rng=0)
+    tree.set(np.arange(100), 1.0)
+    for cache in (sum_tree._strata, sum_tree._whole_range):
+      cache.cache_clear()
+    for size in range(sum_tree._CACHED_BATCH_SIZE + 1,
+                      sum_tree._CACHED_BATCH_SIZE + 4):
+      self.assertLen(tree.stratified_sample(size), size)
+      self.assertLen(tree.sample_batch(size), size)
+    for cache in (sum_tree._strata, sum_tree._whole_range):
+      self.assertEqual(cache.cache_info().currsize, 0)
+    tree.stratified_sample(32)
+    tree.stratified_sample(32)
+    self.assertEqual(sum_tree._strata.cache_info().hits, 1)
+
+
 def _run_with_kernels(test_class, kernels):
   """A copy of `test_class` whose sum trees use `kernels` by default."""
 

@@ -47,6 +47,7 @@ from dopamine_per import errors
 from dopamine_per import external_configurables  # pylint: disable=unused-import
 from dopamine_per.agents import network_variables
 from dopamine_per.discrete_domains import atari_lib
+from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.replay_memory import circular_replay_buffer
 
 __all__ = [
@@ -497,35 +498,57 @@ class DQNAgent(object):
                bundle_dictionary: Optional[Dict[str, Any]]) -> bool:
     """Restores the agent from `bundle_and_checkpoint`'s files and bundle.
 
+    All or nothing: the TF checkpoint's variables are first checked against
+    the graph's (names, shapes, dtypes), the variables are restored, then
+    the replay memory is loaded (its `load` changes nothing when it fails);
+    if that fails the variables get their previous values back. The Python
+    attributes are set last, when nothing can fail any more.
+
     Args:
       checkpoint_dir: str, the checkpoint directory.
       iteration_number: int, the checkpoint number.
       bundle_dictionary: dict returned by `bundle_and_checkpoint`, or None.
 
     Returns:
-      bool, whether the agent was restored (False when the replay memory or
-      the bundle is missing and allow_partial_reload is False).
+      bool, whether the agent was restored (False, with the agent
+      unchanged, when the checkpoint, its replay memory or the bundle is
+      missing and allow_partial_reload is False).
+
+    Raises:
+      checkpoint_io.CheckpointError: If the TF checkpoint does not match the
+        network (the message names the variable and both shapes) or a file
+        is damaged; the agent is unchanged. Reading a damaged file may also
+        raise TF's errors, OSError and others, with the agent unchanged.
     """
-    try:
-      self._replay.load(checkpoint_dir, iteration_number)
-    except tf.errors.NotFoundError:
-      if not self.allow_partial_reload:
-        return False
-      logging.warning('Unable to reload the replay memory.')
-    if bundle_dictionary is not None:
+    prefix = os.path.join(checkpoint_dir, 'tf_ckpt-{}'.format(iteration_number))
+    if not self.allow_partial_reload and (
+        bundle_dictionary is None or not tf.io.gfile.exists(prefix + '.index')):
+      return False
+    with self._sess.graph.as_default():
+      variables = tf.compat.v1.global_variables()
+      checkpointer.check_tf_checkpoint(
+          prefix,
+          atari_lib.maybe_transform_variable_names(variables) or variables)
+      snapshot = checkpointer.VariableSnapshot(self._sess, variables)
+      try:
+        self._saver.restore(self._sess, prefix)
+        self._replay.load(checkpoint_dir, iteration_number)
+      except tf.errors.NotFoundError:
+        if not self.allow_partial_reload:
+          snapshot.restore()
+          return False
+        logging.warning('Unable to reload the replay memory.')
+      except BaseException:
+        snapshot.restore()
+        raise
+      # Let the saver delete the checkpoints of earlier runs as it goes.
+      recorded = checkpointer.recorded_tf_checkpoints(checkpoint_dir)
+      if recorded:
+        self._saver.recover_last_checkpoints(recorded)
+    if bundle_dictionary is None:
+      logging.warning("Unable to reload the agent's Python state.")
+    else:
       for key, value in bundle_dictionary.items():
         if key in self.__dict__:
           self.__dict__[key] = value
-    elif not self.allow_partial_reload:
-      return False
-    else:
-      logging.warning("Unable to reload the agent's Python state.")
-    with self._sess.graph.as_default():
-      self._saver.restore(self._sess, os.path.join(
-          checkpoint_dir, 'tf_ckpt-{}'.format(iteration_number)))
-      # Let the saver delete the checkpoints of earlier runs as it goes.
-      state = tf.train.get_checkpoint_state(checkpoint_dir)
-      if state is not None:
-        self._saver.recover_last_checkpoints(
-            list(state.all_model_checkpoint_paths))
     return True

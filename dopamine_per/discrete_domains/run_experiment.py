@@ -17,6 +17,9 @@ What differs from Dopamine (also in docs/compat.md):
   resumes after the newest complete checkpoint whose files load, falling
   back to older ones. The experiment data also holds Python's and NumPy's
   global random states, restored on resume.
+* A checkpoint is used only if all its parts load; if none does, the runner
+  raises `CannotResumeError`, changing no file, where Dopamine restarts
+  (see docs/compat.md; `move_run_aside` starts over).
 * Statistics are plain data: ``logs/statistics.jsonl`` (one JSON object per
   iteration) and Dopamine's ``logs/log_N`` as JSON, not pickles; both are
   rewritten atomically. TensorBoard summaries (Dopamine's tags,
@@ -39,9 +42,10 @@ What differs from Dopamine (also in docs/compat.md):
 import inspect
 import os
 import random
+import stat
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -59,10 +63,86 @@ from dopamine_per.discrete_domains import logger
 from dopamine_per.replay_memory import checkpoint_io
 
 __all__ = ['load_gin_configs', 'create_agent', 'create_runner', 'Runner',
-           'TrainRunner', 'StatusLine']
+           'TrainRunner', 'StatusLine', 'CannotResumeError', 'move_run_aside']
 
 STATISTICS_FILENAME = 'statistics.jsonl'
 LEARNING_CURVE_FILENAME = 'learning_curve.png'
+CHECKPOINT_DIRNAME = 'checkpoints'
+LOGGING_DIRNAME = 'logs'
+# TensorBoard's event files, written to base_dir.
+_EVENTS_PREFIX = 'events.out.tfevents.'
+# Where `move_run_aside` puts an earlier run: base_dir/previous_run_<time>.
+PREVIOUS_RUN_PREFIX = 'previous_run_'
+
+
+class CannotResumeError(checkpoint_io.CheckpointError):
+  """The experiment directory holds a run that cannot be resumed.
+
+  Raised by `Runner` before it has changed any file. Its message names every
+  refused checkpoint with the reason, and how to start over.
+
+  Attributes:
+    base_dir: str, the experiment directory.
+    refusals: list of (iteration number, reason) of the refused checkpoints,
+      newest first (empty when something else blocks the resume).
+    message: str, the message (gin appends the configurables it was raised
+      in to str() of an exception that passes through them).
+  """
+
+  def __init__(self, base_dir: str, problem: str,
+               refusals: Sequence[Any] = ()):
+    self.base_dir = base_dir
+    self.refusals = list(refusals)
+    lines = ['cannot resume the experiment in {}: {}; no file was '
+             'changed.'.format(base_dir, problem)]
+    lines += ['  checkpoint {}: {}'.format(number, reason)
+              for number, reason in self.refusals]
+    lines.append('To start over, use another base_dir, or move this run\'s '
+                 'files aside (train.py --restart_from_scratch does that).')
+    self.message = '\n'.join(lines)
+    super().__init__(self.message)
+
+
+def move_run_aside(base_dir: str) -> Optional[str]:
+  """Moves an earlier run's files into a new base_dir/previous_run_<time>.
+
+  Moved: ``checkpoints/``, ``logs/``, TensorBoard event files and
+  ``learning_curve.png``, the files a `Runner` writes; anything else in
+  base_dir stays. Nothing is deleted: a `Runner` on base_dir then starts
+  from iteration 0, and the earlier run can be moved back by hand.
+
+  Args:
+    base_dir: str, the experiment directory.
+
+  Returns:
+    str, the folder the files were moved into, or None if base_dir holds
+    none of them.
+
+  Raises:
+    OSError or tf.errors.OpError: If a file cannot be moved (those already
+      moved stay in the new folder).
+  """
+  if not tf.io.gfile.isdir(base_dir):
+    return None
+  names = sorted(name for name in tf.io.gfile.listdir(base_dir)
+                 if name.rstrip('/') in (CHECKPOINT_DIRNAME, LOGGING_DIRNAME,
+                                         LEARNING_CURVE_FILENAME) or
+                 name.startswith(_EVENTS_PREFIX))
+  if not names:
+    return None
+  stamp = time.strftime('%Y%m%d-%H%M%S')
+  destination = os.path.join(base_dir, PREVIOUS_RUN_PREFIX + stamp)
+  suffix = 0
+  while tf.io.gfile.exists(destination):  # Two restarts within a second.
+    suffix += 1
+    destination = os.path.join(base_dir, '{}{}_{}'.format(
+        PREVIOUS_RUN_PREFIX, stamp, suffix))
+  tf.io.gfile.mkdir(destination)
+  for name in names:
+    name = name.rstrip('/')
+    tf.io.gfile.rename(os.path.join(base_dir, name),
+                       os.path.join(destination, name))
+  return destination
 
 
 def load_gin_configs(gin_files: Sequence[str],
@@ -161,6 +241,50 @@ def create_runner(base_dir, schedule='continuous_train_and_eval'):
   if schedule == 'continuous_train':
     return TrainRunner(base_dir, create_agent)
   raise ValueError('Unknown schedule: {}'.format(schedule))
+
+
+def _python_random_state(saved: Any) -> tuple:
+  """Python's random state from its list form in ``ckpt.N``."""
+  return (saved[0], tuple(saved[1]), saved[2])
+
+
+def _check_experiment_data(data: Any, version: int) -> None:
+  """Checks the runner's part of ``ckpt.N`` before anything is applied.
+
+  Args:
+    data: what ``ckpt.N`` holds.
+    version: int, N.
+
+  Raises:
+    checkpoint_io.CheckpointError: If data is not a dict, its
+      ``current_iteration`` is not N (a file of another iteration), or a
+      saved random state would not be accepted.
+  """
+  if not isinstance(data, dict):
+    raise checkpoint_io.CheckpointError(
+        'ckpt.{} holds a {}, not a dict'.format(version, type(data).__name__))
+  iteration = data.get('current_iteration')
+  if (isinstance(iteration, bool) or
+      not isinstance(iteration, (int, np.integer)) or iteration != version):
+    raise checkpoint_io.CheckpointError(
+        'ckpt.{} holds current_iteration {!r}, not {}'.format(
+            version, iteration, version)[:300])
+  # Trial runs on private generators: the global ones change only once the
+  # whole checkpoint has loaded.
+  checks = (('python_random_state',
+             lambda s: random.Random().setstate(_python_random_state(s))),
+            ('numpy_random_state',
+             lambda s: np.random.RandomState().set_state(tuple(s))))
+  for key, check in checks:
+    if key not in data:
+      continue
+    try:
+      check(data[key])
+    except Exception as e:  # pylint: disable=broad-except
+      # A malformed state raises TypeError, ValueError, IndexError, ...
+      raise checkpoint_io.CheckpointError(
+          'ckpt.{}: {} is malformed ({})'.format(
+              version, key, checkpointer.error_summary(e))) from e
 
 
 def _accepts_terminal(end_episode) -> bool:
@@ -273,7 +397,8 @@ class Runner(object):
     self._fine_grained_print_to_console = fine_grained_print_to_console
     self._seed = seed
     self._status = StatusLine(enabled=fine_grained_print_to_console)
-    self._create_directories()
+    self._checkpoint_dir = os.path.join(base_dir, CHECKPOINT_DIRNAME)
+    self._logging_dir = os.path.join(base_dir, LOGGING_DIRNAME)
     logging.info('Runner: base_dir %s, num_iterations %d, training_steps %d, '
                  'evaluation_steps %d, max_steps_per_episode %s, '
                  'clip_rewards %s, seed %s', base_dir, num_iterations,
@@ -308,8 +433,7 @@ class Runner(object):
   # ------------------------------------------------------------ set up
 
   def _create_directories(self) -> None:
-    self._checkpoint_dir = os.path.join(self._base_dir, 'checkpoints')
-    self._logging_dir = os.path.join(self._base_dir, 'logs')
+    """Creates checkpoints/ and logs/ and reads the statistics so far."""
     tf.io.gfile.makedirs(self._checkpoint_dir)
     tf.io.gfile.makedirs(self._logging_dir)
     self._logger = logger.Logger(self._logging_dir)
@@ -318,53 +442,114 @@ class Runner(object):
 
   def _initialize_checkpointer_and_maybe_resume(
       self, checkpoint_file_prefix: str) -> None:
-    """Resumes after the newest complete checkpoint that loads.
+    """Resumes after the newest checkpoint that loads, all parts of it.
 
-    Sets _checkpointer and _start_iteration (0 without a usable checkpoint).
-    Checkpoints that are incomplete or fail to load are skipped, newest
-    first.
+    Sets _checkpointer and _start_iteration (0 without a checkpoint).
+    Checkpoints are tried newest first (a gin ``override_number`` first);
+    a refused one leaves nothing applied. Only once the start is decided
+    are directories created and the statistics of iterations that will be
+    rerun dropped.
+
+    Raises:
+      CannotResumeError: If checkpoints exist but none loads, or the
+        statistics file is not a regular file; no file was changed.
     """
+    self._check_statistics_file()
     self._checkpointer = checkpointer.Checkpointer(self._checkpoint_dir,
                                                    checkpoint_file_prefix)
+    version, data, refusals = self._load_newest_checkpoint()
+    if data is None and refusals:
+      raise CannotResumeError(
+          self._base_dir, 'none of its {} checkpoint{} loads'.format(
+              len(refusals), 's' if len(refusals) > 1 else ''), refusals)
+    self._create_directories()
     self._start_iteration = 0
-    override = checkpointer.get_latest_checkpoint_number(self._checkpoint_dir)
-    candidates = checkpointer.get_complete_checkpoint_numbers(
-        self._checkpoint_dir)
-    if override >= 0 and override not in candidates:
-      candidates = [override] + candidates
-    for version in candidates:
-      try:
-        data = self._checkpointer.load_checkpoint(version)
-      except checkpoint_io.CheckpointError as e:
-        logging.warning('Skipping checkpoint %d: %s', version, e)
-        continue
-      if data is None:
-        logging.warning('Skipping incomplete checkpoint %d.', version)
-        continue
-      try:
-        restored = self._agent.unbundle(self._checkpoint_dir, version, data)
-      except (checkpoint_io.CheckpointError, tf.errors.OpError,
-              ValueError) as e:
-        logging.warning('Skipping checkpoint %d: %s', version, e)
-        continue
-      if not restored:
-        logging.warning('The agent could not load checkpoint %d.', version)
-        continue
+    if data is not None:
       self._restore_experiment_data(data)
-      self._start_iteration = data['current_iteration'] + 1
+      self._start_iteration = version + 1
+      if refusals:
+        logging.warning(
+            'Resuming from checkpoint %d; newer ones were refused: %s',
+            version, '; '.join('{}: {}'.format(*r) for r in refusals))
       logging.info('Reloaded checkpoint %d; starting from iteration %d.',
                    version, self._start_iteration)
       self._status.finish('Resumed from the checkpoint of iteration {} in '
                           '{}'.format(version, self._checkpoint_dir))
-      break
     self._statistics_log.truncate(self._start_iteration)
 
+  def _load_newest_checkpoint(
+      self) -> Tuple[Optional[int], Optional[Dict[str, Any]], List[Any]]:
+    """Tries the checkpoints newest first until one loads in full.
+
+    Returns:
+      (version, experiment data, refusals): the loaded checkpoint's number
+      and data, (None, None) if none loads, and the (number, reason) of
+      each refused one.
+    """
+    refusals = []
+    for version in self._checkpoint_candidates():
+      try:
+        return version, self._load_checkpoint(version), refusals
+      except Exception as e:  # pylint: disable=broad-except
+        # Whatever reading a damaged checkpoint raises (CheckpointError,
+        # TF's errors, OSError, MemoryError, RecursionError, ...), nothing
+        # of it was applied: the next older checkpoint is tried.
+        refusals.append((version, checkpointer.error_summary(e)))
+        logging.info('Checkpoint %d refused: %s', version, refusals[-1][1])
+    return None, None, refusals
+
+  def _check_statistics_file(self) -> None:
+    """Refuses a statistics file that reading would block on or fail on."""
+    path = os.path.join(self._logging_dir, STATISTICS_FILENAME)
+    if '://' in path or not os.path.lexists(path):
+      return
+    try:
+      regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as e:  # A dangling link, a loop, no permission.
+      raise CannotResumeError(self._base_dir, '{} cannot be read ({})'.format(
+          path, e.strerror or e)) from e
+    if not regular:
+      raise CannotResumeError(
+          self._base_dir, '{} is not a regular file'.format(path))
+
+  def _checkpoint_candidates(self) -> List[int]:
+    """The checkpoint numbers to try, in order: newest (or override) first."""
+    latest = checkpointer.get_latest_checkpoint_number(self._checkpoint_dir)
+    complete = checkpointer.get_complete_checkpoint_numbers(
+        self._checkpoint_dir)
+    if latest < 0:
+      return complete
+    return [latest] + [number for number in complete if number != latest]
+
+  def _load_checkpoint(self, version: int) -> Dict[str, Any]:
+    """Loads every part of checkpoint `version`, or nothing of it.
+
+    The runner's data is read and checked first, then the agent restores
+    itself all or nothing (`DQNAgent.unbundle`); the runner's data is
+    applied by the caller, after this returns.
+
+    Returns:
+      dict, the checkpoint's experiment data.
+
+    Raises:
+      checkpoint_io.CheckpointError (and whatever reading a damaged file
+      raises): If any part is missing, damaged or does not match the
+      configured agent.
+    """
+    data = self._checkpointer.load_verified_checkpoint(version)
+    _check_experiment_data(data, version)
+    if not self._agent.unbundle(self._checkpoint_dir, version, data):
+      raise checkpoint_io.CheckpointError(
+          'the agent could not load it (its replay memory or bundle is '
+          'missing)')
+    return data
+
   def _restore_experiment_data(self, data: Dict[str, Any]) -> None:
+    """Applies the runner's part of a checkpoint (checked beforehand)."""
     if self._use_legacy_logger and isinstance(data.get('logs'), dict):
       self._logger.data = data['logs']
     if 'python_random_state' in data:
-      state = data['python_random_state']
-      random.setstate((state[0], tuple(state[1]), state[2]))
+      random.setstate(_python_random_state(data['python_random_state']))
     if 'numpy_random_state' in data:
       np.random.set_state(tuple(data['numpy_random_state']))
 

@@ -9,7 +9,10 @@ r"""Trains an agent: the command-line entry point, as Dopamine's ``train``.
 Checks that --base_dir can hold the run's files, loads the gin files, then
 the bindings, creates the runner (`run_experiment.create_runner`) and runs
 the experiment. Started again with the same --base_dir, it resumes after the
-last complete checkpoint.
+last checkpoint that loads. It never writes over a run it cannot resume: if
+--base_dir holds checkpoints and none loads, it exits with status 1 and one
+message naming each and why, changing no file. Starting over is the user's
+choice: another --base_dir, or --restart_from_scratch.
 """
 
 import os
@@ -29,6 +32,15 @@ flags.DEFINE_multi_string(
 flags.DEFINE_multi_string(
     'gin_bindings', [], 'Gin bindings applied after the files, e.g. '
     '"Runner.num_iterations = 10" (repeatable).')
+
+flags.DEFINE_boolean(
+    'restart_from_scratch', False,
+    'Start again from iteration 0 even if --base_dir holds an earlier run '
+    '(e.g. one whose checkpoints are damaged). The earlier run\'s '
+    'checkpoints/, logs/, TensorBoard event files and learning curve are '
+    'first moved into --base_dir/previous_run_<time>/; nothing is deleted. '
+    'Without it the trainer resumes after the last checkpoint that loads, '
+    'or stops, changing nothing, if none does.')
 
 FLAGS = flags.FLAGS
 
@@ -89,8 +101,13 @@ def check_base_dir(base_dir: Optional[str]) -> None:
 
 
 def _train(base_dir: str, gin_files: Sequence[str],
-           gin_bindings: Sequence[str]) -> None:
-  """Loads the configuration and runs the experiment."""
+           gin_bindings: Sequence[str], restart_from_scratch: bool) -> int:
+  """Loads the configuration and runs the experiment.
+
+  Returns:
+    int, the exit status: 0, or 1 when the run in base_dir cannot be
+    resumed (reported on stderr, nothing changed).
+  """
   # Imported here, after the flags are checked: TensorFlow takes seconds to
   # import and logs to stderr, which would bury a one-line flag error.
   # pylint: disable=g-import-not-at-top
@@ -105,8 +122,18 @@ def _train(base_dir: str, gin_files: Sequence[str],
     run_experiment.load_gin_configs(gin_files, gin_bindings)
   except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(str(e)) from e
-  runner = run_experiment.create_runner(base_dir)
+  if restart_from_scratch:
+    moved_to = run_experiment.move_run_aside(base_dir)
+    if moved_to:
+      print('train: moved the earlier run in {} to {}'.format(
+          base_dir, moved_to))
+  try:
+    runner = run_experiment.create_runner(base_dir)
+  except run_experiment.CannotResumeError as e:
+    print('train: error: {}'.format(e.message), file=sys.stderr)
+    return 1
   runner.run_experiment()
+  return 0
 
 
 def main(argv: Sequence[str]) -> int:
@@ -117,7 +144,8 @@ def main(argv: Sequence[str]) -> int:
 
   Returns:
     int, 0 after training, 1 for an unusable --base_dir (reported in one
-    line on stderr, before TensorFlow is imported).
+    line on stderr, before TensorFlow is imported) or for a run in it that
+    cannot be resumed (one message on stderr, no file changed).
 
   Raises:
     app.UsageError: For extra arguments or a gin file or binding that does
@@ -134,8 +162,8 @@ def main(argv: Sequence[str]) -> int:
     # The runner's status line and summaries are the console output; absl's
     # INFO messages (--verbosity=0) would interleave with them.
     logging.set_verbosity(logging.WARNING)
-  _train(FLAGS.base_dir, FLAGS.gin_files, FLAGS.gin_bindings)
-  return 0
+  return _train(FLAGS.base_dir, FLAGS.gin_files, FLAGS.gin_bindings,
+                FLAGS.restart_from_scratch)
 
 
 def run():

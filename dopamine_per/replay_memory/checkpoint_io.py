@@ -18,8 +18,18 @@ adds the guarantees Dopamine lacks:
   scalars and dtypes) and refuses every other global with `UnsafePickleError`.
   A pickled Dopamine ``SumTree`` loads as a `PickledSumTreeState`, which only
   captures the tree's attribute dict: nothing is imported and no code runs.
-* Clear errors. A truncated or corrupt file raises `CorruptCheckpointError`
-  naming the file.
+* Bounded reads. Only regular files are opened (a directory, FIFO or device
+  under a checkpoint name is refused without blocking). Every file is
+  decompressed into at most what its kind can need: an array's header is
+  read with a small cap and its declared size checked against the caller's
+  bound before anything is allocated; a pickle is read up to the byte cap of
+  its `PickleLimits`, and what it builds is bounded in nesting depth and in
+  elements, shared references counted once per use (so data that a caller
+  expands, e.g. into an array, is bounded too). A gzip bomb is refused after
+  reading a bounded amount.
+* Clear errors. A truncated, corrupt, oversized or otherwise unusable file
+  raises `CorruptCheckpointError` naming the file, whatever the underlying
+  error (`refusing` converts the rest).
 
 Paths with a URL scheme (``gs://``, ``ram://``, ...) go through
 ``tf.io.gfile`` (TensorFlow is imported only then); there the final rename is
@@ -31,26 +41,37 @@ import contextlib
 import gzip
 import hashlib
 import io
+import math
 import os
 import pickle
 import re
+import stat
+import struct
 import tempfile
 import zlib
-from typing import Any, BinaryIO, Callable, Dict, Optional, Sequence, Tuple
+from typing import (Any, BinaryIO, Callable, Dict, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
+
+from dopamine_per import errors
 
 __all__ = [
     'CheckpointError',
     'CorruptCheckpointError',
     'UnsafePickleError',
     'PickledSumTreeState',
+    'PickleLimits',
+    'DEFAULT_PICKLE_LIMITS',
+    'DEFAULT_MAX_ARRAY_BYTES',
     'DOPAMINE_SUM_TREE_GLOBAL',
     'SUM_TREE_GLOBALS',
     'checkpoint_filename',
     'exists',
     'list_directory',
     'remove_if_exists',
+    'remove_temporaries',
+    'refusing',
     'FileDigest',
     'file_digest',
     'atomic_write',
@@ -61,6 +82,7 @@ __all__ = [
     'load_npy_gz',
     'load_pickle_gz',
     'restricted_loads',
+    'read_file',
     'non_plain_data',
 ]
 
@@ -86,6 +108,28 @@ _COMPRESS_LEVEL = 1
 
 # Bytes read per call when filling an array from a gzip stream.
 _READ_CHUNK = 1 << 24
+
+# The largest .npy header read. NumPy writes headers of a few hundred bytes
+# and refuses to parse more than 10,000 by default; version 2 headers declare
+# their length in 4 bytes, so the cap is checked before the header is read.
+_MAX_NPY_HEADER_BYTES = 1 << 16
+
+# The bound of an array read without an expected shape or a caller's bound.
+DEFAULT_MAX_ARRAY_BYTES = 1 << 30
+
+# Bounds of what a pickle may hold: `max_bytes` of pickle data (after
+# decompression), `max_elements` in total (every item of every list, tuple,
+# set and dict, every array element, every 8 bytes of a str or bytes, and
+# every object; shared references counted once per use), and `max_depth`
+# levels of nesting.
+PickleLimits = collections.namedtuple(
+    'PickleLimits', ['max_bytes', 'max_elements', 'max_depth'])
+
+# For callers that know nothing better: generous for any checkpoint's
+# metadata, yet bounded (a bomb stops at 256 MiB).
+DEFAULT_PICKLE_LIMITS = PickleLimits(max_bytes=1 << 28,
+                                     max_elements=1 << 25,
+                                     max_depth=64)
 
 _URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
 
@@ -163,21 +207,72 @@ def _latin1_encode(text: str, encoding: str = 'latin1') -> bytes:
   return text.encode('latin1')
 
 
+def _from_items(kind: type) -> Callable[..., Any]:
+  """`set` or `frozenset` of a pickled list or tuple only.
+
+  Pickles build sets from a list of their items; anything else (an array of
+  10**15 zero-byte elements, say) could make the call run unboundedly.
+  """
+  def build(items: Any = ()) -> Any:
+    if type(items) not in (list, tuple):
+      raise pickle.UnpicklingError(
+          '{} may only be built from a list or tuple, not a {}.'.format(
+              kind.__name__, type(items).__name__))
+    return kind(items)
+  build.__name__ = kind.__name__
+  return build
+
+
+def _bytearray(source: Any = b'', *args: Any) -> bytearray:
+  """`bytearray` of pickled bytes or text only (not of a size to allocate)."""
+  if type(source) not in (bytes, str, bytearray):
+    raise pickle.UnpicklingError(
+        'bytearray may only be built from bytes or str, not a {}.'.format(
+            type(source).__name__))
+  return bytearray(source, *args)
+
+
+# Stands for numpy.ndarray in pickles: NumPy's arrays name it only as the
+# first argument of `_reconstruct`, which `_reconstruct_array` accepts;
+# calling it (an array of any shape, uninitialized) is refused.
+_NDARRAY = object()
+
+
+def _reconstruct_array(reconstruct: Callable[..., np.ndarray]
+                      ) -> Callable[..., np.ndarray]:
+  """NumPy's `_reconstruct`, only as its own pickles call it.
+
+  NumPy pickles an array as an empty one (shape ``(0,)``) that the pickle's
+  BUILD fills from bytes of the array's size; a larger shape here would
+  allocate memory the pickle does not hold.
+  """
+  def build(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
+    if subtype is not _NDARRAY:
+      raise pickle.UnpicklingError('_reconstruct is only allowed for arrays.')
+    if (type(shape) is not tuple or len(shape) > 1 or
+        not all(type(n) is int and 0 <= n <= 1 for n in shape)):
+      raise pickle.UnpicklingError(
+          '_reconstruct is only allowed for empty arrays, got shape {}.'
+          .format(errors.describe(shape)))
+    return reconstruct(np.ndarray, shape, dtype)
+  return build
+
+
 def _allowed_globals() -> Dict[Tuple[str, str], Any]:
   """The globals a plain-data pickle may name, mapped to what they load as."""
   allowed = {}
   for module in ('builtins', '__builtin__'):
-    allowed[(module, 'set')] = set
-    allowed[(module, 'frozenset')] = frozenset
+    allowed[(module, 'set')] = _from_items(set)
+    allowed[(module, 'frozenset')] = _from_items(frozenset)
     allowed[(module, 'complex')] = complex
-    allowed[(module, 'bytearray')] = bytearray
+    allowed[(module, 'bytearray')] = _bytearray
   allowed[('_codecs', 'encode')] = _latin1_encode
   # NumPy arrays, scalars and dtypes, under NumPy 1.x and 2.x module names.
   core = getattr(np, '_core', None) or np.core
-  allowed[('numpy', 'ndarray')] = np.ndarray
+  allowed[('numpy', 'ndarray')] = _NDARRAY
   allowed[('numpy', 'dtype')] = np.dtype
   for prefix in ('numpy.core', 'numpy._core'):
-    allowed[(prefix + '.multiarray', '_reconstruct')] = (
+    allowed[(prefix + '.multiarray', '_reconstruct')] = _reconstruct_array(
         core.multiarray._reconstruct)
     allowed[(prefix + '.multiarray', 'scalar')] = core.multiarray.scalar
     allowed[(prefix + '.numeric', '_frombuffer')] = core.numeric._frombuffer
@@ -188,12 +283,51 @@ def _allowed_globals() -> Dict[Tuple[str, str], Any]:
 _ALLOWED_GLOBALS = _allowed_globals()
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-  """An unpickler that builds plain data only (see the module docstring)."""
+def _tuple_opcode(load: Callable[[Any], None]) -> Callable[[Any], None]:
+  """Wraps an opcode of the pure-Python unpickler that builds a tuple."""
+  def bounded_load(unpickler: '_RestrictedUnpickler') -> None:
+    load(unpickler)
+    unpickler.check_tuple(unpickler.stack[-1])
+  return bounded_load
 
-  def __init__(self, file: BinaryIO, filename: str):
+
+class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
+  """An unpickler that builds plain data only (see the module docstring).
+
+  Python's own (pure-Python) unpickler, so that tuples can be bounded as
+  they are built: hashing a tuple nested a million deep (as a set item or a
+  dict key does while unpickling) overflows the C stack, which no exception
+  can catch. Depth and size of everything else are checked on the result
+  (`_check_structure`).
+  """
+
+  dispatch = dict(pickle._Unpickler.dispatch)  # pylint: disable=protected-access
+  for _opcode in (pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3):
+    dispatch[_opcode[0]] = _tuple_opcode(dispatch[_opcode[0]])
+  del _opcode
+
+  def __init__(self, file: BinaryIO, filename: str, max_depth: int):
     super().__init__(file)
     self._filename = filename
+    self._max_depth = max_depth
+    # Nesting depth of the tuples built so far that hold tuples, by id; the
+    # tuples are kept alive so that their ids stay theirs.
+    self._tuple_depths = {}
+    self._nested_tuples = []
+
+  def check_tuple(self, built: tuple) -> None:
+    """Records the depth of a tuple just built; refuses too deep ones."""
+    depth = 1
+    for item in built:
+      if type(item) is tuple:
+        depth = max(depth, 1 + self._tuple_depths.get(id(item), 1))
+    if depth > 1:
+      if depth > self._max_depth:
+        raise CorruptCheckpointError(
+            '{}: tuples nested deeper than {} levels; refusing the pickle.'
+            .format(self._filename, self._max_depth))
+      self._tuple_depths[id(built)] = depth
+      self._nested_tuples.append(built)
 
   def find_class(self, module: str, name: str) -> Any:
     try:
@@ -207,8 +341,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
   def persistent_load(self, pid: Any) -> Any:
     raise UnsafePickleError(
-        '{}: refusing persistent id {!r} in a checkpoint pickle.'.format(
-            self._filename, pid))
+        '{}: refusing persistent id {} in a checkpoint pickle.'.format(
+            self._filename, errors.describe(pid)))
 
 
 # Types whose instances `restricted_loads` rebuilds, exactly (subclasses such
@@ -265,8 +399,8 @@ def non_plain_data(value: Any) -> Optional[str]:
 
 
 def _brief(key: Any) -> str:
-  text = repr(key) if type(key) in _PLAIN_SCALARS else type(key).__name__
-  return text if len(text) <= 30 else text[:27] + '...'
+  return errors.describe(key, 30) if type(key) in _PLAIN_SCALARS else (
+      type(key).__name__)
 
 
 def _describe_path(path: Any, limit: int = 8) -> str:
@@ -279,6 +413,107 @@ def _describe_path(path: Any, limit: int = 8) -> str:
     return ''
   prefix = '...' if len(steps) > limit else ''
   return ' at {}{}'.format(prefix, ''.join(reversed(steps[:limit])))
+
+
+def _describe_error(error: BaseException) -> str:
+  """'Type: message' of an error, cut to 200 characters; never raises."""
+  try:
+    text = str(error)
+  except Exception:  # pylint: disable=broad-except
+    text = ''
+  text = text if len(text) <= 200 else text[:197] + '...'
+  return '{}: {}'.format(type(error).__name__, text) if text else (
+      type(error).__name__)
+
+
+# Types `_check_structure` counts as one element each, without looking in.
+_ATOMS = frozenset([type(None), bool, int, float, complex, np.dtype])
+_TEXTS = frozenset([str, bytes, bytearray])
+_NESTED = frozenset([list, tuple, set, frozenset, dict, np.ndarray])
+
+
+def _children(item: Any) -> Any:
+  """The items `_check_structure` looks in, or None for an element."""
+  kind = type(item)
+  if kind is dict:
+    return [part for pair in item.items() for part in pair]
+  if kind is np.ndarray:
+    return item.ravel(order='K') if item.dtype.hasobject else ()
+  if kind in _NESTED:
+    return item
+  if isinstance(item, PickledSumTreeState):
+    return [getattr(item, 'state', {})]
+  return None
+
+
+def _element_count(item: Any) -> int:
+  """The elements `item` counts for, its items aside (counted on their own).
+
+  An array of plain values counts its elements (an empty one, or one of
+  zero-byte elements, too); a str or bytes one per 8 bytes; anything else 1.
+  """
+  kind = type(item)
+  if kind is np.ndarray and not item.dtype.hasobject:
+    return max(item.size, 1)
+  if kind in _TEXTS:
+    return 1 + len(item) // 8
+  return 1
+
+
+def _check_structure(value: Any, limits: PickleLimits, filename: str) -> None:
+  """Refuses unpickled data nested or, expanded, sized past `limits`.
+
+  Walks `value` as a tree: an object reachable twice is counted twice, as
+  converting the data (to an array, a set) would copy it twice, and a cycle
+  fails the depth bound. Stops as soon as a bound is passed, so the work is
+  bounded by the limits, not by the data.
+
+  Raises:
+    CorruptCheckpointError: If a bound is passed.
+  """
+  budget = limits.max_elements - _element_count(value)
+  pending = [(value, 1)]
+  while pending and budget >= 0:
+    item, depth = pending.pop()
+    children = _children(item)
+    if children is None:
+      continue
+    if depth >= limits.max_depth and len(children):
+      raise CorruptCheckpointError(
+          '{}: data nested deeper than {} levels (or cyclic); refusing it.'
+          .format(filename, limits.max_depth))
+    for child in children:
+      if type(child) in _ATOMS:  # The common case, kept short.
+        budget -= 1
+      else:
+        budget -= _element_count(child)
+        pending.append((child, depth + 1))
+  if budget < 0:
+    raise CorruptCheckpointError(
+        '{}: data of more than {} elements (shared references counted at '
+        'each use), more than this file can hold; refusing it.'.format(
+            filename, limits.max_elements))
+
+
+@contextlib.contextmanager
+def refusing(path: str) -> Iterator[None]:
+  """Turns any error inside the `with` into a CorruptCheckpointError.
+
+  For reading and validating checkpoint file `path`: whatever goes wrong
+  (MemoryError, OverflowError, RecursionError, OSError, AttributeError ...)
+  comes out as one error type naming the file. `CheckpointError`s pass
+  unchanged; so do exceptions that are not `Exception`s (KeyboardInterrupt).
+
+  Raises:
+    CorruptCheckpointError: chained to the original error.
+  """
+  try:
+    yield
+  except CheckpointError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise CorruptCheckpointError('{}: unusable: {}'.format(
+        path, _describe_error(e))) from e
 
 
 # ------------------------------------------------------------------- paths
@@ -420,11 +655,16 @@ class _VerifyingReader(object):
 
 
 def file_digest(path: str) -> FileDigest:
-  """Returns the size and SHA-256 of the file at `path`, read in chunks."""
+  """Returns the size and SHA-256 of the file at `path`, read in chunks.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If `path` is not a regular file (a directory,
+      FIFO or device, which could not be read or never to the end).
+  """
   digest = hashlib.sha256()
   size = 0
-  with (_gfile().GFile(path, 'rb') if _is_url(path) else
-        open(path, 'rb')) as f:
+  with _open_file(path) as f:
     while True:
       chunk = f.read(_READ_CHUNK)
       if not chunk:
@@ -434,6 +674,53 @@ def file_digest(path: str) -> FileDigest:
 
 
 # ----------------------------------------------------------------- writing
+
+# How `atomic_write` names its temporary files: '.{name}.{8 random
+# characters}.tmp' in the destination directory (tempfile.mkstemp's random
+# part), and '{name}.tmp-{12 hex digits}' for tf.io.gfile paths. A process
+# killed while writing leaves one; `remove_temporaries` finds them by name.
+_TEMP_PREFIX, _TEMP_SUFFIX = '.', '.tmp'
+_LOCAL_TEMPORARY = re.compile(r'^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$')
+_GFILE_TEMPORARY = re.compile(r'^(?P<target>.+)\.tmp-[0-9a-f]{12}$')
+
+
+def _gfile_temporary(path: str) -> str:
+  return '{}.tmp-{}'.format(path, os.urandom(6).hex())
+
+
+def remove_temporaries(directory: str, is_target: Callable[[str], bool]
+                      ) -> List[str]:
+  """Deletes temporary files of `atomic_write` left by killed writers.
+
+  Only files named as `atomic_write` names its temporaries, for a target
+  name that `is_target` accepts, are deleted (regular files only, never a
+  directory or a link): a user's other files are never touched. Call it
+  only while no other process writes those targets.
+
+  Args:
+    directory: str, the directory written to.
+    is_target: callable taking a file name (no directory) and returning
+      whether temporaries of that name are the caller's.
+
+  Returns:
+    list of str, the paths deleted.
+  """
+  pattern = _GFILE_TEMPORARY if _is_url(directory) else _LOCAL_TEMPORARY
+  removed = []
+  for name in list_directory(directory):
+    match = pattern.match(name)
+    if not match or not is_target(match.group('target')):
+      continue
+    path = os.path.join(directory, name)
+    if not _is_url(path):
+      try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+          continue
+      except FileNotFoundError:
+        continue
+    if remove_if_exists(path):
+      removed.append(path)
+  return removed
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
@@ -458,7 +745,8 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
     return _atomic_write_gfile(path, write)
   directory = os.path.dirname(os.path.abspath(path))
   fd, temp_path = tempfile.mkstemp(
-      dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+      dir=directory, prefix=_TEMP_PREFIX + os.path.basename(path) + '.',
+      suffix=_TEMP_SUFFIX)
   try:
     with os.fdopen(fd, 'wb') as f:
       hashing = _HashingWriter(f)
@@ -480,7 +768,7 @@ def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]
                        ) -> FileDigest:
   """`atomic_write` for tf.io.gfile paths: write a temp name, then rename."""
   gfile = _gfile()
-  temp_path = '{}.tmp-{}'.format(path, os.urandom(6).hex())
+  temp_path = _gfile_temporary(path)
   try:
     with gfile.GFile(temp_path, 'wb') as f:
       hashing = _HashingWriter(f)
@@ -600,6 +888,100 @@ def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]
 # ----------------------------------------------------------------- reading
 
 
+def _file_kind(mode: int) -> str:
+  for test, kind in ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
+                     (stat.S_ISCHR, 'a character device'),
+                     (stat.S_ISBLK, 'a block device'),
+                     (stat.S_ISSOCK, 'a socket')):
+    if test(mode):
+      return kind
+  return 'not a regular file'
+
+
+def _open_regular(path: str) -> BinaryIO:
+  """Opens local file `path` for reading if it is a regular file.
+
+  The name is checked first, so a device is never opened; the file is then
+  opened without blocking (a FIFO's open would wait for a writer) and the
+  opened descriptor checked to be that same regular file.
+
+  Raises:
+    FileNotFoundError: If there is no such file.
+    CorruptCheckpointError: If it is not a regular file, or cannot be opened.
+  """
+  try:
+    named = os.stat(path)
+    if not stat.S_ISREG(named.st_mode):
+      raise CorruptCheckpointError(
+          '{}: is {}, not a regular file; refusing to read it.'.format(
+              path, _file_kind(named.st_mode)))
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) |
+                 getattr(os, 'O_BINARY', 0))
+    try:
+      opened = os.fstat(fd)
+      if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+        raise CorruptCheckpointError(
+            '{}: replaced while being opened; refusing to read it.'.format(
+                path))
+      return os.fdopen(fd, 'rb')
+    except BaseException:
+      os.close(fd)
+      raise
+  except (FileNotFoundError, CheckpointError):
+    raise
+  except OSError as e:
+    raise CorruptCheckpointError('{}: cannot be opened: {}'.format(
+        path, e)) from e
+
+
+def _open_file(path: str) -> BinaryIO:
+  """Opens a checkpoint file for reading: local paths as regular files only.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If it is not a regular file (see
+      `_open_regular`), or a tf.io.gfile path is a directory.
+  """
+  if not _is_url(path):
+    return _open_regular(path)
+  gfile = _gfile()
+  if gfile.isdir(path):
+    raise CorruptCheckpointError(
+        '{}: is a directory, not a file; refusing to read it.'.format(path))
+  return gfile.GFile(path, 'rb')
+
+
+def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
+  """Returns the whole content of a file of at most `limit` bytes.
+
+  Local paths must be regular files (see `_open_regular`: a FIFO or device
+  is refused without blocking); at most `limit + 1` bytes are read.
+
+  Args:
+    path: str, the file.
+    limit: int, the largest size accepted.
+    what: str, what the file is, for the error message.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If it is not a regular file, is larger than
+      `limit`, or cannot be read.
+  """
+  try:
+    with _open_file(path) as f:
+      data = f.read(limit + 1)
+  except (FileNotFoundError, CheckpointError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # OSError locally; tf.errors.OpError through tf.io.gfile.
+    raise CorruptCheckpointError('{}: cannot be read: {}'.format(
+        path, errors.describe(e, 200))) from e
+  if len(data) > limit:
+    raise CorruptCheckpointError('{}: larger than any {} ({} bytes).'.format(
+        path, what, limit))
+  return data
+
+
 @contextlib.contextmanager
 def _open_read(path: str, expected: Optional[FileDigest] = None):
   """Opens `path` for reading; with `expected`, checks it once read.
@@ -607,8 +989,7 @@ def _open_read(path: str, expected: Optional[FileDigest] = None):
   The caller reads what it needs inside the `with`; at its end, the rest of
   the file is read and its size and SHA-256 compared with `expected`.
   """
-  raw = _gfile().GFile(path, 'rb') if _is_url(path) else open(path, 'rb')
-  with raw:
+  with _open_file(path) as raw:
     if expected is None:
       yield raw
       return
@@ -632,15 +1013,101 @@ def _read_exactly(gz: BinaryIO, out: memoryview, path: str) -> None:
     filled += count
 
 
+def _read_npy_header(gz: BinaryIO, path: str
+                    ) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+  """Reads a .npy header, refusing one longer than _MAX_NPY_HEADER_BYTES.
+
+  NumPy's reader reads a header of the length it declares (up to 4 GiB in
+  version 2) before checking it; this checks the length first and hands
+  NumPy only the bytes read.
+
+  Returns:
+    (shape, fortran_order, dtype), as `np.lib.format.read_array_header_1_0`.
+
+  Raises:
+    CorruptCheckpointError: If the header is missing, too long or malformed.
+  """
+  fmt = np.lib.format
+  try:
+    version = fmt.read_magic(gz)
+  except ValueError as e:
+    raise CorruptCheckpointError(
+        '{}: not a .npy stream: {}'.format(path, e)) from e
+  readers = {(1, 0): ('<H', fmt.read_array_header_1_0),
+             (2, 0): ('<I', fmt.read_array_header_2_0)}
+  if version not in readers:
+    raise CorruptCheckpointError(
+        '{}: unsupported .npy format version {}.'.format(path, version))
+  length_format, read_header = readers[version]
+  prefix = gz.read(struct.calcsize(length_format))
+  if len(prefix) != struct.calcsize(length_format):
+    raise CorruptCheckpointError('{}: truncated .npy header.'.format(path))
+  length, = struct.unpack(length_format, prefix)
+  if length > _MAX_NPY_HEADER_BYTES:
+    raise CorruptCheckpointError(
+        '{}: .npy header of {} bytes (at most {} are read); refusing it.'
+        .format(path, length, _MAX_NPY_HEADER_BYTES))
+  header = gz.read(length)
+  if len(header) != length:
+    raise CorruptCheckpointError('{}: truncated .npy header.'.format(path))
+  try:
+    return read_header(io.BytesIO(prefix + header),
+                       max_header_size=_MAX_NPY_HEADER_BYTES)
+  except Exception as e:  # pylint: disable=broad-except
+    # ValueError mostly; a hostile header may cause others (RecursionError,
+    # MemoryError in its literal parser).
+    raise CorruptCheckpointError('{}: malformed .npy header: {}'.format(
+        path, _describe_error(e))) from e
+
+
+def _check_npy_header(path: str, header: Tuple[Any, bool, np.dtype],
+                      shape: Optional[Sequence[int]], dtype: Any,
+                      max_bytes: int) -> None:
+  """Checks an array's header before anything is allocated for it.
+
+  Raises:
+    CorruptCheckpointError: If the array holds Python objects, does not have
+      `shape` or `dtype`, or its data would take more than `max_bytes` (each
+      element counting at least one byte).
+  """
+  file_shape, _, file_dtype = header
+  if file_dtype.hasobject:
+    raise CorruptCheckpointError(
+        '{}: holds Python objects ({}); refusing to unpickle.'.format(
+            path, file_dtype))
+  if shape is not None and tuple(file_shape) != tuple(shape):
+    raise CorruptCheckpointError(
+        '{}: array has shape {}, expected {}.'.format(
+            path, tuple(file_shape), tuple(shape)))
+  if dtype is not None:
+    wanted = np.dtype(dtype)
+    if file_dtype.newbyteorder('<') != wanted.newbyteorder('<'):
+      raise CorruptCheckpointError(
+          '{}: array has dtype {}, expected {}.'.format(
+              path, file_dtype, wanted))
+  if any(n < 0 for n in file_shape):
+    raise CorruptCheckpointError(
+        '{}: array has a negative dimension: {}.'.format(path, file_shape))
+  size = math.prod(file_shape) * max(file_dtype.itemsize, 1)
+  if size > max_bytes:
+    raise CorruptCheckpointError(
+        '{}: array of shape {} and dtype {} ({} bytes) is larger than this '
+        'file can hold ({} bytes); refusing it.'.format(
+            path, errors.describe(tuple(file_shape)), file_dtype, size, max_bytes))
+
+
 def load_npy_gz(path: str,
                 shape: Optional[Sequence[int]] = None,
                 dtype: Any = None,
-                expected: Optional[FileDigest] = None) -> np.ndarray:
+                expected: Optional[FileDigest] = None,
+                max_bytes: Optional[int] = None) -> np.ndarray:
   """Reads a gzip'd ``.npy`` file without ever unpickling.
 
-  The header is checked against `shape` and `dtype` before the data is read,
-  so a mismatched file is rejected without allocating its array. The whole
-  gzip stream is read, so its CRC is verified.
+  The header is read with a small cap and checked against `shape`, `dtype`
+  and `max_bytes` before the data is read, so a mismatched or oversized
+  file is refused without allocating its array, and at most the array's
+  bytes are decompressed. The whole gzip stream is read, so its CRC is
+  verified.
 
   Args:
     path: str, the file.
@@ -649,46 +1116,27 @@ def load_npy_gz(path: str,
       is converted to it.
     expected: optional FileDigest the file must match (checked as it is
       read).
+    max_bytes: optional int, the most bytes the array may take (each
+      element counting at least one); default: `DEFAULT_MAX_ARRAY_BYTES`
+      unless `shape` is given.
 
   Returns:
     np.ndarray.
 
   Raises:
     FileNotFoundError: If the file does not exist (a local path).
-    CorruptCheckpointError: If the file is not a complete gzip'd ``.npy``
-      stream, holds Python objects, or does not match `shape`/`dtype`.
+    CorruptCheckpointError: If the file is not a regular file holding a
+      complete gzip'd ``.npy`` stream, holds Python objects, does not match
+      `shape`/`dtype`, or is larger than `max_bytes`.
   """
-  fmt = np.lib.format
+  if max_bytes is None:
+    max_bytes = math.inf if shape is not None else DEFAULT_MAX_ARRAY_BYTES
   with _open_read(path, expected) as raw:
     try:
       with gzip.GzipFile(fileobj=raw, mode='rb') as gz:
-        try:
-          version = fmt.read_magic(gz)
-        except ValueError as e:
-          raise CorruptCheckpointError(
-              '{}: not a .npy stream: {}'.format(path, e)) from e
-        if version == (1, 0):
-          header = fmt.read_array_header_1_0(gz)
-        elif version == (2, 0):
-          header = fmt.read_array_header_2_0(gz)
-        else:
-          raise CorruptCheckpointError(
-              '{}: unsupported .npy format version {}.'.format(path, version))
+        header = _read_npy_header(gz, path)
+        _check_npy_header(path, header, shape, dtype, max_bytes)
         file_shape, fortran_order, file_dtype = header
-        if file_dtype.hasobject:
-          raise CorruptCheckpointError(
-              '{}: holds Python objects ({}); refusing to unpickle.'.format(
-                  path, file_dtype))
-        if shape is not None and tuple(file_shape) != tuple(shape):
-          raise CorruptCheckpointError(
-              '{}: array has shape {}, expected {}.'.format(
-                  path, tuple(file_shape), tuple(shape)))
-        if dtype is not None:
-          wanted = np.dtype(dtype)
-          if file_dtype.newbyteorder('<') != wanted.newbyteorder('<'):
-            raise CorruptCheckpointError(
-                '{}: array has dtype {}, expected {}.'.format(
-                    path, file_dtype, wanted))
         array = np.empty(file_shape, dtype=file_dtype,
                          order='F' if fortran_order else 'C')
         if array.nbytes:
@@ -702,20 +1150,23 @@ def load_npy_gz(path: str,
     except _CORRUPTION_ERRORS as e:
       raise CorruptCheckpointError(
           '{}: corrupt or truncated gzip file: {}'.format(path, e)) from e
-    except ValueError as e:  # A malformed .npy header.
+    except ValueError as e:
       raise CorruptCheckpointError(
-          '{}: malformed .npy header: {}'.format(path, e)) from e
+          '{}: malformed .npy data: {}'.format(path, e)) from e
   if dtype is not None and array.dtype != np.dtype(dtype):
     array = array.astype(dtype)
   return array
 
 
-def restricted_loads(data: bytes, filename: str = '<bytes>') -> Any:
-  """Unpickles plain data only (see the module docstring).
+def restricted_loads(data: bytes, filename: str = '<bytes>',
+                     limits: Optional[PickleLimits] = None) -> Any:
+  """Unpickles plain data only, within bounds (see the module docstring).
 
   Args:
     data: bytes, a pickle.
     filename: str, named in error messages.
+    limits: PickleLimits the data must keep to; default
+      `DEFAULT_PICKLE_LIMITS`.
 
   Returns:
     The unpickled object; sum-tree instances come back as
@@ -723,25 +1174,41 @@ def restricted_loads(data: bytes, filename: str = '<bytes>') -> Any:
 
   Raises:
     UnsafePickleError: If the pickle names a global outside the allow list.
-    CorruptCheckpointError: If the pickle is malformed or truncated.
+    CorruptCheckpointError: If the pickle is malformed, truncated, or passes
+      a bound of `limits`.
   """
+  limits = DEFAULT_PICKLE_LIMITS if limits is None else limits
+  if len(data) > limits.max_bytes:
+    raise CorruptCheckpointError(
+        '{}: a pickle of {} bytes, more than this file can hold ({} bytes); '
+        'refusing it.'.format(filename, len(data), limits.max_bytes))
   try:
-    return _RestrictedUnpickler(io.BytesIO(data), filename).load()
+    value = _RestrictedUnpickler(io.BytesIO(data), filename,
+                                 limits.max_depth).load()
+    _check_structure(value, limits, filename)
+    return value
   except CheckpointError:
     raise
   except Exception as e:  # pylint: disable=broad-except
     # A malformed pickle can raise nearly anything (EOFError, UnpicklingError,
-    # ValueError, TypeError, IndexError, KeyError, ...).
+    # ValueError, TypeError, IndexError, KeyError, MemoryError ...).
     raise CorruptCheckpointError(
-        '{}: corrupt or truncated pickle: {!r}'.format(filename, e)) from e
+        '{}: corrupt or truncated pickle: {}'.format(
+            filename, _describe_error(e))) from e
 
 
-def load_pickle_gz(path: str, expected: Optional[FileDigest] = None) -> Any:
-  """Reads a gzip'd pickle with the restricted unpickler.
+def load_pickle_gz(path: str, expected: Optional[FileDigest] = None,
+                   limits: Optional[PickleLimits] = None) -> Any:
+  """Reads a gzip'd pickle with the restricted unpickler, within bounds.
+
+  At most ``limits.max_bytes`` (plus one) are decompressed: a gzip bomb is
+  refused after reading that much.
 
   Args:
     path: str, the file.
     expected: optional FileDigest the file must match.
+    limits: PickleLimits the pickle must keep to; default
+      `DEFAULT_PICKLE_LIMITS`.
 
   Returns:
     The unpickled plain data (see `restricted_loads`).
@@ -749,13 +1216,19 @@ def load_pickle_gz(path: str, expected: Optional[FileDigest] = None) -> Any:
   Raises:
     FileNotFoundError: If the file does not exist (a local path).
     UnsafePickleError: If the pickle names a global outside the allow list.
-    CorruptCheckpointError: If the file is not a complete gzip'd pickle.
+    CorruptCheckpointError: If the file is not a regular file holding a
+      complete gzip'd pickle within `limits`.
   """
+  limits = DEFAULT_PICKLE_LIMITS if limits is None else limits
   with _open_read(path, expected) as raw:
     try:
       with gzip.GzipFile(fileobj=raw, mode='rb') as gz:
-        data = gz.read()
+        data = gz.read(limits.max_bytes + 1)
     except _CORRUPTION_ERRORS as e:
       raise CorruptCheckpointError(
           '{}: corrupt or truncated gzip file: {}'.format(path, e)) from e
-  return restricted_loads(data, filename=path)
+    if len(data) > limits.max_bytes:
+      raise CorruptCheckpointError(
+          '{}: decompresses to more than {} bytes, more than this file can '
+          'hold (a gzip bomb?); refusing it.'.format(path, limits.max_bytes))
+  return restricted_loads(data, filename=path, limits=limits)

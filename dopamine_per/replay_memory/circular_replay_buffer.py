@@ -32,6 +32,7 @@ import mmap
 import numbers
 import operator
 import re
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -84,8 +85,14 @@ _NETWORK_INPUTS = ('state', 'next_state')
 # Result of checking whether values of one dtype may be stored in another:
 # always, if every value is in the target's range (integers into integers),
 # if every value converts exactly (floats or complex numbers into integers,
-# complex numbers into floats), or never.
-_CAST_OK, _CAST_IF_IN_RANGE, _CAST_IF_EXACT, _CAST_REFUSED = 0, 1, 2, 3
+# complex numbers into floats), if no finite value becomes infinite (into a
+# float or complex dtype whose range is smaller), or never.
+(_CAST_OK, _CAST_IF_IN_RANGE, _CAST_IF_EXACT, _CAST_IF_FINITE,
+ _CAST_REFUSED) = range(5)
+
+# Batch layouts a memory keeps (see _batch_layout). Training samples one or
+# two batch sizes; a sweep over many sizes must not keep one per size.
+_MAX_BATCH_LAYOUTS = 16
 
 
 def modulo_range(start: int, length: int, modulo: int) -> np.ndarray:
@@ -244,16 +251,41 @@ def _check_shape(name: str, shape: Any) -> Tuple[int, ...]:
   return dims
 
 
+def _overflow_limit(dtype: np.dtype) -> float:
+  """The smallest magnitude that a float or complex `dtype` stores as inf.
+
+  Its largest finite value plus half a unit in the last place: rounding to
+  nearest (ties to even: the largest value's last bit is 1) goes up from
+  there. inf for float64 and wider.
+  """
+  largest = _largest_magnitude(dtype)
+  if largest == math.inf:  # Wider than float64: no Python float overflows.
+    return math.inf
+  info = np.finfo(dtype)
+  return largest + 2.0 ** (int(info.maxexp) - int(info.nmant) - 2)
+
+
+def _largest_magnitude(dtype: np.dtype) -> float:
+  """The largest finite magnitude an integer, float or complex dtype holds."""
+  if dtype.kind in 'iu':
+    info = np.iinfo(dtype)
+    return float(max(-int(info.min), int(info.max)))
+  with np.errstate(over='ignore'):
+    return float(np.finfo(dtype).max)
+
+
 def _cast_category(source: np.dtype, target: np.dtype) -> int:
   """How values of dtype `source` may be stored in an array of `target`."""
   if target.kind == 'O' or np.can_cast(source, target, casting='safe'):
     return _CAST_OK
   if source.kind in 'iu' and target.kind in 'iub':
     return _CAST_IF_IN_RANGE
-  if source.kind in 'iuf' and target.kind in 'fc':
-    return _CAST_OK  # Rounding, as for Python numbers.
-  if source.kind == 'c' and target.kind == 'c':
-    return _CAST_OK
+  if (source.kind in 'iuf' and target.kind in 'fc' or
+      source.kind == 'c' and target.kind == 'c'):
+    # Rounding, as for Python numbers; overflow only into a smaller range.
+    if _largest_magnitude(source) < _overflow_limit(target):
+      return _CAST_OK
+    return _CAST_IF_FINITE
   if source.kind in 'fc' and target.kind in 'iubf':
     return _CAST_IF_EXACT
   return _CAST_REFUSED
@@ -287,15 +319,64 @@ def _first_inexact(values: np.ndarray, target: np.dtype,
   return values[~exact].flat[0].item()
 
 
-def _short_repr(value: Any) -> str:
-  text = repr(value)
-  return text if len(text) <= 60 else text[:57] + '...'
+def _first_overflow(values: Any, target: np.dtype, limit: float
+                   ) -> Optional[Any]:
+  """Returns a finite value that `target` would store as inf, or None.
+
+  Args:
+    values: a NumPy array or scalar (integer, float or, into a complex
+      target, complex).
+    target: the storage dtype (float or complex).
+    limit: float, `_overflow_limit(target)`.
+  """
+  if values.ndim == 0 and values.dtype.kind != 'c' and limit < math.inf:
+    if -limit < values < limit:  # A scalar: one comparison (NaN fails it).
+      return None
+  else:
+    try:
+      # The cast itself flags overflow: no reduction over the values.
+      with np.errstate(over='raise'):
+        values.astype(target)
+      return None
+    except FloatingPointError:
+      pass
+  values = np.asarray(values)
+  with np.errstate(over='ignore'):
+    overflow = np.isinf(values.astype(target)) & np.isfinite(values)
+  if not overflow.any():
+    return None
+  return values[overflow].flat[0].item()
+
+
+def _stores_as_inf(value: Any, target: np.dtype) -> bool:
+  """Whether storing the number `value` in `target` fails or gives inf.
+
+  Exactly what the write would do: a Python int beyond float64's range
+  raises OverflowError there; one beyond float32's becomes inf.
+  """
+  scratch = np.zeros((), dtype=target)
+  try:
+    with np.errstate(over='ignore'):
+      scratch[()] = value
+  except OverflowError:
+    return True
+  return bool(np.isinf(scratch))
+
+
+def _overflow_error(name: str, value: Any, source: Any, target: np.dtype
+                   ) -> ValueError:
+  """The error for a finite value of `add`'s argument that becomes inf."""
+  return ValueError(
+      'add(): argument {!r} holds {} ({}), which overflows {} (largest '
+      'finite value {}).'.format(name, errors.describe(value), source, target,
+                                 np.finfo(target).max))
 
 
 class _AddSpec(object):
   """Precomputed checks for one argument of `add`."""
 
-  __slots__ = ('name', 'shape', 'dtype', 'low', 'high', 'casts')
+  __slots__ = ('name', 'shape', 'dtype', 'low', 'high', 'limit', 'int_limit',
+               'casts')
 
   def __init__(self, element: ReplayElement):
     self.name = element.name
@@ -308,6 +389,14 @@ class _AddSpec(object):
       self.low, self.high = 0, 1
     else:
       self.low = self.high = None
+    self.limit = self.int_limit = None
+    if self.dtype.kind in 'fc':
+      # Magnitudes from which a float becomes inf in this dtype, and below
+      # which any Python int is stored finitely (a power of two, checked
+      # with an int comparison; past it `_stores_as_inf` decides).
+      self.limit = _overflow_limit(self.dtype)
+      self.int_limit = 1 << (math.frexp(min(self.limit,
+                                            sys.float_info.max))[1] - 1)
     self.casts = {}  # source dtype -> cast category
 
 
@@ -438,7 +527,8 @@ class OutOfGraphReplayBuffer(object):
     self._episode_end = np.zeros(self._replay_capacity, dtype=bool)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
     self._lock = threading.RLock()
-    # get_transition_elements(batch_size) by batch size, for sampling.
+    # get_transition_elements(batch_size) by batch size, for sampling; at
+    # most _MAX_BATCH_LAYOUTS, the oldest dropped first.
     self._batch_layouts = {}
     # Memory for sampled states, reused once the caller has dropped them.
     self._stack_buffers = frame_stacks.BufferPool()
@@ -567,7 +657,7 @@ class OutOfGraphReplayBuffer(object):
     if (array.size != 1 or array.dtype.kind not in 'iu' or
         not 0 <= int(array.reshape(())) <= np.iinfo(np.int64).max):
       raise ValueError('add_count must be an integer in [0, 2**63), got '
-                       '{}'.format(_short_repr(value)))
+                       '{}'.format(errors.describe(value)))
     with self._lock:
       self._add_count = int(array.reshape(()))
 
@@ -708,18 +798,18 @@ class OutOfGraphReplayBuffer(object):
       if spec.shape:
         raise ValueError(
             'add(): argument {!r} is the scalar {}, expected shape {}.'.format(
-                spec.name, _short_repr(value), spec.shape))
+                spec.name, errors.describe(value), spec.shape))
       self._check_scalar_cast(spec, value)
       return value
     try:
       array = np.asarray(value)
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('add(): argument {!r} = {} is not array-like: {}'
-                       .format(spec.name, _short_repr(value), e)) from e
+                       .format(spec.name, errors.describe(value), e)) from e
     if array.dtype.hasobject and spec.dtype.kind != 'O':
       raise ValueError(
           'add(): argument {!r} = {} is not numeric (expected {} of shape {}).'
-          .format(spec.name, _short_repr(value), spec.dtype, spec.shape))
+          .format(spec.name, errors.describe(value), spec.dtype, spec.shape))
     return self._check_add_value(spec, array)
 
   def _check_array_cast(self, spec: _AddSpec, value: Any) -> Any:
@@ -739,12 +829,21 @@ class OutOfGraphReplayBuffer(object):
       return value
     if category == _CAST_IF_EXACT:
       bad = _first_inexact(value, spec.dtype, spec.low, spec.high)
+      if bad is not None:
+        raise ValueError(
+            'add(): argument {!r} holds {} (dtype {}), which cannot be stored '
+            'as {} without losing information.'.format(
+                spec.name, errors.describe(bad), value.dtype, spec.dtype))
+      if value.dtype.kind == 'c':
+        value = value.real
+      if spec.limit is None:
+        return value
+      category = _CAST_IF_FINITE  # A real part may still overflow a float.
+    if category == _CAST_IF_FINITE:
+      bad = _first_overflow(value, spec.dtype, spec.limit)
       if bad is None:
-        return value.real if value.dtype.kind == 'c' else value
-      raise ValueError(
-          'add(): argument {!r} holds {} (dtype {}), which cannot be stored '
-          'as {} without losing information.'.format(
-              spec.name, _short_repr(bad), value.dtype, spec.dtype))
+        return value
+      raise _overflow_error(spec.name, bad, value.dtype, spec.dtype)
     if category == _CAST_IF_IN_RANGE:
       if value.size == 0:
         return value
@@ -759,7 +858,7 @@ class OutOfGraphReplayBuffer(object):
         'add(): argument {!r} has dtype {}, which cannot be stored as {} '
         'without losing information{}.'.format(
             spec.name, value.dtype, spec.dtype,
-            '' if value.shape else ' (value {})'.format(_short_repr(value))))
+            '' if value.shape else ' (value {})'.format(errors.describe(value))))
 
   def _check_scalar_cast(self, spec: _AddSpec, value: Any) -> None:
     kind = spec.dtype.kind
@@ -767,7 +866,10 @@ class OutOfGraphReplayBuffer(object):
       return
     if type(value) is int:
       if kind in 'fc':
-        return
+        if (-spec.int_limit < value < spec.int_limit or
+            not _stores_as_inf(value, spec.dtype)):
+          return
+        raise _overflow_error(spec.name, value, 'int', spec.dtype)
       if kind in 'iub':
         if spec.low <= value <= spec.high:
           return
@@ -775,13 +877,15 @@ class OutOfGraphReplayBuffer(object):
             'add(): argument {!r} = {} is out of range for {} [{}, {}].'.format(
                 spec.name, value, spec.dtype, spec.low, spec.high))
     elif kind in 'fc':  # A Python float.
-      return
+      if -spec.limit < value < spec.limit or not math.isfinite(value):
+        return  # NaN and inf are stored as given.
+      raise _overflow_error(spec.name, value, 'float', spec.dtype)
     elif (kind in 'iub' and math.isfinite(value) and value.is_integer() and
           spec.low <= value <= spec.high):
       return  # A float with an exact integer value, e.g. terminal=1.0.
     raise ValueError(
         'add(): argument {!r} = {} ({}) cannot be stored as {} without losing '
-        'information.'.format(spec.name, _short_repr(value),
+        'information.'.format(spec.name, errors.describe(value),
                               type(value).__name__, spec.dtype))
 
   def _add_checked(self, values: List[Any], ends_episode: bool) -> None:
@@ -1165,6 +1269,8 @@ class OutOfGraphReplayBuffer(object):
     """The transition elements of a batch and their names (cached)."""
     layout = self._batch_layouts.get(batch_size)
     if layout is None:
+      if len(self._batch_layouts) >= _MAX_BATCH_LAYOUTS:
+        del self._batch_layouts[next(iter(self._batch_layouts))]
       elements = self.get_transition_elements(batch_size)
       layout = self._batch_layouts[batch_size] = (
           elements, frozenset(e.name for e in elements))
@@ -1356,8 +1462,9 @@ class OutOfGraphReplayBuffer(object):
     strings ...), plus a ``dopamine_per_state`` file for what Dopamine does
     not save. Then the files of iteration
     ``iteration_number - checkpoint_duration`` are deleted, unless it is a
-    multiple of keep_every. (Dopamine stops after the first file when it
-    spares an iteration; this writes them all.)
+    multiple of keep_every (Dopamine stops after the first file when it
+    spares an iteration; this writes them all), and so are temporary files
+    that earlier saves of this memory's files left when killed mid-write.
 
     Args:
       checkpoint_dir: str, an existing directory. If it does not exist a
@@ -1394,6 +1501,22 @@ class OutOfGraphReplayBuffer(object):
         checkpoint_io.checkpoint_filename(
             checkpoint_dir, DOPAMINE_PER_STATE_NAME, iteration_number), state)
     self._collect_garbage(checkpoint_dir, iteration_number)
+    self._remove_temporaries(checkpoint_dir, files)
+
+  def _remove_temporaries(self, checkpoint_dir: str,
+                          files: Sequence[Tuple[str, str]]) -> None:
+    """Deletes what killed saves left: temporaries of this memory's files.
+
+    `checkpoint_io.atomic_write` writes each file to a temporary one first;
+    a SIGKILL leaves it behind. Only temporaries of a checkpoint file of
+    this memory (any iteration) are deleted, nothing else.
+    """
+    names = [DOPAMINE_PER_STATE_NAME] + [name for name, _ in files]
+    pattern = re.compile(r'^(?:{})_ckpt\.\d+\.gz$'.format(
+        '|'.join(re.escape(name) for name in names)))
+    for path in checkpoint_io.remove_temporaries(
+        checkpoint_dir, lambda target: pattern.match(target) is not None):
+      logging.info('Deleted %s, left by an interrupted save.', path)
 
   def _collect_garbage(self, checkpoint_dir: str, iteration_number: int
                       ) -> None:
@@ -1428,7 +1551,9 @@ class OutOfGraphReplayBuffer(object):
         episode_end_indices file, from old checkpoints, is tolerated: episode
         ends are then taken from the terminal flags).
       checkpoint_io.CheckpointError: (a ValueError) If a file is corrupt,
-        unsafe, or does not match this memory's configuration.
+        unsafe, not a regular file, larger than this memory can need, or
+        does not match this memory's configuration; whatever the underlying
+        error, naming the file where it is known.
     """
     missing_episode_ends = False
     for name, _ in self._checkpoint_files():
@@ -1443,9 +1568,50 @@ class OutOfGraphReplayBuffer(object):
         continue
       raise tf.errors.NotFoundError(None, None,
                                     'Missing file: {}'.format(filename))
-    pending = self._read_checkpoint(checkpoint_dir, suffix,
-                                    missing_episode_ends)
+    with checkpoint_io.refusing('checkpoint {} in {}'.format(
+        suffix, checkpoint_dir)):
+      pending = self._read_checkpoint(checkpoint_dir, suffix,
+                                      missing_episode_ends)
     self._commit_checkpoint(pending)
+
+  # Bounds of what each checkpoint file may hold, derived from this memory's
+  # configuration, so that a damaged or hostile file is refused after a
+  # bounded amount of reading (see checkpoint_io).
+
+  def _attribute_max_bytes(self) -> int:
+    """The most bytes a public attribute's file may decompress to.
+
+    Generous but finite: 64 MiB more than all storage arrays together.
+    """
+    return (1 << 26) + sum(array.nbytes for array in self._store.values())
+
+  def _npy_max_bytes(self, name: str) -> int:
+    """The most bytes the array of checkpoint file `name` may take."""
+    if name == 'add_count':
+      return 16  # One integer of at most 16 bytes.
+    if name == 'invalid_range':
+      # Room for other configurations' ranges, for a clearer error.
+      return 8 * (self._stack_size + self._update_horizon) + (1 << 16)
+    return self._attribute_max_bytes()
+
+  def _pickle_limits(self, name: str) -> checkpoint_io.PickleLimits:
+    """The bounds of the pickle in checkpoint file `name`."""
+    if name == 'episode_end_indices':
+      # At most one int per slot, 5 to 13 bytes each in any protocol.
+      capacity = self._replay_capacity
+      return checkpoint_io.PickleLimits(
+          max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
+          max_depth=4)
+    if name == DOPAMINE_PER_STATE_NAME:
+      # A few flags, a generator state, a (size, sha256) per file.
+      files = len(self._checkpoint_files())
+      return checkpoint_io.PickleLimits(
+          max_bytes=(1 << 20) + 1024 * files,
+          max_elements=(1 << 14) + 8 * files, max_depth=16)
+    max_bytes = self._attribute_max_bytes()
+    return checkpoint_io.PickleLimits(
+        max_bytes=max_bytes, max_elements=max_bytes // 8,
+        max_depth=checkpoint_io.DEFAULT_PICKLE_LIMITS.max_depth)
 
   def _read_checkpoint(self, checkpoint_dir: str, suffix: Any,
                        missing_episode_ends: bool) -> Dict[str, Any]:
@@ -1458,7 +1624,7 @@ class OutOfGraphReplayBuffer(object):
       return checkpoint_io.checkpoint_filename(checkpoint_dir, name, suffix)
 
     extra = self._read_extra_state(filename(DOPAMINE_PER_STATE_NAME))
-    digests = {} if extra is None else extra.get('files', {})
+    digests = {} if extra is None else extra['files']
 
     def digest_of(name):
       digest = digests.get(name)
@@ -1468,62 +1634,28 @@ class OutOfGraphReplayBuffer(object):
     pending = {'store': {}, 'digest_of': digest_of}
     for element in self.get_storage_signature():
       name = STORE_FILENAME_PREFIX + element.name
-      pending['store'][element.name] = checkpoint_io.load_npy_gz(
-          filename(name), shape=(capacity,) + tuple(element.shape),
-          dtype=element.type, expected=digest_of(name))
-
-    path = filename('add_count')
-    add_count = checkpoint_io.load_npy_gz(path,
-                                          expected=digest_of('add_count'))
-    if (add_count.shape not in ((), (1,)) or add_count.dtype.kind not in 'iu'
-        or int(add_count.reshape(())) < 0):
-      raise checkpoint_io.CorruptCheckpointError(
-          '{}: add_count must be a nonnegative integer scalar, got {!r}'
-          .format(path, add_count))
-    add_count = int(add_count.reshape(()))
+      with checkpoint_io.refusing(filename(name)):
+        pending['store'][element.name] = checkpoint_io.load_npy_gz(
+            filename(name), shape=(capacity,) + tuple(element.shape),
+            dtype=element.type, expected=digest_of(name))
+    add_count = self._read_add_count(filename('add_count'),
+                                     digest_of('add_count'))
     pending['add_count'] = add_count
-    full = add_count >= capacity
     cursor = add_count % capacity
+    self._check_invalid_range(filename('invalid_range'),
+                              digest_of('invalid_range'), add_count)
 
-    path = filename('invalid_range')
-    loaded_range = checkpoint_io.load_npy_gz(
-        path, expected=digest_of('invalid_range'))
-    if add_count > 0:
-      expected = invalid_range(cursor, capacity, self._stack_size,
-                               self._update_horizon)
-      if (loaded_range.shape != expected.shape or
-          not np.array_equal(loaded_range, expected)):
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: invalid_range {} does not match add_count {} with '
-            'stack_size {} and update_horizon {}: a checkpoint of a '
-            'differently configured buffer?'.format(
-                path, loaded_range.tolist(), add_count, self._stack_size,
-                self._update_horizon))
-
-    written = capacity if full else cursor
+    written = capacity if add_count >= capacity else cursor
     if missing_episode_ends:
       terminal = pending['store']['terminal'][:written]
       episode_ends = set(np.flatnonzero(terminal).tolist())
     else:
-      path = filename('episode_end_indices')
-      loaded = checkpoint_io.load_pickle_gz(
-          path, expected=digest_of('episode_end_indices'))
-      if not isinstance(loaded, (set, frozenset, list, tuple)):
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: episode_end_indices must be a set of ints, got {}'.format(
-                path, type(loaded).__name__))
-      episode_ends = set()
-      for index in loaded:
-        if (isinstance(index, (bool, np.bool_)) or
-            not isinstance(index, (numbers.Integral, np.integer)) or
-            not 0 <= index < written):
-          raise checkpoint_io.CorruptCheckpointError(
-              '{}: episode end index {!r} is not a written slot in [0, {})'
-              .format(path, index, written))
-        episode_ends.add(int(index))
+      episode_ends = self._read_episode_ends(
+          filename('episode_end_indices'), digest_of('episode_end_indices'),
+          written)
     pending['episode_end_indices'] = episode_ends
     pending['attributes'] = {
-        name: self._read_attribute(filename(name), file_format,
+        name: self._read_attribute(name, filename(name), file_format,
                                    digest_of(name))
         for name, file_format in self._attribute_files()}
 
@@ -1540,51 +1672,164 @@ class OutOfGraphReplayBuffer(object):
     pending['rng_state'] = None
     rng_state = None if extra is None else extra.get('rng_state')
     if rng_state is not None and self._rng is not None:
-      scratch = type(self._rng.bit_generator)()
-      try:
-        scratch.state = rng_state
-      except (TypeError, ValueError, KeyError) as e:
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: unusable generator state: {!r}'.format(path, e)) from e
+      # Any error (TypeError, KeyError, OverflowError for a number out of
+      # the generator's range ...) refuses the state file.
+      with checkpoint_io.refusing(path + ' (generator state)'):
+        type(self._rng.bit_generator)().state = rng_state
       pending['rng_state'] = rng_state
     return pending
 
-  @staticmethod
-  def _read_attribute(path: str, file_format: str,
-                      expected: Optional[checkpoint_io.FileDigest]) -> Any:
-    """Reads the checkpoint file of a public attribute (plain data only).
+  def _read_add_count(self, path: str,
+                      expected: Optional[checkpoint_io.FileDigest]) -> int:
+    """Reads the add_count file: an integer in [0, 2**63).
 
     Raises:
-      checkpoint_io.CheckpointError: If the file is corrupt or unsafe.
+      checkpoint_io.CheckpointError: If the file is corrupt or the value is
+        not such an integer (a uint64 of 2**63 or more, say, would break
+        `add_count` and `save`).
     """
-    if file_format == 'npy':
-      return checkpoint_io.load_npy_gz(path, expected=expected)
-    value = checkpoint_io.load_pickle_gz(path, expected=expected)
-    problem = checkpoint_io.non_plain_data(value)
-    if problem is not None:
-      raise checkpoint_io.CorruptCheckpointError(
-          '{}: an attribute must be plain data, found {}.'.format(
-              path, problem))
+    with checkpoint_io.refusing(path):
+      add_count = checkpoint_io.load_npy_gz(
+          path, expected=expected, max_bytes=self._npy_max_bytes('add_count'))
+      value = (int(add_count.reshape(())) if add_count.size == 1 and
+               add_count.dtype.kind in 'iu' else None)
+      if (add_count.shape not in ((), (1,)) or value is None or
+          not 0 <= value <= np.iinfo(np.int64).max):
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: add_count must be an integer scalar in [0, 2**63), got {}'
+            .format(path, errors.describe(
+                add_count if value is None else value)))
     return value
 
-  @staticmethod
-  def _read_extra_state(path: str) -> Optional[Dict[str, Any]]:
+  def _check_invalid_range(self, path: str,
+                           expected: Optional[checkpoint_io.FileDigest],
+                           add_count: int) -> None:
+    """Reads the invalid_range file; it must match add_count.
+
+    Raises:
+      checkpoint_io.CheckpointError: If the file is corrupt or does not
+        match `add_count` and this memory's configuration.
+    """
+    with checkpoint_io.refusing(path):
+      loaded_range = checkpoint_io.load_npy_gz(
+          path, expected=expected,
+          max_bytes=self._npy_max_bytes('invalid_range'))
+      if add_count == 0:
+        return  # Dopamine saves zeros of some length before the first add.
+      wanted = invalid_range(add_count % self._replay_capacity,
+                             self._replay_capacity, self._stack_size,
+                             self._update_horizon)
+      if (loaded_range.shape != wanted.shape or
+          not np.array_equal(loaded_range, wanted)):
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: invalid_range {} does not match add_count {} with '
+            'stack_size {} and update_horizon {}: a checkpoint of a '
+            'differently configured buffer?'.format(
+                path, loaded_range.tolist(), add_count, self._stack_size,
+                self._update_horizon))
+
+  def _read_episode_ends(self, path: str,
+                         expected: Optional[checkpoint_io.FileDigest],
+                         written: int) -> set:
+    """Reads the episode_end_indices file: a set of written slots.
+
+    Raises:
+      checkpoint_io.CheckpointError: If the file is corrupt, too large, or
+        holds anything but ints in [0, written).
+    """
+    with checkpoint_io.refusing(path):
+      loaded = checkpoint_io.load_pickle_gz(
+          path, expected=expected,
+          limits=self._pickle_limits('episode_end_indices'))
+      if not isinstance(loaded, (set, frozenset, list, tuple)):
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: episode_end_indices must be a set of ints, got {}'.format(
+                path, type(loaded).__name__))
+      episode_ends = set()
+      for index in loaded:
+        if (isinstance(index, (bool, np.bool_)) or
+            not isinstance(index, (numbers.Integral, np.integer)) or
+            not 0 <= index < written):
+          raise checkpoint_io.CorruptCheckpointError(
+              '{}: episode end index {} is not a written slot in [0, {})'
+              .format(path, errors.describe(index), written))
+        episode_ends.add(int(index))
+    return episode_ends
+
+  def _read_attribute(self, name: str, path: str, file_format: str,
+                      expected: Optional[checkpoint_io.FileDigest]) -> Any:
+    """Reads the checkpoint file of public attribute `name` (plain data).
+
+    Raises:
+      checkpoint_io.CheckpointError: If the file is corrupt, unsafe or
+        larger than `_attribute_max_bytes`.
+    """
+    with checkpoint_io.refusing(path):
+      if file_format == 'npy':
+        return checkpoint_io.load_npy_gz(
+            path, expected=expected, max_bytes=self._npy_max_bytes(name))
+      value = checkpoint_io.load_pickle_gz(
+          path, expected=expected, limits=self._pickle_limits(name))
+      problem = checkpoint_io.non_plain_data(value)
+      if problem is not None:
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: an attribute must be plain data, found {}.'.format(
+                path, problem))
+    return value
+
+  def _read_extra_state(self, path: str) -> Optional[Dict[str, Any]]:
     """Reads and checks the dopamine_per state file; None if there is none.
+
+    Its structure is checked before any of it is used: `files` must map
+    exactly this memory's checkpoint file names (`_checkpoint_files`) to
+    (size, sha256) tuples, so it can name no other file.
 
     Raises:
       checkpoint_io.CheckpointError: If the file is corrupt or malformed.
     """
     if not checkpoint_io.exists(path):
       return None
-    extra = checkpoint_io.load_pickle_gz(path)
-    files = extra.get('files', {}) if isinstance(extra, dict) else None
-    if (not isinstance(extra, dict) or
-        not isinstance(extra.get('next_experience_is_episode_start'), bool) or
-        not isinstance(files, dict) or
-        not all(isinstance(d, tuple) and len(d) == 2 for d in files.values())):
-      raise checkpoint_io.CorruptCheckpointError(
-          '{}: not a dopamine_per state: {}'.format(path, _short_repr(extra)))
+    with checkpoint_io.refusing(path):
+      extra = checkpoint_io.load_pickle_gz(
+          path, limits=self._pickle_limits(DOPAMINE_PER_STATE_NAME))
+      problem = self._extra_state_problem(extra)
+      if problem is not None:
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: not a dopamine_per state: {}'.format(path, problem))
     return extra
+
+  def _extra_state_problem(self, extra: Any) -> Optional[str]:
+    """What is wrong with a loaded dopamine_per state, or None."""
+    if type(extra) is not dict:  # pylint: disable=unidiomatic-typecheck
+      return 'a {}, not a dict'.format(type(extra).__name__)
+    version = extra.get('format_version', _STATE_FORMAT_VERSION)
+    if type(version) is not int or version != _STATE_FORMAT_VERSION:  # pylint: disable=unidiomatic-typecheck
+      return 'format_version {} (this version reads {})'.format(
+          errors.describe(version), _STATE_FORMAT_VERSION)
+    if not isinstance(extra.get('next_experience_is_episode_start'), bool):
+      return 'next_experience_is_episode_start is {}, not a bool'.format(
+          errors.describe(extra.get('next_experience_is_episode_start')))
+    if not isinstance(extra.get('rng_state'), (dict, type(None))):
+      return 'rng_state is a {}, not a dict'.format(
+          type(extra['rng_state']).__name__)
+    files = extra.get('files')
+    if type(files) is not dict:  # pylint: disable=unidiomatic-typecheck
+      return 'files is {}, not a dict'.format(errors.describe(files))
+    own = {name for name, _ in self._checkpoint_files()}
+    if set(files) != own:
+      strange = sorted(errors.describe(name, 40)
+                       for name in set(files) - own)
+      missing = sorted(own - set(files))
+      return ('files names {} and lacks {}; it must name exactly this '
+              "memory's checkpoint files".format(strange[:5], missing[:5]))
+    for name, digest in files.items():
+      if not (type(digest) is tuple and len(digest) == 2 and  # pylint: disable=unidiomatic-typecheck
+              type(digest[0]) is int and digest[0] >= 0 and  # pylint: disable=unidiomatic-typecheck
+              type(digest[1]) is str and  # pylint: disable=unidiomatic-typecheck
+              re.fullmatch('[0-9a-f]{64}', digest[1])):
+        return 'the digest of {} is {}, not (size, sha256)'.format(
+            name, errors.describe(digest))
+    return None
 
   def _commit_checkpoint(self, pending: Dict[str, Any]) -> None:
     """Installs a validated checkpoint. Cannot fail."""

@@ -35,8 +35,8 @@ import numpy as np
 
 from dopamine_per.replay_memory import sum_tree_kernels
 
-__all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at',
-           'compiled_4x8', 'empty_output']
+__all__ = ['BufferPool', 'DEFAULT_POOL_BYTES', 'gather_stacks',
+           'gather_stacks_ending_at', 'compiled_4x8', 'empty_output']
 
 
 # TensorFlow adopts a returned array's memory without copying it (from
@@ -44,22 +44,38 @@ __all__ = ['BufferPool', 'gather_stacks', 'gather_stacks_ending_at',
 # NumPy aligns to 16. For an Atari batch that saves a 1.8 MB copy.
 _ALIGNMENT = 64
 
+# What a BufferPool keeps at most, by default: 3 Atari batches of 2 * 512
+# states of 84 x 84 x 4 bytes (29 MB each) fit. A larger output is handed
+# out but not kept: a sweep over many large batch sizes held 750 MB before
+# (issue 12).
+DEFAULT_POOL_BYTES = 256 << 20
+
 
 class BufferPool(object):
   """Reuses the memory of earlier outputs once nothing refers to them.
 
   Allocating a fresh 1.8 MB Atari batch cost ~20 us per sample here (in
-  the allocator and the kernel). The pool keeps up to `size` buffers and
-  hands one out again only when no array (the output, a view of it, or a
-  TensorFlow tensor that adopted it) still refers to it: a view counts as a
-  reference to the buffer that owns the memory.
+  the allocator and the kernel). The pool keeps up to `size` buffers, of at
+  most `max_bytes` together, and hands one out again only when no array (the
+  output, a view of it, or a TensorFlow tensor that adopted it) still refers
+  to it: a view counts as a reference to the buffer that owns the memory.
+  To make room it drops a buffer nobody uses (of an earlier batch size)
+  first, else the newest, so that a caller holding more than `size` outputs
+  still gets the older ones back.
   """
 
-  def __init__(self, size: int = 3):
+  def __init__(self, size: int = 3, max_bytes: int = DEFAULT_POOL_BYTES):
     self._size = size
+    self._max_bytes = max_bytes
     # [raw uint8 buffer, offset of its first aligned byte]
     self._buffers: List[List[Any]] = []
+    self._held_bytes = 0
     self._lock = threading.Lock()
+
+  @property
+  def held_bytes(self) -> int:
+    """The bytes of the buffers the pool keeps (in use or not)."""
+    return self._held_bytes
 
   def empty(self, shape: Tuple[int, ...], dtype) -> np.ndarray:
     """Returns an uninitialized 64-byte aligned C-contiguous array."""
@@ -76,11 +92,20 @@ class BufferPool(object):
         return entry
     raw = np.empty(size, dtype=np.uint8)
     entry = [raw, -raw.ctypes.data % _ALIGNMENT]
-    if len(self._buffers) < self._size:
+    if self._size > 0 and size <= self._max_bytes:
+      while self._buffers and (len(self._buffers) >= self._size or
+                               self._held_bytes + size > self._max_bytes):
+        self._held_bytes -= self._buffers.pop(self._victim())[0].nbytes
       self._buffers.append(entry)
-    elif self._buffers:
-      self._buffers[-1] = entry  # All in use, or the batch size changed.
+      self._held_bytes += size
     return entry
+
+  def _victim(self) -> int:
+    """The position of the buffer to drop: a free one, else the newest."""
+    for position, entry in enumerate(self._buffers):
+      if sys.getrefcount(entry[0]) == 2:  # The entry's and the argument.
+        return position
+    return len(self._buffers) - 1
 
 
 # Fresh aligned memory for every output: a pool that keeps nothing.

@@ -204,11 +204,15 @@ def draws_and_descend(flat, offsets, fanout, words, lower, width, scale):
                               scale)
 
 @jit
-def set_leaves(flat, offsets, fanout, capacity, leaves, values):
+def set_leaves(flat, offsets, fanout, capacity, leaves, values, smallest,
+               largest):
+  # Writes only if every leaf is in range and every value is 0 or in
+  # [smallest, largest] (NaN fails both).
   for i in range(len(leaves)):
     if leaves[i] < 0 or leaves[i] >= capacity:
       return False, 0.0, 0.0
-    if not (values[i] >= 0.0 and values[i] < np.inf):  # NaN fails too.
+    value = values[i]
+    if not (value >= smallest and value <= largest) and value != 0.0:
       return False, 0.0, 0.0
   largest = 0.0
   for i in range(len(leaves)):

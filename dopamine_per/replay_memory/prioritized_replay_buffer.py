@@ -120,7 +120,10 @@ class OutOfGraphPrioritizedReplayBuffer(
         checkpoint_duration=checkpoint_duration,
         keep_every=keep_every,
         rng=rng)
-    self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng)
+    # Priorities must read back from get_priority (float32) as they were
+    # set, never as 0 or inf: the tree refuses any outside float32's range.
+    self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
+                                     priority_dtype=np.float32)
     # Guards the sum tree; taken after `_lock` when both are needed.
     self._priority_lock = threading.RLock()
 
@@ -163,17 +166,19 @@ class OutOfGraphPrioritizedReplayBuffer(
       terminal: whether the transition ended the episode in a terminal state.
       *args: the extra storage elements, in order, then the priority unless
         it is given by keyword.
-      priority: float, finite and nonnegative; None for
-        ``sum_tree.max_recorded_priority`` (Schaul et al., 2015: new
-        transitions get the largest priority seen). It must be given,
-        positionally or by keyword, as in Dopamine.
+      priority: a real number, 0 or in float32's positive range (see
+        `set_priority`); None for ``sum_tree.max_recorded_priority``
+        (Schaul et al., 2015: new transitions get the largest priority
+        seen). It must be given, positionally or by keyword, as in
+        Dopamine.
       episode_end: whether this is the episode's last transition without
         being terminal (e.g. a time limit).
 
     Raises:
       ValueError: If the number of arguments is wrong ('Add expects ...'),
-        an argument has the wrong shape or dtype, or the priority is
-        negative, NaN or infinite. Nothing is written then.
+        an argument has the wrong shape or dtype or a value its dtype cannot
+        hold, or the priority is not a valid priority. Nothing is written
+        then.
     """
     values = [observation, action, reward, terminal, *args]
     if priority is not _OMITTED:
@@ -185,14 +190,18 @@ class OutOfGraphPrioritizedReplayBuffer(
   def _check_add_args(self, values: List[Any]) -> List[Any]:
     """Checks the arguments of `add`; a None priority becomes the maximum.
 
+    The priority is checked as given, before the storage checks turn a
+    complex number without imaginary part into its real part.
+
     Raises:
       ValueError: see `add`.
     """
-    if len(values) == len(self._add_specs) and values[-1] is None:
-      values[-1] = self.sum_tree.max_recorded_priority
-    values = super()._check_add_args(values)
-    values[-1] = sum_tree.validate_priority(values[-1], 'priority')
-    return values
+    if len(values) == len(self._add_specs):
+      priority = values[-1]
+      values[-1] = (self.sum_tree.max_recorded_priority if priority is None
+                    else sum_tree.validate_priority(
+                        priority, 'priority', self.sum_tree.priority_dtype))
+    return super()._check_add_args(values)
 
   def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
     # Called by `add`, which holds both locks.
@@ -254,15 +263,21 @@ class OutOfGraphPrioritizedReplayBuffer(
     The whole batch is checked before anything is written; with repeated
     indices the last priority wins.
 
+    A priority is a real number (a Python or NumPy integer or float; not
+    a bool, string, bytes or complex number) that is 0 or lies in
+    float32's positive range, [2**-149, 3.4028235e38]: `get_priority` then
+    returns it (rounded to float32) and never 0 or inf. See
+    docs/compat.md.
+
     Args:
       indices: integer array (any integer dtype) of slots in
         [0, replay_capacity).
-      priorities: array-like of the same shape (or a scalar), finite and
-        nonnegative.
+      priorities: array-like of the same shape (or a scalar) of such
+        priorities.
 
     Raises:
-      ValueError: If the shapes differ, or a priority is negative, NaN or
-        infinite; sum_tree.InvalidIndexError (an IndexError and ValueError)
+      ValueError: If the shapes differ, or a priority is not one (see
+        above); sum_tree.InvalidIndexError (an IndexError and ValueError)
         if an index is out of range; sum_tree.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
     """
@@ -274,7 +289,8 @@ class OutOfGraphPrioritizedReplayBuffer(
           'priorities of shape {} do not match indices of shape {}.'.format(
               np.shape(priorities), indices.shape))
     self.sum_tree.set(indices, sum_tree.validate_priorities(
-        priorities, indices.shape, 'priorities'))
+        priorities, indices.shape, 'priorities',
+        self.sum_tree.priority_dtype))
 
   @circular_replay_buffer.synchronized('_priority_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
@@ -306,30 +322,46 @@ class OutOfGraphPrioritizedReplayBuffer(
       return self.sum_tree.get_state()
     return super()._checkpoint_value(name)
 
+  def _pickle_limits(self, name: str) -> checkpoint_io.PickleLimits:
+    if name == 'sum_tree':
+      # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes
+      # each in any pickle protocol; and a generator state (MT19937's holds
+      # 624 words).
+      leaves = 1 << max(self._replay_capacity - 1, 0).bit_length()
+      return checkpoint_io.PickleLimits(
+          max_bytes=128 * leaves + (1 << 16),
+          max_elements=2 * leaves + (1 << 12), max_depth=8)
+    return super()._pickle_limits(name)
+
   def _read_checkpoint(self, checkpoint_dir: str, suffix: Any,
                        missing_episode_ends: bool) -> Dict[str, Any]:
     pending = super()._read_checkpoint(checkpoint_dir, suffix,
                                        missing_episode_ends)
     path = checkpoint_io.checkpoint_filename(checkpoint_dir, 'sum_tree',
                                              suffix)
-    loaded = checkpoint_io.load_pickle_gz(
-        path, expected=pending['digest_of']('sum_tree'))
-    if isinstance(loaded, checkpoint_io.PickledSumTreeState):
-      state = loaded.state
-    elif isinstance(loaded, dict):
-      state = loaded
-    else:
-      raise checkpoint_io.CorruptCheckpointError(
-          '{}: expected a pickled SumTree, got {}'.format(
-              path, type(loaded).__name__))
-    # The generator is the memory's (restored from the dopamine_per state),
-    # shared with the tree: keep the tree's object.
-    state = {k: v for k, v in state.items() if k != 'rng_state'}
-    try:
-      sum_tree.SumTree(self._replay_capacity).set_state(state)
-    except ValueError as e:
-      raise checkpoint_io.CorruptCheckpointError(
-          '{}: {}'.format(path, e)) from e
+    with checkpoint_io.refusing(path):
+      loaded = checkpoint_io.load_pickle_gz(
+          path, expected=pending['digest_of']('sum_tree'),
+          limits=self._pickle_limits('sum_tree'))
+      if isinstance(loaded, checkpoint_io.PickledSumTreeState):
+        state = loaded.state
+      elif isinstance(loaded, dict):
+        state = loaded
+      else:
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: expected a pickled SumTree, got {}'.format(
+                path, type(loaded).__name__))
+      # The generator is the memory's (restored from the dopamine_per
+      # state), shared with the tree: keep the tree's object.
+      state = {k: v for k, v in state.items() if k != 'rng_state'}
+      try:
+        # A scratch tree of the same priority bounds: set_state validates.
+        sum_tree.SumTree(
+            self._replay_capacity,
+            priority_dtype=self.sum_tree.priority_dtype).set_state(state)
+      except ValueError as e:
+        raise checkpoint_io.CorruptCheckpointError(
+            '{}: {}'.format(path, e)) from e
     pending['sum_tree'] = state
     return pending
 
@@ -361,7 +393,8 @@ class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer)
     Args:
       indices: int tensor of shape [n], memory indices (e.g. the sampled
         `transition['indices']`).
-      priorities: float tensor of shape [n], finite and nonnegative.
+      priorities: float tensor of shape [n], each 0 or in float32's
+        positive range (see the memory's `set_priority`).
 
     Returns:
       A tf.Operation; running it writes the priorities, or raises

@@ -57,6 +57,8 @@ FANOUT = 16
 
 RngLike = Union[None, int, np.random.Generator]
 
+_FLOAT64 = np.dtype(np.float64)
+
 
 class InvalidIndexError(IndexError, ValueError):
   """An index outside [0, capacity). Catchable as IndexError or ValueError."""
@@ -117,16 +119,45 @@ def _check_batch_size(batch_size: Any, minimum: int, expected: str) -> None:
                                                             batch_size))
 
 
-@functools.lru_cache(maxsize=64)
+# Batch sizes whose strata are cached, 64 sizes per cache: at most
+# 64 * 2 * 8 * 4097 bytes (4 MiB) each. Larger batches rebuild theirs on each
+# call (measured: 12 us at 4096, 110 us at 100,000), a few percent of their
+# descent; caching them held 8 MB per size of 500,000, without bound in
+# bytes (issue 12).
+_CACHED_BATCH_SIZE = 4096
+
+
+def _cached_below(limit: int) -> Callable[[Callable[[int], Any]],
+                                          Callable[[int], Any]]:
+  """Decorator: an lru_cache(64) of `function` for arguments <= `limit`."""
+  def decorator(function):
+    cached = functools.lru_cache(maxsize=64)(function)
+
+    @functools.wraps(function)
+    def wrapper(batch_size: int):
+      if batch_size <= limit:
+        return cached(batch_size)
+      return function(batch_size)
+    wrapper.cache_info = cached.cache_info
+    wrapper.cache_clear = cached.cache_clear
+    return wrapper
+  return decorator
+
+
+def _read_only(*arrays: np.ndarray) -> Tuple[np.ndarray, ...]:
+  """Returns the arrays, made read-only: cached arrays are shared."""
+  for array in arrays:
+    array.flags.writeable = False
+  return arrays
+
+
+@_cached_below(_CACHED_BATCH_SIZE)
 def _whole_range(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   """Lower edges (0) and widths (1) of `batch_size` independent draws."""
-  lower, width = np.zeros(batch_size), np.ones(batch_size)
-  lower.flags.writeable = False
-  width.flags.writeable = False
-  return lower, width
+  return _read_only(np.zeros(batch_size), np.ones(batch_size))
 
 
-@functools.lru_cache(maxsize=64)
+@_cached_below(_CACHED_BATCH_SIZE)
 def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   """Lower edges and widths of `batch_size` equal strata of [0, 1].
 
@@ -134,10 +165,7 @@ def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   queries `lower + width * u` equal its `random.uniform(lower, upper)`.
   """
   bounds = np.linspace(0.0, 1.0, batch_size + 1)
-  lower, width = bounds[:-1], bounds[1:] - bounds[:-1]
-  lower.flags.writeable = False
-  width.flags.writeable = False
-  return lower, width
+  return _read_only(bounds[:-1], bounds[1:] - bounds[:-1])
 
 
 def _unrolled_halving_sum(width: int) -> Callable[[List[float]], float]:
@@ -171,14 +199,23 @@ class SumTree(object):
   children; the root is the total priority. Leaves past `capacity` exist only
   as padding and always hold zero.
 
+  Priorities are real numbers (Python or NumPy integers and floats; not
+  bools, strings, bytes or complex numbers), and each is 0 or lies between
+  the smallest positive value of `priority_dtype` and its largest, so that
+  it reads back in that dtype as itself, rounded, never as 0 or inf
+  (`validate_priority`). An update that would make the float64 total
+  infinite is refused too.
+
   Attributes:
     capacity: int, the number of leaves that can hold a priority.
     max_recorded_priority: float, the largest value ever set (at least 1.0),
       used by prioritized replay as the priority of new transitions.
+    priority_dtype: np.dtype, the float dtype every priority must fit.
   """
 
   def __init__(self, capacity: int, rng: RngLike = None,
-               kernels: Optional[str] = None):
+               kernels: Optional[str] = None,
+               priority_dtype: Any = np.float64):
     """Creates an all-zero sum tree.
 
     Args:
@@ -190,10 +227,15 @@ class SumTree(object):
         DOPAMINE_PER_SUM_TREE_KERNELS environment variable, default 'auto':
         Numba's when the `fast` extra is installed). Both give bit-identical
         results; see `sum_tree_kernels`.
+      priority_dtype: float16, float32 or float64: priorities must be 0 or
+        in [its smallest positive value, its largest value]. The
+        prioritized memory uses float32, the dtype of `get_priority`;
+        float64 (the default) accepts every positive finite float, as
+        Dopamine's tree does.
 
     Raises:
-      ValueError: If capacity is not positive, or the kernels are unknown or
-        unavailable.
+      ValueError: If capacity is not positive, the kernels are unknown or
+        unavailable, or priority_dtype is not such a float dtype.
       dopamine_per.errors.ArgumentError: (a ValueError and an
         AssertionError, as Dopamine asserts) If capacity is not an int.
     """
@@ -220,6 +262,16 @@ class SumTree(object):
     self._blocks = [level.reshape(-1, FANOUT) for level in self._levels]
     self._leaves = self._levels[0][:self.capacity]
     self._total = 0.0
+    self.priority_dtype = _priority_dtype(priority_dtype)
+    self._smallest, self._largest = _priority_bounds(self.priority_dtype)
+    # While every leaf is at most this, no total can overflow: each node is
+    # at most the sum over a full tree of this value, FANOUT**levels times
+    # it, a power of two, exactly. Beyond it `_check_total` decides.
+    self._safe_largest = np.finfo(np.float64).max / float(
+        FANOUT ** len(sizes))
+    # The compiled check-and-write accepts values up to this; past it (or
+    # with max_recorded_priority past _safe_largest) `set` decides.
+    self._fast_largest = min(self._largest, self._safe_largest)
 
   # ---------------------------------------------------------------- reading
 
@@ -292,28 +344,40 @@ class SumTree(object):
 
     Args:
       node_index: an int or an integer array-like of leaf indices.
-      value: a float, or an array-like broadcastable to `node_index`'s shape;
-        finite and nonnegative. Zero means "never sample".
+      value: a real number, or an array-like of them broadcastable to
+        `node_index`'s shape; each 0 or in [smallest positive, largest]
+        value of `priority_dtype` (see `validate_priority`). Zero means
+        "never sample".
 
     Raises:
       InvalidIndexTypeError: If an index is not an integer.
       InvalidIndexError: If an index is outside [0, capacity).
-      ValueError: If a value is negative, NaN or infinite, or the shapes do
-        not match.
+      ValueError: If a value is not a real number (a string, bytes, a bool,
+        a complex number, an int beyond any float), is negative, NaN,
+        infinite or outside `priority_dtype`'s range, if the shapes do not
+        match, or if the update would make the total priority infinite.
     """
     if _is_scalar(node_index) and _is_scalar(value):
-      self._set_one(self._check_scalar_index(node_index),
-                    validate_priority(value))
+      index = self._check_scalar_index(node_index)
+      number = validate_priority(value, 'value', self.priority_dtype)
+      if (number > self._safe_largest or
+          self.max_recorded_priority > self._safe_largest):
+        self._check_total(np.array([index]), np.array([number]))
+      self._set_one(index, number)
       return
     if self.set_if_valid(node_index, value):
       return
     indices = self._check_indices(node_index).ravel()
-    values = validate_priorities(value, np.shape(node_index)).ravel()
+    values = validate_priorities(value, np.shape(node_index), 'value',
+                                 self.priority_dtype).ravel()
     if indices.size == 0:
       return
+    largest = float(values.max())
+    if (largest > self._safe_largest or
+        self.max_recorded_priority > self._safe_largest):
+      self._check_total(indices, values)
     self._levels[0][indices] = values
-    self.max_recorded_priority = max(self.max_recorded_priority,
-                                     float(values.max()))
+    self.max_recorded_priority = max(self.max_recorded_priority, largest)
     self._total = self._kernels.update_parents(self._flat, self._offsets,
                                                FANOUT, indices)
 
@@ -322,8 +386,9 @@ class SumTree(object):
 
     For callers that raise their own errors: on False, check the arguments
     (or call `set`) to get the precise error. Always False without compiled
-    kernels, and for anything but a non-empty integer array of indices with
-    values of the same shape (or one value).
+    kernels, for anything but a non-empty integer array of indices with
+    real values of the same shape (or one value), and for values so large
+    that the total's overflow must be checked (see `set`).
 
     Args:
       node_index: integer array-like of leaf indices.
@@ -332,15 +397,20 @@ class SumTree(object):
     Returns:
       bool, whether the values were written.
     """
-    if self._kernels.set_leaves is None:
+    if (self._kernels.set_leaves is None or
+        self.max_recorded_priority > self._safe_largest):
       return False
     indices = np.asarray(node_index)
     if indices.dtype.kind not in 'iu' or not indices.size:
       return False
     try:
-      values = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
+      values = np.asarray(value)
+    except Exception:  # pylint: disable=broad-except
       return False
+    if values.dtype is not _FLOAT64:
+      if values.dtype.kind not in 'fiu':  # Not bools, complex, strings.
+        return False
+      values = values.astype(np.float64)
     if values.shape != indices.shape:
       if values.ndim:
         return False
@@ -349,7 +419,8 @@ class SumTree(object):
       indices = indices.astype(np.int64, copy=False)
     result = self._kernels.set_leaves(self._flat, self._offsets, FANOUT,
                                       self.capacity, indices.ravel(),
-                                      values.ravel())
+                                      values.ravel(), self._smallest,
+                                      self._fast_largest)
     if result is None:
       return False
     self._total, largest = result
@@ -357,8 +428,32 @@ class SumTree(object):
       self.max_recorded_priority = largest
     return True
 
+  def _check_total(self, indices: np.ndarray, values: np.ndarray) -> None:
+    """Raises ValueError if writing the values would make the total inf.
+
+    Computes the update on a copy of the tree, with the same arithmetic as
+    the write: O(capacity), only for values near float64's limit.
+
+    Args:
+      indices: int array of leaf indices (checked).
+      values: float64 array of the same length (checked).
+    """
+    flat = self._flat.copy()
+    flat[indices] = values
+    with np.errstate(over='ignore', invalid='ignore'):
+      total = self._kernels.update_parents(flat, self._offsets, FANOUT,
+                                           indices.astype(np.int64))
+    if not math.isfinite(total):
+      raise ValueError(
+          'value: setting {} at indices {} would make the total priority '
+          'infinite (the float64 sum overflows); nothing was written.'.format(
+              _head(values), _head(indices)))
+
   def _set_one(self, index: int, value: float) -> None:
-    """Scalar `set` without array overhead: O(FANOUT * depth)."""
+    """Scalar `set` without array overhead: O(FANOUT * depth).
+
+    Unchecked: the index and the value must have passed `set`'s checks.
+    """
     self._levels[0][index] = value
     if value > self.max_recorded_priority:
       self.max_recorded_priority = value
@@ -514,33 +609,21 @@ class SumTree(object):
     """Restores a state from `get_state` or from a Dopamine SumTree.
 
     Only the leaves are read; inner nodes are recomputed (Dopamine's may have
-    drifted). Everything is validated before anything changes.
+    drifted). Everything is validated before anything changes: the state
+    must leave the tree as `set` could have (see `_check_state`).
 
     Args:
       state: dict with `nodes` (list of levels, leaves last) and
         `max_recorded_priority`, and optionally `rng_state`.
 
     Raises:
-      ValueError: If the state does not fit this tree's capacity, or holds
-        negative, NaN or infinite priorities.
+      ValueError: If the state is malformed, does not fit this tree's
+        capacity, holds priorities `set` would refuse (not real numbers,
+        negative, NaN, infinite, outside `priority_dtype`'s range, or
+        summing to inf), a max_recorded_priority that is not such a number
+        at least 1.0 and the largest leaf, or an unusable rng_state.
     """
-    try:
-      leaves = np.asarray(state['nodes'][-1], dtype=np.float64)
-      max_priority = float(state['max_recorded_priority'])
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-      raise ValueError('Not a sum tree state: {!r}'.format(e)) from e
-    expected = 1 << max(self.capacity - 1, 0).bit_length()
-    if leaves.shape != (expected,):
-      raise ValueError(
-          'Sum tree state has {} leaves; a tree of capacity {} has {}.'.format(
-              leaves.shape, self.capacity, expected))
-    validate_priorities(leaves, leaves.shape, 'Sum tree state leaves')
-    if np.any(leaves[self.capacity:] != 0.0):
-      raise ValueError('Sum tree state has priorities past capacity {}.'.format(
-          self.capacity))
-    if not math.isfinite(max_priority) or max_priority < 0.0:
-      raise ValueError(
-          'Invalid max_recorded_priority: {}'.format(max_priority))
+    leaves, max_priority = self._check_state(state)
     rng_state = state.get('rng_state')
     if rng_state is not None:
       # Validate on a scratch generator, then restore in place: the caller
@@ -548,13 +631,84 @@ class SumTree(object):
       rng = self._rng if self._rng is not None else np.random.default_rng()
       try:
         type(rng.bit_generator)().state = rng_state
-      except (TypeError, ValueError, KeyError) as e:
-        raise ValueError('Invalid rng_state: {!r}'.format(e)) from e
+      except Exception as e:  # pylint: disable=broad-except
+        # TypeError, ValueError, KeyError, OverflowError (a number out of
+        # the generator's range) ...
+        raise ValueError('Invalid rng_state: {}'.format(
+            type(e).__name__)) from e
       rng.bit_generator.state = rng_state
       self._rng = rng
     self._levels[0][:self.capacity] = leaves[:self.capacity]
     self.max_recorded_priority = max_priority
     self._rebuild()
+
+  def _check_state(self, state: Any) -> Tuple[np.ndarray, float]:
+    """Validates a state for `set_state`; returns its leaves and maximum.
+
+    Raises:
+      ValueError: see `set_state`.
+    """
+    if not isinstance(state, dict):
+      raise ValueError('Not a sum tree state: a {}, not a dict.'.format(
+          type(state).__name__))
+    missing = [key for key in ('nodes', 'max_recorded_priority')
+               if key not in state]
+    nodes = state.get('nodes')
+    if missing or type(nodes) not in (list, tuple) or not nodes:
+      raise ValueError('Not a sum tree state: it needs nodes (a non-empty '
+                       'list of levels) and max_recorded_priority.')
+    try:
+      raw = np.asarray(nodes[-1])
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError('Not a sum tree state: its leaves are not an array '
+                       '({}).'.format(type(e).__name__)) from e
+    expected = 1 << max(self.capacity - 1, 0).bit_length()
+    if raw.shape != (expected,):
+      raise ValueError(
+          'Sum tree state has {} leaves; a tree of capacity {} has {}.'.format(
+              raw.shape, self.capacity, expected))
+    if raw.dtype.kind not in 'fiu':
+      # Not complex (the imaginary part would be dropped), strings (they
+      # would be parsed), bools or objects.
+      raise ValueError('Sum tree state leaves must be real numbers, got '
+                       'dtype {}.'.format(raw.dtype))
+    with np.errstate(over='ignore'):  # Wider floats: inf is refused below.
+      leaves = raw.astype(np.float64)
+    validate_priorities(leaves, leaves.shape, 'Sum tree state leaves',
+                        self.priority_dtype)
+    if np.any(leaves[self.capacity:] != 0.0):
+      raise ValueError('Sum tree state has priorities past capacity {}.'.format(
+          self.capacity))
+    self._check_finite_total(leaves[:self.capacity])
+    try:
+      max_priority = validate_priority(state['max_recorded_priority'],
+                                       'max_recorded_priority',
+                                       self.priority_dtype)
+    except ValueError as e:
+      raise ValueError('Invalid max_recorded_priority: {}'.format(e)) from e
+    largest = max(1.0, float(leaves.max()))
+    if max_priority < largest:
+      raise ValueError(
+          'Invalid max_recorded_priority: {!r} is below {!r}, the largest '
+          'priority (or 1.0): it must bound every priority.'.format(
+              max_priority, largest))
+    return leaves, max_priority
+
+  def _check_finite_total(self, leaves: np.ndarray) -> None:
+    """Raises ValueError if a tree of these leaves had an infinite total.
+
+    Only near float64's limit is the sum computed, as `_rebuild` would, on
+    a scratch tree.
+    """
+    if float(leaves.max()) * leaves.size < 2.0 ** 1000:
+      return
+    scratch = SumTree(self.capacity, kernels=self._kernels.name)
+    scratch._levels[0][:self.capacity] = leaves  # pylint: disable=protected-access
+    with np.errstate(over='ignore', invalid='ignore'):
+      scratch._rebuild()  # pylint: disable=protected-access
+    if not math.isfinite(scratch.total_priority()):
+      raise ValueError('Sum tree state leaves sum to more than float64 holds '
+                       '(the total priority would be infinite).')
 
   # ------------------------------------------------------------- invariants
 
@@ -638,59 +792,154 @@ _FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
                            np.float32])
 
 
-def validate_priority(value: Any, name: str = 'value') -> float:
+def _priority_dtype(dtype: Any) -> np.dtype:
+  """Checks a SumTree's priority_dtype: float16, float32 or float64."""
+  try:
+    checked = np.dtype(dtype)
+  except TypeError:
+    checked = None
+  if checked is None or checked.kind != 'f' or checked.itemsize > 8:
+    raise ValueError('priority_dtype must be float16, float32 or float64. '
+                     'Got: {!r}'.format(dtype))
+  return checked
+
+
+@functools.lru_cache(maxsize=None)
+def _priority_bounds(dtype: Any) -> Tuple[float, float]:
+  """The smallest positive and the largest priority `dtype` holds.
+
+  Between them (and at 0) a float64 priority reads back in `dtype` as a
+  positive finite number; below the first it would read back as 0, above the
+  second as the largest value or inf.
+  """
+  info = np.finfo(dtype)
+  return float(info.smallest_subnormal), float(info.max)
+
+
+def _head(values: Any, count: int = 4) -> str:
+  """The first `count` values, for error messages about large batches."""
+  values = np.asarray(values).ravel()
+  text = ', '.join(repr(v) for v in values[:count].tolist())
+  return '[{}{}]'.format(text, ', ...' if values.size > count else '')
+
+
+def _range_error(name: str, number: Any, dtype: Any) -> ValueError:
+  smallest, largest = _priority_bounds(dtype)
+  return ValueError(
+      '{} should be nonnegative and finite: 0 or in [{!r}, {!r}] (the '
+      'positive range of {}). Got {}'.format(
+          name, smallest, largest, np.dtype(dtype).name,
+          errors.describe(number)))
+
+
+def _type_error(name: str, value: Any) -> ValueError:
+  return ValueError('{} should be real numbers (not bools, strings or '
+                    'complex numbers). Got {}'.format(name,
+                                                      errors.describe(value)))
+
+
+def _real_scalar(value: Any, name: str, dtype: Any) -> float:
+  """Returns a real number (not a bool, string or complex) as a float.
+
+  Raises:
+    ValueError: If it is not one, or is an int beyond any float (named as
+      outside `dtype`'s range).
+  """
+  if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    try:
+      return float(value)
+    except OverflowError:  # An int beyond any float.
+      raise _range_error(name, value, dtype) from None
+  if not isinstance(value, (bool, str, bytes, numbers.Number)):
+    try:
+      array = np.asarray(value)  # A 0-d array or tensor, say.
+    except Exception:  # pylint: disable=broad-except
+      array = None
+    if array is not None and array.ndim == 0 and array.dtype.kind in 'fiu':
+      return float(array)
+  raise _type_error(name, value)
+
+
+def validate_priority(value: Any, name: str = 'value',
+                      dtype: Any = np.float64) -> float:
   """Checks one priority; returns it as a float.
 
+  A priority is a real number: a Python or NumPy integer or float, or a 0-d
+  array of one (Dopamine takes anything `float()` takes; strings, bytes,
+  complex numbers and bools are refused here, as they are bugs, not
+  priorities). It is 0, or lies between the smallest positive value of
+  `dtype` and its largest, inclusive: it then reads back in `dtype` as a
+  positive finite number, never as 0 or inf.
+
   Args:
-    value: a number (Python or NumPy scalar, or 0-d array).
+    value: a real number (Python or NumPy scalar, or 0-d array).
     name: str, the argument's name, for the error message.
+    dtype: float16, float32 or float64, the dtype the priority must fit.
 
   Returns:
     float, the value.
 
   Raises:
-    ValueError: If the value is not a number, or is negative, NaN or
-      infinite.
+    ValueError: If the value is not a real number, or is negative, NaN,
+      infinite or outside `dtype`'s range.
   """
-  try:
-    number = float(value)
-  except (TypeError, ValueError):
-    raise ValueError('{} should be numbers. Got {!r}'.format(
-        name, value)) from None
-  if not 0.0 <= number < math.inf:
-    raise ValueError('{} should be nonnegative and finite. Got {}'.format(
-        name, number))
+  number = (value if type(value) is float else
+            _real_scalar(value, name, dtype))
+  smallest, largest = _priority_bounds(dtype)
+  if not smallest <= number <= largest and number != 0.0:  # NaN fails both.
+    raise _range_error(name, number, dtype)
   return number
 
 
+def _real_array(values: Any, name: str, dtype: Any) -> np.ndarray:
+  """Returns an array-like of real numbers as a float64 array."""
+  try:
+    array = np.asarray(values)
+  except Exception:  # pylint: disable=broad-except
+    array = None
+  if array is not None:
+    kind = array.dtype.kind
+    if kind == 'f' or kind in 'iu':
+      return array.astype(np.float64, copy=False)
+    if kind == 'O' and array.size:
+      # Python ints past int64, Fractions: real, but boxed.
+      return np.array([_real_scalar(v, name, dtype) for v in array.flat]
+                     ).reshape(array.shape)
+  raise _type_error(name, values if array is None or not array.size
+                    else array.flat[0])
+
+
 def validate_priorities(values: Any, shape: Tuple[int, ...],
-                        name: str = 'value') -> np.ndarray:
+                        name: str = 'value', dtype: Any = np.float64
+                       ) -> np.ndarray:
   """Checks a batch of priorities and broadcasts it to `shape`.
 
+  Each priority must pass `validate_priority`.
+
   Args:
-    values: a number or an array-like broadcastable to `shape`.
+    values: a real number or an array-like of them, broadcastable to
+      `shape`.
     shape: tuple of ints, the shape of the matching indices.
     name: str, the argument's name, for the error message.
+    dtype: float16, float32 or float64, the dtype the priorities must fit.
 
   Returns:
     np.ndarray of float64 with shape `shape` (possibly a broadcast view).
 
   Raises:
-    ValueError: If a value is not a number, is negative, NaN or infinite, or
-      the shapes do not match.
+    ValueError: If a value is not a real number, is negative, NaN, infinite
+      or outside `dtype`'s range, or the shapes do not match.
   """
-  try:
-    array = np.asarray(values, dtype=np.float64)
-  except (TypeError, ValueError):
-    raise ValueError('{} should be numbers. Got {!r}'.format(
-        name, values)) from None
+  array = _real_array(values, name, dtype)
   try:
     array = np.broadcast_to(array, shape)
   except ValueError:
     raise ValueError('{} of shape {} do not fit indices of shape {}.'.format(
         name, np.shape(values), shape)) from None
-  ok = (array >= 0.0) & (array < math.inf)
+  smallest, largest = _priority_bounds(dtype)
+  ok = (array >= smallest) & (array <= largest)
   if not ok.all():
-    raise ValueError('{} should be nonnegative and finite. Got {}'.format(
-        name, array[~ok].flat[0]))
+    ok |= array == 0.0  # Rare: checked only when a value is out of range.
+    if not ok.all():
+      raise _range_error(name, array[~ok].flat[0].item(), dtype)
   return array

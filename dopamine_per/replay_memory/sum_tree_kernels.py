@@ -192,7 +192,8 @@ def _build_numba_kernels():
     level_sums = staticmethod(NumpyKernels.level_sums)
 
     @staticmethod
-    def set_leaves(flat, offsets, fanout, capacity, leaves, values):
+    def set_leaves(flat, offsets, fanout, capacity, leaves, values,
+                   smallest, largest):
       """Checks, writes and propagates a batch of leaves in one call.
 
       Args:
@@ -202,14 +203,17 @@ def _build_numba_kernels():
         capacity: int, leaves must lie in [0, capacity).
         leaves: int64 array of leaf indices.
         values: float64 array of the same length.
+        smallest: float, the smallest positive value accepted.
+        largest: float, the largest value accepted.
 
       Returns:
         (total, largest value) after the write; None, with nothing written,
-        if an index is out of range or a value negative, NaN or infinite.
+        if an index is out of range or a value is neither 0 nor in
+        [smallest, largest] (negative, NaN, infinite, too small or large).
       """
-      ok, total, largest = loops.set_leaves(flat, offsets, fanout,
-                                            capacity, leaves, values)
-      return (total, largest) if ok else None
+      ok, total, top = loops.set_leaves(flat, offsets, fanout, capacity,
+                                        leaves, values, smallest, largest)
+      return (total, top) if ok else None
 
     @staticmethod
     def update_parents(flat, offsets, fanout, leaves):

@@ -36,10 +36,11 @@ import time
 from absl import app
 from absl import flags
 
-if __package__ in (None, ''):
+if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
 
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
@@ -226,7 +227,7 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         settings.tf_transitions, settings.tf_rounds, settings.tf_steps,
         progress=progress)
     sections.append(staging_benchmark.format_section(results))
-  machine = sum_tree_benchmark.describe_machine()
+  machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (
       f'{load_before} at the start, {_load_average()} at the end (1 minute; '
@@ -252,13 +253,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   settings = _settings_from_flags()
-  report = run(settings, progress=lambda text: print(
-      text, file=sys.stderr, flush=True))
-  print(report, flush=True)
-  if _FLAGS.output and set(settings.sections) == set(SECTIONS):
-    with open(_FLAGS.output, 'w', encoding='utf-8') as output:
-      output.write(report)
-    print(f'Written to {_FLAGS.output}.', file=sys.stderr)
+  report = run(settings, progress=timing.print_progress)
+  common.write_report(
+      report,
+      _FLAGS.output if set(settings.sections) == set(SECTIONS) else '')
 
 
 if __name__ == '__main__':

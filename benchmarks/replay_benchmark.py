@@ -10,9 +10,9 @@ Every memory holds 84x84 uint8 frames, stacks of 4, 3-step returns with
 gamma 0.99, at capacity 2**20:
 
 * `ours-numba` and `ours-numpy`: dopamine_per's
-  OutOfGraphPrioritizedReplayBuffer, with each of its kernel sets (the
-  DOPAMINE_PER_SUM_TREE_KERNELS environment variable, set around each of
-  its bursts);
+  OutOfGraphPrioritizedReplayBuffer, with each of its kernel sets (chosen
+  by the environment variable the library reads, set around its
+  construction and each of its bursts: `common.kernels_environ`);
 * `dopamine`: Dopamine 4.1.2's TF OutOfGraphPrioritizedReplayBuffer;
 * `cpprb`: cpprb's PrioritizedReplayBuffer, configured as close as it
   allows: `obs` and `next_obs` of shape (84, 84, 4) with `stack_compress`
@@ -58,11 +58,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-if __package__ in (None, ''):
+if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
 
-from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 
 __all__ = [
@@ -85,7 +85,7 @@ STACK_SIZE = 4
 UPDATE_HORIZON = 3
 GAMMA = 0.99
 EPISODE_LENGTH = 1000  # Transitions per episode in the added stream.
-IMPLEMENTATIONS = ('ours-numba', 'ours-numpy', 'dopamine', 'cpprb')
+IMPLEMENTATIONS = common.OURS + ('dopamine', 'cpprb')
 # cpprb's cycle once more, making its states C-contiguous (see
 # CpprbMemory.cycle_contiguous): for information, not for the targets.
 CPPRB_CONTIGUOUS = 'cpprb-contiguous'
@@ -97,7 +97,6 @@ TITLES = {'ours-numba': 'ours-numba', 'ours-numpy': 'ours-numpy',
           'dopamine': 'Dopamine TF', 'cpprb': 'cpprb',
           CPPRB_CONTIGUOUS: 'cpprb, contiguous states',
           COPY_FLOOR: 'copy floor', 'ours': 'ours'}
-_KERNELS_ENV = 'DOPAMINE_PER_SUM_TREE_KERNELS'
 
 # Issue 3's targets for this memory at capacity 2**20.
 REQUIRED_CYCLE_OVER_CPPRB = 1.0
@@ -123,9 +122,7 @@ def define_flags():
   flags.DEFINE_integer('cpprb_rss_transitions', 20000,
                        'Transitions added to cpprb when measuring its RSS.')
   flags.DEFINE_integer('seed', 0, 'Seed for the data and the order.')
-  flags.DEFINE_string('output', '',
-                      'Markdown file to write the results to; empty: print '
-                      'only (`python -m benchmarks` writes RESULTS.md).')
+  common.define_output_flag()
 
 
 class FramePool(object):
@@ -157,6 +154,13 @@ def _transition(t):
   """(action, reward, terminal) of transition t of the added stream."""
   return t % 4, float(t % 7 == 0), int(t % EPISODE_LENGTH ==
                                        EPISODE_LENGTH - 1)
+
+
+def _atari_memory(module, capacity):
+  """`module`'s OutOfGraphPrioritizedReplayBuffer, Atari-shaped."""
+  return module.OutOfGraphPrioritizedReplayBuffer(
+      FRAME_SHAPE, STACK_SIZE, capacity, batch_size=32,
+      update_horizon=UPDATE_HORIZON, gamma=GAMMA)
 
 
 class _DopamineStyleMemory(object):
@@ -199,12 +203,10 @@ class OursMemory(_DopamineStyleMemory):
   """dopamine_per's OutOfGraphPrioritizedReplayBuffer with given kernels."""
 
   def __init__(self, capacity, pool, kernels=None):
-    self.environ = {_KERNELS_ENV: kernels} if kernels else {}
+    self.environ = common.kernels_environ(kernels)
     from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
     with timing.environment(self.environ):
-      memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-          FRAME_SHAPE, STACK_SIZE, capacity, batch_size=32,
-          update_horizon=UPDATE_HORIZON, gamma=GAMMA)
+      memory = _atari_memory(prioritized_replay_buffer, capacity)
     super().__init__(memory, pool)
 
   def _priority(self):
@@ -216,10 +218,7 @@ class DopamineMemory(_DopamineStyleMemory):
 
   def __init__(self, capacity, pool):
     from dopamine.tf.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
-    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-        FRAME_SHAPE, STACK_SIZE, capacity, batch_size=32,
-        update_horizon=UPDATE_HORIZON, gamma=GAMMA)
-    super().__init__(memory, pool)
+    super().__init__(_atari_memory(prioritized_replay_buffer, capacity), pool)
 
   def _priority(self):
     # What Dopamine's Rainbow agent passes for a new transition.
@@ -323,7 +322,7 @@ class CopyFloor(object):
 def make_memory(name, capacity, pool):
   """Returns the memory called `name` (see IMPLEMENTATIONS)."""
   if name.startswith('ours'):
-    return OursMemory(capacity, pool, name[len('ours-'):] or None)
+    return OursMemory(capacity, pool, common.kernels_of(name))
   if name == 'dopamine':
     return DopamineMemory(capacity, pool)
   if name == 'cpprb':
@@ -333,28 +332,23 @@ def make_memory(name, capacity, pool):
 
 def default_implementations():
   """Ours with every available kernel set, and every installed peer."""
-  from dopamine_per.replay_memory import sum_tree_kernels  # pylint: disable=g-import-not-at-top
-  names = [n for n in IMPLEMENTATIONS[:2]
-           if n[len('ours-'):] in sum_tree_kernels.available()]
-  if sum_tree_benchmark.dopamine_available():
+  names = common.available_ours()
+  if common.dopamine_available():
     names.append('dopamine')
-  if sum_tree_benchmark.cpprb_available():
+  if common.cpprb_available():
     names.append('cpprb')
   return names
 
 
 def _time_add_rounds(memories, rounds, burst, rng, samples, operation):
   """Interleaved rounds of `burst` adds; appends µs per add to samples."""
-  names = list(memories)
-  for _ in range(rounds):
-    for i in rng.permutation(len(names)):
-      memory = memories[names[i]]
-      with timing.environment(memory.environ or {}):
-        start = time.perf_counter_ns()
-        memory.add_transitions(burst)
-        elapsed = time.perf_counter_ns() - start
-      samples.setdefault((operation, names[i]), []).append(
-          elapsed / burst / 1e3)
+  for _, name in timing.shuffled_rounds(memories, rounds, rng):
+    memory = memories[name]
+    with timing.environment(memory.environ or {}):
+      start = time.perf_counter_ns()
+      memory.add_transitions(burst)
+      elapsed = time.perf_counter_ns() - start
+    samples.setdefault((operation, name), []).append(elapsed / burst / 1e3)
 
 
 def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
@@ -422,13 +416,13 @@ def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
                   for _ in range(64)]
     for name, memory in memories.items():
       cases[('cycle', batch_size, name)] = timing.Case(
-          _rotating_cycle(memory.cycle, priorities), memory.environ)
+          timing.rotating(priorities, memory.cycle), memory.environ)
       if name == 'cpprb':
         cases[('cycle', batch_size, CPPRB_CONTIGUOUS)] = timing.Case(
-            _rotating_cycle(memory.cycle_contiguous, priorities))
+            timing.rotating(priorities, memory.cycle_contiguous))
     if floor is not None:
       cases[('cycle', batch_size, COPY_FLOOR)] = timing.Case(
-          _rotating_cycle(floor.cycle, priorities))
+          timing.rotating(priorities, floor.cycle))
   if progress:
     progress(f'replay: sample + set_priority, {rounds} rounds')
   cycle_samples = timing.run_interleaved(cases, rounds, burst_seconds, rng,
@@ -437,16 +431,6 @@ def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
                   for key, times in cycle_samples.items()})
   results['stored'] = min(capacity, min(m._added for m in memories.values()))  # pylint: disable=protected-access
   return results
-
-
-def _rotating_cycle(cycle, priorities):
-  position = [0]
-
-  def call():
-    batch_size, values = priorities[position[0] % len(priorities)]
-    position[0] += 1
-    cycle(batch_size, values)
-  return call
 
 
 # ------------------------------------------------------------ peak memory
@@ -559,7 +543,7 @@ def measure_rss(name, capacity, cpprb_transitions, after_adds=10000,
 
 
 def _ours(present):
-  return [n for n in IMPLEMENTATIONS[:2] if n in present]
+  return [n for n in common.OURS if n in present]
 
 
 def _mib(kib):
@@ -589,7 +573,7 @@ def format_section(results, rss=None, capacity=None):
   names = ours + peers
   rows = sorted({key[:-1] for key in results if isinstance(key, tuple)},
                 key=lambda k: (k[0] == 'cycle', k))
-  capacity_name = sum_tree_benchmark._log2_name(capacity) if capacity else '?'  # pylint: disable=protected-access
+  capacity_name = common.log2_name(capacity) if capacity else '?'
   lines = [
       '## Atari-shaped prioritized replay memory',
       '',
@@ -634,7 +618,7 @@ def format_section(results, rss=None, capacity=None):
     row = [_row_label(key)]
     for name in ours:
       for peer in peers:
-        ratio = _ratio(results, key, peer, name)
+        ratio = timing.speedup(results, key, peer, name)
         row.append('—' if ratio is None else f'{ratio:.1f}x')
     table.append(row)
   lines += timing.markdown_table(
@@ -670,8 +654,8 @@ def format_section(results, rss=None, capacity=None):
     lines += ['', 'Targets (issue 3), ratio peer / ours and whether it is met '
               'in this run:', '']
     lines += timing.format_targets(targets, ours)
-  bound = _ratio(results, ('cycle', TARGET_CYCLE_BATCH), 'dopamine',
-                 COPY_FLOOR)
+  bound = timing.speedup(results, ('cycle', TARGET_CYCLE_BATCH), 'dopamine',
+                         COPY_FLOOR)
   if bound is not None:
     lines += [
         '',
@@ -682,14 +666,6 @@ def format_section(results, rss=None, capacity=None):
            'reach on this machine.' if bound < REQUIRED_CYCLE_OVER_DOPAMINE
            else '.')]
   return '\n'.join(lines) + '\n'
-
-
-def _ratio(results, key, peer, ours):
-  peer_time = results.get(key + (peer,))
-  ours_time = results.get(key + (ours,))
-  if peer_time is None or ours_time is None:
-    return None
-  return peer_time / ours_time
 
 
 def _targets(results, rss, ours):
@@ -707,7 +683,7 @@ def _targets(results, rss, ours):
       (f'{REQUIRED_ADD_OVER_DOPAMINE:g}x Dopamine TF', 'dopamine',
        REQUIRED_ADD_OVER_DOPAMINE, ('add, pages touched',),
        'add, pages touched')]:
-    ratios = {name: _ratio(results, key, peer, name) for name in ours}
+    ratios = {name: timing.speedup(results, key, peer, name) for name in ours}
     if any(r is not None for r in ratios.values()):
       rows.append((title, case, required, ratios))
   if rss and 'dopamine' in rss:
@@ -724,10 +700,8 @@ def _targets(results, rss, ours):
 
 def format_results(results, rss, capacity, machine):
   """Formats a stand-alone document: a title, the machine, the section."""
-  lines = ['# Replay memory benchmark', '']
-  lines += [f'- {name}: {value}' for name, value in machine.items()]
-  return ('\n'.join(lines) + '\n\n' +
-          format_section(results, rss, capacity))
+  return common.document('Replay memory benchmark', machine,
+                         format_section(results, rss, capacity))
 
 
 def run_rss(implementations, capacity, cpprb_transitions, after_adds=10000,
@@ -760,12 +734,9 @@ def main(argv):
                           progress=progress)
   rss = (run_rss(implementations, capacity, options.cpprb_rss_transitions,
                  progress=progress) if options.rss else None)
-  report = format_results(results, rss, capacity,
-                          sum_tree_benchmark.describe_machine())
-  print(report, flush=True)
-  if options.output:
-    with open(options.output, 'w', encoding='utf-8') as output:
-      output.write(report)
+  common.write_report(
+      format_results(results, rss, capacity, common.describe_machine()),
+      options.output)
 
 
 def define_child_flags():

@@ -30,7 +30,6 @@ ratios.
 """
 
 import os
-import statistics
 import sys
 import time
 
@@ -39,11 +38,11 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-if __package__ in (None, ''):
+if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
 
-from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
 
@@ -61,9 +60,7 @@ def define_flags():
   flags.DEFINE_integer('transitions', 20000, 'Transitions added first.')
   flags.DEFINE_integer('rounds', 15, 'Interleaved rounds.')
   flags.DEFINE_integer('steps', 20, 'Session runs timed per case and round.')
-  flags.DEFINE_string('output', '',
-                      'Markdown file to write the results to; empty: print '
-                      'only (`python -m benchmarks` writes RESULTS.md).')
+  common.define_output_flag()
 
 
 def _fill(replay, transitions, seed=0, priority=None):
@@ -128,7 +125,7 @@ class StepGraph(object):
       start = time.perf_counter()
       self.session.run(fetch)
       times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return timing.median(times) * 1e3
 
 
 def _session_config():
@@ -198,7 +195,7 @@ def run_benchmark(capacity, transitions, rounds, steps, progress=None,
     milliseconds per run, and 'layers' to the simulated network's depth.
   """
   if with_dopamine is None:
-    with_dopamine = sum_tree_benchmark.dopamine_available()
+    with_dopamine = common.dopamine_available()
   layers = _calibrate_layers(capacity, transitions)
   graphs = {False: StepGraph(False, layers, capacity, transitions),
             True: StepGraph(True, layers, capacity, transitions)}
@@ -217,17 +214,13 @@ def run_benchmark(capacity, transitions, rounds, steps, progress=None,
   for graph, fetch in cases.values():
     graph.time(fetch, 5)  # Warm up (and fill the stage).
   samples = {name: [] for name in cases}
-  order = np.random.default_rng(0)
-  names = list(cases)
-  for round_number in range(rounds):
-    for i in order.permutation(len(names)):
-      graph, fetch = cases[names[i]]
-      samples[names[i]].append(graph.time(fetch, steps))
-    if progress and (round_number + 1) % max(1, rounds // 5) == 0:
-      progress(f'round {round_number + 1}/{rounds}')
+  for _, name in timing.shuffled_rounds(cases, rounds,
+                                        np.random.default_rng(0), progress):
+    graph, fetch = cases[name]
+    samples[name].append(graph.time(fetch, steps))
   for session in sessions:
     session.close()
-  results = {name: statistics.median(times) for name, times in samples.items()}
+  results = {name: timing.median(times) for name, times in samples.items()}
   results['layers'] = layers
   return results
 
@@ -285,9 +278,8 @@ def format_section(results):
 
 def format_results(results, machine):
   """Formats a stand-alone document: a title, the machine, the section."""
-  lines = ['# TF wrapper benchmark', '']
-  lines += [f'- {name}: {value}' for name, value in machine.items()]
-  return '\n'.join(lines) + '\n\n' + format_section(results)
+  return common.document('TF wrapper benchmark', machine,
+                         format_section(results))
 
 
 def main(argv):
@@ -297,11 +289,8 @@ def main(argv):
   results = run_benchmark(
       options.capacity, options.transitions, options.rounds, options.steps,
       progress=timing.print_progress)
-  report = format_results(results, sum_tree_benchmark.describe_machine())
-  print(report, flush=True)
-  if options.output:
-    with open(options.output, 'w', encoding='utf-8') as output:
-      output.write(report)
+  common.write_report(format_results(results, common.describe_machine()),
+                      options.output)
 
 
 if __name__ == '__main__':

@@ -28,27 +28,26 @@ same tree paths in its caches. Cases are interleaved in shuffled rounds
 call and the ratios of medians, peer / ours (above 1: ours is faster).
 """
 
-import datetime
 import math
 import os
-import platform
 import random
 import sys
-import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
-if __package__ in (None, ''):
-  # Run as a script (python benchmarks/sum_tree_benchmark.py): make the
-  # repository root importable, as `python -m` from the root would.
+if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
 
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
+# The peers' and the machine's helpers, importable from here as before.
+from benchmarks.common import cpprb_available  # pylint: disable=g-import-not-at-top
+from benchmarks.common import describe_machine  # pylint: disable=g-import-not-at-top
+from benchmarks.common import dopamine_available  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import sum_tree  # pylint: disable=g-import-not-at-top
-from dopamine_per.replay_memory import sum_tree_kernels  # pylint: disable=g-import-not-at-top
 
 __all__ = [
     'CpprbSumTreeAdapter',
@@ -76,9 +75,6 @@ TITLES = {
     'cpprb': 'cpprb',
     'naive': 'naive',
 }
-# Our trees are timed as 'ours-numba' and 'ours-numpy'.
-_OURS_PREFIX = 'ours-'
-_OURS = ('ours-numba', 'ours-numpy')
 
 # Issue 3's targets, at capacity 2**20, on set and stratified_sample at
 # batch 32 and 256: at least as fast as cpprb, and 20x faster than Dopamine.
@@ -103,9 +99,7 @@ def define_flags():
   flags.DEFINE_float('burst_seconds', 0.005,
                      'Approximate duration of one measurement.')
   flags.DEFINE_integer('seed', 0, 'Seed for the data and the order.')
-  flags.DEFINE_string('output', '',
-                      'Markdown file to write the results to; empty: print '
-                      'only (`python -m benchmarks` writes RESULTS.md).')
+  common.define_output_flag()
 
 
 class NaiveSumTree:
@@ -239,24 +233,6 @@ class CpprbSumTreeAdapter:
     return self._buffer.sample(batch_size)['indexes']
 
 
-def dopamine_available():
-  """Whether dopamine-rl's TF sum tree can be imported."""
-  try:
-    from dopamine.tf.replay_memory import sum_tree as _  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    return False
-  return True
-
-
-def cpprb_available():
-  """Whether cpprb can be imported."""
-  try:
-    import cpprb as _  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    return False
-  return True
-
-
 def check_same_queries(ours, naive, rng, num_targets=2000):
   """Checks that both trees map the same targets to the same leaves.
 
@@ -282,29 +258,18 @@ def _priorities(rng, size):
   return 1.0 - rng.random(size)
 
 
-def _rotating(pool, operation):
-  """Returns a function applying `operation` to the pool's items in turn."""
-  position = [0]
-
-  def call():
-    item = pool[position[0] % len(pool)]
-    position[0] += 1
-    operation(*item)
-  return call
-
-
 def _case(tree, operation, batch_size, pool, fill_pool):
   """Returns the callable timing `operation` on `tree`, or None."""
   if operation == 'set':
-    return _rotating(pool, tree.set)
+    return timing.rotating(pool, tree.set)
   if operation == 'get':
     if not hasattr(tree, 'get'):
       return None
-    return _rotating(pool, lambda indices, _: tree.get(indices))
+    return timing.rotating(pool, lambda indices, _: tree.get(indices))
   if operation == 'stratified_sample':
     return lambda: tree.stratified_sample(batch_size)
   if operation == 'fill':
-    return _rotating(fill_pool, tree.set)
+    return timing.rotating(fill_pool, tree.set)
   raise ValueError(f'Unknown operation {operation!r}')
 
 
@@ -312,9 +277,9 @@ def _make_trees(capacity, implementations, priorities, seed):
   """Returns {implementation: tree} holding `priorities`."""
   trees = {}
   for name in implementations:
-    if name.startswith(_OURS_PREFIX):
+    if common.kernels_of(name):
       tree = sum_tree.SumTree(capacity, rng=np.random.default_rng(seed),
-                              kernels=name[len(_OURS_PREFIX):])
+                              kernels=common.kernels_of(name))
       tree.set(np.arange(capacity), priorities)
     elif name == 'dopamine':
       tree = DopamineSumTreeAdapter(capacity)
@@ -333,8 +298,7 @@ def _make_trees(capacity, implementations, priorities, seed):
 
 def default_implementations():
   """Ours with every available kernel, and every installed peer."""
-  names = [name for name in _OURS if name[len(_OURS_PREFIX):] in
-           sum_tree_kernels.available()]
+  names = common.available_ours()
   if dopamine_available():
     names.append('dopamine')
   if cpprb_available():
@@ -382,7 +346,7 @@ def run_benchmark(capacities, batch_sizes, rounds, burst_seconds, seed,
     reference.load(priorities)
     mismatches = max([mismatches] + [
         check_same_queries(tree, reference, rng)
-        for name, tree in trees.items() if name.startswith(_OURS_PREFIX)])
+        for name, tree in trees.items() if common.kernels_of(name)])
     # Fresh values for `fill`, two arrays used in turn.
     fill_pool = [(np.arange(capacity), _priorities(rng, capacity))
                  for _ in range(2)]
@@ -397,10 +361,9 @@ def run_benchmark(capacities, batch_sizes, rounds, burst_seconds, seed,
           call = _case(tree, operation, batch_size, pool, fill_pool)
           if call is None:
             continue
-          environ = ({sum_tree_kernels.KERNELS_ENV: name[len(_OURS_PREFIX):]}
-                     if name.startswith(_OURS_PREFIX) else None)
           cases[(operation, capacity, size, name)] = timing.Case(
-              call, environ, max_seconds=slow_case_seconds)
+              call, common.kernels_environ(common.kernels_of(name)),
+              max_seconds=slow_case_seconds)
   if progress:
     progress(f'sum tree: {len(cases)} cases, {rounds} rounds')
   samples = timing.run_interleaved(cases, rounds, burst_seconds, rng,
@@ -411,69 +374,22 @@ def run_benchmark(capacities, batch_sizes, rounds, burst_seconds, seed,
   return results
 
 
-def describe_machine():
-  """Returns a dict describing the machine, Python and NumPy."""
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as cpuinfo:
-      for line in cpuinfo:
-        if line.startswith('model name'):
-          cpu = line.split(':', 1)[1].strip()
-          break
-  except OSError:
-    pass
-  try:
-    usable = len(os.sched_getaffinity(0))
-  except AttributeError:
-    usable = os.cpu_count()
-  memory = None
-  try:
-    with open('/proc/meminfo', encoding='utf-8') as meminfo:
-      for line in meminfo:
-        if line.startswith('MemTotal:'):
-          memory = f'{int(line.split()[1]) / 2**20:.1f} GiB'
-          break
-  except OSError:
-    pass
-  description = {
-      'CPU': cpu,
-      'cores': f'{usable} usable of {os.cpu_count()}',
-  }
-  if memory:
-    description['memory'] = memory
-  description.update({
-      'OS': platform.platform(),
-      'Python': platform.python_version(),
-      'NumPy': np.__version__,
-      'date': datetime.datetime.now(datetime.timezone.utc).strftime(
-          '%Y-%m-%d %H:%M UTC'),
-  })
-  return description
-
-
-def _log2_name(value):
-  log = int(math.log2(value))
-  return f'2**{log}' if 2**log == value else str(value)
-
-
 def _ours_names(results):
   """Our variants present in `results`, Numba's first."""
   present = {key[3] for key in results if isinstance(key, tuple)}
-  return [name for name in _OURS if name in present]
-
-
-def _ratio(results, key, peer, ours):
-  peer_time = results.get(key + (peer,))
-  ours_time = results.get(key + (ours,))
-  if peer_time is None or ours_time is None:
-    return None
-  return peer_time / ours_time
+  return [name for name in common.OURS if name in present]
 
 
 def _rows(results):
   """The (operation, capacity, batch) row keys present, in table order."""
   keys = {key[:3] for key in results if isinstance(key, tuple)}
   return sorted(keys, key=lambda k: (k[1], OPERATIONS.index(k[0]), k[2]))
+
+
+def _row_start(operation, capacity, batch_size):
+  """A table row's first cells: the operation, capacity and batch."""
+  return [operation, common.log2_name(capacity),
+          'all' if operation == 'fill' else str(batch_size)]
 
 
 def _targets(results):
@@ -483,9 +399,9 @@ def _targets(results):
     return [], ''
   capacity = (TARGET_CAPACITY if TARGET_CAPACITY in capacities else
               capacities[-1])
-  where = f'capacity {_log2_name(capacity)}'
+  where = f'capacity {common.log2_name(capacity)}'
   if capacity != TARGET_CAPACITY:
-    where += f' (the issues set them at {_log2_name(TARGET_CAPACITY)})'
+    where += f' (the issues set them at {common.log2_name(TARGET_CAPACITY)})'
   goals = [
       ('issue 3: as fast as cpprb', 'cpprb', REQUIRED_OVER_CPPRB,
        TARGET_OPERATIONS, TARGET_BATCH_SIZES),
@@ -498,8 +414,9 @@ def _targets(results):
   for title, peer, required, operations, batch_sizes in goals:
     for operation in operations:
       for batch_size in batch_sizes:
-        ratios = {ours: _ratio(results, (operation, capacity, batch_size),
-                               peer, ours) for ours in _ours_names(results)}
+        key = (operation, capacity, batch_size)
+        ratios = {ours: timing.speedup(results, key, peer, ours)
+                  for ours in _ours_names(results)}
         if any(r is not None for r in ratios.values()):
           rows.append((title, f'{operation}, batch {batch_size}', required,
                        ratios))
@@ -541,8 +458,7 @@ def format_section(results, rounds):
   ]
   rows = []
   for operation, capacity, batch_size in _rows(results):
-    row = [operation, _log2_name(capacity),
-           'all' if operation == 'fill' else str(batch_size)]
+    row = _row_start(operation, capacity, batch_size)
     row += [timing.format_microseconds(
         results.get((operation, capacity, batch_size, name)))
             for name in names]
@@ -555,11 +471,11 @@ def format_section(results, rounds):
             'faster):', '']
   rows = []
   for operation, capacity, batch_size in _rows(results):
-    row = [operation, _log2_name(capacity),
-           'all' if operation == 'fill' else str(batch_size)]
+    row = _row_start(operation, capacity, batch_size)
     for name in ours:
       for peer in peers:
-        ratio = _ratio(results, (operation, capacity, batch_size), peer, name)
+        ratio = timing.speedup(results, (operation, capacity, batch_size),
+                               peer, name)
         row.append('—' if ratio is None else f'{ratio:.1f}x')
     rows.append(row)
   lines += timing.markdown_table(
@@ -580,9 +496,8 @@ def format_section(results, rounds):
 
 def format_results(results, rounds, machine):
   """Formats a stand-alone document: a title, the machine, the section."""
-  lines = ['# Sum tree benchmark', '']
-  lines += [f'- {name}: {value}' for name, value in machine.items()]
-  return '\n'.join(lines) + '\n\n' + format_section(results, rounds)
+  return common.document('Sum tree benchmark', machine,
+                         format_section(results, rounds))
 
 
 def main(argv):
@@ -591,18 +506,13 @@ def main(argv):
   options = flags.FLAGS
   capacities = [2**int(c) for c in options.capacities_log2]
   batch_sizes = [int(b) for b in options.batch_sizes]
-  start = time.time()
   results = run_benchmark(
       capacities, batch_sizes, options.rounds, options.burst_seconds,
       options.seed,
       progress=timing.print_progress)
-  report = format_results(results, options.rounds, describe_machine())
-  print(report, flush=True)
-  if options.output:
-    with open(options.output, 'w', encoding='utf-8') as output:
-      output.write(report)
-    print(f'Written to {options.output} in {time.time() - start:.0f} s.',
-          file=sys.stderr)
+  common.write_report(
+      format_results(results, options.rounds, describe_machine()),
+      options.output)
 
 
 if __name__ == '__main__':

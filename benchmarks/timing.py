@@ -14,7 +14,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List
+from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,7 +27,10 @@ __all__ = [
     'format_targets',
     'median',
     'print_progress',
+    'rotating',
     'run_interleaved',
+    'shuffled_rounds',
+    'speedup',
     'time_burst',
     'verdict',
 ]
@@ -97,6 +101,43 @@ def _calibrate(case: Case, burst_seconds: float) -> int:
       calls *= 2
 
 
+def rotating(pool: Sequence[Sequence[Any]],
+             operation: Callable[..., object]) -> Callable[[], None]:
+  """A call applying `operation` to the pool's argument tuples in turn.
+
+  Each call takes the next tuple (cycling), so that no call is flattered by
+  finding what the previous one left in the caches.
+  """
+  position = [0]
+
+  def call():
+    arguments = pool[position[0] % len(pool)]
+    position[0] += 1
+    operation(*arguments)
+  return call
+
+
+def shuffled_rounds(keys: Iterable[Hashable], rounds: int,
+                    rng: np.random.Generator,
+                    progress: Optional[Callable[[str], None]] = None
+                   ) -> Iterator[Tuple[int, Hashable]]:
+  """Yields (round, key): every key once a round, in a fresh random order.
+
+  Args:
+    keys: what to time, each once a round.
+    rounds: int, the number of rounds.
+    rng: numpy.random.Generator for the orders.
+    progress: optional callable taking a str, told after every fifth of
+      the rounds.
+  """
+  keys = list(keys)
+  for round_number in range(rounds):
+    for i in rng.permutation(len(keys)):
+      yield round_number, keys[i]
+    if progress and (round_number + 1) % max(1, rounds // 5) == 0:
+      progress(f'round {round_number + 1}/{rounds}')
+
+
 def run_interleaved(cases: Mapping[Hashable, Case], rounds: int,
                     burst_seconds: float, rng: np.random.Generator,
                     min_rounds: int = 3,
@@ -125,19 +166,15 @@ def run_interleaved(cases: Mapping[Hashable, Case], rounds: int,
              for key, case in cases.items()}
   samples = {key: [] for key in cases}
   spent = {key: 0.0 for key in cases}
-  keys = list(cases)
-  for round_number in range(rounds):
-    for i in rng.permutation(len(keys)):
-      key, case = keys[i], cases[keys[i]]
-      if (round_number >= min_rounds and case.max_seconds is not None and
-          spent[key] >= case.max_seconds):
-        continue
-      with environment(case.environ):
-        per_call = time_burst(case.call, repeats[key])
-      samples[key].append(per_call)
-      spent[key] += per_call * repeats[key] / 1e6
-    if progress and (round_number + 1) % max(1, rounds // 5) == 0:
-      progress(f'round {round_number + 1}/{rounds}')
+  for round_number, key in shuffled_rounds(cases, rounds, rng, progress):
+    case = cases[key]
+    if (round_number >= min_rounds and case.max_seconds is not None and
+        spent[key] >= case.max_seconds):
+      continue
+    with environment(case.environ):
+      per_call = time_burst(case.call, repeats[key])
+    samples[key].append(per_call)
+    spent[key] += per_call * repeats[key] / 1e6
   return samples
 
 
@@ -160,6 +197,19 @@ def format_microseconds(value: Optional[float]) -> str:
   if value >= 10:
     return f'{value:.1f}'
   return f'{value:.2f}'
+
+
+def speedup(results: Mapping[Hashable, float], key: Tuple[Any, ...],
+            peer: str, ours: str) -> Optional[float]:
+  """The ratio peer / ours of the medians `results[key + (name,)]`.
+
+  Above 1, ours is faster; None if either median is missing.
+  """
+  peer_time = results.get(key + (peer,))
+  ours_time = results.get(key + (ours,))
+  if peer_time is None or ours_time is None:
+    return None
+  return peer_time / ours_time
 
 
 def verdict(ratio: float, required: float) -> str:

@@ -4,8 +4,8 @@
 Dopamine checks many arguments with ``assert``, so code written against it
 catches `AssertionError`; a well-kept library raises `ValueError` for a bad
 argument. `ArgumentError` is both, so either ``except`` clause works. It is
-raised wherever Dopamine 4.1.2 asserts on an argument (docs/compat.md lists
-the places).
+raised wherever Dopamine 4.1.2 asserts on an argument (the places:
+docs/compat.md#errors).
 """
 
 import math

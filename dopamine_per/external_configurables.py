@@ -8,7 +8,8 @@ imports with current TensorFlow, so this module registers the
 (``tf.train.AdamOptimizer``, ``tf.train.RMSPropOptimizer``, ...). Importing
 it twice, or alongside a working ``gin.tf``, is harmless. The agents import
 it, so a gin file that imports an agent module can bind optimizers too; our
-gin files import it explicitly in place of ``gin.tf.external_configurables``.
+gin files import it explicitly in place of ``gin.tf.external_configurables``
+(docs/compat.md#external_configurables).
 """
 
 import gin

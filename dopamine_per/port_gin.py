@@ -35,7 +35,7 @@ import sys
 import tokenize
 from typing import List, Optional, Sequence
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
 
 __all__ = ['PortError', 'port', 'port_module', 'main']
 
@@ -183,11 +183,6 @@ def port(text: str) -> str:
   return ''.join(lines)
 
 
-def _read(path: str) -> str:
-  with open(path, encoding='utf-8', newline='') as f:
-    return f.read()
-
-
 def _write_in_place(path: str, text: str) -> None:
   """Replaces `path`'s content atomically, keeping its permissions.
 
@@ -195,7 +190,7 @@ def _write_in_place(path: str, text: str) -> None:
   """
   target = os.path.realpath(path)
   mode = stat.S_IMODE(os.stat(target).st_mode)
-  checkpoint_io.atomic_write(target, lambda f: f.write(text.encode('utf-8')))
+  atomic_files.atomic_write(target, lambda f: f.write(text.encode('utf-8')))
   # atomic_write's temporary file is created with mode 0600.
   os.chmod(target, mode)
 
@@ -234,7 +229,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   ported = []
   for path in args.files:
     try:
-      text = _read(path)
+      with open(path, encoding='utf-8', newline='') as f:
+        text = f.read()
     except (OSError, UnicodeDecodeError) as e:
       reason = e.strerror if isinstance(e, OSError) else str(e)
       print('port_gin: cannot read {}: {}'.format(path, reason),

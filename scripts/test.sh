@@ -3,6 +3,7 @@
 #
 #   bash scripts/test.sh                 # all tests
 #   bash scripts/test.sh -k sum_tree -x  # extra arguments go to pytest
+#   bash scripts/test.sh -m "not slow"   # skips the tests BUILD tags slow
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

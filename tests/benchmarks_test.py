@@ -12,9 +12,10 @@ import time
 from absl.testing import absltest
 import numpy as np
 
+from benchmarks import common
 from benchmarks import replay_benchmark
-from benchmarks import sum_tree_benchmark
 from benchmarks import timing
+from dopamine_per.replay_memory import sum_tree_kernels
 
 # `python -m benchmarks` runs this module.
 benchmarks_main = importlib.import_module('benchmarks.__main__')
@@ -61,12 +62,64 @@ class TimingTest(absltest.TestCase):
       self.assertEqual(os.environ[name], 'x')
     self.assertNotIn(name, os.environ)
 
+  def test_shuffled_rounds_visit_every_key_once_a_round(self):
+    messages = []
+    visits = list(timing.shuffled_rounds('abc', 10, np.random.default_rng(0),
+                                         progress=messages.append))
+    self.assertLen(visits, 30)
+    for round_number in range(10):
+      self.assertCountEqual(
+          [key for number, key in visits if number == round_number], 'abc')
+    self.assertNotEqual(len({tuple(key for number, key in visits
+                                   if number == round_number)
+                             for round_number in range(10)}), 1)
+    self.assertEqual(messages, [f'round {n}/10' for n in (2, 4, 6, 8, 10)])
+
+  def test_rotating_takes_the_pool_in_turn(self):
+    calls = []
+    call = timing.rotating([(1, 'a'), (2, 'b')],
+                           lambda *arguments: calls.append(arguments))
+    for _ in range(3):
+      call()
+    self.assertEqual(calls, [(1, 'a'), (2, 'b'), (1, 'a')])
+
+  def test_speedup(self):
+    results = {('set', 8, 'peer'): 6.0, ('set', 8, 'ours'): 2.0}
+    self.assertEqual(timing.speedup(results, ('set', 8), 'peer', 'ours'), 3.0)
+    self.assertIsNone(timing.speedup(results, ('get', 8), 'peer', 'ours'))
+
   def test_targets_table(self):
     lines = timing.format_targets(
         [('as fast as X', 'set, batch 32', 1.0, {'a': 2.0, 'b': 0.5})],
         ['a', 'b'])
     self.assertEqual(lines[-1], '| as fast as X | set, batch 32 | 1x | '
                      '2.00x (met) | 0.50x (NOT met) |')
+
+
+class CommonTest(absltest.TestCase):
+
+  def test_kernels_of_our_names(self):
+    self.assertEqual([common.kernels_of(n) for n in common.OURS],
+                     ['numba', 'numpy'])
+    self.assertIsNone(common.kernels_of('ours'))
+    self.assertIsNone(common.kernels_of('cpprb'))
+    self.assertEqual(common.kernels_environ('numpy'),
+                     {sum_tree_kernels.KERNELS_ENV: 'numpy'})
+    self.assertEqual(common.kernels_environ(None), {})
+    self.assertIn('ours-numpy', common.available_ours())
+
+  def test_log2_name(self):
+    self.assertEqual(common.log2_name(2**17), '2**17')
+    self.assertEqual(common.log2_name(600), '600')
+
+  def test_document(self):
+    self.assertEqual(common.document('T', {'CPU': 'x'}, '## S\n'),
+                     '# T\n\n- CPU: x\n\n## S\n')
+
+  def test_describe_machine(self):
+    machine = common.describe_machine()
+    for name in ('CPU', 'cores', 'Python', 'NumPy', 'date'):
+      self.assertTrue(machine[name], name)
 
 
 class FramePoolTest(absltest.TestCase):
@@ -129,12 +182,12 @@ class CommandTest(absltest.TestCase):
     self.assertIn('| ours | ', document)  # The resident memory table.
     self.assertIn('Target (issue 3): with staging, a step takes', document)
     self.assertRegex(document, r'\| sample, staging \| [0-9.]+ \|')
-    if sum_tree_benchmark.dopamine_available():
+    if common.dopamine_available():
       self.assertIn('| 25x Dopamine TF | sample(32) + set_priority(32) |',
                     document)
       self.assertIn("| memory at most Dopamine TF's |", document)
       self.assertRegex(document, r'\| sample, Dopamine TF \| [0-9.]+ \|')
-    if sum_tree_benchmark.cpprb_available():
+    if common.cpprb_available():
       self.assertIn('| as fast as cpprb | sample(32) + set_priority(32) |',
                     document)
       self.assertIn('| cpprb | ', document)

@@ -150,6 +150,10 @@ def _label_name(label):
   return label[1:]
 
 
+# The longest a module of the package may be, in lines.
+_MAX_MODULE_LINES = 800
+
+
 class BuildTest(absltest.TestCase):
 
   @classmethod
@@ -211,6 +215,14 @@ class BuildTest(absltest.TestCase):
     self.assertEmpty(
         lacking, "test files without `if __name__ == '__main__': "
         'absltest.main()`, which Bazel needs to run them')
+
+  def test_library_modules_are_short(self):
+    # One concept per module (issue 13): none grows past _MAX_MODULE_LINES.
+    for path in python_files():
+      if path.startswith('dopamine_per/'):
+        with open(os.path.join(REPO_ROOT, path), encoding='utf-8') as module:
+          lines = sum(1 for _ in module)
+        self.assertLessEqual(lines, _MAX_MODULE_LINES, path)
 
   def test_libraries_are_py_libraries(self):
     for path in python_files():

@@ -4,7 +4,7 @@ One reproduction per way a checkpoint file broke `load` before: each test
 crafts the file (gzip, raw pickle opcodes, hand-written .npy headers) the way
 an adversary or an accident would, re-recording its size and checksum in the
 dopamine_per state file where that matters (so that only the new checks can
-catch it), and requires a `checkpoint_io.CheckpointError` naming the file,
+catch it), and requires an `atomic_files.CheckpointError` naming the file,
 with the memory unchanged. Memory is measured in a subprocess
 (`resource.getrusage`), hangs are guarded by a subprocess timeout.
 """
@@ -28,7 +28,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from tests import replay_cases
@@ -51,7 +53,7 @@ def make(steps=30, seed=0):
 
 
 def path_of(directory, name):
-  return checkpoint_io.checkpoint_filename(directory, name, _SUFFIX)
+  return gzip_files.checkpoint_filename(directory, name, _SUFFIX)
 
 
 def read_state(directory):
@@ -60,7 +62,7 @@ def read_state(directory):
 
 
 def write_state(directory, state):
-  checkpoint_io.save_pickle_gz(
+  gzip_files.save_pickle_gz(
       path_of(directory, crb.DOPAMINE_PER_STATE_NAME), state)
 
 
@@ -77,7 +79,7 @@ def craft(directory, name, data):
     f.write(data)
   if name != crb.DOPAMINE_PER_STATE_NAME:
     state = read_state(directory)
-    state['files'][name] = tuple(checkpoint_io.file_digest(path))
+    state['files'][name] = tuple(atomic_files.file_digest(path))
     write_state(directory, state)
 
 
@@ -102,8 +104,8 @@ def sum_tree_pickle(nodes=None, max_recorded_priority=None, memory=None):
     state['nodes'] = nodes
   if max_recorded_priority is not None:
     state['max_recorded_priority'] = max_recorded_priority
-  return gzip.compress(checkpoint_io.pickle_as_instance(
-      *checkpoint_io.DOPAMINE_SUM_TREE_GLOBAL, state))
+  return gzip.compress(safe_pickle.pickle_as_instance(
+      *safe_pickle.DOPAMINE_SUM_TREE_GLOBAL, state))
 
 
 def leaves_with(values):
@@ -153,7 +155,7 @@ class HardeningTestCase(parameterized.TestCase):
     memory = make(steps=5, seed=2)
     before = replay_cases.snapshot(memory)
     path = path_of(directory or self.directory, name)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 re.escape(path) + '.*' + pattern):
       memory.load(directory or self.directory, _SUFFIX)
     replay_cases.assert_same_snapshot(self, before,
@@ -246,12 +248,12 @@ class DamagedFilesTest(HardeningTestCase):
     os.mkfifo(path)
     child = textwrap.dedent('''
         import sys
-        from dopamine_per.replay_memory import checkpoint_io
+        from dopamine_per.file_io import atomic_files
         from tests import checkpoint_hardening_test as t
         try:
           t.make().load(sys.argv[1], t._SUFFIX)
           print('loaded')
-        except checkpoint_io.CheckpointError as e:
+        except atomic_files.CheckpointError as e:
           print('refused:', e)
     ''')
     try:
@@ -319,7 +321,7 @@ class BrokenStateTest(HardeningTestCase):
 # directory, the outcome and how much the peak resident memory grew.
 _MEASURE = textwrap.dedent('''
     import json, resource, sys
-    from dopamine_per.replay_memory import checkpoint_io
+    from dopamine_per.file_io import atomic_files
     from tests import checkpoint_hardening_test as t
     memory = t.make(steps=5, seed=2)
     with open('/proc/self/statm') as statm:
@@ -331,7 +333,7 @@ _MEASURE = textwrap.dedent('''
       try:
         memory.load(directory, t._SUFFIX)
         outcome = 'loaded'
-      except checkpoint_io.CheckpointError as e:
+      except atomic_files.CheckpointError as e:
         outcome = 'refused: ' + str(e)[:300]
       except BaseException as e:
         outcome = 'raised {}: {}'.format(type(e).__name__, str(e)[:200])

@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per.discrete_domains import checkpointer
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import safe_pickle
 
 
 class CheckpointerTest(absltest.TestCase):
@@ -83,10 +84,10 @@ class CheckpointerTest(absltest.TestCase):
     self._touch('ckpt.0', pickle.dumps(shutil.rmtree))
     with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.0')) as f:
       marker = json.load(f)
-    marker['files']['ckpt.0'] = list(checkpoint_io.file_digest(
+    marker['files']['ckpt.0'] = list(atomic_files.file_digest(
         os.path.join(self.dir, 'ckpt.0')))
     self._touch('sentinel_checkpoint_complete.0', json.dumps(marker).encode())
-    with self.assertRaises(checkpoint_io.UnsafePickleError):
+    with self.assertRaises(safe_pickle.UnsafePickleError):
       saver.load_checkpoint(0)
 
   def test_garbage_collection(self):
@@ -122,9 +123,9 @@ class MarkerAndDataFileTest(absltest.TestCase):
       f.write(marker if isinstance(marker, str) else json.dumps(marker))
 
   def _assert_refused(self, reason):
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError, reason):
+    with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
       self.saver.verify(3)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError, reason):
+    with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
       self.saver.load_verified_checkpoint(3)
     self.assertFalse(self.saver.is_complete(3))
     self.assertIsNone(self.saver.load_checkpoint(3))
@@ -133,7 +134,7 @@ class MarkerAndDataFileTest(absltest.TestCase):
     outside = os.path.join(tempfile.mkdtemp(dir=self.dir), 'data.3')
     with open(outside, 'wb') as f:
       f.write(b'not of this checkpoint')
-    digest = list(checkpoint_io.file_digest(outside))
+    digest = list(atomic_files.file_digest(outside))
     for name in (outside, os.path.join('..', os.path.basename(self.dir),
                                        'data.3'), 'ckpt.4'):
       marker = json.loads(json.dumps(self.marker))
@@ -171,7 +172,7 @@ class MarkerAndDataFileTest(absltest.TestCase):
   def _assert_data_refused(self, reason):
     for load in (self.saver.load_verified_checkpoint,
                  self.saver.load_checkpoint):
-      with self.assertRaisesRegex(checkpoint_io.CheckpointError, reason):
+      with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
         load(3)
 
   def test_data_file_bounds(self):
@@ -187,7 +188,7 @@ class MarkerAndDataFileTest(absltest.TestCase):
     os.mkdir(path)
     self._assert_data_refused(r'ckpt\.3:? is .*not a regular file')
     os.rmdir(path)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'ckpt\.3 is missing'):
       self.saver.load_verified_checkpoint(3)
     self.assertIsNone(self.saver.load_checkpoint(3))
@@ -249,7 +250,7 @@ class TfCheckpointTest(absltest.TestCase):
     ]
     for shapes, dtype, reason in cases:
       _, _, variables = self._graph(shapes, dtype)
-      with self.assertRaisesRegex(checkpoint_io.CheckpointError, reason):
+      with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
         checkpointer.check_tf_checkpoint(self.prefix, variables)
 
   def test_damaged_or_missing_files_are_refused(self):
@@ -257,21 +258,21 @@ class TfCheckpointTest(absltest.TestCase):
     data = self.prefix + '.data-00000-of-00001'
     with open(data, 'r+b') as f:
       f.write(b'\xff' * 8)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'cannot be read: .*Checksum does not match'):
       checkpointer.check_tf_checkpoint(self.prefix, variables)
     os.remove(data)
     os.mkfifo(data)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'data-00000-of-00001:? is .*not a regular file'):
       checkpointer.check_tf_checkpoint(self.prefix, variables)
     with open(self.prefix + '.index', 'wb') as f:
       f.write(b'garbage')
     os.remove(data)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'tf_ckpt-1\.index cannot be read'):
       checkpointer.check_tf_checkpoint(self.prefix, variables)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'tf_ckpt-7\.index is missing'):
       checkpointer.check_tf_checkpoint(
           os.path.join(self.dir, 'tf_ckpt-7'), variables)
@@ -313,7 +314,7 @@ class TfCheckpointTest(absltest.TestCase):
                      'DataLossError: TensorBundle at x: Checksum does not '
                      'match')
     self.assertEqual(checkpointer.error_summary(
-        checkpoint_io.CheckpointError('f is missing')), 'f is missing')
+        atomic_files.CheckpointError('f is missing')), 'f is missing')
     self.assertEqual(checkpointer.error_summary(MemoryError()), 'MemoryError')
     self.assertLen(checkpointer.error_summary(OSError('x' * 10000)), 500)
 

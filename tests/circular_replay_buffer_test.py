@@ -16,7 +16,8 @@ from dopamine.tf.replay_memory import circular_replay_buffer as dopamine_crb
 import numpy as np
 import tensorflow as tf
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from tests import replay_cases
 from tests import stats_util
@@ -671,7 +672,7 @@ class CheckpointTest(parameterized.TestCase):
       if with_manifest and name != crb.DOPAMINE_PER_STATE_NAME:
         # Whichever check reads the bad bytes first.
         expected = '({}|checksum differs)'.format(message)
-      with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+      with self.assertRaisesRegex(atomic_files.CheckpointError,
                                   '{}.*{}'.format(re.escape(path), expected)):
         buffer.load(directory, 3)
       assert_same_snapshot(self, before, snapshot(buffer))
@@ -694,7 +695,7 @@ class CheckpointTest(parameterized.TestCase):
       f.write(gzip.compress(pickle.dumps(Exploit())))
     target = self._filled(steps=5, seed=2)
     before = snapshot(target)
-    with self.assertRaisesRegex(checkpoint_io.UnsafePickleError,
+    with self.assertRaisesRegex(safe_pickle.UnsafePickleError,
                                 r'episode_end_indices_ckpt\.3\.gz.*system'):
       target.load(directory, 3)
     self.assertFalse(os.path.exists(marker))
@@ -710,7 +711,7 @@ class CheckpointTest(parameterized.TestCase):
     shutil.copy(os.path.join(directory, '$store$_reward_ckpt.4.gz'),
                 os.path.join(directory, '$store$_reward_ckpt.3.gz'))
     before = snapshot(buffer)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'reward_ckpt\.3\.gz.*checksum differs'):
       buffer.load(directory, 3)
     assert_same_snapshot(self, before, snapshot(buffer))

@@ -14,6 +14,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import prioritized_replay_buffer
 
 _CAPACITY = 500
@@ -31,7 +32,7 @@ class ConcurrencyTest(parameterized.TestCase):
   @parameterized.parameters('numpy', 'numba')
   def test_invariants_hold_under_concurrent_use(self, kernels):
     with absltest.mock.patch.dict(
-        'os.environ', {'DOPAMINE_PER_SUM_TREE_KERNELS': kernels}):
+        'os.environ', {kernels_lib.ENV: kernels}):
       memory = _memory()
     self.assertEqual(memory.sum_tree._kernels.name, kernels)
     rng = np.random.default_rng(0)

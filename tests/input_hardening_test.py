@@ -20,6 +20,7 @@ from absl.testing import parameterized
 import numpy as np
 
 from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import sampling
 from tests import replay_cases
 
 ReplayElement = circular_replay_buffer.ReplayElement
@@ -120,7 +121,7 @@ class CacheBoundTest(absltest.TestCase):
       self.assertLen(memory.sample_transition_batch(batch_size)[0],
                      batch_size)
     self.assertLessEqual(len(memory._batch_layouts),
-                         circular_replay_buffer._MAX_BATCH_LAYOUTS)
+                         sampling._MAX_BATCH_LAYOUTS)
 
   def test_resident_memory_of_many_large_batch_sizes(self):
     # 24 batch sizes of ~150,000 from a prioritized memory. Before the fix

@@ -1,15 +1,20 @@
 """Tests for dopamine_per.replay_memory.numpy_function.
 
 The op must behave as `tf.numpy_function(..., stateful=True)` does, values,
-dtypes and errors alike, while handing contiguous arrays over unconverted.
+dtypes and errors alike, while handing contiguous arrays over unconverted;
+where TF's py_func internals differ, it must be exactly
+`tf.numpy_function`'s op, with one warning saying why.
 """
 
 import gc
 import threading
+from unittest import mock
+import weakref
 
 from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import script_ops  # pylint: disable=g-direct-tensorflow-import
 
 from dopamine_per.replay_memory import numpy_function
 from tests import graph_util
@@ -125,6 +130,133 @@ class NumpyFunctionTest(graph_util.GraphTestCase):
         lambda: np.array(next(counter), np.int64), [], [tf.int64],
         name='count')
     self.assertEqual([self.session.run(out) for _ in range(3)], [0, 1, 2])
+
+
+_OUT_TYPES = [tf.int32, tf.float32, tf.int64]
+
+
+def _outputs(x):
+  # Contiguous, strided and a list.
+  return (x * 2, np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2],
+          [4, 5])
+
+
+def _fallback_warnings(logs):
+  return [record.getMessage() for record in logs.records
+          if 'plain tf.numpy_function' in record.getMessage()]
+
+
+class FallbackTest(graph_util.GraphTestCase):
+  """TF internals changed: plain `tf.numpy_function` ops, one warning.
+
+  Each test starts unresolved, as a fresh process does, and breaks the
+  internals only while it builds the graph (the registry needs them intact
+  to run any py_func).
+  """
+
+  def setUp(self):
+    super().setUp()
+    state = mock.patch.object(numpy_function, '_fast_path',
+                              numpy_function._UNRESOLVED)
+    state.start()
+    self.addCleanup(state.stop)
+
+  def _build(self, name):
+    return numpy_function.numpy_function(
+        _outputs, [tf.constant([1, 2], tf.int32)], _OUT_TYPES, name=name)
+
+  def _assert_plain_and_correct(self, outputs):
+    op = outputs[0].op
+    registered = script_ops._py_funcs.get(op.get_attr('token').decode())  # pylint: disable=protected-access
+    self.assertFalse(isinstance(registered, script_ops.EagerFunc))
+    self.assertFalse(numpy_function.uses_direct_outputs(op))
+    got = self.session.run(outputs)
+    for value, expected in zip(got, _outputs(np.array([1, 2], np.int32))):
+      np.testing.assert_array_equal(value, expected)
+    self.assertEqual([value.dtype for value in got],
+                     [np.int32, np.float32, np.int64])
+
+  def _assert_one_warning(self, logs, reason):
+    warnings = _fallback_warnings(logs)
+    self.assertLen(warnings, 1, warnings)
+    self.assertIn(reason, warnings[0])
+    self.assertIn(tf.__version__, warnings[0])
+
+  def test_supported_tf_resolves_without_a_warning(self):
+    with self.assertNoLogs('absl', level='WARNING'):
+      outputs = self._build('fast')
+    self.assertTrue(numpy_function.uses_direct_outputs(outputs[0].op))
+
+  def _build_two_while(self, breakage):
+    with self.assertLogs('absl', level='WARNING') as logs:
+      with breakage:
+        built = [self._build('first'), self._build('second')]
+    return built, logs
+
+  def test_eager_func_missing(self):
+    eager_func = script_ops.EagerFunc
+    del script_ops.EagerFunc
+    try:
+      with self.assertLogs('absl', level='WARNING') as logs:
+        built = [self._build('first'), self._build('second')]
+    finally:
+      script_ops.EagerFunc = eager_func
+    self._assert_one_warning(logs, "has no attribute 'EagerFunc'")
+    for outputs in built:
+      self._assert_plain_and_correct(outputs)
+
+  def test_registry_raises(self):
+    built, logs = self._build_two_while(mock.patch.object(
+        script_ops.FuncRegistry, '__call__',
+        side_effect=TypeError('registry signature changed')))
+    self._assert_one_warning(logs, 'registry signature changed')
+    for outputs in built:
+      self._assert_plain_and_correct(outputs)
+
+  def test_registry_converts_what_an_eager_func_returns(self):
+    def call_and_convert(registry, token, device, args):
+      return [np.array(value)
+              for value in registry.get(token)(device, token, args)]
+
+    built, logs = self._build_two_while(mock.patch.object(
+        script_ops.FuncRegistry, '__call__', call_and_convert))
+    self._assert_one_warning(logs, 'the py_func registry called an EagerFunc')
+    for outputs in built:
+      self._assert_plain_and_correct(outputs)
+
+  def test_convert_answers_wrongly(self):
+    built, logs = self._build_two_while(mock.patch.object(
+        script_ops.FuncRegistry, '_convert', staticmethod(lambda value: value)))
+    self._assert_one_warning(logs, 'FuncRegistry._convert([1, 2]) returned')
+    for outputs in built:
+      self._assert_plain_and_correct(outputs)
+
+  def test_a_later_swap_fails(self):
+    fast = self._build('fast')
+    self.assertTrue(numpy_function.uses_direct_outputs(fast[0].op))
+    np.testing.assert_array_equal(self.session.run(fast[0]), [2, 4])
+    # TF now keeps its callables in another map than the one resolved.
+    with mock.patch.object(script_ops._py_funcs, '_funcs',  # pylint: disable=protected-access
+                           weakref.WeakValueDictionary()):
+      built, logs = self._build_two_while(mock.patch.object(
+          numpy_function, '_resolve',
+          side_effect=AssertionError('resolved twice')))
+      self._assert_one_warning(
+          logs, "swapping the callable of op 'first' failed: RuntimeError(\"no "
+          'callable registered under token')
+      for outputs in built:
+        self._assert_plain_and_correct(outputs)
+
+  def test_a_swap_that_raises(self):
+    self._build('fast')
+    with self.assertLogs('absl', level='WARNING') as logs:
+      with mock.patch.object(tf.Operation, 'get_attr',
+                             side_effect=ValueError('no attr named token')):
+        built = [self._build('first')]
+      built.append(self._build('second'))
+    self._assert_one_warning(logs, 'no attr named token')
+    for outputs in built:
+      self._assert_plain_and_correct(outputs)
 
 
 class EagerTest(absltest.TestCase):

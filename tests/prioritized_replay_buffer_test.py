@@ -11,7 +11,8 @@ from absl.testing import parameterized
 from dopamine.tf.replay_memory import prioritized_replay_buffer as dopamine_prb
 import numpy as np
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import sum_tree_kernels
@@ -502,7 +503,7 @@ class CheckpointTest(absltest.TestCase):
     other = _buffer(replay_capacity=32)
     _add(other, 20)
     state = other.sum_tree.get_state()
-    checkpoint_io.save_dopamine_sum_tree_gz(
+    gzip_files.save_dopamine_sum_tree_gz(
         os.path.join(directory, 'sum_tree_ckpt.2.gz'), state)
     # As a Dopamine checkpoint (no recorded checksums), so that the tree's
     # own check is what refuses it.
@@ -510,7 +511,7 @@ class CheckpointTest(absltest.TestCase):
     buffer = _buffer()
     _add(buffer, 5, seed=4, priorities=[2.0] * 5)
     before = snapshot(buffer)
-    with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 'sum_tree_ckpt.2.gz.*leaves'):
       buffer.load(directory, 2)
     assert_same_snapshot(self, before, snapshot(buffer))
@@ -522,7 +523,7 @@ class CheckpointTest(absltest.TestCase):
     source.save(directory, 2)
     state = source.sum_tree.get_state()
     state['nodes'][-1][3] = -1.0
-    checkpoint_io.save_dopamine_sum_tree_gz(
+    gzip_files.save_dopamine_sum_tree_gz(
         os.path.join(directory, 'sum_tree_ckpt.2.gz'), state)
     buffer = _buffer()
     _add(buffer, 5, seed=4)

@@ -32,8 +32,10 @@ from hypothesis import stateful
 import numpy as np
 import tensorflow as tf
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
 from tests import replay_cases
@@ -317,8 +319,9 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
     directory = self._saved()
     try:
       def path(name):
-        return checkpoint_io.checkpoint_filename(directory, name, 0)
-      names = [name for name, _ in self.memory._checkpoint_files()]
+        return gzip_files.checkpoint_filename(directory, name, 0)
+      names = [name for name, _ in
+               memory_checkpoint.checkpoint_files(self.memory)]
       if keep_state_file:
         names.append(circular_replay_buffer.DOPAMINE_PER_STATE_NAME)
       else:
@@ -342,7 +345,7 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
         with open(target, 'wb') as f:
           f.write(_crafted(damage, original))
       before = replay_cases.snapshot(self.memory)
-      with np.testing.assert_raises((checkpoint_io.CheckpointError,
+      with np.testing.assert_raises((atomic_files.CheckpointError,
                                      tf.errors.NotFoundError)):
         self.memory.load(directory, 0)
       replay_cases.assert_same_snapshot(absltest.TestCase(), before,

@@ -24,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
@@ -423,7 +424,7 @@ class PublicAttributesTest(absltest.TestCase):
     with gzip.open(os.path.join(path, 'episodes_ckpt.1.gz'), 'wb') as f:
       pickle.dump(99, f)  # Plain data, but not what the state file records.
     memory = _counting()
-    with self.assertRaises(checkpoint_io.CheckpointError):
+    with self.assertRaises(atomic_files.CheckpointError):
       memory.load(path, 1)
     self.assertEqual(memory.episodes, 0)
     self.assertEqual(int(memory.add_count), 0)
@@ -435,10 +436,10 @@ class PublicAttributesTest(absltest.TestCase):
     # A Dopamine-written checkpoint (no state file) whose attribute is a
     # pickled sum tree: the safe reader builds a stand-in, not plain data.
     os.remove(os.path.join(path, 'dopamine_per_state_ckpt.1.gz'))
-    checkpoint_io.save_dopamine_sum_tree_gz(
+    gzip_files.save_dopamine_sum_tree_gz(
         os.path.join(path, 'last_ckpt.1.gz'), memory.sum_tree.get_state())
     fresh = _counting()
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'last_ckpt.1.gz: an attribute must be plain'):
       fresh.load(path, 1)
     self.assertIsNone(fresh.last)

@@ -29,7 +29,7 @@ import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
 from tests import gin_util
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -241,7 +241,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
     _truncate(self._path('sum_tree_ckpt.1.gz'))
     for number, reason in ((2, 'Checksum does not match'),
                            (1, r'sum_tree_ckpt\.1\.gz')):
-      with self.assertRaisesRegex(checkpoint_io.CheckpointError, reason):
+      with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
         agent.unbundle(self.checkpoint_dir, number, bundles[number])
       after = _agent_state(agent)
       for key in ('add_count', 'training_steps'):

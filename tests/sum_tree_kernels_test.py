@@ -12,6 +12,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.replay_memory import kernels
 from dopamine_per.replay_memory import numba_loops
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import sum_tree_kernels
@@ -157,7 +158,8 @@ class GetKernelsTest(absltest.TestCase):
         sum_tree.SumTree(4)
 
   def test_missing_numba_is_a_clear_error(self):
-    with mock.patch.object(sum_tree_kernels, 'NumbaKernels', None):
+    # Whether Numba is installed is `kernels`' to know (its numba_loops).
+    with mock.patch.object(kernels, 'numba_loops', None):
       with self.assertRaisesRegex(ValueError, r'dopamine_per\[fast\]'):
         sum_tree_kernels.get_kernels('numba')
       self.assertIs(sum_tree_kernels.get_kernels('auto'),

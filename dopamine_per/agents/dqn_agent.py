@@ -8,28 +8,12 @@ of ``dopamine.tf.agents.dqn.dqn_agent.DQNAgent`` (Dopamine 4.1.2):
 `circular_replay_buffer.WrappedReplayBuffer`, configured through gin as in
 Dopamine (``WrappedReplayBuffer.replay_capacity`` ...).
 
-Deviations from Dopamine (also in docs/compat.md):
-
-* The graph is built in the session's graph (a new graph and session when
-  `sess` is None), and the agent does not call
-  ``tf.compat.v1.disable_v2_behavior()``: it works in a process that also
-  runs eager TensorFlow.
-* ``optimizer=None`` (the default) means Dopamine's default optimizer
-  (RMSProp, lr 0.00025, decay 0.95, epsilon 1e-5, centered), created for this
-  agent; Dopamine shares one instance created at import.
-* `end_episode` takes an optional ``terminal`` (default True, Dopamine's
-  behaviour). ``end_episode(reward, terminal=False)`` records an episode cut
-  by a time limit: the transition is stored with ``episode_end=True`` and no
-  terminal flag, so the memory never bootstraps from a false terminal.
-* Networks may be Keras models (Keras 3 or tf-keras), `graph_layers`
-  networks or plain `tf.Module`s. The online and target networks are paired
-  through their ``trainable_variables``, Keras 3 variables through the
-  `tf.Variable`s they wrap (`network_variables`); Dopamine looks variables
-  up by name scope.
-* A non-tuple ``observation_shape`` raises `errors.ArgumentError` (a
-  ValueError and an AssertionError) where Dopamine asserts.
-* The TF checkpoint is written without a meta graph (``tf_ckpt-N.index`` and
-  ``.data-*``); restoring only needs those.
+Its networks may be Keras models (Keras 3 or tf-keras), `graph_layers`
+networks or `tf.Module`s (`network_variables` pairs their variables). An
+episode cut by a time limit is stored as an episode end, not a terminal
+state (`end_episode`'s ``terminal``), so the memory never bootstraps from a
+false terminal. Where this agent, and those that subclass it, differ from
+Dopamine: docs/compat.md#dqn_agent.
 """
 
 import math
@@ -515,7 +499,7 @@ class DQNAgent(object):
       missing and allow_partial_reload is False).
 
     Raises:
-      checkpoint_io.CheckpointError: If the TF checkpoint does not match the
+      atomic_files.CheckpointError: If the TF checkpoint does not match the
         network (the message names the variable and both shapes) or a file
         is damaged; the agent is unchanged. Reading a damaged file may also
         raise TF's errors, OSError and others, with the agent unchanged.

@@ -19,8 +19,10 @@ quantile values of s' (the target network's, or the online network's with
 ``double_dqn``), and the loss is `quantile_huber_loss`. Acting is greedy
 (epsilon-greedy while training) in the mean of K quantile values.
 
-What differs from Dopamine is in docs/compat.md ("Agents"): mainly, the
-``replay_scheme`` Dopamine's IQN inherits but ignores works here.
+The ``replay_scheme`` that Dopamine's IQN inherits but ignores works here:
+'prioritized' (the default) updates priorities from the quantile Huber
+loss and weights it, as `RainbowAgent` does. What else differs from
+Dopamine: docs/compat.md#implicit_quantile_agent.
 """
 
 import numbers

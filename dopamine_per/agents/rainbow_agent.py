@@ -31,11 +31,8 @@ reproduce Dopamine exactly:
   al. (2015); it is recomputed from `training_steps` on every update, so it
   resumes correctly from a checkpoint.
 
-Other deviations from Dopamine (also in docs/compat.md): ``vmin=None`` means
--vmax, but an explicit ``vmin=0.0`` is kept (Dopamine replaces any falsy vmin
-with -vmax); `project_distribution` is Dopamine's function, with the same
-static shape checks and ``validate_args`` assertions, computed without
-building the [batch, atoms, atoms] tiled tensor twice.
+What differs from Dopamine (these exponents, ``vmin``):
+docs/compat.md#rainbow_agent.
 """
 
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -313,6 +310,10 @@ def project_distribution(supports, weights, target_support,
 
     projection[b, i] = sum_j clip(1 - |clip(supports[b, j]) - z_i| / dz,
                                   0, 1) * weights[b, j]
+
+  Dopamine's function, with its static shape checks and ``validate_args``
+  assertions, computed without building the [batch, atoms, atoms] tiled
+  tensor twice.
 
   Args:
     supports: float tensor [batch_size, num_dims], each row's atoms.

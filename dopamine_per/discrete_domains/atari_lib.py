@@ -21,7 +21,7 @@ imported only when an environment is created.
 The networks are built from `graph_layers` (TF variables created on the first
 call, named as Dopamine's tf-keras networks name them, whichever Keras is
 installed) instead of Keras layers; constructors, call signatures and outputs
-are Dopamine's.
+are Dopamine's. What differs from Dopamine: docs/compat.md#atari_lib.
 """
 
 import collections

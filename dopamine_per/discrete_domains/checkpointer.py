@@ -8,29 +8,15 @@ bundle, the iteration number, ...) after the agent has written its own files
 ``sentinel_checkpoint_complete.N``; `get_latest_checkpoint_number` returns
 the newest N with a marker.
 
-What is added to Dopamine's scheme:
-
-* Every file is written atomically (`checkpoint_io.atomic_write`: temporary
-  file, fsync, rename), so a crash never leaves a truncated file under a
-  checkpoint name.
-* The marker is written last and is a small JSON document listing every file
-  of iteration N in the directory with its size and SHA-256. `verify` says
-  why a checkpoint is not usable (marker missing or malformed, a file
-  missing, not a regular file, or changed); `load_checkpoint` returns None
-  for such a checkpoint, so `Runner` falls back to the previous one. (A
-  marker holding Dopamine's ``done`` is accepted without the check.)
-* Garbage collection deletes a stale iteration's marker before its data, so
-  a checkpoint is never half deleted while still marked complete.
-* The marker and ``ckpt.N`` are opened only if they are regular files (a
-  FIFO or a device would block or never end) of a bounded size, and
-  ``ckpt.N`` is read with the replay memory's restricted unpickler: plain
-  data (dicts, lists, numbers, strings, NumPy arrays) only.
-* For the agents' TF checkpoints: `check_tf_checkpoint` compares a
-  checkpoint's variable names, shapes and dtypes with a graph's before a
-  restore (TF's saver would silently give resource variables the
-  checkpoint's shapes), `VariableSnapshot` puts variables back after a
-  failed restore, and `recorded_tf_checkpoints` reads TF's ``checkpoint``
-  file safely.
+Every file is written atomically; the marker, written last, lists every
+file of the iteration with its size and SHA-256, so `verify` can say why
+a checkpoint is not usable and `Runner` falls back to an older one; stale
+iterations lose their marker before their data; markers and ``ckpt.N`` are
+read only if they are bounded regular files, ``ckpt.N`` as plain data
+(`safe_pickle.restricted_loads`). For the agents' TF checkpoints,
+`check_tf_checkpoint`, `VariableSnapshot` and `recorded_tf_checkpoints`
+make a restore all-or-nothing. What differs from Dopamine:
+docs/compat.md#checkpointer.
 """
 
 import json
@@ -44,7 +30,8 @@ from absl import logging
 import gin
 import tensorflow as tf
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import safe_pickle
 
 __all__ = ['get_latest_checkpoint_number', 'get_complete_checkpoint_numbers',
            'iteration_files', 'Checkpointer', 'check_tf_checkpoint',
@@ -77,17 +64,13 @@ def _sentinel_prefix(sentinel_file_identifier: str) -> str:
   return 'sentinel_{}_complete'.format(sentinel_file_identifier)
 
 
-def _is_url(path: str) -> bool:
-  return '://' in path
-
-
 def error_summary(error: BaseException) -> str:
   """Returns one line saying why a checkpoint was refused.
 
   The first informative line of the message (TF's graph errors start with a
   generic 'Graph execution error:' and where the op was built), cut to 500
   characters, after the exception's type unless it is a
-  `checkpoint_io.CheckpointError` (whose messages name the file and the
+  `atomic_files.CheckpointError` (whose messages name the file and the
   reason).
 
   Args:
@@ -97,7 +80,7 @@ def error_summary(error: BaseException) -> str:
   informative = [line for line in lines if not (
       line.endswith('error:') or line.startswith(_TF_CONTEXT_LINES))]
   line = (informative or lines or [''])[0]
-  if not isinstance(error, checkpoint_io.CheckpointError) or not line:
+  if not isinstance(error, atomic_files.CheckpointError) or not line:
     line = '{}: {}'.format(type(error).__name__, line).rstrip(': ')
   return line if len(line) <= 500 else line[:497] + '...'
 
@@ -106,31 +89,31 @@ def _file_size(path: str) -> int:
   """Returns the size of the regular file at `path`, without opening it.
 
   Raises:
-    checkpoint_io.CheckpointError: If nothing is there, or something other
+    atomic_files.CheckpointError: If nothing is there, or something other
       than a regular file (a directory, a FIFO, a device), which reading
       would fail on, block on, or never finish.
   """
-  if _is_url(path):
+  if atomic_files.is_url(path):
     if not tf.io.gfile.exists(path):
-      raise checkpoint_io.CheckpointError('{} is missing'.format(path))
+      raise atomic_files.CheckpointError('{} is missing'.format(path))
     if tf.io.gfile.isdir(path):
-      raise checkpoint_io.CheckpointError(
+      raise atomic_files.CheckpointError(
           '{} is not a regular file'.format(path))
     try:
       return tf.io.gfile.stat(path).length
     except tf.errors.OpError as e:
-      raise checkpoint_io.CheckpointError('{}: {}'.format(
+      raise atomic_files.CheckpointError('{}: {}'.format(
           path, error_summary(e))) from e
   try:
     status = os.stat(path)
   except FileNotFoundError:
-    raise checkpoint_io.CheckpointError(
+    raise atomic_files.CheckpointError(
         '{} is missing'.format(path)) from None
   except OSError as e:
-    raise checkpoint_io.CheckpointError('{}: {}'.format(
+    raise atomic_files.CheckpointError('{}: {}'.format(
         path, e.strerror or e)) from e
   if not stat.S_ISREG(status.st_mode):
-    raise checkpoint_io.CheckpointError('{} is not a regular file'.format(path))
+    raise atomic_files.CheckpointError('{} is not a regular file'.format(path))
   return status.st_size
 
 
@@ -143,13 +126,13 @@ def _read_file(path: str, limit: int, what: str) -> bytes:
     what: str, what the file is, for the error message.
 
   Raises:
-    checkpoint_io.CheckpointError: If the file is missing, not a regular
+    atomic_files.CheckpointError: If the file is missing, not a regular
       file, larger than `limit`, or cannot be read.
   """
   try:
-    return checkpoint_io.read_file(path, limit, what)
+    return atomic_files.read_file(path, limit, what)
   except FileNotFoundError:
-    raise checkpoint_io.CheckpointError(
+    raise atomic_files.CheckpointError(
         '{} is missing'.format(path)) from None
 
 
@@ -227,20 +210,20 @@ def iteration_files(base_directory: str, iteration_number: int,
     path = os.path.join(base_directory, name)
     if tf.io.gfile.isdir(path):
       continue
-    files[name] = list(checkpoint_io.file_digest(path))
+    files[name] = list(atomic_files.file_digest(path))
   return files
 
 
 def _listed_files(marker: Any, iteration_number: int,
-                  marker_path: str) -> Dict[str, checkpoint_io.FileDigest]:
+                  marker_path: str) -> Dict[str, atomic_files.FileDigest]:
   """Returns a marker's {file name: FileDigest}, after checking its structure.
 
   Raises:
-    checkpoint_io.CheckpointError: If the marker is not of iteration N, or
+    atomic_files.CheckpointError: If the marker is not of iteration N, or
       its file list is not {name of one of N's files: [size, sha256]}.
   """
   def malformed(what):
-    return checkpoint_io.CheckpointError(
+    return atomic_files.CheckpointError(
         '{} is malformed: {}'.format(marker_path, what))
 
   if marker.get('iteration', iteration_number) != iteration_number:
@@ -261,7 +244,7 @@ def _listed_files(marker: Any, iteration_number: int,
             isinstance(digest[1], str) and _SHA256.fullmatch(digest[1])):
       raise malformed('the size and SHA-256 of {} are not [int, hex '
                       'digest]'.format(name))
-    listed[name] = checkpoint_io.FileDigest(digest[0], digest[1])
+    listed[name] = atomic_files.FileDigest(digest[0], digest[1])
   return listed
 
 
@@ -318,7 +301,7 @@ class Checkpointer(object):
     if iteration_number % self._checkpoint_frequency != 0:
       return
     payload = pickle.dumps(data, protocol=4)
-    checkpoint_io.atomic_write(
+    atomic_files.atomic_write(
         self._generate_filename(self._checkpoint_file_prefix,
                                 iteration_number),
         lambda f: f.write(payload))
@@ -330,7 +313,7 @@ class Checkpointer(object):
                                  exclude=marker_name),
     }
     encoded = json.dumps(marker, indent=1, sort_keys=True).encode('utf-8')
-    checkpoint_io.atomic_write(
+    atomic_files.atomic_write(
         os.path.join(self._base_directory, marker_name),
         lambda f: f.write(encoded))
     self._clean_up_old_checkpoints(iteration_number)
@@ -345,7 +328,7 @@ class Checkpointer(object):
       return
     # The marker goes first: a half-deleted checkpoint is never complete.
     for prefix in (self._sentinel_file_prefix, self._checkpoint_file_prefix):
-      checkpoint_io.remove_if_exists(self._generate_filename(prefix, stale))
+      atomic_files.remove_if_exists(self._generate_filename(prefix, stale))
 
   def verify(self, iteration_number: int) -> None:
     """Checks iteration_number's marker and the files it lists.
@@ -358,7 +341,7 @@ class Checkpointer(object):
       iteration_number: int, the iteration.
 
     Raises:
-      checkpoint_io.CheckpointError: Naming the file and why: the marker is
+      atomic_files.CheckpointError: Naming the file and why: the marker is
         missing, unreadable or malformed; a listed file is missing, not a
         regular file, or changed since the checkpoint was written.
     """
@@ -372,15 +355,15 @@ class Checkpointer(object):
     if not isinstance(marker, dict) or marker.get('format') != _MARKER_FORMAT:
       if content.strip() in (b'done', b''):
         return  # Dopamine's marker: nothing to verify.
-      raise checkpoint_io.CheckpointError(
+      raise atomic_files.CheckpointError(
           '{} is neither a completion marker of ours nor '
           "Dopamine's".format(marker_path))
     for name, digest in _listed_files(marker, iteration_number,
                                       marker_path).items():
       path = os.path.join(self._base_directory, name)
       size = _file_size(path)
-      if size != digest.size or checkpoint_io.file_digest(path) != digest:
-        raise checkpoint_io.CheckpointError(
+      if size != digest.size or atomic_files.file_digest(path) != digest:
+        raise atomic_files.CheckpointError(
             '{} changed since the checkpoint was written ({} bytes, '
             'recorded {} bytes{})'.format(
                 path, size, digest.size,
@@ -399,7 +382,7 @@ class Checkpointer(object):
       return False
     try:
       self.verify(iteration_number)
-    except checkpoint_io.CheckpointError as e:
+    except atomic_files.CheckpointError as e:
       logging.warning('Checkpoint %d is not usable: %s', iteration_number, e)
       return False
     return True
@@ -407,7 +390,7 @@ class Checkpointer(object):
   def _load_data(self, iteration_number: int) -> Any:
     path = self._generate_filename(self._checkpoint_file_prefix,
                                    iteration_number)
-    return checkpoint_io.restricted_loads(
+    return safe_pickle.restricted_loads(
         _read_file(path, _MAX_DATA_BYTES, 'experiment data file'),
         filename=path)
 
@@ -422,7 +405,7 @@ class Checkpointer(object):
       iteration_number: int, the iteration.
 
     Raises:
-      checkpoint_io.CheckpointError: If the data file is corrupt, not a
+      atomic_files.CheckpointError: If the data file is corrupt, not a
         regular file, too large, or holds more than plain data.
     """
     if not self.is_complete(iteration_number):
@@ -439,7 +422,7 @@ class Checkpointer(object):
       iteration_number: int, the iteration.
 
     Raises:
-      checkpoint_io.CheckpointError: If the checkpoint fails `verify`, or
+      atomic_files.CheckpointError: If the checkpoint fails `verify`, or
         its data file is missing, not a regular file, too large, corrupt, or
         holds more than plain data; the message names the file.
     """
@@ -494,7 +477,7 @@ def check_tf_checkpoint(
       names them).
 
   Raises:
-    checkpoint_io.CheckpointError: If an index or data file is missing or
+    atomic_files.CheckpointError: If an index or data file is missing or
       not a regular file, the index cannot be read, a variable is missing,
       extra, or of another shape or dtype (the message names the variables,
       up to two, and both shapes), or a value does not read back.
@@ -505,7 +488,7 @@ def check_tf_checkpoint(
     saved_shapes = reader.get_variable_to_shape_map()
     saved_dtypes = reader.get_variable_to_dtype_map()
   except tf.errors.OpError as e:
-    raise checkpoint_io.CheckpointError('{}.index cannot be read: {}'.format(
+    raise atomic_files.CheckpointError('{}.index cannot be read: {}'.format(
         prefix, error_summary(e))) from e
   expected = _variables_by_name(variables)
   problems = []
@@ -534,7 +517,7 @@ def check_tf_checkpoint(
                           variable.dtype.base_dtype.name))
   if problems:
     more = len(problems) - _MISMATCHES_SHOWN
-    raise checkpoint_io.CheckpointError(
+    raise atomic_files.CheckpointError(
         '{} does not match the configured network: {}{}'.format(
             prefix, '; '.join(problems[:_MISMATCHES_SHOWN]),
             ' (and {} more)'.format(more) if more > 0 else ''))
@@ -542,7 +525,7 @@ def check_tf_checkpoint(
     try:
       reader.get_tensor(name)
     except tf.errors.OpError as e:
-      raise checkpoint_io.CheckpointError('{}: variable {} cannot be read: '
+      raise atomic_files.CheckpointError('{}: variable {} cannot be read: '
                                           '{}'.format(prefix, name,
                                                       error_summary(e))) from e
 
@@ -592,14 +575,14 @@ def recorded_tf_checkpoints(checkpoint_dir: str) -> List[str]:
     return []
   try:
     _read_file(path, _MAX_TF_STATE_BYTES, "TF 'checkpoint' file")
-  except checkpoint_io.CheckpointError as e:
+  except atomic_files.CheckpointError as e:
     logging.warning('Ignoring %s', e)
     return []
   state = tf.train.get_checkpoint_state(checkpoint_dir)
   if state is None:
     return []
-  normalize = (lambda p: p.rstrip('/')) if _is_url(checkpoint_dir) else (
-      lambda p: os.path.normpath(os.path.abspath(p)))
+  normalize = (lambda p: p.rstrip('/')) if atomic_files.is_url(
+      checkpoint_dir) else (lambda p: os.path.normpath(os.path.abspath(p)))
   directory = normalize(checkpoint_dir)
   recorded = []
   # get_checkpoint_state has put checkpoint_dir before relative paths.

@@ -18,7 +18,8 @@ A network is a `Network`: a `tf.Module` whose sub-layers are created in its
 name scope, so that a network named ``Online`` owns variables named
 ``Online/fully_connected/kernel`` and so on, and whose `trainable_variables`
 (sorted by attribute name, hence in the same order for two instances of the
-same class) pair the online and the target network's variables.
+same class) pair the online and the target network's variables. See also
+docs/compat.md#graph_layers.
 """
 
 from typing import Any, Callable, Optional, Sequence, Union

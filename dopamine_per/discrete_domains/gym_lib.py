@@ -9,24 +9,12 @@ observation bounds and gin constants (``gym_lib.CARTPOLE_OBSERVATION_SHAPE``
 `MountainCarDQNNetwork`, and the Fourier-basis linear networks). Environments
 come from ``gymnasium``.
 
-Deviations from Dopamine:
-
-* Networks are `graph_layers.Network` modules, not Keras models (the same
-  under Keras 3 and tf-keras); variables, calls and outputs are as in
-  Dopamine. `legacy_networks` registers them under that gin module too.
-* `BasicDiscreteDomainNetwork` takes the hidden layer sizes as an argument
-  (``hidden_units``, default Dopamine's two layers of 512), and the
-  CartPole and Acrobot networks pass it on, so a gin file can choose a
-  smaller network (``CartpoleRainbowNetwork.hidden_units = (256, 256)``).
-* New: implicit quantile networks for the IQN agent
-  (`ImplicitQuantileDomainNetwork`, which takes the observation bounds, and
-  one per domain: `CartpoleImplicitQuantileNetwork`,
-  `AcrobotImplicitQuantileNetwork`, `MountainCarImplicitQuantileNetwork`,
-  `LunarLanderImplicitQuantileNetwork`), and Rainbow networks for the two
-  domains Dopamine has only DQN networks for (`LunarLanderRainbowNetwork`,
-  `MountainCarRainbowNetwork`).
-* `GymPreprocessing` reports a time-limit truncation in ``info`` as
-  ``'TimeLimit.truncated'`` (gymnasium's ``truncated``) and has `seed`.
+The networks are `graph_layers.Network` modules, as `atari_lib`'s are; their
+hidden layer sizes are an argument (``hidden_units``, default Dopamine's),
+so a gin file can choose a smaller network. Added: an implicit quantile
+network per domain and Rainbow networks for LunarLander and MountainCar, so
+every agent runs on every domain. What differs from Dopamine:
+docs/compat.md#gym_lib.
 """
 
 import importlib

@@ -5,7 +5,8 @@ The `Runner` draws the average training and evaluation returns per iteration
 after every iteration. Matplotlib would be a large dependency for one line
 chart, so this module rasterizes the chart itself (lines, axes, grid and
 labels in a built-in 5x7 pixel font) into an RGB array and encodes it with
-`write_png` (zlib and struct: a valid 8-bit RGB PNG).
+`write_png` (zlib and struct: a valid 8-bit RGB PNG). New, with no Dopamine
+counterpart: docs/compat.md#learning_curve.
 """
 
 import struct
@@ -14,7 +15,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
 
 __all__ = ['write_png', 'encode_png', 'render_learning_curve',
            'plot_learning_curve']
@@ -97,7 +98,7 @@ def write_png(path: str, image: np.ndarray) -> None:
     image: uint8 array [height, width, 3].
   """
   data = encode_png(image)
-  checkpoint_io.atomic_write(path, lambda f: f.write(data))
+  atomic_files.atomic_write(path, lambda f: f.write(data))
 
 
 def _text(canvas: np.ndarray, text: str, x: int, y: int, color: Color,

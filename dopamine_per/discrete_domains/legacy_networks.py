@@ -6,7 +6,7 @@ and the other names below. Each class here is the `gym_lib` network of the
 same name, subclassed only to be registered with gin under this module: same
 constructor, variables and outputs, and an instance of the `gym_lib` class.
 What Dopamine's module of this name holds instead, and how gin bindings of
-the two modules interact, is in docs/compat.md ("Networks").
+the two modules interact: docs/compat.md#legacy_networks.
 """
 
 import gin

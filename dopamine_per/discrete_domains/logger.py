@@ -9,7 +9,8 @@
 
 `StatisticsLog` is the log the `Runner` reads back: one JSON object per
 iteration in ``statistics.jsonl`` (averages, episode counts, steps per
-second, wall time), which plotting tools and `learning_curve` use.
+second, wall time), which plotting tools and `learning_curve` use. What
+differs from Dopamine: docs/compat.md#logger.
 """
 
 import json
@@ -22,7 +23,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
 
 __all__ = ['Logger', 'StatisticsLog', 'to_json_value']
 
@@ -47,7 +48,7 @@ def to_json_value(value: Any) -> Any:
 
 def _write_text(path: str, text: str) -> None:
   data = text.encode('utf-8')
-  checkpoint_io.atomic_write(path, lambda f: f.write(data))
+  atomic_files.atomic_write(path, lambda f: f.write(data))
 
 
 @gin.configurable
@@ -93,7 +94,7 @@ class Logger(object):
                 json.dumps(to_json_value(self.data)))
     stale = iteration_number - self._logs_duration
     if stale >= 0:
-      checkpoint_io.remove_if_exists(
+      atomic_files.remove_if_exists(
           self._generate_filename(filename_prefix, stale))
 
   def is_logging_enabled(self) -> bool:

@@ -10,42 +10,19 @@ Same names and gin parameters as ``dopamine.discrete_domains.run_experiment``
 at least ``training_steps`` agent steps in whole episodes, then (`Runner`) an
 evaluation phase, then logging and a checkpoint.
 
-What differs from Dopamine (also in docs/compat.md):
-
-* Checkpoints are crash-safe (see `checkpointer`): an iteration is complete
-  once its marker, written last, lists all its files; on start the runner
-  resumes after the newest complete checkpoint whose files load, falling
-  back to older ones. The experiment data also holds Python's and NumPy's
-  global random states, restored on resume.
-* A checkpoint is used only if all its parts load; if none does, the runner
-  raises `CannotResumeError`, changing no file, where Dopamine restarts
-  (see docs/compat.md; `move_run_aside` starts over).
-* Statistics are plain data: ``logs/statistics.jsonl`` (one JSON object per
-  iteration) and Dopamine's ``logs/log_N`` as JSON, not pickles; both are
-  rewritten atomically. TensorBoard summaries (Dopamine's tags,
-  ``Train/AverageReturns`` ...) are always written to ``base_dir``, and
-  ``base_dir/learning_curve.png`` is redrawn after every iteration.
-* A status line shows the phase, steps per second and the running return;
-  each iteration ends with a one-line summary.
-* ``seed`` (new, default None): seeds Python's and NumPy's generators, the
-  environment and the agent's TF graph.
-* An episode cut by ``max_steps_per_episode`` reaches the agent as
-  ``end_episode(reward, terminal=False)`` when the agent accepts it, so it is
-  stored as a time-limit end rather than a terminal state (Dopamine's TF
-  agents store a terminal).
-* Without ``tqdm``: the status line replaces Dopamine's progress bar.
-* `TrainRunner`'s ``create_environment_fn`` defaults to None, meaning
-  `Runner`'s (so ``Runner.create_environment_fn`` in a gin file applies to
-  it too; in Dopamine the TrainRunner's Atari default overrides it).
+It resumes after the newest complete checkpoint that loads (the resume
+logic is `experiment_resume`'s), never silently restarts, logs plain data
+(``logs/statistics.jsonl``) and redraws ``base_dir/learning_curve.png``
+after every iteration. What differs from Dopamine:
+docs/compat.md#run_experiment.
 """
 
 import inspect
 import os
 import random
-import stat
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Sequence
 
 from absl import logging
 import gin
@@ -57,92 +34,23 @@ from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import experiment_resume
 from dopamine_per.discrete_domains import iteration_statistics
 from dopamine_per.discrete_domains import learning_curve
 from dopamine_per.discrete_domains import logger
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
 
 __all__ = ['load_gin_configs', 'create_agent', 'create_runner', 'Runner',
            'TrainRunner', 'StatusLine', 'CannotResumeError', 'move_run_aside']
 
-STATISTICS_FILENAME = 'statistics.jsonl'
-LEARNING_CURVE_FILENAME = 'learning_curve.png'
-CHECKPOINT_DIRNAME = 'checkpoints'
-LOGGING_DIRNAME = 'logs'
-# TensorBoard's event files, written to base_dir.
-_EVENTS_PREFIX = 'events.out.tfevents.'
-# Where `move_run_aside` puts an earlier run: base_dir/previous_run_<time>.
-PREVIOUS_RUN_PREFIX = 'previous_run_'
-
-
-class CannotResumeError(checkpoint_io.CheckpointError):
-  """The experiment directory holds a run that cannot be resumed.
-
-  Raised by `Runner` before it has changed any file. Its message names every
-  refused checkpoint with the reason, and how to start over.
-
-  Attributes:
-    base_dir: str, the experiment directory.
-    refusals: list of (iteration number, reason) of the refused checkpoints,
-      newest first (empty when something else blocks the resume).
-    message: str, the message (gin appends the configurables it was raised
-      in to str() of an exception that passes through them).
-  """
-
-  def __init__(self, base_dir: str, problem: str,
-               refusals: Sequence[Any] = ()):
-    self.base_dir = base_dir
-    self.refusals = list(refusals)
-    lines = ['cannot resume the experiment in {}: {}; no file was '
-             'changed.'.format(base_dir, problem)]
-    lines += ['  checkpoint {}: {}'.format(number, reason)
-              for number, reason in self.refusals]
-    lines.append('To start over, use another base_dir, or move this run\'s '
-                 'files aside (train.py --restart_from_scratch does that).')
-    self.message = '\n'.join(lines)
-    super().__init__(self.message)
-
-
-def move_run_aside(base_dir: str) -> Optional[str]:
-  """Moves an earlier run's files into a new base_dir/previous_run_<time>.
-
-  Moved: ``checkpoints/``, ``logs/``, TensorBoard event files and
-  ``learning_curve.png``, the files a `Runner` writes; anything else in
-  base_dir stays. Nothing is deleted: a `Runner` on base_dir then starts
-  from iteration 0, and the earlier run can be moved back by hand.
-
-  Args:
-    base_dir: str, the experiment directory.
-
-  Returns:
-    str, the folder the files were moved into, or None if base_dir holds
-    none of them.
-
-  Raises:
-    OSError or tf.errors.OpError: If a file cannot be moved (those already
-      moved stay in the new folder).
-  """
-  if not tf.io.gfile.isdir(base_dir):
-    return None
-  names = sorted(name for name in tf.io.gfile.listdir(base_dir)
-                 if name.rstrip('/') in (CHECKPOINT_DIRNAME, LOGGING_DIRNAME,
-                                         LEARNING_CURVE_FILENAME) or
-                 name.startswith(_EVENTS_PREFIX))
-  if not names:
-    return None
-  stamp = time.strftime('%Y%m%d-%H%M%S')
-  destination = os.path.join(base_dir, PREVIOUS_RUN_PREFIX + stamp)
-  suffix = 0
-  while tf.io.gfile.exists(destination):  # Two restarts within a second.
-    suffix += 1
-    destination = os.path.join(base_dir, '{}{}_{}'.format(
-        PREVIOUS_RUN_PREFIX, stamp, suffix))
-  tf.io.gfile.mkdir(destination)
-  for name in names:
-    name = name.rstrip('/')
-    tf.io.gfile.rename(os.path.join(base_dir, name),
-                       os.path.join(destination, name))
-  return destination
+# Re-exported: resuming is in `experiment_resume`.
+CannotResumeError = experiment_resume.CannotResumeError
+move_run_aside = experiment_resume.move_run_aside
+STATISTICS_FILENAME = experiment_resume.STATISTICS_FILENAME
+LEARNING_CURVE_FILENAME = experiment_resume.LEARNING_CURVE_FILENAME
+CHECKPOINT_DIRNAME = experiment_resume.CHECKPOINT_DIRNAME
+LOGGING_DIRNAME = experiment_resume.LOGGING_DIRNAME
+PREVIOUS_RUN_PREFIX = experiment_resume.PREVIOUS_RUN_PREFIX
 
 
 def load_gin_configs(gin_files: Sequence[str],
@@ -241,50 +149,6 @@ def create_runner(base_dir, schedule='continuous_train_and_eval'):
   if schedule == 'continuous_train':
     return TrainRunner(base_dir, create_agent)
   raise ValueError('Unknown schedule: {}'.format(schedule))
-
-
-def _python_random_state(saved: Any) -> tuple:
-  """Python's random state from its list form in ``ckpt.N``."""
-  return (saved[0], tuple(saved[1]), saved[2])
-
-
-def _check_experiment_data(data: Any, version: int) -> None:
-  """Checks the runner's part of ``ckpt.N`` before anything is applied.
-
-  Args:
-    data: what ``ckpt.N`` holds.
-    version: int, N.
-
-  Raises:
-    checkpoint_io.CheckpointError: If data is not a dict, its
-      ``current_iteration`` is not N (a file of another iteration), or a
-      saved random state would not be accepted.
-  """
-  if not isinstance(data, dict):
-    raise checkpoint_io.CheckpointError(
-        'ckpt.{} holds a {}, not a dict'.format(version, type(data).__name__))
-  iteration = data.get('current_iteration')
-  if (isinstance(iteration, bool) or
-      not isinstance(iteration, (int, np.integer)) or iteration != version):
-    raise checkpoint_io.CheckpointError(
-        'ckpt.{} holds current_iteration {!r}, not {}'.format(
-            version, iteration, version)[:300])
-  # Trial runs on private generators: the global ones change only once the
-  # whole checkpoint has loaded.
-  checks = (('python_random_state',
-             lambda s: random.Random().setstate(_python_random_state(s))),
-            ('numpy_random_state',
-             lambda s: np.random.RandomState().set_state(tuple(s))))
-  for key, check in checks:
-    if key not in data:
-      continue
-    try:
-      check(data[key])
-    except Exception as e:  # pylint: disable=broad-except
-      # A malformed state raises TypeError, ValueError, IndexError, ...
-      raise checkpoint_io.CheckpointError(
-          'ckpt.{}: {} is malformed ({})'.format(
-              version, key, checkpointer.error_summary(e))) from e
 
 
 def _accepts_terminal(end_episode) -> bool:
@@ -454,10 +318,12 @@ class Runner(object):
       CannotResumeError: If checkpoints exist but none loads, or the
         statistics file is not a regular file; no file was changed.
     """
-    self._check_statistics_file()
+    experiment_resume.check_statistics_file(
+        self._base_dir, os.path.join(self._logging_dir, STATISTICS_FILENAME))
     self._checkpointer = checkpointer.Checkpointer(self._checkpoint_dir,
                                                    checkpoint_file_prefix)
-    version, data, refusals = self._load_newest_checkpoint()
+    version, data, refusals = experiment_resume.newest_loadable_checkpoint(
+        self._checkpoint_dir, self._load_checkpoint)
     if data is None and refusals:
       raise CannotResumeError(
           self._base_dir, 'none of its {} checkpoint{} loads'.format(
@@ -477,50 +343,6 @@ class Runner(object):
                           '{}'.format(version, self._checkpoint_dir))
     self._statistics_log.truncate(self._start_iteration)
 
-  def _load_newest_checkpoint(
-      self) -> Tuple[Optional[int], Optional[Dict[str, Any]], List[Any]]:
-    """Tries the checkpoints newest first until one loads in full.
-
-    Returns:
-      (version, experiment data, refusals): the loaded checkpoint's number
-      and data, (None, None) if none loads, and the (number, reason) of
-      each refused one.
-    """
-    refusals = []
-    for version in self._checkpoint_candidates():
-      try:
-        return version, self._load_checkpoint(version), refusals
-      except Exception as e:  # pylint: disable=broad-except
-        # Whatever reading a damaged checkpoint raises (CheckpointError,
-        # TF's errors, OSError, MemoryError, RecursionError, ...), nothing
-        # of it was applied: the next older checkpoint is tried.
-        refusals.append((version, checkpointer.error_summary(e)))
-        logging.info('Checkpoint %d refused: %s', version, refusals[-1][1])
-    return None, None, refusals
-
-  def _check_statistics_file(self) -> None:
-    """Refuses a statistics file that reading would block on or fail on."""
-    path = os.path.join(self._logging_dir, STATISTICS_FILENAME)
-    if '://' in path or not os.path.lexists(path):
-      return
-    try:
-      regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError as e:  # A dangling link, a loop, no permission.
-      raise CannotResumeError(self._base_dir, '{} cannot be read ({})'.format(
-          path, e.strerror or e)) from e
-    if not regular:
-      raise CannotResumeError(
-          self._base_dir, '{} is not a regular file'.format(path))
-
-  def _checkpoint_candidates(self) -> List[int]:
-    """The checkpoint numbers to try, in order: newest (or override) first."""
-    latest = checkpointer.get_latest_checkpoint_number(self._checkpoint_dir)
-    complete = checkpointer.get_complete_checkpoint_numbers(
-        self._checkpoint_dir)
-    if latest < 0:
-      return complete
-    return [latest] + [number for number in complete if number != latest]
-
   def _load_checkpoint(self, version: int) -> Dict[str, Any]:
     """Loads every part of checkpoint `version`, or nothing of it.
 
@@ -532,14 +354,14 @@ class Runner(object):
       dict, the checkpoint's experiment data.
 
     Raises:
-      checkpoint_io.CheckpointError (and whatever reading a damaged file
+      atomic_files.CheckpointError (and whatever reading a damaged file
       raises): If any part is missing, damaged or does not match the
       configured agent.
     """
     data = self._checkpointer.load_verified_checkpoint(version)
-    _check_experiment_data(data, version)
+    experiment_resume.check_experiment_data(data, version)
     if not self._agent.unbundle(self._checkpoint_dir, version, data):
-      raise checkpoint_io.CheckpointError(
+      raise atomic_files.CheckpointError(
           'the agent could not load it (its replay memory or bundle is '
           'missing)')
     return data
@@ -548,10 +370,7 @@ class Runner(object):
     """Applies the runner's part of a checkpoint (checked beforehand)."""
     if self._use_legacy_logger and isinstance(data.get('logs'), dict):
       self._logger.data = data['logs']
-    if 'python_random_state' in data:
-      random.setstate(_python_random_state(data['python_random_state']))
-    if 'numpy_random_state' in data:
-      np.random.set_state(tuple(data['numpy_random_state']))
+    experiment_resume.restore_random_states(data)
 
   # ----------------------------------------------------------- episodes
 
@@ -798,15 +617,10 @@ class Runner(object):
                                                iteration)
     if not bundle:
       return
-    python_state = random.getstate()
     # Dopamine's layout: the agent's bundle plus the runner's keys.
     data = dict(bundle)
-    data.update({
-        'current_iteration': iteration,
-        'python_random_state': [python_state[0], list(python_state[1]),
-                                python_state[2]],
-        'numpy_random_state': list(np.random.get_state()),
-    })
+    data['current_iteration'] = iteration
+    data.update(experiment_resume.random_states())
     if self._use_legacy_logger:
       data['logs'] = self._logger.data
     self._checkpointer.save_checkpoint(iteration, data)

@@ -12,7 +12,8 @@ the experiment. Started again with the same --base_dir, it resumes after the
 last checkpoint that loads. It never writes over a run it cannot resume: if
 --base_dir holds checkpoints and none loads, it exits with status 1 and one
 message naming each and why, changing no file. Starting over is the user's
-choice: another --base_dir, or --restart_from_scratch.
+choice: another --base_dir, or --restart_from_scratch. What differs from
+Dopamine's: docs/compat.md#train.
 """
 
 import os

@@ -33,7 +33,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from dopamine_per.replay_memory import sum_tree_kernels
+from dopamine_per.replay_memory import kernels as kernels_lib
 
 __all__ = ['BufferPool', 'DEFAULT_POOL_BYTES', 'gather_stacks',
            'gather_stacks_ending_at', 'compiled_4x8', 'empty_output']
@@ -112,14 +112,8 @@ class BufferPool(object):
 _UNPOOLED = BufferPool(size=0)
 
 
-def _gather_numpy(frames: np.ndarray, windows: np.ndarray,
-                  out: np.ndarray) -> None:
-  for position in range(windows.shape[1]):
-    out[..., position] = frames[windows[:, position]]
-
-
 def gather_stacks(frames: np.ndarray, windows: np.ndarray,
-                  kernels: Optional[str] = None,
+                  kernels: kernels_lib.KernelsLike = None,
                   pool: Optional[BufferPool] = None) -> np.ndarray:
   """Returns the states made of `frames[windows[b]]`, frames last.
 
@@ -127,8 +121,7 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
     frames: array [capacity, *observation_shape], C-contiguous.
     windows: int64 array [batch, stack], the slots of each state's frames,
       oldest first.
-    kernels: 'numpy', 'numba' or None/'auto', as for the sum tree (see
-      `sum_tree_kernels.get_kernels`).
+    kernels: a `kernels.Kernels`, a name or None (see `kernels.choose`).
     pool: a BufferPool to take the output's memory from, or None for a new
       allocation.
 
@@ -140,9 +133,10 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
   out = empty_output((batch,) + frames.shape[1:] + (stack,), frames.dtype,
                      pool)
   if not _compiled(frames, kernels) or batch == 0:
-    _gather_numpy(frames, windows, out)
+    for position in range(stack):
+      out[..., position] = frames[windows[:, position]]
     return out
-  loops = sum_tree_kernels.numba_loops
+  loops = kernels_lib.numba_loops
   flat_frames = frames.reshape(len(frames), -1)
   if _packs_4x8(frames, stack):
     loops.gather_4x8(flat_frames.view(np.uint8), windows,
@@ -153,7 +147,7 @@ def gather_stacks(frames: np.ndarray, windows: np.ndarray,
 
 
 def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
-                            kernels: Optional[str] = None,
+                            kernels: kernels_lib.KernelsLike = None,
                             pool: Optional[BufferPool] = None) -> np.ndarray:
   """`gather_stacks` of the `stack` slots ending at each of `ends`.
 
@@ -173,7 +167,7 @@ def gather_stacks_ending_at(frames: np.ndarray, ends: np.ndarray, stack: int,
   if len(ends) and compiled_4x8(frames, stack, kernels):
     out = empty_output((len(ends),) + frames.shape[1:] + (stack,),
                        frames.dtype, pool)
-    sum_tree_kernels.numba_loops.gather_4x8_ending_at(
+    kernels_lib.numba_loops.gather_4x8_ending_at(
         frames.reshape(len(frames), -1).view(np.uint8), ends,
         out.reshape(len(ends), -1).view(np.uint32))
     return out
@@ -188,7 +182,7 @@ def empty_output(shape: Tuple[int, ...], dtype,
 
 
 def compiled_4x8(frames: np.ndarray, stack: int,
-                 kernels: Optional[str] = None) -> bool:
+                 kernels: kernels_lib.KernelsLike = None) -> bool:
   """Whether `numba_loops.gather_4x8*` gathers these frames' states.
 
   Args:
@@ -199,9 +193,9 @@ def compiled_4x8(frames: np.ndarray, stack: int,
   return _packs_4x8(frames, stack) and _compiled(frames, kernels)
 
 
-def _compiled(frames: np.ndarray, kernels: Optional[str]) -> bool:
+def _compiled(frames: np.ndarray, kernels: kernels_lib.KernelsLike) -> bool:
   """Whether Numba's gathers apply (chosen, and a plain C-contiguous array)."""
-  return (sum_tree_kernels.compiled(kernels) and frames.flags.c_contiguous
+  return (kernels_lib.choose(kernels).compiled and frames.flags.c_contiguous
           and frames.dtype.kind in 'uifb')
 
 

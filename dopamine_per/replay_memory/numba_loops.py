@@ -3,11 +3,11 @@
 
 Each function here is the compiled twin of a NumPy function with the same
 results: the sum tree's (`sum_tree_kernels.NumpyKernels`), the stack gather
-(`frame_stacks`) and the sampling checks (`transition_kernels`). Those
-modules import this one only when Numba is installed and choose between the
-two. The functions live at module level so that Numba's on-disk cache
-(`cache=True`) finds them again in every new process instead of compiling
-them anew (it cannot for functions defined inside other functions).
+(`frame_stacks`) and the sampling checks (`transition_kernels`).
+`kernels` imports this module when Numba is installed and chooses between
+the two for all of them. The functions live at module level so that Numba's
+on-disk cache (`cache=True`) finds them again in every new process instead
+of compiling them anew (it cannot for functions defined inside others).
 """
 
 from absl import logging

@@ -12,32 +12,31 @@ never drawn. The priority exponent alpha and the importance-sampling weights
 belong to the agent (Dopamine's Rainbow agent, Hessel et al., 2018), which
 sets ``priority = loss ** alpha`` with `set_priority`.
 
-Deviations from Dopamine (all in docs/compat.md): the batch is never returned
-with an invalid index; priorities and indices are checked before anything is
-written and any integer index dtype is accepted; ``sampling_probabilities``
-has the batch size in its shape.
+As the circular memory, it is NumPy only: `WrappedPrioritizedReplayBuffer`
+loads TensorFlow (`wrapped_sampling`) when first built. What differs from
+Dopamine: docs/compat.md#prioritized_replay_buffer.
 """
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
-import tensorflow as tf
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import checkpoint_io
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import numpy_function
+from dopamine_per.replay_memory import locking
+from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 
-__all__ = ['OutOfGraphPrioritizedReplayBuffer', 'WrappedPrioritizedReplayBuffer',
-           'ReplayElement']
+if TYPE_CHECKING:
+  import tensorflow as tf  # pylint: disable=g-bad-import-order
 
-# Default of `add`'s priority keyword: distinguishes "not given" (an error,
-# as in Dopamine) from None (the maximum recorded priority).
-_OMITTED = object()
+__all__ = ['OutOfGraphPrioritizedReplayBuffer',
+           'WrappedPrioritizedReplayBuffer', 'ReplayElement']
 
 
 @gin.configurable
@@ -46,8 +45,15 @@ class OutOfGraphPrioritizedReplayBuffer(
   """A circular replay memory sampling transitions in proportion to priority.
 
   See `circular_replay_buffer.OutOfGraphReplayBuffer` for the storage and
-  the transition layout; ``add`` takes a priority as its last element and
-  sampled batches end with ``sampling_probabilities`` (the raw priorities).
+  the transition layout; sampled batches end with ``sampling_probabilities``
+  (the raw priorities).
+
+  ``add`` takes a priority after the extra storage elements, positionally
+  or by keyword, as in Dopamine (omitting it is an error): a real number, 0
+  or in float32's positive range (see `set_priority`), or None for
+  ``sum_tree.max_recorded_priority`` (Schaul et al., 2015: new transitions
+  get the largest priority seen). An invalid priority raises ValueError and
+  nothing is written.
 
   Attributes:
     sum_tree: sum_tree.SumTree, the priority of every slot.
@@ -123,7 +129,8 @@ class OutOfGraphPrioritizedReplayBuffer(
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
     self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
-                                     priority_dtype=np.float32)
+                                     priority_dtype=np.float32,
+                                     kernels=self._kernels)
     # Guards the sum tree; taken after `_lock` when both are needed.
     self._priority_lock = threading.RLock()
 
@@ -153,39 +160,8 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ------------------------------------------------------------------ add
 
-  @circular_replay_buffer.synchronized('_lock', '_priority_lock')
-  def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
-          *args: Any, priority: Any = _OMITTED, episode_end: bool = False
-         ) -> None:
-    """Adds a transition with a priority.
-
-    Args:
-      observation: array of shape observation_shape.
-      action: the action (shape action_shape).
-      reward: the reward (shape reward_shape).
-      terminal: whether the transition ended the episode in a terminal state.
-      *args: the extra storage elements, in order, then the priority unless
-        it is given by keyword.
-      priority: a real number, 0 or in float32's positive range (see
-        `set_priority`); None for ``sum_tree.max_recorded_priority``
-        (Schaul et al., 2015: new transitions get the largest priority
-        seen). It must be given, positionally or by keyword, as in
-        Dopamine.
-      episode_end: whether this is the episode's last transition without
-        being terminal (e.g. a time limit).
-
-    Raises:
-      ValueError: If the number of arguments is wrong ('Add expects ...'),
-        an argument has the wrong shape or dtype or a value its dtype cannot
-        hold, or the priority is not a valid priority. Nothing is written
-        then.
-    """
-    values = [observation, action, reward, terminal, *args]
-    if priority is not _OMITTED:
-      values.append(priority)
-    # The parent's add, without its (reentrant) lock wrapper: both locks are
-    # held already, and this runs once per environment step.
-    self._add_values(values, episode_end)
+  # `add` takes the priority after the positional arguments, as in Dopamine.
+  _takes_priority = True
 
   def _check_add_args(self, values: List[Any]) -> List[Any]:
     """Checks the arguments of `add`; a None priority becomes the maximum.
@@ -194,28 +170,26 @@ class OutOfGraphPrioritizedReplayBuffer(
     complex number without imaginary part into its real part.
 
     Raises:
-      ValueError: see `add`.
+      ValueError: see `add`; also if the priority is not a valid priority
+        (see `set_priority`).
     """
     if len(values) == len(self._add_specs):
       priority = values[-1]
       values[-1] = (self.sum_tree.max_recorded_priority if priority is None
-                    else sum_tree.validate_priority(
+                    else validation.validate_priority(
                         priority, 'priority', self.sum_tree.priority_dtype))
     return super()._check_add_args(values)
 
-  def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
-    # Called by `add`, which holds both locks.
-    # values ends with the priority, which the storage does not hold: zip in
-    # the parent stops at the last storage array.
-    # The slot is the cursor and `add` validated the priority: skip `set`'s
-    # checks (this runs once per environment step).
-    self.sum_tree._set_one(self._add_count % self._replay_capacity,  # pylint: disable=protected-access
-                           values[-1])
-    super()._write(values, ends_episode)
+  def _on_write(self, slot: int, values: Sequence[Any]) -> None:
+    # `add` checked the priority (values[-1]; 0 for padding) and the slot is
+    # its cursor: skip `set`'s checks, as this runs once per environment
+    # step. `add` holds `_lock`; `_priority_lock` comes after it.
+    with self._priority_lock:
+      self.sum_tree.set_validated(slot, values[-1])
 
   # ------------------------------------------------------------- sampling
 
-  @circular_replay_buffer.synchronized('_lock', '_priority_lock')
+  @locking.synchronized('_lock', '_priority_lock')
   def sample_index_batch(self, batch_size: int) -> np.ndarray:
     """Returns `batch_size` valid slots drawn in proportion to priority.
 
@@ -238,7 +212,9 @@ class OutOfGraphPrioritizedReplayBuffer(
     batch_size = self._check_batch_size(batch_size)
     self._sampling_range()  # Raises if too few transitions were added.
     candidates = self.sum_tree.stratified_sample(batch_size)
-    return self._redraw_invalid(candidates, self.sum_tree.sample_batch)
+    return sampling.redraw_invalid(candidates, self._valid_mask,
+                                   self.sum_tree.sample_batch,
+                                   self._max_sample_attempts)
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
@@ -253,10 +229,10 @@ class OutOfGraphPrioritizedReplayBuffer(
     if np.ndim(indices) == 0:
       raise errors.ArgumentError(
           'indices must be an array, got {!r}'.format(indices))
-    return sum_tree.validate_indices(indices, self._replay_capacity,
-                                     'indices')
+    return validation.validate_indices(indices, self._replay_capacity,
+                                       'indices')
 
-  @circular_replay_buffer.synchronized('_priority_lock')
+  @locking.synchronized('_priority_lock')
   def set_priority(self, indices: Any, priorities: Any) -> None:
     """Sets the priorities of a batch of slots.
 
@@ -267,7 +243,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     a bool, string, bytes or complex number) that is 0 or lies in
     float32's positive range, [2**-149, 3.4028235e38]: `get_priority` then
     returns it (rounded to float32) and never 0 or inf. See
-    docs/compat.md.
+    docs/compat.md#prioritized_replay_buffer.
 
     Args:
       indices: integer array (any integer dtype) of slots in
@@ -288,11 +264,11 @@ class OutOfGraphPrioritizedReplayBuffer(
       raise ValueError(
           'priorities of shape {} do not match indices of shape {}.'.format(
               np.shape(priorities), indices.shape))
-    self.sum_tree.set(indices, sum_tree.validate_priorities(
+    self.sum_tree.set(indices, validation.validate_priorities(
         priorities, indices.shape, 'priorities',
         self.sum_tree.priority_dtype))
 
-  @circular_replay_buffer.synchronized('_priority_lock')
+  @locking.synchronized('_priority_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
     """Returns the priorities of a batch of slots (0 for unused slots).
 
@@ -313,69 +289,14 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ---------------------------------------------------------- checkpoints
 
-  def _checkpoint_layout(self) -> List[Tuple[str, str]]:
-    return super()._checkpoint_layout() + [('sum_tree', 'sum_tree')]
-
-  @circular_replay_buffer.synchronized('_priority_lock')
-  def _checkpoint_value(self, name: str) -> Any:
-    if name == 'sum_tree':
-      return self.sum_tree.get_state()
-    return super()._checkpoint_value(name)
-
-  def _pickle_limits(self, name: str) -> checkpoint_io.PickleLimits:
-    if name == 'sum_tree':
-      # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes
-      # each in any pickle protocol; and a generator state (MT19937's holds
-      # 624 words).
-      leaves = 1 << max(self._replay_capacity - 1, 0).bit_length()
-      return checkpoint_io.PickleLimits(
-          max_bytes=128 * leaves + (1 << 16),
-          max_elements=2 * leaves + (1 << 12), max_depth=8)
-    return super()._pickle_limits(name)
-
-  def _read_checkpoint(self, checkpoint_dir: str, suffix: Any,
-                       missing_episode_ends: bool) -> Dict[str, Any]:
-    pending = super()._read_checkpoint(checkpoint_dir, suffix,
-                                       missing_episode_ends)
-    path = checkpoint_io.checkpoint_filename(checkpoint_dir, 'sum_tree',
-                                             suffix)
-    with checkpoint_io.refusing(path):
-      loaded = checkpoint_io.load_pickle_gz(
-          path, expected=pending['digest_of']('sum_tree'),
-          limits=self._pickle_limits('sum_tree'))
-      if isinstance(loaded, checkpoint_io.PickledSumTreeState):
-        state = loaded.state
-      elif isinstance(loaded, dict):
-        state = loaded
-      else:
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: expected a pickled SumTree, got {}'.format(
-                path, type(loaded).__name__))
-      # The generator is the memory's (restored from the dopamine_per
-      # state), shared with the tree: keep the tree's object.
-      state = {k: v for k, v in state.items() if k != 'rng_state'}
-      try:
-        # A scratch tree of the same priority bounds: set_state validates.
-        sum_tree.SumTree(
-            self._replay_capacity,
-            priority_dtype=self.sum_tree.priority_dtype).set_state(state)
-      except ValueError as e:
-        raise checkpoint_io.CorruptCheckpointError(
-            '{}: {}'.format(path, e)) from e
-    pending['sum_tree'] = state
-    return pending
-
-  @circular_replay_buffer.synchronized('_priority_lock')
-  def _commit_checkpoint(self, pending: Dict[str, Any]) -> None:
-    # Validated in _read_checkpoint; set_state is all-or-nothing anyway, and
-    # runs first so that nothing else has changed if it raises.
-    self.sum_tree.set_state(pending['sum_tree'])
-    super()._commit_checkpoint(pending)
+  # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.
+  _checkpoint_extensions = (memory_checkpoint.SUM_TREE,)
 
 
 @gin.configurable(
     denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
-class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
+class WrappedPrioritizedReplayBuffer(
+    circular_replay_buffer.WrappedReplayBuffer):
   """Graph-mode access to an `OutOfGraphPrioritizedReplayBuffer`.
 
   Adds `tf_set_priority` and `tf_get_priority` to `WrappedReplayBuffer`; the
@@ -384,10 +305,10 @@ class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer)
   """
 
   @staticmethod
-  def _memory_class():
+  def _memory_class() -> type:
     return OutOfGraphPrioritizedReplayBuffer
 
-  def tf_set_priority(self, indices, priorities) -> tf.Operation:
+  def tf_set_priority(self, indices, priorities) -> 'tf.Operation':
     """Returns an op setting `priorities` at `indices` in the memory.
 
     Args:
@@ -400,19 +321,14 @@ class WrappedPrioritizedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer)
       A tf.Operation; running it writes the priorities, or raises
       tf.errors.InvalidArgumentError naming the bad value and writes nothing.
     """
-    return numpy_function.numpy_function(
-        self.memory.set_priority, [indices, priorities], [],
-        name='prioritized_replay_set_priority_py_func')
+    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
+    return wrapped_sampling.set_priority_op(self.memory, indices, priorities)
 
-  def tf_get_priority(self, indices) -> tf.Tensor:
+  def tf_get_priority(self, indices) -> 'tf.Tensor':
     """Returns a float32 tensor of shape [n]: the priorities at `indices`.
 
     Args:
       indices: int tensor of shape [n], memory indices.
     """
-    indices = tf.convert_to_tensor(indices)
-    priorities, = numpy_function.numpy_function(
-        self.memory.get_priority, [indices], [tf.float32],
-        name='prioritized_replay_get_priority_py_func')
-    priorities.set_shape(indices.shape)
-    return priorities
+    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
+    return wrapped_sampling.get_priority_tensor(self.memory, indices)

@@ -12,7 +12,21 @@ time in Python. This tree is *wide*: every inner node sums ``FANOUT`` (16)
 children, so a tree over 2**20 leaves has five levels, not twenty-one. A
 batch of updates or queries is a handful of NumPy operations per level,
 whatever the batch size, or one call of a compiled loop when Numba is
-installed (the `fast` extra; `sum_tree_kernels`, bit-identical results).
+installed (the `fast` extra, chosen by `kernels`; bit-identical results).
+
+All levels live in one flat float64 array, leaves first, each level padded
+with zeros to whole rows of 16 siblings. For capacity 1000:
+
+  flat:     | level 0: 63 rows | level 1: 4 rows | level 2: 1 row |
+  offsets:  0                  1008              1072             1088
+
+  level 2   [a0 a1 a2 a3 0 .. 0]                 the total is its sum
+  level 1   [b0 .. b15][b16 .. b31][b32 .. b47][b48 .. b62 0]
+  level 0   [p0 .. p15][p16 .. p31] ... [p992 .. p999 0 .. 0]
+
+Node i of level k is flat[offsets[k] + i]. Node j sums row j of the level
+below (a1 = b16 + ... + b31), so the parent of node i is node i // 16 of
+level k + 1. Leaves 1000 to 1007 and the other trailing zeros are padding.
 
 Exactness. Every inner node is recomputed from its children when one of them
 changes, never updated by adding a delta, so rounding errors cannot accumulate:
@@ -24,20 +38,23 @@ Compatibility. The public surface matches ``dopamine.tf.replay_memory.sum_tree``
 on demand), ``max_recorded_priority``, ``set``, ``get``, ``sample`` and
 ``stratified_sample``, with the same exception types. Without an ``rng`` the
 tree draws from Python's ``random`` module exactly as Dopamine does, so
-``random.seed`` reproduces Dopamine's query values. See docs/compat.md.
+``random.seed`` reproduces Dopamine's query values. What differs from
+Dopamine's tree: docs/compat.md#sum_tree; the flat layout:
+docs/architecture.md#the-sum-trees-flat-layout.
 """
 
 import functools
 import math
 import numbers
-import operator
 import random
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from dopamine_per import errors
+from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import sum_tree_kernels
+from dopamine_per.replay_memory import validation
 
 __all__ = [
     'SumTree',
@@ -59,16 +76,12 @@ RngLike = Union[None, int, np.random.Generator]
 
 _FLOAT64 = np.dtype(np.float64)
 
-
-class InvalidIndexError(IndexError, ValueError):
-  """An index outside [0, capacity). Catchable as IndexError or ValueError."""
-
-
-class InvalidIndexTypeError(TypeError, errors.ArgumentError):
-  """A non-integer index: a TypeError, a ValueError and an AssertionError.
-
-  Dopamine's prioritized memory asserts that indices are integers.
-  """
+# The memories, agents and tests take these from here.
+InvalidIndexError = validation.InvalidIndexError
+InvalidIndexTypeError = validation.InvalidIndexTypeError
+validate_indices = validation.validate_indices
+validate_priorities = validation.validate_priorities
+validate_priority = validation.validate_priority
 
 
 def _python_random_words(count: int) -> bytes:
@@ -104,19 +117,6 @@ def _cache_aligned_zeros(size: int) -> np.ndarray:
   raw = np.zeros(size + 8)
   start = (-raw.ctypes.data % 64) // 8
   return raw[start:start + size]
-
-
-def _check_batch_size(batch_size: Any, minimum: int, expected: str) -> None:
-  """Raises ValueError unless batch_size is an int (not a bool) >= minimum."""
-  if type(batch_size) is int:  # pylint: disable=unidiomatic-typecheck
-    valid = batch_size >= minimum  # The common case, without ABC checks.
-  else:
-    valid = (not isinstance(batch_size, bool) and
-             isinstance(batch_size, numbers.Integral) and
-             batch_size >= minimum)
-  if not valid:
-    raise ValueError('batch_size must be {}. Got: {}'.format(expected,
-                                                            batch_size))
 
 
 # Batch sizes whose strata are cached, 64 sizes per cache: at most
@@ -214,7 +214,7 @@ class SumTree(object):
   """
 
   def __init__(self, capacity: int, rng: RngLike = None,
-               kernels: Optional[str] = None,
+               kernels: kernels_lib.KernelsLike = None,
                priority_dtype: Any = np.float64):
     """Creates an all-zero sum tree.
 
@@ -223,10 +223,10 @@ class SumTree(object):
       rng: None to draw from Python's `random` module (Dopamine's behaviour,
         reproducible with `random.seed`), or a `numpy.random.Generator` or an
         int seed for an independent, checkpointable stream.
-      kernels: 'numpy', 'numba' or 'auto' (None: the
-        DOPAMINE_PER_SUM_TREE_KERNELS environment variable, default 'auto':
-        Numba's when the `fast` extra is installed). Both give bit-identical
-        results; see `sum_tree_kernels`.
+      kernels: a `kernels.Kernels`, 'numpy', 'numba', 'auto' or None (the
+        DOPAMINE_PER_KERNELS environment variable, default 'auto': Numba's
+        when the `fast` extra is installed); see `kernels.choose`. Both give
+        bit-identical results.
       priority_dtype: float16, float32 or float64: priorities must be 0 or
         in [its smallest positive value, its largest value]. The
         prioritized memory uses float32, the dtype of `get_priority`;
@@ -262,8 +262,9 @@ class SumTree(object):
     self._blocks = [level.reshape(-1, FANOUT) for level in self._levels]
     self._leaves = self._levels[0][:self.capacity]
     self._total = 0.0
-    self.priority_dtype = _priority_dtype(priority_dtype)
-    self._smallest, self._largest = _priority_bounds(self.priority_dtype)
+    self.priority_dtype = validation.check_priority_dtype(priority_dtype)
+    self._smallest, self._largest = validation.priority_bounds(
+        self.priority_dtype)
     # While every leaf is at most this, no total can overflow: each node is
     # at most the sum over a full tree of this value, FANOUT**levels times
     # it, a power of two, exactly. Beyond it `_check_total` decides.
@@ -314,8 +315,9 @@ class SumTree(object):
       InvalidIndexError: If an index is outside [0, capacity).
     """
     if type(node_index) is not np.ndarray or not node_index.ndim:
-      if _is_scalar(node_index):
-        return float(self._levels[0][self._check_scalar_index(node_index)])
+      if validation.is_scalar(node_index):
+        return float(self._levels[0][validation.validate_index(
+            node_index, self.capacity, 'node_index')])
       node_index = np.asarray(node_index)
     kind = node_index.dtype.kind
     if (self._kernels.get_leaves is not None and kind == 'i' and
@@ -330,7 +332,8 @@ class SumTree(object):
         return self._leaves.take(node_index)
       except IndexError:
         pass
-    return self._levels[0][self._check_indices(node_index)]  # Raises.
+    return self._levels[0][validate_indices(  # Raises.
+        node_index, self.capacity, 'node_index')]
 
   # ---------------------------------------------------------------- writing
 
@@ -357,17 +360,19 @@ class SumTree(object):
         infinite or outside `priority_dtype`'s range, if the shapes do not
         match, or if the update would make the total priority infinite.
     """
-    if _is_scalar(node_index) and _is_scalar(value):
-      index = self._check_scalar_index(node_index)
+    if validation.is_scalar(node_index) and validation.is_scalar(value):
+      index = validation.validate_index(node_index, self.capacity,
+                                        'node_index')
       number = validate_priority(value, 'value', self.priority_dtype)
       if (number > self._safe_largest or
           self.max_recorded_priority > self._safe_largest):
         self._check_total(np.array([index]), np.array([number]))
-      self._set_one(index, number)
+      self.set_validated(index, number)
       return
     if self.set_if_valid(node_index, value):
       return
-    indices = self._check_indices(node_index).ravel()
+    indices = validate_indices(node_index, self.capacity,
+                               'node_index').ravel()
     values = validate_priorities(value, np.shape(node_index), 'value',
                                  self.priority_dtype).ravel()
     if indices.size == 0:
@@ -447,12 +452,20 @@ class SumTree(object):
       raise ValueError(
           'value: setting {} at indices {} would make the total priority '
           'infinite (the float64 sum overflows); nothing was written.'.format(
-              _head(values), _head(indices)))
+              validation.head(values), validation.head(indices)))
 
-  def _set_one(self, index: int, value: float) -> None:
-    """Scalar `set` without array overhead: O(FANOUT * depth).
+  def set_validated(self, index: int, value: float) -> None:
+    """Sets one leaf whose index and value the caller has validated.
 
-    Unchecked: the index and the value must have passed `set`'s checks.
+    A scalar `set` without its checks or array overhead, O(FANOUT * depth),
+    for a caller on a hot path that has already checked both (the
+    prioritized memory's `add`: the slot is its cursor, the priority went
+    through `validate_priority`). Unchecked arguments corrupt the tree.
+
+    Args:
+      index: int in [0, capacity).
+      value: float, a valid priority (see `validate_priority`) that keeps
+        the total finite.
     """
     self._levels[0][index] = value
     if value > self.max_recorded_priority:
@@ -559,7 +572,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    _check_batch_size(batch_size, 0, 'an integer >= 0')
+    validation.check_batch_size(batch_size, 0, 'an integer >= 0')
     return self._descend_strata(*_whole_range(int(batch_size)))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
@@ -581,7 +594,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    _check_batch_size(batch_size, 1, 'a positive integer')
+    validation.check_batch_size(batch_size, 1, 'a positive integer')
     return self._descend_strata(*_strata(int(batch_size)))
 
   def _uniforms(self, count: int) -> np.ndarray:
@@ -737,209 +750,3 @@ class SumTree(object):
   def _check_not_empty(self) -> None:
     if self._total <= 0.0:
       raise ValueError('Cannot sample from an empty sum tree.')
-
-  def _check_scalar_index(self, node_index: Any) -> int:
-    try:
-      index = operator.index(node_index)
-    except TypeError:
-      raise InvalidIndexTypeError(
-          'node_index must be an integer. Got: {!r}'.format(node_index)
-      ) from None
-    if not 0 <= index < self.capacity:
-      raise InvalidIndexError('node_index must be in [0, {}). Got: {}'.format(
-          self.capacity, index))
-    return index
-
-  def _check_indices(self, node_index: Any) -> np.ndarray:
-    return validate_indices(node_index, self.capacity, 'node_index')
-
-
-def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
-  """Checks an array-like of leaf indices; returns it as an integer array.
-
-  Args:
-    indices: array-like of integers (any integer dtype).
-    capacity: int, indices must lie in [0, capacity).
-    name: str, the argument's name, for the error message.
-
-  Returns:
-    np.ndarray of the input's integer dtype (int64 if it is empty).
-
-  Raises:
-    InvalidIndexTypeError: If the indices are not integers.
-    InvalidIndexError: If an index is outside [0, capacity).
-  """
-  array = np.asarray(indices)
-  if array.dtype.kind not in 'iu':
-    if array.size == 0:
-      return array.astype(np.int64)
-    raise InvalidIndexTypeError('{} must be integers. Got dtype {}: {!r}'.format(
-        name, array.dtype, array.flat[0]))
-  if array.size and (array.min() < 0 or array.max() >= capacity):
-    bad = array[(array < 0) | (array >= capacity)].flat[0]
-    raise InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
-        name, capacity, bad))
-  return array
-
-
-def _is_scalar(value: Any) -> bool:
-  return type(value) in _FAST_SCALARS or isinstance(
-      value, (numbers.Number, np.generic)) or (
-          isinstance(value, np.ndarray) and value.ndim == 0)
-
-
-_FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
-                           np.float32])
-
-
-def _priority_dtype(dtype: Any) -> np.dtype:
-  """Checks a SumTree's priority_dtype: float16, float32 or float64."""
-  try:
-    checked = np.dtype(dtype)
-  except TypeError:
-    checked = None
-  if checked is None or checked.kind != 'f' or checked.itemsize > 8:
-    raise ValueError('priority_dtype must be float16, float32 or float64. '
-                     'Got: {!r}'.format(dtype))
-  return checked
-
-
-@functools.lru_cache(maxsize=None)
-def _priority_bounds(dtype: Any) -> Tuple[float, float]:
-  """The smallest positive and the largest priority `dtype` holds.
-
-  Between them (and at 0) a float64 priority reads back in `dtype` as a
-  positive finite number; below the first it would read back as 0, above the
-  second as the largest value or inf.
-  """
-  info = np.finfo(dtype)
-  return float(info.smallest_subnormal), float(info.max)
-
-
-def _head(values: Any, count: int = 4) -> str:
-  """The first `count` values, for error messages about large batches."""
-  values = np.asarray(values).ravel()
-  text = ', '.join(repr(v) for v in values[:count].tolist())
-  return '[{}{}]'.format(text, ', ...' if values.size > count else '')
-
-
-def _range_error(name: str, number: Any, dtype: Any) -> ValueError:
-  smallest, largest = _priority_bounds(dtype)
-  return ValueError(
-      '{} should be nonnegative and finite: 0 or in [{!r}, {!r}] (the '
-      'positive range of {}). Got {}'.format(
-          name, smallest, largest, np.dtype(dtype).name,
-          errors.describe(number)))
-
-
-def _type_error(name: str, value: Any) -> ValueError:
-  return ValueError('{} should be real numbers (not bools, strings or '
-                    'complex numbers). Got {}'.format(name,
-                                                      errors.describe(value)))
-
-
-def _real_scalar(value: Any, name: str, dtype: Any) -> float:
-  """Returns a real number (not a bool, string or complex) as a float.
-
-  Raises:
-    ValueError: If it is not one, or is an int beyond any float (named as
-      outside `dtype`'s range).
-  """
-  if isinstance(value, numbers.Real) and not isinstance(value, bool):
-    try:
-      return float(value)
-    except OverflowError:  # An int beyond any float.
-      raise _range_error(name, value, dtype) from None
-  if not isinstance(value, (bool, str, bytes, numbers.Number)):
-    try:
-      array = np.asarray(value)  # A 0-d array or tensor, say.
-    except Exception:  # pylint: disable=broad-except
-      array = None
-    if array is not None and array.ndim == 0 and array.dtype.kind in 'fiu':
-      return float(array)
-  raise _type_error(name, value)
-
-
-def validate_priority(value: Any, name: str = 'value',
-                      dtype: Any = np.float64) -> float:
-  """Checks one priority; returns it as a float.
-
-  A priority is a real number: a Python or NumPy integer or float, or a 0-d
-  array of one (Dopamine takes anything `float()` takes; strings, bytes,
-  complex numbers and bools are refused here, as they are bugs, not
-  priorities). It is 0, or lies between the smallest positive value of
-  `dtype` and its largest, inclusive: it then reads back in `dtype` as a
-  positive finite number, never as 0 or inf.
-
-  Args:
-    value: a real number (Python or NumPy scalar, or 0-d array).
-    name: str, the argument's name, for the error message.
-    dtype: float16, float32 or float64, the dtype the priority must fit.
-
-  Returns:
-    float, the value.
-
-  Raises:
-    ValueError: If the value is not a real number, or is negative, NaN,
-      infinite or outside `dtype`'s range.
-  """
-  number = (value if type(value) is float else
-            _real_scalar(value, name, dtype))
-  smallest, largest = _priority_bounds(dtype)
-  if not smallest <= number <= largest and number != 0.0:  # NaN fails both.
-    raise _range_error(name, number, dtype)
-  return number
-
-
-def _real_array(values: Any, name: str, dtype: Any) -> np.ndarray:
-  """Returns an array-like of real numbers as a float64 array."""
-  try:
-    array = np.asarray(values)
-  except Exception:  # pylint: disable=broad-except
-    array = None
-  if array is not None:
-    kind = array.dtype.kind
-    if kind == 'f' or kind in 'iu':
-      return array.astype(np.float64, copy=False)
-    if kind == 'O' and array.size:
-      # Python ints past int64, Fractions: real, but boxed.
-      return np.array([_real_scalar(v, name, dtype) for v in array.flat]
-                     ).reshape(array.shape)
-  raise _type_error(name, values if array is None or not array.size
-                    else array.flat[0])
-
-
-def validate_priorities(values: Any, shape: Tuple[int, ...],
-                        name: str = 'value', dtype: Any = np.float64
-                       ) -> np.ndarray:
-  """Checks a batch of priorities and broadcasts it to `shape`.
-
-  Each priority must pass `validate_priority`.
-
-  Args:
-    values: a real number or an array-like of them, broadcastable to
-      `shape`.
-    shape: tuple of ints, the shape of the matching indices.
-    name: str, the argument's name, for the error message.
-    dtype: float16, float32 or float64, the dtype the priorities must fit.
-
-  Returns:
-    np.ndarray of float64 with shape `shape` (possibly a broadcast view).
-
-  Raises:
-    ValueError: If a value is not a real number, is negative, NaN, infinite
-      or outside `dtype`'s range, or the shapes do not match.
-  """
-  array = _real_array(values, name, dtype)
-  try:
-    array = np.broadcast_to(array, shape)
-  except ValueError:
-    raise ValueError('{} of shape {} do not fit indices of shape {}.'.format(
-        name, np.shape(values), shape)) from None
-  smallest, largest = _priority_bounds(dtype)
-  ok = (array >= smallest) & (array <= largest)
-  if not ok.all():
-    ok |= array == 0.0  # Rare: checked only when a value is out of range.
-    if not ok.all():
-      raise _range_error(name, array[~ok].flat[0].item(), dtype)
-  return array

@@ -20,9 +20,11 @@ order, so they give bit-identical trees and samples:
 * `NumpyKernels`: vectorized over the batch (a few NumPy calls per level);
   always available.
 * `NumbaKernels`: the same loops compiled with Numba (in `numba_loops`),
-  from the `fast` extra (``pip install dopamine_per[fast]``); several times
-  faster on small and medium batches, where NumPy's per-call overhead
-  dominates.
+  from the `fast` extra; several times faster on small and medium batches,
+  where NumPy's per-call overhead dominates.
+
+`get_kernels` returns the class for a choice made by `kernels.choose`, the
+switch shared with the memory's loops.
 
 The arithmetic that both share:
 
@@ -36,22 +38,16 @@ The arithmetic that both share:
   descent never ends on a zero-priority leaf or on padding.
 """
 
-import os
-from typing import Optional
-
 import numpy as np
 
-try:
-  from dopamine_per.replay_memory import numba_loops  # pylint: disable=g-import-not-at-top
-except ImportError:  # Numba is not installed: NumPy's kernels only.
-  numba_loops = None
+from dopamine_per.replay_memory import kernels
 
 __all__ = ['NumpyKernels', 'NumbaKernels', 'get_kernels', 'available',
            'compiled']
 
-# Environment variable choosing the default kernels: 'numpy', 'numba' or
-# 'auto' (numba when installed).
-KERNELS_ENV = 'DOPAMINE_PER_SUM_TREE_KERNELS'
+# Before `kernels`, these chose the tree's kernels; kept for their callers.
+KERNELS_ENV = kernels.ENV
+available = kernels.available
 
 
 def uniforms_from_words(words: bytes) -> np.ndarray:
@@ -181,9 +177,9 @@ class NumpyKernels(object):
 
 def _build_numba_kernels():
   """Returns the class of compiled kernels, or None without Numba."""
-  if numba_loops is None:
+  loops = kernels.numba_loops
+  if loops is None:
     return None
-  loops = numba_loops
 
   class NumbaKernels(object):
     """The sum tree's loops compiled with Numba (same arithmetic)."""
@@ -247,40 +243,22 @@ def _build_numba_kernels():
 NumbaKernels = _build_numba_kernels()
 
 
-def available() -> list:
-  """Names of the kernels that can be used here."""
-  return ['numpy'] + (['numba'] if NumbaKernels is not None else [])
-
-
-def get_kernels(name: Optional[str] = None):
-  """Returns the kernels called `name`: 'numpy', 'numba' or 'auto'.
+def get_kernels(choice: kernels.KernelsLike = None):
+  """Returns the sum tree's loops for a choice of kernels.
 
   Args:
-    name: str or None. None reads the DOPAMINE_PER_SUM_TREE_KERNELS
-      environment variable ('auto' when unset). 'auto' means Numba's kernels
-      when Numba is installed, else NumPy's.
+    choice: a `kernels.Kernels`, 'numpy', 'numba', 'auto' or None (the
+      environment's choice); see `kernels.choose`.
 
   Returns:
     `NumpyKernels` or `NumbaKernels`.
 
   Raises:
-    ValueError: If `name` is unknown, or 'numba' without Numba installed.
+    ValueError: If `choice` is unknown, or 'numba' without Numba installed.
   """
-  if name is None:
-    name = os.environ.get(KERNELS_ENV, 'auto')
-  if name == 'auto':
-    return NumbaKernels or NumpyKernels
-  if name == 'numpy':
-    return NumpyKernels
-  if name == 'numba':
-    if NumbaKernels is None:
-      raise ValueError("Sum tree kernels 'numba' need Numba: "
-                       "pip install 'dopamine_per[fast]'.")
-    return NumbaKernels
-  raise ValueError("Unknown sum tree kernels {!r}: use 'numpy', 'numba' or "
-                   "'auto'.".format(name))
+  return NumbaKernels if kernels.choose(choice).compiled else NumpyKernels
 
 
-def compiled(name: Optional[str] = None) -> bool:
-  """Whether `get_kernels(name)` are Numba's (the memory's loops follow)."""
-  return get_kernels(name) is not NumpyKernels
+def compiled(choice: kernels.KernelsLike = None) -> bool:
+  """`kernels.choose(choice).compiled`: whether Numba's loops run."""
+  return kernels.choose(choice).compiled

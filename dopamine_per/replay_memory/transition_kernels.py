@@ -5,9 +5,8 @@
 n-step trajectory of each sampled slot (where it ends, whether at a
 terminal, and its discounted return).
 
-Validity. 
-`OutOfGraphReplayBuffer` checks every sampled slot (and redraws the invalid
-ones), so this runs once or more per batch. A slot `i` is valid when
+Validity. `OutOfGraphReplayBuffer` checks every sampled slot (and redraws
+the invalid ones), so this runs once or more per batch. A slot `i` is valid when
 
 * it lies in [0, capacity);
 * its n-step trajectory and next state are written and do not straddle the
@@ -28,7 +27,7 @@ summed by NumPy), so that returns are bit-identical to Dopamine's.
 Each comes as a vectorized NumPy function (`*_numpy`, a dozen NumPy calls)
 and a Numba loop from the `fast` extra (one call, several times faster on a
 batch of 32) with the same results; `valid_mask` and `trajectories` pick
-one like the sum tree's kernels (see `sum_tree_kernels.get_kernels`).
+one, as the sum tree does (see `kernels.choose`).
 """
 
 from typing import Callable, Optional, Tuple
@@ -36,11 +35,10 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from dopamine_per.replay_memory import frame_stacks
-from dopamine_per.replay_memory import sum_tree_kernels
+from dopamine_per.replay_memory import kernels as kernels_lib
 
 __all__ = ['TransitionsAndStates', 'trajectories', 'trajectories_numpy',
-           'trajectories_and_states', 'valid_mask', 'valid_mask_function',
-           'valid_mask_numpy']
+           'valid_mask', 'valid_mask_function', 'valid_mask_numpy']
 
 
 def valid_mask_numpy(indices: np.ndarray, capacity: int, add_count: int,
@@ -137,15 +135,14 @@ _SEQUENTIAL_SUM_LIMIT = 8
 
 def valid_mask(indices: np.ndarray, capacity: int, add_count: int,
                horizon: int, stack: int, episode_end: np.ndarray,
-               terminal: np.ndarray, kernels: Optional[str] = None
+               terminal: np.ndarray, kernels: kernels_lib.KernelsLike = None
               ) -> np.ndarray:
   """`valid_mask_numpy`, compiled when Numba is installed.
 
   Args:
     indices, capacity, add_count, horizon, stack, episode_end, terminal: see
       `valid_mask_numpy`.
-    kernels: 'numpy', 'numba' or None/'auto' (see
-      `sum_tree_kernels.get_kernels`).
+    kernels: a `kernels.Kernels`, a name or None (see `kernels.choose`).
 
   Returns:
     bool array shaped like `indices`.
@@ -154,20 +151,21 @@ def valid_mask(indices: np.ndarray, capacity: int, add_count: int,
       indices, capacity, add_count, horizon, stack, episode_end, terminal)
 
 
-def valid_mask_function(terminal: np.ndarray, kernels: Optional[str] = None
+def valid_mask_function(terminal: np.ndarray,
+                        kernels: kernels_lib.KernelsLike = None
                        ) -> Callable[..., np.ndarray]:
   """The function `valid_mask` calls for this terminal array and kernels.
 
   A memory keeps it, to skip the choice on every sample.
   """
-  if not sum_tree_kernels.compiled(kernels) or terminal.ndim != 1:
+  if not kernels_lib.choose(kernels).compiled or terminal.ndim != 1:
     return valid_mask_numpy
-  return sum_tree_kernels.numba_loops.valid_mask_loop
+  return kernels_lib.numba_loops.valid_mask_loop
 
 
 def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
                  rewards: np.ndarray, discounts: np.ndarray,
-                 kernels: Optional[str] = None
+                 kernels: kernels_lib.KernelsLike = None
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """`trajectories_numpy`, compiled when Numba is installed.
 
@@ -177,29 +175,28 @@ def trajectories(indices: np.ndarray, capacity: int, terminal: np.ndarray,
   Args:
     indices, capacity, terminal, rewards, discounts: see
       `trajectories_numpy`.
-    kernels: 'numpy', 'numba' or None/'auto' (see
-      `sum_tree_kernels.get_kernels`).
+    kernels: a `kernels.Kernels`, a name or None (see `kernels.choose`).
 
   Returns:
     (next_indices, is_terminal, returns), see `trajectories_numpy`.
   """
   if _compiled_trajectories(terminal, rewards, discounts, kernels):
-    return sum_tree_kernels.numba_loops.trajectories_loop(
+    return kernels_lib.numba_loops.trajectories_loop(
         indices, capacity, terminal, rewards, discounts)
   return trajectories_numpy(indices, capacity, terminal, rewards, discounts)
 
 
 def _compiled_trajectories(terminal: np.ndarray, rewards: np.ndarray,
-                           discounts: np.ndarray, kernels: Optional[str]
-                          ) -> bool:
-  return (sum_tree_kernels.compiled(kernels) and terminal.ndim == 1 and
+                           discounts: np.ndarray,
+                           kernels: kernels_lib.KernelsLike) -> bool:
+  return (kernels_lib.choose(kernels).compiled and terminal.ndim == 1 and
           rewards.ndim == 1 and rewards.dtype == np.float32 and
           discounts.dtype == np.float32 and
           len(discounts) < _SEQUENTIAL_SUM_LIMIT)
 
 
 class TransitionsAndStates(object):
-  """`trajectories_and_states` for one storage, its path chosen once.
+  """`trajectories`, and the states ending at the slots and at their ends.
 
   For 4 one-byte frames per state and float32 rewards, with Numba, one
   compiled call builds the trajectories and both stacks of a batch;
@@ -210,7 +207,16 @@ class TransitionsAndStates(object):
 
   def __init__(self, frames: np.ndarray, stack: int, terminal: np.ndarray,
                rewards: np.ndarray, discounts: np.ndarray,
-               kernels: Optional[str] = None):
+               kernels: kernels_lib.KernelsLike = None):
+    """Chooses the path for one storage.
+
+    Args:
+      frames: array [capacity, *observation_shape], the frame storage.
+      stack: int, frames per state.
+      terminal, rewards, discounts: see `trajectories`.
+      kernels: a `kernels.Kernels`, a name or None (see `kernels.choose`).
+    """
+    kernels = kernels_lib.choose(kernels)
     self._frames, self._stack, self._kernels = frames, stack, kernels
     self._arrays = (terminal, rewards, discounts)
     self.compiled = (frame_stacks.compiled_4x8(frames, stack, kernels) and
@@ -223,7 +229,17 @@ class TransitionsAndStates(object):
   def __call__(self, indices: np.ndarray,
                pool: Optional[frame_stacks.BufferPool] = None
               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """See `trajectories_and_states`."""
+    """Returns the trajectories of `indices` and the states at both ends.
+
+    Args:
+      indices: 1-D int64 array of valid slots.
+      pool: as for `frame_stacks.gather_stacks`.
+
+    Returns:
+      (next_indices, is_terminal, returns, stacks): the first three as
+      `trajectories`; stacks [2 * batch, *observation_shape, stack], the
+      states ending at `indices`, then those ending at `next_indices`.
+    """
     frames = self._frames
     if not (self.compiled and len(indices)):
       next_indices, is_terminal, returns = trajectories(
@@ -236,34 +252,8 @@ class TransitionsAndStates(object):
     stacks = frame_stacks.empty_output(
         (rows,) + frames.shape[1:] + (self._stack,), frames.dtype, pool)
     next_indices, is_terminal, returns = (
-        sum_tree_kernels.numba_loops.atari_transitions(
+        kernels_lib.numba_loops.atari_transitions(
             self._frame_bytes, *self._arrays, indices,
             stacks.reshape(rows, -1).view(np.uint32)))
     return next_indices, is_terminal, returns, stacks
 
-
-def trajectories_and_states(
-    indices: np.ndarray, frames: np.ndarray, stack: int,
-    terminal: np.ndarray, rewards: np.ndarray, discounts: np.ndarray,
-    kernels: Optional[str] = None,
-    pool: Optional[frame_stacks.BufferPool] = None
-) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-  """`trajectories`, and the states ending at the slots and at their ends.
-
-  One compiled call for Atari-like memories with Numba (see
-  `TransitionsAndStates`, which a memory keeps instead of calling this).
-
-  Args:
-    indices: 1-D int64 array of valid slots.
-    frames: array [capacity, *observation_shape], the frame storage.
-    stack: int, frames per state.
-    terminal, rewards, discounts, kernels: see `trajectories`.
-    pool: as for `frame_stacks.gather_stacks`.
-
-  Returns:
-    (next_indices, is_terminal, returns, stacks): the first three as
-    `trajectories`; stacks [2 * batch, *observation_shape, stack], the
-    states ending at `indices`, then those ending at `next_indices`.
-  """
-  return TransitionsAndStates(frames, stack, terminal, rewards, discounts,
-                              kernels)(indices, pool)

@@ -1,4 +1,4 @@
-"""Tests for dopamine_per.replay_memory.checkpoint_io."""
+"""Tests for dopamine_per.file_io: atomic writes, safe pickles, gzip'd files."""
 
 import collections
 import gzip
@@ -21,7 +21,9 @@ from dopamine.tf.replay_memory import sum_tree as dopamine_sum_tree
 import numpy as np
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import checkpoint_io
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import sum_tree
 
 
@@ -65,13 +67,15 @@ def _bomb(prefix, inflated_bytes, filler=b'\0'):
 _ISOLATED = textwrap.dedent('''
     import json, resource
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-    from dopamine_per.replay_memory import checkpoint_io
+    from dopamine_per.file_io import atomic_files
+    from dopamine_per.file_io import gzip_files
+    from dopamine_per.file_io import safe_pickle
     {code}
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
       load()
       outcome = 'loaded'
-    except checkpoint_io.CheckpointError as e:
+    except atomic_files.CheckpointError as e:
       outcome = 'refused: ' + str(e)
     except BaseException as e:
       outcome = 'raised {{}}: {{}}'.format(type(e).__name__, str(e)[:200])
@@ -128,10 +132,10 @@ class NpyTest(IoTestCase):
   )
   def test_round_trip_and_dopamine_format(self, array):
     path = self.path()
-    checkpoint_io.save_npy_gz(path, array)
+    gzip_files.save_npy_gz(path, array)
     with gzip.open(path) as f:  # How Dopamine reads it.
       np.testing.assert_array_equal(np.load(f, allow_pickle=False), array)
-    loaded = checkpoint_io.load_npy_gz(path, shape=array.shape,
+    loaded = gzip_files.load_npy_gz(path, shape=array.shape,
                                        dtype=array.dtype)
     np.testing.assert_array_equal(loaded, array)
     self.assertEqual(loaded.dtype, array.dtype)
@@ -139,18 +143,18 @@ class NpyTest(IoTestCase):
   def test_reads_what_dopamine_writes(self):
     array = np.arange(10, dtype=np.int64)
     path = self.write_raw(gzip.compress(_npy_bytes(array)))
-    np.testing.assert_array_equal(checkpoint_io.load_npy_gz(path), array)
+    np.testing.assert_array_equal(gzip_files.load_npy_gz(path), array)
 
   def test_big_endian_is_converted(self):
     array = np.arange(5, dtype='>f4')
     path = self.write_raw(gzip.compress(_npy_bytes(array)))
-    loaded = checkpoint_io.load_npy_gz(path, dtype=np.float32)
+    loaded = gzip_files.load_npy_gz(path, dtype=np.float32)
     self.assertEqual(loaded.dtype, np.dtype(np.float32))
     np.testing.assert_array_equal(loaded, array)
 
   def test_deterministic_bytes(self):
-    checkpoint_io.save_npy_gz(self.path('a.gz'), np.arange(5))
-    checkpoint_io.save_npy_gz(self.path('b.gz'), np.arange(5))
+    gzip_files.save_npy_gz(self.path('a.gz'), np.arange(5))
+    gzip_files.save_npy_gz(self.path('b.gz'), np.arange(5))
     with open(self.path('a.gz'), 'rb') as a, open(self.path('b.gz'),
                                                   'rb') as b:
       self.assertEqual(a.read(), b.read())
@@ -160,19 +164,19 @@ class NpyTest(IoTestCase):
       ('dtype', dict(dtype=np.float32), 'dtype int64, expected float32'),
   )
   def test_mismatch(self, kwargs, message):
-    checkpoint_io.save_npy_gz(self.path(), np.arange(5))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    gzip_files.save_npy_gz(self.path(), np.arange(5))
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'f.gz: array has ' + message):
-      checkpoint_io.load_npy_gz(self.path(), **kwargs)
+      gzip_files.load_npy_gz(self.path(), **kwargs)
 
   def test_object_arrays_are_refused(self):
     array = np.array([{'a': 1}], dtype=object)
     path = self.write_raw(gzip.compress(_npy_bytes(array)))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'f.gz: holds Python objects'):
-      checkpoint_io.load_npy_gz(path)
+      gzip_files.load_npy_gz(path)
     with self.assertRaisesRegex(ValueError, 'object array'):
-      checkpoint_io.save_npy_gz(self.path('g.gz'), array)
+      gzip_files.save_npy_gz(self.path('g.gz'), array)
 
   def test_corruption(self):
     data = gzip.compress(_npy_bytes(np.arange(1000)))
@@ -188,13 +192,13 @@ class NpyTest(IoTestCase):
     }
     for name, corrupt in cases.items():
       path = self.write_raw(corrupt, name + '.gz')
-      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+      with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                   name + '.gz', msg=name):
-        checkpoint_io.load_npy_gz(path)
+        gzip_files.load_npy_gz(path)
 
   def test_missing_file(self):
     with self.assertRaises(FileNotFoundError):
-      checkpoint_io.load_npy_gz(self.path('missing.gz'))
+      gzip_files.load_npy_gz(self.path('missing.gz'))
 
 
 class PickleTest(IoTestCase):
@@ -216,7 +220,7 @@ class PickleTest(IoTestCase):
         'numpy_set': {np.int64(3), np.int64(4)},
     })
     path = self.write_raw(gzip.compress(pickle.dumps(value, protocol)))
-    loaded = checkpoint_io.load_pickle_gz(path)
+    loaded = gzip_files.load_pickle_gz(path)
     self.assertEqual(loaded.keys(), value.keys())
     for key in self.PLAIN:
       self.assertEqual(loaded[key], value[key], key)
@@ -229,7 +233,7 @@ class PickleTest(IoTestCase):
     data = pickle.dumps(np.arange(3.0), protocol=2)
     data = data.replace(b'numpy._core.multiarray', b'numpy.core.multiarray')
     self.assertIn(b'numpy.core.multiarray', data)
-    loaded = checkpoint_io.restricted_loads(data)
+    loaded = safe_pickle.restricted_loads(data)
     np.testing.assert_array_equal(loaded, [0.0, 1.0, 2.0])
 
   @parameterized.named_parameters(
@@ -241,21 +245,21 @@ class PickleTest(IoTestCase):
   )
   def test_refuses_other_globals(self, value, message):
     path = self.write_raw(gzip.compress(pickle.dumps(value)))
-    with self.assertRaisesRegex(checkpoint_io.UnsafePickleError,
+    with self.assertRaisesRegex(safe_pickle.UnsafePickleError,
                                 'f.gz: refusing to unpickle ' + message):
-      checkpoint_io.load_pickle_gz(path)
+      gzip_files.load_pickle_gz(path)
     # Catchable both ways.
     with self.assertRaises(pickle.UnpicklingError):
-      checkpoint_io.load_pickle_gz(path)
+      gzip_files.load_pickle_gz(path)
     with self.assertRaises(ValueError):
-      checkpoint_io.load_pickle_gz(path)
+      gzip_files.load_pickle_gz(path)
 
   def test_codecs_encode_only_for_latin1(self):
     data = (b'\x80\x02c_codecs\nencode\nq\x00X\x03\x00\x00\x00abcX\x05\x00'
             b'\x00\x00rot13\x86R.')
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'latin1'):
-      checkpoint_io.restricted_loads(data)
+      safe_pickle.restricted_loads(data)
 
   def test_corruption(self):
     data = gzip.compress(pickle.dumps({'a': list(range(1000))}))
@@ -268,12 +272,12 @@ class PickleTest(IoTestCase):
     }
     for name, corrupt in cases.items():
       path = self.write_raw(corrupt, name + '.gz')
-      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+      with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                   name + '.gz', msg=name):
-        checkpoint_io.load_pickle_gz(path)
+        gzip_files.load_pickle_gz(path)
 
   def test_save_pickle_is_dopamine_readable(self):
-    checkpoint_io.save_pickle_gz(self.path(), {1, 2, 3})
+    gzip_files.save_pickle_gz(self.path(), {1, 2, 3})
     with gzip.open(self.path()) as f:
       self.assertEqual(pickle.load(f), {1, 2, 3})
 
@@ -289,8 +293,8 @@ class SumTreePickleTest(IoTestCase):
   def test_dopamine_pickle_loads_as_state(self):
     tree = self._dopamine_tree()
     path = self.write_raw(gzip.compress(pickle.dumps(tree)))
-    loaded = checkpoint_io.load_pickle_gz(path)
-    self.assertIsInstance(loaded, checkpoint_io.PickledSumTreeState)
+    loaded = gzip_files.load_pickle_gz(path)
+    self.assertIsInstance(loaded, safe_pickle.PickledSumTreeState)
     self.assertEqual(loaded.source,
                      'dopamine.tf.replay_memory.sum_tree.SumTree')
     self.assertEqual(sorted(loaded.state), ['max_recorded_priority', 'nodes'])
@@ -301,19 +305,19 @@ class SumTreePickleTest(IoTestCase):
     np.testing.assert_array_equal(ours.get(np.arange(6)),
                                   [0.5, 1.0, 0.0, 2.0, 0.25, 3.0])
 
-  @parameterized.parameters(sorted(checkpoint_io.SUM_TREE_GLOBALS))
+  @parameterized.parameters(sorted(safe_pickle.SUM_TREE_GLOBALS))
   def test_every_sum_tree_global(self, module, name):
     state = {'nodes': [np.array([1.0]), np.array([1.0, 0.0])],
              'max_recorded_priority': 1.0}
-    data = checkpoint_io.pickle_as_instance(module, name, state)
-    loaded = checkpoint_io.restricted_loads(data)
+    data = safe_pickle.pickle_as_instance(module, name, state)
+    loaded = safe_pickle.restricted_loads(data)
     self.assertEqual(loaded.source, module + '.' + name)
     self.assertEqual(loaded.state['max_recorded_priority'], 1.0)
 
   def test_written_tree_loads_in_dopamine(self):
     ours = sum_tree.SumTree(6)
     ours.set(np.arange(6), [0.5, 1.0, 0.0, 2.0, 0.25, 3.0])
-    checkpoint_io.save_dopamine_sum_tree_gz(self.path(), ours.get_state())
+    gzip_files.save_dopamine_sum_tree_gz(self.path(), ours.get_state())
     with gzip.open(self.path()) as f:  # How Dopamine reads it.
       theirs = pickle.load(f)
     self.assertIsInstance(theirs, dopamine_sum_tree.SumTree)
@@ -326,76 +330,76 @@ class SumTreePickleTest(IoTestCase):
     theirs.set(2, 1.0)  # Still a working Dopamine tree.
     self.assertEqual(theirs._total_priority(), 7.75)
     # And it reads back as a state.
-    loaded = checkpoint_io.load_pickle_gz(self.path())
+    loaded = gzip_files.load_pickle_gz(self.path())
     self.assertEqual(loaded.state['max_recorded_priority'], 3.0)
 
   def test_pickle_as_instance_rejects_bad_names(self):
     with self.assertRaisesRegex(ValueError, 'dotted identifier'):
-      checkpoint_io.pickle_as_instance('os\nsystem', 'x', {})
+      safe_pickle.pickle_as_instance('os\nsystem', 'x', {})
     with self.assertRaisesRegex(ValueError, 'dict'):
-      checkpoint_io.pickle_as_instance('a.b', 'C', [1])
+      safe_pickle.pickle_as_instance('a.b', 'C', [1])
 
   def test_non_dict_state_is_refused(self):
-    data = checkpoint_io.pickle_as_instance(
+    data = safe_pickle.pickle_as_instance(
         'dopamine.tf.replay_memory.sum_tree', 'SumTree', {'nodes': []})
     # Replace the dict state by a list: BUILD must refuse it.
     body = pickle.dumps([1], protocol=3)[2:-1]
     start = data.index(b'\x81') + 1
     data = data[:start] + body + b'b.'
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'not a dict'):
-      checkpoint_io.restricted_loads(data)
+      safe_pickle.restricted_loads(data)
 
 
 class AtomicWriteTest(IoTestCase):
 
   def test_replaces_content(self):
     path = self.path('x')
-    checkpoint_io.atomic_write(path, lambda f: f.write(b'one'))
-    checkpoint_io.atomic_write(path, lambda f: f.write(b'two'))
+    atomic_files.atomic_write(path, lambda f: f.write(b'one'))
+    atomic_files.atomic_write(path, lambda f: f.write(b'two'))
     with open(path, 'rb') as f:
       self.assertEqual(f.read(), b'two')
     self.assertEqual(os.listdir(self.dir), ['x'])
 
   def test_failure_keeps_old_content_and_no_temp_file(self):
     path = self.path('x')
-    checkpoint_io.atomic_write(path, lambda f: f.write(b'old'))
+    atomic_files.atomic_write(path, lambda f: f.write(b'old'))
 
     def failing(f):
       f.write(b'partial')
       raise RuntimeError('disk on fire')
 
     with self.assertRaisesRegex(RuntimeError, 'disk on fire'):
-      checkpoint_io.atomic_write(path, failing)
+      atomic_files.atomic_write(path, failing)
     with open(path, 'rb') as f:
       self.assertEqual(f.read(), b'old')
     self.assertEqual(os.listdir(self.dir), ['x'])
 
   def test_exists_and_remove(self):
     path = self.path('x')
-    self.assertFalse(checkpoint_io.exists(path))
-    self.assertFalse(checkpoint_io.remove_if_exists(path))
-    checkpoint_io.atomic_write(path, lambda f: f.write(b'1'))
-    self.assertTrue(checkpoint_io.exists(path))
-    self.assertTrue(checkpoint_io.remove_if_exists(path))
-    self.assertFalse(checkpoint_io.exists(path))
+    self.assertFalse(atomic_files.exists(path))
+    self.assertFalse(atomic_files.remove_if_exists(path))
+    atomic_files.atomic_write(path, lambda f: f.write(b'1'))
+    self.assertTrue(atomic_files.exists(path))
+    self.assertTrue(atomic_files.remove_if_exists(path))
+    self.assertFalse(atomic_files.exists(path))
 
   def test_checkpoint_filename(self):
-    self.assertEqual(checkpoint_io.checkpoint_filename('d', 'add_count', 3),
+    self.assertEqual(gzip_files.checkpoint_filename('d', 'add_count', 3),
                      os.path.join('d', 'add_count_ckpt.3.gz'))
 
   def test_gfile_paths(self):
-    directory = 'ram://checkpoint_io_test_{}'.format(random.getrandbits(32))
+    directory = 'ram://file_io_test_{}'.format(random.getrandbits(32))
     path = directory + '/a_ckpt.1.gz'
-    checkpoint_io.save_npy_gz(path, np.arange(4))
-    checkpoint_io.save_npy_gz(path, np.arange(5))
-    np.testing.assert_array_equal(checkpoint_io.load_npy_gz(path),
+    gzip_files.save_npy_gz(path, np.arange(4))
+    gzip_files.save_npy_gz(path, np.arange(5))
+    np.testing.assert_array_equal(gzip_files.load_npy_gz(path),
                                   np.arange(5))
-    checkpoint_io.save_pickle_gz(directory + '/b', {1})
-    self.assertEqual(checkpoint_io.load_pickle_gz(directory + '/b'), {1})
-    self.assertTrue(checkpoint_io.exists(path))
-    self.assertTrue(checkpoint_io.remove_if_exists(path))
-    self.assertFalse(checkpoint_io.exists(path))
+    gzip_files.save_pickle_gz(directory + '/b', {1})
+    self.assertEqual(gzip_files.load_pickle_gz(directory + '/b'), {1})
+    self.assertTrue(atomic_files.exists(path))
+    self.assertTrue(atomic_files.remove_if_exists(path))
+    self.assertFalse(atomic_files.exists(path))
 
 
 class BoundedReadTest(IoTestCase):
@@ -406,30 +410,30 @@ class BoundedReadTest(IoTestCase):
     header = b"{'descr': '<i8', 'fortran_order': False, 'shape': (10**12,), }"
     header = header.replace(b'10**12', str(10**12).encode())
     path = self.write_raw(gzip.compress(_npy_with_header(header)))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'larger than this file can hold'):
-      checkpoint_io.load_npy_gz(path)  # DEFAULT_MAX_ARRAY_BYTES.
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+      gzip_files.load_npy_gz(path)  # DEFAULT_MAX_ARRAY_BYTES.
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 r'f.gz: array of shape \(1000000000000,\) '
                                 r'and dtype int64 \(8000000000000 bytes\) is '
                                 r'larger than this file can hold \(16 bytes\)'):
-      checkpoint_io.load_npy_gz(path, max_bytes=16)
+      gzip_files.load_npy_gz(path, max_bytes=16)
 
   def test_zero_byte_elements_count(self):
     header = ("{'descr': '|V0', 'fortran_order': False, 'shape': (%d,), }"
               % 10**15).encode()
     path = self.write_raw(gzip.compress(_npy_with_header(header)))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'larger than'):
-      checkpoint_io.load_npy_gz(path)
+      gzip_files.load_npy_gz(path)
 
   def test_npy_header_length_is_capped(self):
     # A version-2 header may declare 4 GiB; NumPy would read it all first.
     path = self.write_raw(gzip.compress(
         _npy_with_header(b' ' * 70000, version=2)))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 r'header of 70000 bytes'):
-      checkpoint_io.load_npy_gz(path)
+      gzip_files.load_npy_gz(path)
 
   def test_hostile_header_is_a_checkpoint_error(self):
     nested = b'(' * 5000 + b')' * 5000
@@ -437,9 +441,9 @@ class BoundedReadTest(IoTestCase):
                    b"{'descr': '<i8', 'fortran_order': False, "
                    b"'shape': (-5,), }"):
       path = self.write_raw(gzip.compress(_npy_with_header(header)))
-      with self.assertRaises(checkpoint_io.CorruptCheckpointError,
+      with self.assertRaises(atomic_files.CorruptCheckpointError,
                              msg=header[:20]):
-        checkpoint_io.load_npy_gz(path)
+        gzip_files.load_npy_gz(path)
 
   def test_npy_header_bomb_in_bounded_memory(self):
     # A version-2 header declaring 4 GiB, then 2 GiB of spaces: NumPy's own
@@ -447,7 +451,7 @@ class BoundedReadTest(IoTestCase):
     path = self.write_raw(_bomb(b'\x93NUMPY\x02\x00' + b'\xf0\xff\xff\xff',
                                 2 << 30, filler=b' '))
     report = run_isolated(
-        'def load():\n  checkpoint_io.load_npy_gz({!r})'.format(path))
+        'def load():\n  gzip_files.load_npy_gz({!r})'.format(path))
     self.assertStartsWith(report['outcome'], 'refused: ')
     self.assertLess(report['peak_growth_kib'], 256 << 10)
 
@@ -457,8 +461,8 @@ class BoundedReadTest(IoTestCase):
     path = self.write_raw(_bomb(b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30),
                                 2 << 30))
     report = run_isolated(
-        'def load():\n  checkpoint_io.load_pickle_gz({!r}, limits='
-        'checkpoint_io.PickleLimits(1 << 20, 1 << 16, 8))'.format(path))
+        'def load():\n  gzip_files.load_pickle_gz({!r}, limits='
+        'safe_pickle.PickleLimits(1 << 20, 1 << 16, 8))'.format(path))
     self.assertStartsWith(report['outcome'], 'refused: ')
     self.assertIn('decompresses to more than 1048576 bytes',
                   report['outcome'])
@@ -468,32 +472,32 @@ class BoundedReadTest(IoTestCase):
     path = self.write_raw(_bomb(b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30),
                                 2 << 30))
     report = run_isolated(
-        'def load():\n  checkpoint_io.load_pickle_gz({!r})'.format(path))
+        'def load():\n  gzip_files.load_pickle_gz({!r})'.format(path))
     self.assertStartsWith(report['outcome'], 'refused: ')
     # DEFAULT_PICKLE_LIMITS.max_bytes (256 MiB) are read, plus some slack.
     self.assertLess(report['peak_growth_kib'], 600 << 10)
-    self.assertEqual(checkpoint_io.DEFAULT_PICKLE_LIMITS.max_bytes, 1 << 28)
+    self.assertEqual(safe_pickle.DEFAULT_PICKLE_LIMITS.max_bytes, 1 << 28)
 
   def test_deep_nesting_is_refused(self):
     # A list nested 200,000 deep: its repr (in an error message) raised
     # RecursionError.
     depth = 200000
     data = b'\x80\x04' + b']' * depth + b'a' * (depth - 1) + b'.'
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 '<bytes>: data nested deeper than 64'):
-      checkpoint_io.restricted_loads(data)
+      safe_pickle.restricted_loads(data)
 
   def test_cycles_are_refused(self):
     data = b'\x80\x04]\x94h\x00a.'  # A list that contains itself.
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'cyclic'):
-      checkpoint_io.restricted_loads(data)
+      safe_pickle.restricted_loads(data)
 
   def test_deep_tuples_in_a_set_do_not_crash(self):
     # Hashing a tuple nested 10**6 deep (to add it to a set) overflowed the
     # C stack: the process died with SIGSEGV.
     report = run_isolated(
-        'def load():\n  checkpoint_io.restricted_loads('
+        'def load():\n  safe_pickle.restricted_loads('
         "b'\\x80\\x04\\x8f(K\\x01' + b'\\x85' * 10**6 + b'\\x90.')")
     self.assertStartsWith(report['outcome'], 'refused: ')
     self.assertIn('tuples nested deeper than 64 levels', report['outcome'])
@@ -504,12 +508,12 @@ class BoundedReadTest(IoTestCase):
     inner = [0.5] * 10000
     data = pickle.dumps([inner] * 10000, protocol=4)
     self.assertLess(len(data), 200000)
-    limits = checkpoint_io.PickleLimits(1 << 20, 10**6, 8)
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    limits = safe_pickle.PickleLimits(1 << 20, 10**6, 8)
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'more than 1000000 elements'):
-      checkpoint_io.restricted_loads(data, limits=limits)
+      safe_pickle.restricted_loads(data, limits=limits)
     # The same data, unshared and within bounds, loads.
-    self.assertLen(checkpoint_io.restricted_loads(
+    self.assertLen(safe_pickle.restricted_loads(
         pickle.dumps([inner] * 50), limits=limits), 50)
 
   def test_constructors_cannot_allocate(self):
@@ -527,8 +531,8 @@ class BoundedReadTest(IoTestCase):
         'set_of_array': b'\x80\x02c__builtin__\nset\nC\x00\x85R.',
     }
     for name, data in cases.items():
-      with self.assertRaises(checkpoint_io.CorruptCheckpointError, msg=name):
-        checkpoint_io.restricted_loads(data)
+      with self.assertRaises(atomic_files.CorruptCheckpointError, msg=name):
+        safe_pickle.restricted_loads(data)
 
   def test_zero_byte_array_elements_count(self):
     # An array of 10**15 elements of zero bytes fits in a 200-byte pickle.
@@ -537,15 +541,15 @@ class BoundedReadTest(IoTestCase):
                             b'(K\x01\x8a\x07' + (10**15).to_bytes(7, 'little')
                             + b'\x85')
     self.assertNotEqual(data, original)
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'more than'):
-      checkpoint_io.restricted_loads(data)
+      safe_pickle.restricted_loads(data)
 
   def test_bounds_keep_legitimate_data(self):
     value = {'files': {'a': (1, 'f' * 64)}, 'set': set(range(1000)),
              'nodes': [np.zeros(2**k) for k in range(12)], 'text': 'x' * 800}
-    limits = checkpoint_io.PickleLimits(1 << 20, 6000, 4)
-    loaded = checkpoint_io.restricted_loads(pickle.dumps(value), limits=limits)
+    limits = safe_pickle.PickleLimits(1 << 20, 6000, 4)
+    loaded = safe_pickle.restricted_loads(pickle.dumps(value), limits=limits)
     self.assertEqual(loaded['set'], value['set'])
     self.assertEqual(loaded['files'], value['files'])
 
@@ -555,41 +559,42 @@ class RegularFileTest(IoTestCase):
 
   def test_directory_is_refused(self):
     os.mkdir(self.path('d.gz'))
-    for load in (checkpoint_io.load_npy_gz, checkpoint_io.load_pickle_gz,
-                 checkpoint_io.file_digest):
-      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    for load in (gzip_files.load_npy_gz, gzip_files.load_pickle_gz,
+                 atomic_files.file_digest):
+      with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                   'd.gz: is a directory, not a regular file'):
         load(self.path('d.gz'))
 
   def test_device_is_refused_without_reading(self):
     os.symlink('/dev/zero', self.path('zero.gz'))
-    with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                 'zero.gz: is a character device'):
-      checkpoint_io.load_pickle_gz(self.path('zero.gz'))
+      gzip_files.load_pickle_gz(self.path('zero.gz'))
     # file_digest read /dev/zero forever.
     report = run_isolated(
-        'def load():\n  checkpoint_io.file_digest({!r})'.format(
+        'def load():\n  atomic_files.file_digest({!r})'.format(
             self.path('zero.gz')), timeout=60)
     self.assertStartsWith(report['outcome'], 'refused: ')
 
   def test_fifo_is_refused_without_blocking(self):
     # Opening a FIFO for reading waits for a writer: forever.
     os.mkfifo(self.path('fifo.gz'))
-    for call in ('load_npy_gz', 'load_pickle_gz', 'file_digest'):
+    for call in ('gzip_files.load_npy_gz', 'gzip_files.load_pickle_gz',
+                 'atomic_files.file_digest'):
       report = run_isolated(
-          'def load():\n  checkpoint_io.{}({!r})'.format(
-              call, self.path('fifo.gz')), timeout=60)
+          'def load():\n  {}({!r})'.format(call, self.path('fifo.gz')),
+          timeout=60)
       self.assertStartsWith(report['outcome'], 'refused: ', call)
       self.assertIn('is a FIFO, not a regular file', report['outcome'])
 
   def test_symlink_to_regular_file_is_read(self):
-    checkpoint_io.save_pickle_gz(self.path('real.gz'), {1})
+    gzip_files.save_pickle_gz(self.path('real.gz'), {1})
     os.symlink(self.path('real.gz'), self.path('link.gz'))
-    self.assertEqual(checkpoint_io.load_pickle_gz(self.path('link.gz')), {1})
+    self.assertEqual(gzip_files.load_pickle_gz(self.path('link.gz')), {1})
 
   def test_missing_file_is_still_file_not_found(self):
     with self.assertRaises(FileNotFoundError):
-      checkpoint_io.load_pickle_gz(self.path('missing.gz'))
+      gzip_files.load_pickle_gz(self.path('missing.gz'))
 
 
 class ErrorsTest(IoTestCase):
@@ -614,14 +619,14 @@ class ErrorsTest(IoTestCase):
   def test_refusing_converts_any_error(self):
     for error in (MemoryError(), OverflowError('big'), RecursionError(),
                   AttributeError('files'), IsADirectoryError(21, 'dir')):
-      with self.assertRaisesRegex(checkpoint_io.CorruptCheckpointError,
+      with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
                                   '^the/file: unusable: ' +
                                   type(error).__name__):
-        with checkpoint_io.refusing('the/file'):
+        with atomic_files.refusing('the/file'):
           raise error
-    original = checkpoint_io.UnsafePickleError('x')
-    with self.assertRaises(checkpoint_io.UnsafePickleError) as raised:
-      with checkpoint_io.refusing('the/file'):
+    original = safe_pickle.UnsafePickleError('x')
+    with self.assertRaises(safe_pickle.UnsafePickleError) as raised:
+      with atomic_files.refusing('the/file'):
         raise original
     self.assertIs(raised.exception, original)
 
@@ -643,7 +648,7 @@ class RemoveTemporariesTest(IoTestCase):
       self._touch(name)
     os.mkdir(self.path('.a_ckpt.2.gz.abcdefgh.tmp'))  # Not a file.
     kept.append('.a_ckpt.2.gz.abcdefgh.tmp')
-    removed = checkpoint_io.remove_temporaries(
+    removed = atomic_files.remove_temporaries(
         self.dir, lambda target: target.startswith('a_ckpt.'))
     self.assertCountEqual(removed, [self.path(name) for name in ours])
     self.assertCountEqual(os.listdir(self.dir), kept)
@@ -661,13 +666,31 @@ class RemoveTemporariesTest(IoTestCase):
 
     leftover = []
     with self.assertRaises(RuntimeError):
-      checkpoint_io.atomic_write(target, interrupted)
+      atomic_files.atomic_write(target, interrupted)
     os.rename(self.path('copy_of_temp'), self.path(leftover[0]))
     self.assertEqual(
-        checkpoint_io.remove_temporaries(self.dir,
+        atomic_files.remove_temporaries(self.dir,
                                          lambda name: name == 'a_ckpt.3.gz'),
         [self.path(leftover[0])])
     self.assertEqual(os.listdir(self.dir), [])
+
+
+
+class ImportTest(absltest.TestCase):
+
+  def test_file_io_imports_without_tensorflow(self):
+    code = textwrap.dedent("""
+        import sys
+        from dopamine_per.file_io import atomic_files
+        from dopamine_per.file_io import gzip_files
+        from dopamine_per.file_io import safe_pickle
+        assert not any(name.split('.')[0] == 'tensorflow'
+                       for name in sys.modules), 'TensorFlow was imported'
+        """)
+    done = subprocess.run([sys.executable, '-c', code], cwd=_REPO_ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          check=False)
+    self.assertEqual(done.returncode, 0, done.stderr[-2000:])
 
 
 if __name__ == '__main__':

@@ -1,0 +1,484 @@
+# coding=utf-8
+"""Atomic writing and safe, bounded reading of files, and their errors.
+
+* Atomic writes (`atomic_write`). A file is written to a temporary file in
+  the destination directory, flushed, fsync'ed and moved into place with
+  ``os.replace`` (and the directory is fsync'ed), so a crash never leaves a
+  half-written file under the final name. A writer killed midway leaves its
+  temporary file, which `remove_temporaries` finds by name.
+* Digests (`FileDigest`). `atomic_write` returns the size and SHA-256 of
+  what it wrote; `open_for_reading` checks a file against such a digest as
+  it is read, so a truncated, corrupted or swapped-in file is refused.
+* Safe reads. Only regular files are opened: a directory, FIFO or device
+  under a file's name is refused without blocking (`read_file`,
+  `file_digest`, `open_for_reading`).
+* One error type. A file that cannot be used raises `CheckpointError` (a
+  ValueError) naming the file; `refusing` turns any other error raised
+  while reading one into a `CorruptCheckpointError`.
+
+Paths with a URL scheme (``gs://``, ``ram://``, ...) go through
+``tf.io.gfile``, TensorFlow being imported only then; there the final
+rename is as atomic as the filesystem makes it. How this differs from
+Dopamine, which writes files in place: docs/compat.md#file_io.
+"""
+
+import collections
+import contextlib
+import hashlib
+import os
+import re
+import stat
+import tempfile
+from typing import BinaryIO, Callable, Iterator, List, Optional
+
+from dopamine_per import errors
+
+__all__ = [
+    'CheckpointError',
+    'CorruptCheckpointError',
+    'READ_CHUNK_BYTES',
+    'describe_error',
+    'refusing',
+    'is_url',
+    'exists',
+    'list_directory',
+    'remove_if_exists',
+    'FileDigest',
+    'file_digest',
+    'read_file',
+    'open_for_reading',
+    'atomic_write',
+    'remove_temporaries',
+]
+
+# Bytes read per call when hashing a file or filling an array from one.
+READ_CHUNK_BYTES = 1 << 24
+
+_URL = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
+
+
+class CheckpointError(ValueError):
+  """A checkpoint file that cannot be used (base class of this package's)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+  """A checkpoint file that is truncated, corrupt or of the wrong layout."""
+
+
+def describe_error(error: BaseException) -> str:
+  """'Type: message' of an error, cut to 200 characters; never raises."""
+  try:
+    text = str(error)
+  except Exception:  # pylint: disable=broad-except
+    text = ''
+  text = text if len(text) <= 200 else text[:197] + '...'
+  return '{}: {}'.format(type(error).__name__, text) if text else (
+      type(error).__name__)
+
+
+@contextlib.contextmanager
+def refusing(path: str) -> Iterator[None]:
+  """Turns any error inside the `with` into a CorruptCheckpointError.
+
+  For reading and validating checkpoint file `path`: whatever goes wrong
+  (MemoryError, OverflowError, RecursionError, OSError, AttributeError ...)
+  comes out as one error type naming the file. `CheckpointError`s pass
+  unchanged; so do exceptions that are not `Exception`s (KeyboardInterrupt).
+
+  Args:
+    path: str, the file (or a description of it) named in the error.
+
+  Raises:
+    CorruptCheckpointError: chained to the original error.
+  """
+  try:
+    yield
+  except CheckpointError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise CorruptCheckpointError('{}: unusable: {}'.format(
+        path, describe_error(e))) from e
+
+
+# ------------------------------------------------------------------- paths
+
+
+def is_url(path: str) -> bool:
+  """Whether `path` has a URL scheme (``gs://``, ``ram://``): tf.io.gfile's."""
+  return bool(_URL.match(path))
+
+
+def _gfile():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.io.gfile
+
+
+def exists(path: str) -> bool:
+  """Returns whether `path` (a file or a directory) exists."""
+  if is_url(path):
+    return bool(_gfile().exists(path))
+  return os.path.exists(path)
+
+
+def list_directory(path: str) -> list:
+  """Returns the names in directory `path` ([] if it does not exist)."""
+  if is_url(path):
+    gfile = _gfile()
+    return list(gfile.listdir(path)) if gfile.exists(path) else []
+  try:
+    return os.listdir(path)
+  except FileNotFoundError:
+    return []
+
+
+def remove_if_exists(path: str) -> bool:
+  """Deletes the file at `path` if there is one.
+
+  Args:
+    path: str, the file to delete.
+
+  Returns:
+    bool, whether a file was deleted.
+  """
+  if is_url(path):
+    gfile = _gfile()
+    if not gfile.exists(path):
+      return False
+    gfile.remove(path)
+    return True
+  try:
+    os.remove(path)
+  except FileNotFoundError:
+    return False
+  return True
+
+
+def _fsync_directory(directory: str) -> None:
+  """Flushes a directory entry to disk where the OS allows it."""
+  try:
+    fd = os.open(directory, os.O_RDONLY)
+  except OSError:
+    return  # E.g. Windows: directories cannot be opened.
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+# ----------------------------------------------------------------- digests
+
+# The size in bytes and SHA-256 (hex) of a file as written. A checkpoint
+# records one per file, and loading verifies them while reading.
+FileDigest = collections.namedtuple('FileDigest', ['size', 'sha256'])
+
+
+class _HashingWriter(object):
+  """A write-only file object that hashes and counts what passes through."""
+
+  def __init__(self, file: BinaryIO):
+    self._file = file
+    self._hash = hashlib.sha256()
+    self.size = 0
+
+  def write(self, data) -> int:
+    self._hash.update(data)
+    self.size += memoryview(data).nbytes
+    self._file.write(data)
+    return memoryview(data).nbytes
+
+  def flush(self) -> None:
+    self._file.flush()
+
+  def digest(self) -> FileDigest:
+    return FileDigest(self.size, self._hash.hexdigest())
+
+
+class _VerifyingReader(object):
+  """A read-only file object that checks the bytes read against a digest."""
+
+  def __init__(self, file: BinaryIO, expected: FileDigest, path: str):
+    self._file = file
+    self._expected = FileDigest(*expected)
+    self._path = path
+    self._hash = hashlib.sha256()
+    self._size = 0
+
+  def read(self, size: int = -1) -> bytes:
+    data = self._file.read(size)
+    self._hash.update(data)
+    self._size += len(data)
+    return data
+
+  def verify(self) -> None:
+    """Reads what is left and compares; raises CorruptCheckpointError."""
+    while self.read(READ_CHUNK_BYTES):
+      pass
+    if (self._size, self._hash.hexdigest()) != tuple(self._expected):
+      raise CorruptCheckpointError(
+          '{}: size or checksum differs from the one recorded when the '
+          'checkpoint was written ({} bytes, sha256 {}...; recorded {} bytes, '
+          'sha256 {}...).'.format(self._path, self._size,
+                                  self._hash.hexdigest()[:12],
+                                  self._expected.size,
+                                  self._expected.sha256[:12]))
+
+
+# ----------------------------------------------------------------- reading
+
+
+def _file_kind(mode: int) -> str:
+  for test, kind in ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
+                     (stat.S_ISCHR, 'a character device'),
+                     (stat.S_ISBLK, 'a block device'),
+                     (stat.S_ISSOCK, 'a socket')):
+    if test(mode):
+      return kind
+  return 'not a regular file'
+
+
+def _open_regular(path: str) -> BinaryIO:
+  """Opens local file `path` for reading if it is a regular file.
+
+  The name is checked first, so a device is never opened; the file is then
+  opened without blocking (a FIFO's open would wait for a writer) and the
+  opened descriptor checked to be that same regular file.
+
+  Raises:
+    FileNotFoundError: If there is no such file.
+    CorruptCheckpointError: If it is not a regular file, or cannot be opened.
+  """
+  try:
+    named = os.stat(path)
+    if not stat.S_ISREG(named.st_mode):
+      raise CorruptCheckpointError(
+          '{}: is {}, not a regular file; refusing to read it.'.format(
+              path, _file_kind(named.st_mode)))
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) |
+                 getattr(os, 'O_BINARY', 0))
+    try:
+      opened = os.fstat(fd)
+      if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+        raise CorruptCheckpointError(
+            '{}: replaced while being opened; refusing to read it.'.format(
+                path))
+      return os.fdopen(fd, 'rb')
+    except BaseException:
+      os.close(fd)
+      raise
+  except (FileNotFoundError, CheckpointError):
+    raise
+  except OSError as e:
+    raise CorruptCheckpointError('{}: cannot be opened: {}'.format(
+        path, e)) from e
+
+
+def _open_file(path: str) -> BinaryIO:
+  """Opens a checkpoint file for reading: local paths as regular files only.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If it is not a regular file (see
+      `_open_regular`), or a tf.io.gfile path is a directory.
+  """
+  if not is_url(path):
+    return _open_regular(path)
+  gfile = _gfile()
+  if gfile.isdir(path):
+    raise CorruptCheckpointError(
+        '{}: is a directory, not a file; refusing to read it.'.format(path))
+  return gfile.GFile(path, 'rb')
+
+
+def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
+  """Returns the whole content of a file of at most `limit` bytes.
+
+  Local paths must be regular files (see `_open_regular`: a FIFO or device
+  is refused without blocking); at most `limit + 1` bytes are read.
+
+  Args:
+    path: str, the file.
+    limit: int, the largest size accepted.
+    what: str, what the file is, for the error message.
+
+  Returns:
+    bytes, the file's content.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If it is not a regular file, is larger than
+      `limit`, or cannot be read.
+  """
+  try:
+    with _open_file(path) as f:
+      data = f.read(limit + 1)
+  except (FileNotFoundError, CheckpointError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # OSError locally; tf.errors.OpError through tf.io.gfile.
+    raise CorruptCheckpointError('{}: cannot be read: {}'.format(
+        path, errors.describe(e, 200))) from e
+  if len(data) > limit:
+    raise CorruptCheckpointError('{}: larger than any {} ({} bytes).'.format(
+        path, what, limit))
+  return data
+
+
+@contextlib.contextmanager
+def open_for_reading(path: str, expected: Optional[FileDigest] = None
+                    ) -> Iterator[BinaryIO]:
+  """Opens a file for reading; with `expected`, checks it once read.
+
+  The caller reads what it needs inside the `with`; at its end, the rest of
+  the file is read and its size and SHA-256 compared with `expected`.
+
+  Args:
+    path: str, the file (local paths: regular files only).
+    expected: optional FileDigest the file must match.
+
+  Yields:
+    A binary file object with a ``read`` method.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If it is not a regular file, or does not match
+      `expected`.
+  """
+  with _open_file(path) as raw:
+    if expected is None:
+      yield raw
+      return
+    reader = _VerifyingReader(raw, expected, path)
+    yield reader
+    reader.verify()
+
+
+def file_digest(path: str) -> FileDigest:
+  """Returns the size and SHA-256 of the file at `path`, read in chunks.
+
+  Raises:
+    FileNotFoundError: If a local file does not exist.
+    CorruptCheckpointError: If `path` is not a regular file (a directory,
+      FIFO or device, which could not be read or never to the end).
+  """
+  digest = hashlib.sha256()
+  size = 0
+  with _open_file(path) as f:
+    while True:
+      chunk = f.read(READ_CHUNK_BYTES)
+      if not chunk:
+        return FileDigest(size, digest.hexdigest())
+      digest.update(chunk)
+      size += len(chunk)
+
+
+# ----------------------------------------------------------------- writing
+
+# How `atomic_write` names its temporary files: '.{name}.{8 random
+# characters}.tmp' in the destination directory (tempfile.mkstemp's random
+# part), and '{name}.tmp-{12 hex digits}' for tf.io.gfile paths. A process
+# killed while writing leaves one; `remove_temporaries` finds them by name.
+_TEMP_PREFIX, _TEMP_SUFFIX = '.', '.tmp'
+_LOCAL_TEMPORARY = re.compile(r'^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$')
+_GFILE_TEMPORARY = re.compile(r'^(?P<target>.+)\.tmp-[0-9a-f]{12}$')
+
+
+def _gfile_temporary(path: str) -> str:
+  return '{}.tmp-{}'.format(path, os.urandom(6).hex())
+
+
+def remove_temporaries(directory: str, is_target: Callable[[str], bool]
+                      ) -> List[str]:
+  """Deletes temporary files of `atomic_write` left by killed writers.
+
+  Only files named as `atomic_write` names its temporaries, for a target
+  name that `is_target` accepts, are deleted (regular files only, never a
+  directory or a link): a user's other files are never touched. Call it
+  only while no other process writes those targets.
+
+  Args:
+    directory: str, the directory written to.
+    is_target: callable taking a file name (no directory) and returning
+      whether temporaries of that name are the caller's.
+
+  Returns:
+    list of str, the paths deleted.
+  """
+  pattern = _GFILE_TEMPORARY if is_url(directory) else _LOCAL_TEMPORARY
+  removed = []
+  for name in list_directory(directory):
+    match = pattern.match(name)
+    if not match or not is_target(match.group('target')):
+      continue
+    path = os.path.join(directory, name)
+    if not is_url(path):
+      try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+          continue
+      except FileNotFoundError:
+        continue
+    if remove_if_exists(path):
+      removed.append(path)
+  return removed
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
+  """Writes a file so that `path` holds either the old or the new content.
+
+  `write` receives a binary file object for a temporary file in the same
+  directory. When it returns, the file is flushed, fsync'ed and renamed onto
+  `path` (``os.replace``), and the directory is fsync'ed. If `write` raises,
+  the temporary file is deleted and `path` is untouched.
+
+  Args:
+    path: str, the destination file.
+    write: callable taking a writable binary file object.
+
+  Returns:
+    FileDigest of the bytes written.
+
+  Raises:
+    Whatever `write` or the filesystem raises.
+  """
+  if is_url(path):
+    return _atomic_write_gfile(path, write)
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, temp_path = tempfile.mkstemp(
+      dir=directory, prefix=_TEMP_PREFIX + os.path.basename(path) + '.',
+      suffix=_TEMP_SUFFIX)
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      hashing = _HashingWriter(f)
+      write(hashing)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp_path, path)
+  except BaseException:
+    try:
+      os.remove(temp_path)
+    except OSError:
+      pass
+    raise
+  _fsync_directory(directory)
+  return hashing.digest()
+
+
+def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]
+                       ) -> FileDigest:
+  """`atomic_write` for tf.io.gfile paths: write a temp name, then rename."""
+  gfile = _gfile()
+  temp_path = _gfile_temporary(path)
+  try:
+    with gfile.GFile(temp_path, 'wb') as f:
+      hashing = _HashingWriter(f)
+      write(hashing)
+    gfile.rename(temp_path, path, overwrite=True)
+  except BaseException:
+    try:
+      if gfile.exists(temp_path):
+        gfile.remove(temp_path)
+    except Exception:  # pylint: disable=broad-except
+      pass
+    raise
+  return hashing.digest()

@@ -1,0 +1,371 @@
+# coding=utf-8
+"""The checks `add` runs on its arguments before anything is written.
+
+A replay memory must not store a value its element's dtype cannot hold
+exactly (a float action, an out-of-range reward in float16, a complex
+number), nor one of the wrong shape: a sampled batch would silently carry
+the damage. `AddSpec` precomputes what one argument's checks need, and
+`check_value` runs them in a few microseconds per call, so that `add` stays
+cheap. NumPy only: no TensorFlow. Where Dopamine casts silently instead:
+docs/compat.md#add_checks.
+"""
+
+import math
+import operator
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dopamine_per import errors
+
+__all__ = ['AddSpec', 'check_shape', 'check_value', 'check_values']
+
+# Result of checking whether values of one dtype may be stored in another:
+# always, if every value is in the target's range (integers into integers),
+# if every value converts exactly (floats or complex numbers into integers,
+# complex numbers into floats), if no finite value becomes infinite (into a
+# float or complex dtype whose range is smaller), or never.
+(_CAST_OK, _CAST_IF_IN_RANGE, _CAST_IF_EXACT, _CAST_IF_FINITE,
+ _CAST_REFUSED) = range(5)
+
+
+def check_shape(name: str, shape: Any) -> Tuple[int, ...]:
+  """Returns `shape` as a tuple of ints >= 0.
+
+  Args:
+    name: str, the argument's name, for the error message.
+    shape: a sequence of integers.
+
+  Returns:
+    tuple of int.
+
+  Raises:
+    ValueError: If it is not a sequence of integers >= 0.
+  """
+  try:
+    dims = tuple(operator.index(d) for d in shape)
+  except TypeError:
+    raise ValueError('{} must be a tuple of ints, got {!r}'.format(
+        name, shape)) from None
+  if any(d < 0 for d in dims):
+    raise ValueError('{} must be a tuple of ints >= 0, got {!r}'.format(
+        name, shape))
+  return dims
+
+
+def _overflow_limit(dtype: np.dtype) -> float:
+  """The smallest magnitude that a float or complex `dtype` stores as inf.
+
+  Its largest finite value plus half a unit in the last place: rounding to
+  nearest (ties to even: the largest value's last bit is 1) goes up from
+  there. inf for float64 and wider.
+  """
+  largest = _largest_magnitude(dtype)
+  if largest == math.inf:  # Wider than float64: no Python float overflows.
+    return math.inf
+  info = np.finfo(dtype)
+  return largest + 2.0 ** (int(info.maxexp) - int(info.nmant) - 2)
+
+
+def _largest_magnitude(dtype: np.dtype) -> float:
+  """The largest finite magnitude an integer, float or complex dtype holds."""
+  if dtype.kind in 'iu':
+    info = np.iinfo(dtype)
+    return float(max(-int(info.min), int(info.max)))
+  with np.errstate(over='ignore'):
+    return float(np.finfo(dtype).max)
+
+
+def _cast_category(source: np.dtype, target: np.dtype) -> int:
+  """How values of dtype `source` may be stored in an array of `target`."""
+  if target.kind == 'O' or np.can_cast(source, target, casting='safe'):
+    return _CAST_OK
+  if source.kind in 'iu' and target.kind in 'iub':
+    return _CAST_IF_IN_RANGE
+  if (source.kind in 'iuf' and target.kind in 'fc' or
+      source.kind == 'c' and target.kind == 'c'):
+    # Rounding, as for Python numbers; overflow only into a smaller range.
+    if _largest_magnitude(source) < _overflow_limit(target):
+      return _CAST_OK
+    return _CAST_IF_FINITE
+  if source.kind in 'fc' and target.kind in 'iubf':
+    return _CAST_IF_EXACT
+  return _CAST_REFUSED
+
+
+def _first_inexact(values: np.ndarray, target: np.dtype,
+                   low: Optional[int], high: Optional[int]) -> Optional[Any]:
+  """Returns a value of `values` that `target` cannot hold exactly, or None.
+
+  Args:
+    values: a float or complex array (or NumPy scalar).
+    target: the storage dtype (integer, bool or float).
+    low: int, the smallest value of an integer or bool target (else None).
+    high: int, the largest value of an integer or bool target (else None).
+  """
+  values = np.asarray(values)
+  if values.dtype.kind == 'c':
+    imaginary = values.imag != 0
+    if imaginary.any():
+      return values[imaginary].flat[0].item()
+    values = values.real
+  if target.kind == 'f':
+    return None  # A real value, rounded as any float is.
+  # high + 1 is a power of two, so exact as a float (high may not be).
+  exact = np.isfinite(values)
+  exact &= values >= float(low)
+  exact &= values < float(high + 1)
+  exact &= values == np.trunc(values)
+  if exact.all():
+    return None
+  return values[~exact].flat[0].item()
+
+
+def _first_overflow(values: Any, target: np.dtype, limit: float
+                   ) -> Optional[Any]:
+  """Returns a finite value that `target` would store as inf, or None.
+
+  Args:
+    values: a NumPy array or scalar (integer, float or, into a complex
+      target, complex).
+    target: the storage dtype (float or complex).
+    limit: float, `_overflow_limit(target)`.
+  """
+  if values.ndim == 0 and values.dtype.kind != 'c' and limit < math.inf:
+    if -limit < values < limit:  # A scalar: one comparison (NaN fails it).
+      return None
+  else:
+    try:
+      # The cast itself flags overflow: no reduction over the values.
+      with np.errstate(over='raise'):
+        values.astype(target)
+      return None
+    except FloatingPointError:
+      pass
+  values = np.asarray(values)
+  with np.errstate(over='ignore'):
+    overflow = np.isinf(values.astype(target)) & np.isfinite(values)
+  if not overflow.any():
+    return None
+  return values[overflow].flat[0].item()
+
+
+def _stores_as_inf(value: Any, target: np.dtype) -> bool:
+  """Whether storing the number `value` in `target` fails or gives inf.
+
+  Exactly what the write would do: a Python int beyond float64's range
+  raises OverflowError there; one beyond float32's becomes inf.
+  """
+  scratch = np.zeros((), dtype=target)
+  try:
+    with np.errstate(over='ignore'):
+      scratch[()] = value
+  except OverflowError:
+    return True
+  return bool(np.isinf(scratch))
+
+
+def _overflow_error(name: str, value: Any, source: Any, target: np.dtype
+                   ) -> ValueError:
+  """The error for a finite value of `add`'s argument that becomes inf."""
+  return ValueError(
+      'add(): argument {!r} holds {} ({}), which overflows {} (largest '
+      'finite value {}).'.format(name, errors.describe(value), source, target,
+                                 np.finfo(target).max))
+
+
+class AddSpec(object):
+  """Precomputed checks for one argument of `add`.
+
+  Attributes:
+    name: str, the element's name.
+    shape: tuple of int, the shape a value must have.
+    dtype: np.dtype, the storage dtype.
+    low, high: int, the range of an integer or bool dtype (else None).
+    limit: float, the magnitude from which a float or complex dtype stores
+      a value as inf (else None).
+    int_limit: int, a power of two below which any Python int is stored
+      finitely in a float or complex dtype (else None).
+    casts: dict, source dtype -> cast category, filled as values come.
+  """
+
+  __slots__ = ('name', 'shape', 'dtype', 'low', 'high', 'limit', 'int_limit',
+               'casts')
+
+  def __init__(self, name: str, shape: Tuple[int, ...], dtype: Any):
+    """Prepares the checks of an element.
+
+    Args:
+      name: str, the element's name.
+      shape: tuple of int, its shape.
+      dtype: its storage dtype.
+    """
+    self.name = name
+    self.shape = tuple(shape)
+    self.dtype = np.dtype(dtype)
+    if self.dtype.kind in 'iu':
+      info = np.iinfo(self.dtype)
+      self.low, self.high = int(info.min), int(info.max)
+    elif self.dtype.kind == 'b':
+      self.low, self.high = 0, 1
+    else:
+      self.low = self.high = None
+    self.limit = self.int_limit = None
+    if self.dtype.kind in 'fc':
+      # Past int_limit, `_stores_as_inf` decides.
+      self.limit = _overflow_limit(self.dtype)
+      self.int_limit = 1 << (math.frexp(min(self.limit,
+                                            sys.float_info.max))[1] - 1)
+    self.casts = {}
+
+
+def check_values(specs: Sequence[AddSpec], values: List[Any]) -> List[Any]:
+  """Checks the arguments of `add`, one per spec; see `check_value`.
+
+  Args:
+    specs: the AddSpec of each argument, in order.
+    values: list of as many arguments; converted ones are replaced in place.
+
+  Returns:
+    `values`, ready to be written.
+
+  Raises:
+    ValueError: see `check_value`.
+  """
+  for position, spec in enumerate(specs):
+    value = values[position]
+    checked = check_value(spec, value)
+    if checked is not value:
+      values[position] = checked
+  return values
+
+
+def check_value(spec: AddSpec, value: Any) -> Any:
+  """Checks one argument of `add` against its element.
+
+  Args:
+    spec: AddSpec, the element's checks.
+    value: the argument: a NumPy array or scalar, a Python number, or
+      anything array-like.
+
+  Returns:
+    The value, ready to be written: as given, as an array (if it was
+    array-like), or as its real part (a complex value without imaginary
+    part, so that storing it does not warn).
+
+  Raises:
+    ValueError: If the value has the wrong shape, is not numeric, or holds a
+      value that the element's dtype cannot hold exactly (the message names
+      the argument, the value or shape given and the one expected).
+  """
+  value_type = type(value)
+  if value_type is np.ndarray or isinstance(value, np.generic):
+    if value.shape != spec.shape:
+      raise ValueError(
+          'add(): argument {!r} has shape {}, expected {}.'.format(
+              spec.name, value.shape, spec.shape))
+    dtype = value.dtype
+    if dtype is not spec.dtype and dtype != spec.dtype:
+      return _check_array_cast(spec, value)
+    return value
+  if value_type is int or value_type is float or value_type is bool:
+    if spec.shape:
+      raise ValueError(
+          'add(): argument {!r} is the scalar {}, expected shape {}.'.format(
+              spec.name, errors.describe(value), spec.shape))
+    _check_scalar_cast(spec, value)
+    return value
+  try:
+    array = np.asarray(value)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError('add(): argument {!r} = {} is not array-like: {}'
+                     .format(spec.name, errors.describe(value), e)) from e
+  if array.dtype.hasobject and spec.dtype.kind != 'O':
+    raise ValueError(
+        'add(): argument {!r} = {} is not numeric (expected {} of shape {}).'
+        .format(spec.name, errors.describe(value), spec.dtype, spec.shape))
+  return check_value(spec, array)
+
+
+def _check_array_cast(spec: AddSpec, value: Any) -> Any:
+  """Checks that `value` (of another dtype) fits `spec`; returns it.
+
+  A complex value with no imaginary part is returned as its real part, so
+  that storing it does not warn.
+
+  Raises:
+    ValueError: If a value would lose information in `spec`'s dtype.
+  """
+  category = spec.casts.get(value.dtype)
+  if category is None:
+    category = spec.casts[value.dtype] = _cast_category(value.dtype,
+                                                        spec.dtype)
+  if category == _CAST_OK:
+    return value
+  if category == _CAST_IF_EXACT:
+    bad = _first_inexact(value, spec.dtype, spec.low, spec.high)
+    if bad is not None:
+      raise ValueError(
+          'add(): argument {!r} holds {} (dtype {}), which cannot be stored '
+          'as {} without losing information.'.format(
+              spec.name, errors.describe(bad), value.dtype, spec.dtype))
+    if value.dtype.kind == 'c':
+      value = value.real
+    if spec.limit is None:
+      return value
+    category = _CAST_IF_FINITE  # A real part may still overflow a float.
+  if category == _CAST_IF_FINITE:
+    bad = _first_overflow(value, spec.dtype, spec.limit)
+    if bad is None:
+      return value
+    raise _overflow_error(spec.name, bad, value.dtype, spec.dtype)
+  if category == _CAST_IF_IN_RANGE:
+    if value.size == 0:
+      return value
+    low, high = int(np.min(value)), int(np.max(value))
+    if spec.low <= low and high <= spec.high:
+      return value
+    raise ValueError(
+        'add(): argument {!r} holds {} (dtype {}), out of range for {} '
+        '[{}, {}].'.format(spec.name, low if low < spec.low else high,
+                           value.dtype, spec.dtype, spec.low, spec.high))
+  raise ValueError(
+      'add(): argument {!r} has dtype {}, which cannot be stored as {} '
+      'without losing information{}.'.format(
+          spec.name, value.dtype, spec.dtype,
+          '' if value.shape else ' (value {})'.format(errors.describe(value))))
+
+
+def _check_scalar_cast(spec: AddSpec, value: Any) -> None:
+  """Checks that a Python int, float or bool fits `spec`'s dtype.
+
+  Raises:
+    ValueError: If storing it would lose information or overflow to inf.
+  """
+  kind = spec.dtype.kind
+  if kind == 'O' or type(value) is bool:
+    return
+  if type(value) is int:
+    if kind in 'fc':
+      if (-spec.int_limit < value < spec.int_limit or
+          not _stores_as_inf(value, spec.dtype)):
+        return
+      raise _overflow_error(spec.name, value, 'int', spec.dtype)
+    if kind in 'iub':
+      if spec.low <= value <= spec.high:
+        return
+      raise ValueError(
+          'add(): argument {!r} = {} is out of range for {} [{}, {}].'.format(
+              spec.name, value, spec.dtype, spec.low, spec.high))
+  elif kind in 'fc':  # A Python float.
+    if -spec.limit < value < spec.limit or not math.isfinite(value):
+      return  # NaN and inf are stored as given.
+    raise _overflow_error(spec.name, value, 'float', spec.dtype)
+  elif (kind in 'iub' and math.isfinite(value) and value.is_integer() and
+        spec.low <= value <= spec.high):
+    return  # A float with an exact integer value, e.g. terminal=1.0.
+  raise ValueError(
+      'add(): argument {!r} = {} ({}) cannot be stored as {} without losing '
+      'information.'.format(spec.name, errors.describe(value),
+                            type(value).__name__, spec.dtype))

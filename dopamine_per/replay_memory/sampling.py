@@ -1,0 +1,385 @@
+# coding=utf-8
+"""Sampling a circular replay memory: which slots, and their transitions.
+
+A slot holds a transition that can be sampled once its n-step trajectory
+and next state are written, do not straddle the cursor, and its frame stack
+stays in one episode (the vectorized test is `transition_kernels`'). This
+module holds what the memory's sampling methods do around that test: the
+slots the cursor blocks, the range uniform draws come from, redrawing
+invalid candidates, checking the slots a caller gives (with an error that
+says why one is invalid), and gathering a batch of transitions from the
+storage (`transition_batch`). NumPy only. What differs from Dopamine's
+sampling: docs/compat.md#sampling.
+"""
+
+# `transition_batch` is the memory's sampling, so it reads its private
+# state.
+# pylint: disable=protected-access
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from dopamine_per import errors
+from dopamine_per.replay_memory import transition_kernels
+
+__all__ = ['check_sample_indices', 'check_stack_indices', 'invalid_range',
+           'invalid_reason', 'is_valid', 'modulo_range', 'redraw_invalid',
+           'sampling_range', 'slot_range', 'transition_batch']
+
+# Batch layouts a memory keeps (see `_batch_layout`). Training samples one
+# or two batch sizes; a sweep over many sizes must not keep one per size.
+_MAX_BATCH_LAYOUTS = 16
+
+# Tells whether each slot of a 1-D int64 array is valid.
+ValidMask = Callable[[np.ndarray], np.ndarray]
+
+
+def modulo_range(start: int, length: int, modulo: int) -> np.ndarray:
+  """Returns ``start, start + 1, ..., start + length - 1`` modulo `modulo`.
+
+  Args:
+    start: int, the first index (may be negative or past `modulo`).
+    length: int, how many indices.
+    modulo: int, the buffer size.
+
+  Returns:
+    np.ndarray of int64 with shape [length] (Dopamine yields the same ints
+    one by one).
+  """
+  return (start + np.arange(length, dtype=np.int64)) % modulo
+
+
+def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
+                  update_horizon: int) -> np.ndarray:
+  """Returns the slots that cannot be sampled because of the cursor.
+
+  With N = update_horizon, K = stack_size and the cursor at c, these are the
+  N + K slots c - N, ..., c + K - 1 (modulo the capacity): the N before the
+  cursor have no complete N-step trajectory and next state yet, and the K at
+  and after it have frame stacks that would mix the newest and the oldest
+  data.
+
+  Args:
+    cursor: int, the slot the next transition will be written to.
+    replay_capacity: int, the number of slots.
+    stack_size: int, frames per state.
+    update_horizon: int, the N of N-step returns.
+
+  Returns:
+    np.ndarray of int64 with shape [stack_size + update_horizon].
+
+  Raises:
+    dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+      as Dopamine asserts) If cursor is not in [0, replay_capacity).
+  """
+  if not 0 <= cursor < replay_capacity:
+    raise errors.ArgumentError('cursor must be in [0, {}), got {}'.format(
+        replay_capacity, cursor))
+  return modulo_range(cursor - update_horizon, stack_size + update_horizon,
+                      replay_capacity)
+
+
+def sampling_range(add_count: int, replay_capacity: int, stack_size: int,
+                   update_horizon: int) -> Tuple[int, int]:
+  """Returns [low, high) of uniform draws of slots, before the modulo.
+
+  Args:
+    add_count: int, transitions written so far.
+    replay_capacity: int, the number of slots.
+    stack_size: int, frames per state.
+    update_horizon: int, the N of N-step returns.
+
+  Returns:
+    (int, int): every valid slot is some draw in [low, high) modulo the
+    capacity.
+
+  Raises:
+    RuntimeError: If too few transitions have been added.
+  """
+  cursor = add_count % replay_capacity
+  if add_count >= replay_capacity:
+    return (cursor - replay_capacity + stack_size - 1,
+            cursor - update_horizon)
+  low, high = stack_size - 1, cursor - update_horizon
+  if high <= low:
+    raise RuntimeError(
+        'Cannot sample a batch with fewer than stack size ({}) + '
+        'update_horizon ({}) transitions.'.format(stack_size, update_horizon))
+  return low, high
+
+
+def is_valid(index: Any, valid_mask: ValidMask) -> Any:
+  """`is_valid_transition` of a memory whose validity test is `valid_mask`.
+
+  Args:
+    index: int, or an integer array of slots.
+    valid_mask: the memory's validity test.
+
+  Returns:
+    bool, or a bool array shaped like `index`.
+
+  Raises:
+    ValueError: If an index is not an integer.
+  """
+  indices = np.asarray(index)
+  if indices.dtype.kind not in 'iu':
+    raise ValueError('index must be an integer, got {!r}'.format(index))
+  mask = valid_mask(indices.reshape(-1).astype(np.int64))
+  if indices.ndim == 0:
+    return bool(mask[0])
+  return mask.reshape(indices.shape)
+
+
+def redraw_invalid(candidates: np.ndarray, valid_mask: ValidMask,
+                   draw: Callable[[int], np.ndarray],
+                   max_sample_attempts: int) -> np.ndarray:
+  """Replaces invalid candidates with fresh draws, in vectorized rounds.
+
+  Every draw that lands on an invalid slot (the initial ones included)
+  counts as a failed attempt.
+
+  Args:
+    candidates: array of slots, the initial draws.
+    valid_mask: the memory's validity test.
+    draw: callable returning that many new candidates.
+    max_sample_attempts: int, failed draws allowed.
+
+  Returns:
+    int64 np.ndarray, the candidates, all valid.
+
+  Raises:
+    RuntimeError: If max_sample_attempts draws failed before the batch was
+      complete.
+  """
+  candidates = np.asarray(candidates, dtype=np.int64)
+  valid = valid_mask(candidates)
+  # The common case, in one check (count_nonzero: a third of all()'s cost).
+  if np.count_nonzero(valid) == len(valid):
+    return candidates
+  pending = np.flatnonzero(~valid)
+  failures = 0
+  while True:
+    if not len(pending):
+      return candidates
+    failures += len(pending)
+    if failures >= max_sample_attempts:
+      raise RuntimeError(
+          'Max sample attempts: Tried {} times but only sampled {} valid '
+          'indices. Batch size is {}'.format(
+              max_sample_attempts, len(candidates) - len(pending),
+              len(candidates)))
+    candidates[pending] = draw(len(pending))
+    pending = pending[~valid_mask(candidates[pending])]
+
+
+def invalid_reason(index: int, add_count: int, replay_capacity: int,
+                   stack_size: int, update_horizon: int,
+                   episode_end: np.ndarray) -> str:
+  """Explains why slot `index` is not a valid transition (for errors).
+
+  Args:
+    index: int, an invalid slot.
+    add_count: int, transitions written so far.
+    replay_capacity: int, the number of slots.
+    stack_size: int, frames per state.
+    update_horizon: int, the N of N-step returns.
+    episode_end: bool array, whether each slot ends an episode.
+
+  Returns:
+    str, to follow 'is not a valid transition: '.
+  """
+  cursor = add_count % replay_capacity
+  if not 0 <= index < replay_capacity:
+    return 'it is outside [0, {})'.format(replay_capacity)
+  if add_count < replay_capacity:
+    if index < stack_size - 1:
+      return 'it holds padding of the first episode'
+    if index >= cursor - update_horizon:
+      return ('its {}-step trajectory and next state are not all written '
+              'yet (cursor at {})'.format(update_horizon, cursor))
+  elif index in set(invalid_range(cursor, replay_capacity, stack_size,
+                                  update_horizon).tolist()):
+    return ('it is within {} slots before or {} at/after the cursor ({})'
+            .format(update_horizon, stack_size, cursor))
+  for slot in modulo_range(index - stack_size + 1, stack_size - 1,
+                           replay_capacity):
+    if episode_end[slot]:
+      return ('its frame stack crosses the end of an episode (slot {})'
+              .format(slot))
+  return ('its {}-step trajectory crosses the end of an episode that was '
+          'not terminal'.format(update_horizon))
+
+
+def check_sample_indices(indices: Any, valid_mask: ValidMask,
+                         reason: Callable[[int], str]) -> np.ndarray:
+  """Checks the slots a caller asks to sample.
+
+  Args:
+    indices: a 1-D sequence of ints.
+    valid_mask: the memory's validity test.
+    reason: callable explaining why a slot is invalid (`invalid_reason`).
+
+  Returns:
+    int64 np.ndarray of the indices.
+
+  Raises:
+    ValueError: If the indices are not a 1-D sequence of integers, or one is
+      not a valid transition (the message says why).
+  """
+  array = np.asarray(indices)
+  if array.ndim != 1:
+    raise ValueError('indices must be a 1-D sequence of ints, got shape {}'
+                     .format(array.shape))
+  if array.size == 0:
+    return array.astype(np.int64)
+  if array.dtype.kind not in 'iu':
+    raise ValueError('indices must be integers, got dtype {}: {!r}'.format(
+        array.dtype, array[0]))
+  array = array.astype(np.int64)
+  valid = valid_mask(array)
+  if not valid.all():
+    position = int(np.argmin(valid))
+    index = int(array[position])
+    raise ValueError(
+        'indices[{}] = {} is not a valid transition: {}.'.format(
+            position, index, reason(index)))
+  return array
+
+
+def check_stack_indices(index: Any, add_count: int, replay_capacity: int
+                       ) -> np.ndarray:
+  """Checks the slots whose frame or terminal stacks a caller asks for.
+
+  Args:
+    index: an int or an integer array.
+    add_count: int, transitions written so far.
+    replay_capacity: int, the number of slots.
+
+  Returns:
+    int64 np.ndarray shaped like `index`.
+
+  Raises:
+    dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+      as Dopamine asserts) If an index is not an integer, out of range or
+      not written yet.
+  """
+  indices = np.asarray(index)
+  if indices.dtype.kind not in 'iu':
+    raise errors.ArgumentError(
+        'index must be an integer, got {!r}'.format(index))
+  if np.any((indices < 0) | (indices >= replay_capacity)):
+    raise errors.ArgumentError('index must be in [0, {}), got {!r}'.format(
+        replay_capacity, index))
+  if add_count < replay_capacity and np.any(indices >= add_count):
+    raise errors.ArgumentError('Index {!r} has not been added.'.format(index))
+  return indices.astype(np.int64)
+
+
+def slot_range(array: np.ndarray, start_index: int, end_index: int,
+               add_count: int, replay_capacity: int) -> np.ndarray:
+  """`get_range` of a memory with these counters (see there).
+
+  Args:
+    array: np.ndarray with the capacity as first dimension.
+    start_index: int, first slot (may be negative: it wraps).
+    end_index: int, exclusive end slot (may exceed the capacity: it wraps).
+    add_count: int, transitions written so far.
+    replay_capacity: int, the number of slots.
+
+  Returns:
+    ``array[start_index:end_index]``, wrapped around the end.
+  """
+  if end_index <= start_index:
+    raise errors.ArgumentError('end_index must be larger than start_index')
+  if end_index < 0 or start_index >= replay_capacity:
+    raise errors.ArgumentError('Range [{}, {}) is outside the buffer.'.format(
+        start_index, end_index))
+  if add_count < replay_capacity and end_index > add_count:
+    raise errors.ArgumentError(
+        'Index {} has not been added.'.format(start_index))
+  if 0 <= start_index and end_index <= replay_capacity:
+    return array[start_index:end_index]
+  return array[modulo_range(start_index, end_index - start_index,
+                            replay_capacity)]
+
+
+def transition_batch(memory: Any, batch_size: Optional[int], indices: Any
+                    ) -> Tuple[np.ndarray, ...]:
+  """`sample_transition_batch` of a circular memory (see there).
+
+  Args:
+    memory: an OutOfGraphReplayBuffer, its lock held.
+    batch_size: int or None.
+    indices: None to sample, or a sequence of valid slots.
+
+  Returns:
+    tuple of np.ndarray, one per `memory.get_transition_elements`.
+  """
+  if indices is None:
+    if batch_size is None:
+      batch_size = memory._batch_size
+    indices = memory.sample_index_batch(batch_size)
+  else:
+    indices = check_sample_indices(indices, memory._valid_mask,
+                                   memory._invalid_reason)
+    if batch_size is None:
+      batch_size = len(indices)
+    elif batch_size != len(indices):
+      raise errors.ArgumentError(
+          'batch_size is {} but {} indices were given.'.format(
+              batch_size, len(indices)))
+  elements, names = _batch_layout(memory, batch_size)
+  values = _gather_transitions(memory, indices, names)
+  batch = []
+  for element in elements:
+    value = values.get(element.name)
+    if value is None:
+      value = memory._transition_element(element, indices)
+    batch.append(value)
+  return tuple(batch)
+
+
+def _batch_layout(memory: Any, batch_size: int) -> Tuple[List[Any], frozenset]:
+  """The transition elements of a batch and their names (cached)."""
+  layouts = memory._batch_layouts
+  layout = layouts.get(batch_size)
+  if layout is None:
+    if len(layouts) >= _MAX_BATCH_LAYOUTS:
+      del layouts[next(iter(layouts))]
+    elements = memory.get_transition_elements(batch_size)
+    layout = layouts[batch_size] = (elements,
+                                    frozenset(e.name for e in elements))
+  return layout
+
+
+def _gather_transitions(memory: Any, indices: np.ndarray, names: frozenset
+                       ) -> Dict[str, np.ndarray]:
+  """Computes the elements a circular memory knows for a batch of slots."""
+  store = memory._store
+  out = {}
+  if 'state' in names or 'next_state' in names:
+    # One gather, states first: the Atari kernel builds each state with its
+    # next state, which shares frames with it.
+    next_indices, is_terminal, returns, stacks = (
+        memory._transitions_and_states(indices, memory._stack_buffers))
+    out['state'] = stacks[:len(indices)]
+    out['next_state'] = stacks[len(indices):]
+  else:
+    next_indices, is_terminal, returns = transition_kernels.trajectories(
+        indices, memory._replay_capacity, store['terminal'], store['reward'],
+        memory._cumulative_discount_vector, kernels=memory._kernels)
+  if 'reward' in names:
+    out['reward'] = returns
+  if 'next_action' in names:
+    out['next_action'] = store['action'][next_indices]
+  if 'next_reward' in names:
+    out['next_reward'] = store['reward'][next_indices]
+  if 'terminal' in names:
+    out['terminal'] = is_terminal.astype(memory._terminal_dtype)
+  if 'indices' in names:
+    out['indices'] = indices.astype(np.int32)
+  for name in names:
+    if name not in out and name in store:
+      out[name] = store[name][indices]
+  return out

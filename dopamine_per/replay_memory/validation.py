@@ -1,0 +1,320 @@
+# coding=utf-8
+"""Argument checks shared by the sum tree and the replay memories.
+
+Each check lives here once, so that the tree and the memories refuse the same
+inputs with the same exception types and messages: integers (`check_int`,
+`check_batch_size`), leaf indices (`validate_index`, `validate_indices`) and
+priorities (`validate_priority`, `validate_priorities`). NumPy only: no
+TensorFlow.
+"""
+
+import functools
+import numbers
+import operator
+from typing import Any, Tuple
+
+import numpy as np
+
+from dopamine_per import errors
+
+__all__ = [
+    'InvalidIndexError',
+    'InvalidIndexTypeError',
+    'check_batch_size',
+    'check_int',
+    'check_priority_dtype',
+    'head',
+    'is_scalar',
+    'priority_bounds',
+    'validate_index',
+    'validate_indices',
+    'validate_priorities',
+    'validate_priority',
+]
+
+
+class InvalidIndexError(IndexError, ValueError):
+  """An index outside [0, capacity). Catchable as IndexError or ValueError."""
+
+
+class InvalidIndexTypeError(TypeError, errors.ArgumentError):
+  """A non-integer index: a TypeError, a ValueError and an AssertionError.
+
+  Dopamine's prioritized memory asserts that indices are integers.
+  """
+
+
+# ---------------------------------------------------------------- integers
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+  """Returns `value` as an int if it is an integer (not a bool) >= minimum.
+
+  Args:
+    name: str, the argument's name, for the error message.
+    value: the argument.
+    minimum: int, the smallest value accepted.
+
+  Returns:
+    int, the value.
+
+  Raises:
+    ValueError: If the value is not an integer or is below `minimum`.
+  """
+  if type(value) is int and value >= minimum:  # pylint: disable=unidiomatic-typecheck
+    return value  # The common case, without the slow ABC check.
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise ValueError('{} must be an int, got {!r}'.format(name, value))
+  if value < minimum:
+    raise ValueError('{} must be >= {}, got {}'.format(name, minimum, value))
+  return int(value)
+
+
+def check_batch_size(batch_size: Any, minimum: int, expected: str) -> int:
+  """`check_int` of a sum tree's batch size, with the tree's message.
+
+  Args:
+    batch_size: the argument.
+    minimum: int, the smallest batch size accepted.
+    expected: str, what it must be, for the message ('a positive integer').
+
+  Returns:
+    int, the batch size.
+
+  Raises:
+    ValueError: If it is not an int (nor a bool) >= minimum.
+  """
+  try:
+    return check_int('batch_size', batch_size, minimum)
+  except ValueError:
+    raise ValueError('batch_size must be {}. Got: {}'.format(
+        expected, batch_size)) from None
+
+
+# ----------------------------------------------------------------- indices
+
+
+def validate_index(index: Any, capacity: int, name: str) -> int:
+  """Checks one leaf index; returns it as an int.
+
+  Args:
+    index: an integer (anything `operator.index` takes).
+    capacity: int, the index must lie in [0, capacity).
+    name: str, the argument's name, for the error message.
+
+  Returns:
+    int, the index.
+
+  Raises:
+    InvalidIndexTypeError: If the index is not an integer.
+    InvalidIndexError: If it is outside [0, capacity).
+  """
+  try:
+    checked = operator.index(index)
+  except TypeError:
+    raise InvalidIndexTypeError('{} must be an integer. Got: {!r}'.format(
+        name, index)) from None
+  if not 0 <= checked < capacity:
+    raise InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
+        name, capacity, checked))
+  return checked
+
+
+def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
+  """Checks an array-like of leaf indices; returns it as an integer array.
+
+  Args:
+    indices: array-like of integers (any integer dtype).
+    capacity: int, indices must lie in [0, capacity).
+    name: str, the argument's name, for the error message.
+
+  Returns:
+    np.ndarray of the input's integer dtype (int64 if it is empty).
+
+  Raises:
+    InvalidIndexTypeError: If the indices are not integers.
+    InvalidIndexError: If an index is outside [0, capacity).
+  """
+  array = np.asarray(indices)
+  if array.dtype.kind not in 'iu':
+    if array.size == 0:
+      return array.astype(np.int64)
+    raise InvalidIndexTypeError(
+        '{} must be integers. Got dtype {}: {!r}'.format(name, array.dtype,
+                                                         array.flat[0]))
+  if array.size and (array.min() < 0 or array.max() >= capacity):
+    bad = array[(array < 0) | (array >= capacity)].flat[0]
+    raise InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
+        name, capacity, bad))
+  return array
+
+
+_FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
+                           np.float32])
+
+
+def is_scalar(value: Any) -> bool:
+  """Whether `value` is one number (a Python or NumPy scalar, a 0-d array)."""
+  return type(value) in _FAST_SCALARS or isinstance(
+      value, (numbers.Number, np.generic)) or (
+          isinstance(value, np.ndarray) and value.ndim == 0)
+
+
+def head(values: Any, count: int = 4) -> str:
+  """The first `count` values, for error messages about large batches."""
+  values = np.asarray(values).ravel()
+  text = ', '.join(repr(v) for v in values[:count].tolist())
+  return '[{}{}]'.format(text, ', ...' if values.size > count else '')
+
+
+# -------------------------------------------------------------- priorities
+
+
+def check_priority_dtype(dtype: Any) -> np.dtype:
+  """Checks a SumTree's priority_dtype: float16, float32 or float64.
+
+  Raises:
+    ValueError: If it is not one of them.
+  """
+  try:
+    checked = np.dtype(dtype)
+  except TypeError:
+    checked = None
+  if checked is None or checked.kind != 'f' or checked.itemsize > 8:
+    raise ValueError('priority_dtype must be float16, float32 or float64. '
+                     'Got: {!r}'.format(dtype))
+  return checked
+
+
+@functools.lru_cache(maxsize=None)
+def priority_bounds(dtype: Any) -> Tuple[float, float]:
+  """The smallest positive and the largest priority `dtype` holds.
+
+  Between them (and at 0) a float64 priority reads back in `dtype` as a
+  positive finite number; below the first it would read back as 0, above the
+  second as the largest value or inf.
+  """
+  info = np.finfo(dtype)
+  return float(info.smallest_subnormal), float(info.max)
+
+
+def _range_error(name: str, number: Any, dtype: Any) -> ValueError:
+  smallest, largest = priority_bounds(dtype)
+  return ValueError(
+      '{} should be nonnegative and finite: 0 or in [{!r}, {!r}] (the '
+      'positive range of {}). Got {}'.format(
+          name, smallest, largest, np.dtype(dtype).name,
+          errors.describe(number)))
+
+
+def _type_error(name: str, value: Any) -> ValueError:
+  return ValueError('{} should be real numbers (not bools, strings or '
+                    'complex numbers). Got {}'.format(name,
+                                                      errors.describe(value)))
+
+
+def _real_scalar(value: Any, name: str, dtype: Any) -> float:
+  """Returns a real number (not a bool, string or complex) as a float.
+
+  Raises:
+    ValueError: If it is not one, or is an int beyond any float (named as
+      outside `dtype`'s range).
+  """
+  if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    try:
+      return float(value)
+    except OverflowError:  # An int beyond any float.
+      raise _range_error(name, value, dtype) from None
+  if not isinstance(value, (bool, str, bytes, numbers.Number)):
+    try:
+      array = np.asarray(value)  # A 0-d array or tensor, say.
+    except Exception:  # pylint: disable=broad-except
+      array = None
+    if array is not None and array.ndim == 0 and array.dtype.kind in 'fiu':
+      return float(array)
+  raise _type_error(name, value)
+
+
+def validate_priority(value: Any, name: str = 'value',
+                      dtype: Any = np.float64) -> float:
+  """Checks one priority; returns it as a float.
+
+  A priority is a real number: a Python or NumPy integer or float, or a 0-d
+  array of one (Dopamine takes anything `float()` takes; strings, bytes,
+  complex numbers and bools are refused here, as they are bugs, not
+  priorities). It is 0, or lies between the smallest positive value of
+  `dtype` and its largest, inclusive: it then reads back in `dtype` as a
+  positive finite number, never as 0 or inf.
+
+  Args:
+    value: a real number (Python or NumPy scalar, or 0-d array).
+    name: str, the argument's name, for the error message.
+    dtype: float16, float32 or float64, the dtype the priority must fit.
+
+  Returns:
+    float, the value.
+
+  Raises:
+    ValueError: If the value is not a real number, or is negative, NaN,
+      infinite or outside `dtype`'s range.
+  """
+  number = (value if type(value) is float else
+            _real_scalar(value, name, dtype))
+  smallest, largest = priority_bounds(dtype)
+  if not smallest <= number <= largest and number != 0.0:  # NaN fails both.
+    raise _range_error(name, number, dtype)
+  return number
+
+
+def _real_array(values: Any, name: str, dtype: Any) -> np.ndarray:
+  """Returns an array-like of real numbers as a float64 array."""
+  try:
+    array = np.asarray(values)
+  except Exception:  # pylint: disable=broad-except
+    array = None
+  if array is not None:
+    kind = array.dtype.kind
+    if kind == 'f' or kind in 'iu':
+      return array.astype(np.float64, copy=False)
+    if kind == 'O' and array.size:
+      # Python ints past int64, Fractions: real, but boxed.
+      return np.array([_real_scalar(v, name, dtype) for v in array.flat]
+                     ).reshape(array.shape)
+  raise _type_error(name, values if array is None or not array.size
+                    else array.flat[0])
+
+
+def validate_priorities(values: Any, shape: Tuple[int, ...],
+                        name: str = 'value', dtype: Any = np.float64
+                       ) -> np.ndarray:
+  """Checks a batch of priorities and broadcasts it to `shape`.
+
+  Each priority must pass `validate_priority`.
+
+  Args:
+    values: a real number or an array-like of them, broadcastable to
+      `shape`.
+    shape: tuple of ints, the shape of the matching indices.
+    name: str, the argument's name, for the error message.
+    dtype: float16, float32 or float64, the dtype the priorities must fit.
+
+  Returns:
+    np.ndarray of float64 with shape `shape` (possibly a broadcast view).
+
+  Raises:
+    ValueError: If a value is not a real number, is negative, NaN, infinite
+      or outside `dtype`'s range, or the shapes do not match.
+  """
+  array = _real_array(values, name, dtype)
+  try:
+    array = np.broadcast_to(array, shape)
+  except ValueError:
+    raise ValueError('{} of shape {} do not fit indices of shape {}.'.format(
+        name, np.shape(values), shape)) from None
+  smallest, largest = priority_bounds(dtype)
+  ok = (array >= smallest) & (array <= largest)
+  if not ok.all():
+    ok |= array == 0.0  # Rare: checked only when a value is out of range.
+    if not ok.all():
+      raise _range_error(name, array[~ok].flat[0].item(), dtype)
+  return array

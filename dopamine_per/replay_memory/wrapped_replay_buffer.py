@@ -1,0 +1,158 @@
+# coding=utf-8
+"""What the graph-mode replay memories share, without TensorFlow.
+
+`circular_replay_buffer.WrappedReplayBuffer` and
+`prioritized_replay_buffer.WrappedPrioritizedReplayBuffer` (Dopamine's
+classes and gin names) are this base with their memory class. It holds a
+memory and builds its sampling ops; the ops come from `wrapped_sampling`,
+TensorFlow's side, imported when the first wrapper is built, so that
+defining and configuring the wrappers with gin does not import TensorFlow.
+What differs from Dopamine's Wrapped* classes:
+docs/compat.md#wrapped_replay_buffer.
+"""
+
+import collections
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ['WrappedReplayBufferBase']
+
+
+class WrappedReplayBufferBase(object):
+  """Graph-mode access to an out-of-graph replay memory.
+
+  Every `session.run` that needs a tensor of `transition` (or the legacy
+  attributes `states`, `actions`, ...) samples a fresh batch through a
+  `tf.numpy_function`. With `use_staging=True` each run returns the batch
+  staged by the previous run and stages the next one, sampled while the
+  graph trains on the current one (see `create_sampling_ops`).
+
+  Subclasses name their memory class in `_memory_class`.
+
+  Attributes:
+    memory: the out-of-graph replay memory; `add`, `save` and `load` go to it.
+    batch_size: int, the number of transitions per sampled batch.
+    transition: collections.OrderedDict of name -> tf.Tensor, in
+      `memory.get_transition_elements()` order, with static shapes.
+  """
+
+  def __init__(self,
+               observation_shape: Tuple[int, ...],
+               stack_size: int,
+               use_staging: bool = False,
+               replay_capacity: int = 1000000,
+               batch_size: int = 32,
+               update_horizon: int = 1,
+               gamma: float = 0.99,
+               wrapped_memory: Optional[Any] = None,
+               max_sample_attempts: int = 1000,
+               extra_storage_types: Optional[Sequence[Any]] = None,
+               observation_dtype=np.uint8,
+               terminal_dtype=np.uint8,
+               action_shape: Tuple[int, ...] = (),
+               action_dtype=np.int32,
+               reward_shape: Tuple[int, ...] = (),
+               reward_dtype=np.float32,
+               **memory_kwargs):
+    """Creates the memory (unless given) and the sampling ops.
+
+    Args:
+      observation_shape: tuple of ints, the shape of one observation.
+      stack_size: int, frames per state.
+      use_staging: bool, prefetch the next batch while the graph trains.
+      replay_capacity: int, transitions kept in memory.
+      batch_size: int, transitions per sampled batch.
+      update_horizon: int, n of the n-step return.
+      gamma: float in [0, 1], the discount factor.
+      wrapped_memory: an out-of-graph memory to use instead of a new one of
+        `_memory_class()`.
+      max_sample_attempts: int, failed draws allowed per batch.
+      extra_storage_types: list of ReplayElement, extra per-transition data.
+      observation_dtype: np.dtype of observations.
+      terminal_dtype: np.dtype of terminal flags.
+      action_shape: tuple of ints, the shape of one action.
+      action_dtype: np.dtype of actions.
+      reward_shape: tuple of ints, the shape of one reward.
+      reward_dtype: np.dtype of rewards.
+      **memory_kwargs: further keyword arguments for the memory's constructor
+        (e.g. `checkpoint_duration`, `keep_every`, `rng`).
+
+    Raises:
+      ValueError: If update_horizon is not positive, gamma is outside [0, 1],
+        or the capacity does not exceed the update horizon.
+    """
+    if replay_capacity < update_horizon + 1:
+      raise ValueError(
+          'Update horizon ({}) should be significantly smaller '
+          'than replay capacity ({}).'.format(update_horizon, replay_capacity))
+    if not update_horizon >= 1:
+      raise ValueError('Update horizon must be positive.')
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError('Discount factor (gamma) must be in [0, 1].')
+    self.batch_size = batch_size
+    if wrapped_memory is None:
+      wrapped_memory = self._memory_class()(
+          observation_shape, stack_size, replay_capacity, batch_size,
+          update_horizon=update_horizon, gamma=gamma,
+          max_sample_attempts=max_sample_attempts,
+          extra_storage_types=extra_storage_types,
+          observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
+          action_shape=action_shape, action_dtype=action_dtype,
+          reward_shape=reward_shape, reward_dtype=reward_dtype,
+          **memory_kwargs)
+    self.memory = wrapped_memory
+    self.create_sampling_ops(use_staging)
+
+  @staticmethod
+  def _memory_class() -> type:
+    """Returns the class of the memory the constructor creates."""
+    raise NotImplementedError
+
+  def add(self, observation, action, reward, terminal, *args, **kwargs):
+    """Adds a transition to the memory (see the memory's `add`)."""
+    self.memory.add(observation, action, reward, terminal, *args, **kwargs)
+
+  def create_sampling_ops(self, use_staging: bool) -> None:
+    """Builds the sampling ops and fills `transition` and legacy attributes.
+
+    Without staging, each run samples a batch through a `tf.numpy_function`;
+    with staging, a run returns the batch the previous run staged and
+    samples the next one while the graph trains (see
+    `wrapped_sampling.sampling_ops`).
+
+    Args:
+      use_staging: bool, prefetch the next batch while the graph trains.
+    """
+    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
+    tensors, self._staging_area = wrapped_sampling.sampling_ops(self.memory,
+                                                                use_staging)
+    self.unpack_transition(tensors, self.memory.get_transition_elements())
+
+  def unpack_transition(self, transition_tensors, transition_type) -> None:
+    """Names the sampled tensors: `transition` and the legacy attributes."""
+    self.transition = collections.OrderedDict(
+        (element.name, tensor)
+        for tensor, element in zip(transition_tensors, transition_type))
+    self.states = self.transition['state']
+    self.actions = self.transition['action']
+    self.rewards = self.transition['reward']
+    self.next_states = self.transition['next_state']
+    self.next_actions = self.transition['next_action']
+    self.next_rewards = self.transition['next_reward']
+    self.terminals = self.transition['terminal']
+    self.indices = self.transition['indices']
+
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Saves the memory (see the memory's `save`)."""
+    self.memory.save(checkpoint_dir, iteration_number)
+
+  def load(self, checkpoint_dir: str, suffix) -> None:
+    """Loads the memory (see the memory's `load`).
+
+    With staging, a batch staged before the load (one per session at most)
+    lives in the session, out of the memory's reach: the next run returns
+    it, and the run after samples the loaded contents. Dopamine's runners
+    load before training, when nothing is staged.
+    """
+    self.memory.load(checkpoint_dir, suffix)

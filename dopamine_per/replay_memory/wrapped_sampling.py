@@ -1,0 +1,148 @@
+# coding=utf-8
+"""The TensorFlow side of the replay memories: sampling and priority ops.
+
+The out-of-graph memories are NumPy only, so that a process that only
+stores transitions never imports TensorFlow. This module builds what the
+`Wrapped*` classes and `as_dataset` hand to TensorFlow: `tf.numpy_function`
+ops that sample a batch (with or without a staging area), that set and get
+priorities, and a `tf.data.Dataset` of batches. The classes import it when
+they first need it. What differs from Dopamine's Wrapped* classes:
+docs/compat.md#wrapped_replay_buffer.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
+
+from dopamine_per.replay_memory import numpy_function
+
+__all__ = ['dataset', 'get_priority_tensor', 'sampling_ops',
+           'set_priority_op']
+
+# Transition elements a training step feeds its networks first; with staging
+# they do not wait for the next batch to be staged (see `sampling_ops`).
+_NETWORK_INPUTS = ('state', 'next_state')
+
+
+def sampling_ops(memory: Any, use_staging: bool
+                ) -> Tuple[List[tf.Tensor], Optional[Any]]:
+  """Builds the ops that sample batches of `memory` in graph mode.
+
+  Without staging, the transition tensors are the outputs of one
+  `tf.numpy_function` that samples a batch.
+
+  With staging, a `StagingArea` in the session holds the next batch. A run
+  takes the staged batch (or samples one, when none is staged: the first
+  run) and then samples the next one into the area. That sampling runs on
+  another of TensorFlow's inter-op threads while the graph trains: the
+  `state` and `next_state` tensors come straight from the area, and the
+  other elements (actions, rewards, indices, ...) are released once the next
+  batch is staged. A training step reads them only after its networks have
+  run on the states, so the sampling overlaps with that work and a step
+  costs about max(sample, train). A run that reads nothing but the states
+  stages nothing; the next run then samples its own batch.
+
+  Args:
+    memory: an out-of-graph replay memory.
+    use_staging: bool, prefetch the next batch while the graph trains.
+
+  Returns:
+    (list of tf.Tensor in `memory.get_transition_elements()` order, with
+    static shapes; the StagingArea, or None without staging).
+  """
+  elements = memory.get_transition_elements()
+  with tf.name_scope('sample_replay'), tf.device('/cpu:*'):
+    if not use_staging:
+      return _sampling_op(memory, elements, 'replay_sample_py_func'), None
+    area = data_flow_ops.StagingArea(
+        [tf.as_dtype(e.type) for e in elements],
+        shapes=[e.shape for e in elements])
+    batch = tf.cond(area.size() > 0, area.get,
+                    lambda: _sampling_op(memory, elements,
+                                         'replay_sample_py_func'))
+    batch = batch if isinstance(batch, (list, tuple)) else [batch]
+    with tf.control_dependencies(batch):  # The area holds one batch at most.
+      stage = area.put(_sampling_op(memory, elements, 'replay_stage_py_func'),
+                       name='stage_next_batch')
+    tensors = []
+    for tensor, element in zip(batch, elements):
+      if element.name not in _NETWORK_INPUTS:
+        with tf.control_dependencies([stage]):
+          tensor = tf.identity(tensor, name=element.name)
+      tensors.append(tensor)
+    return tensors, area
+
+
+def _sampling_op(memory: Any, elements: Sequence[Any], name: str
+                ) -> List[tf.Tensor]:
+  """A py_func op sampling one batch, its outputs' static shapes set."""
+  tensors = numpy_function.numpy_function(
+      memory.sample_transition_batch, [], [e.type for e in elements],
+      name=name)
+  for tensor, element in zip(tensors, elements):
+    tensor.set_shape(element.shape)
+  return tensors
+
+
+def set_priority_op(memory: Any, indices: Any, priorities: Any
+                   ) -> tf.Operation:
+  """Returns an op setting `priorities` at `indices` in a prioritized memory.
+
+  Args:
+    memory: an out-of-graph prioritized replay memory.
+    indices: int tensor of shape [n], memory indices.
+    priorities: float tensor of shape [n].
+
+  Returns:
+    A tf.Operation running `memory.set_priority`.
+  """
+  return numpy_function.numpy_function(
+      memory.set_priority, [indices, priorities], [],
+      name='prioritized_replay_set_priority_py_func')
+
+
+def get_priority_tensor(memory: Any, indices: Any) -> tf.Tensor:
+  """Returns a float32 tensor shaped like `indices`: their priorities.
+
+  Args:
+    memory: an out-of-graph prioritized replay memory.
+    indices: int tensor of shape [n], memory indices.
+  """
+  indices = tf.convert_to_tensor(indices)
+  priorities, = numpy_function.numpy_function(
+      memory.get_priority, [indices], [tf.float32],
+      name='prioritized_replay_get_priority_py_func')
+  priorities.set_shape(indices.shape)
+  return priorities
+
+
+def dataset(memory: Any, batch_size: int, prefetch: int) -> tf.data.Dataset:
+  """Returns an endless dataset of batches sampled from `memory`.
+
+  Each element is a dict mapping the names of
+  `memory.get_transition_elements(batch_size)` to tensors of their shapes
+  and dtypes, sampled by `memory.sample_transition_batch` on tf.data's
+  threads.
+
+  Args:
+    memory: an out-of-graph replay memory.
+    batch_size: int, a checked batch size.
+    prefetch: int >= 0, batches sampled ahead.
+
+  Returns:
+    tf.data.Dataset.
+  """
+  elements = memory.get_transition_elements(batch_size)
+  names = [element.name for element in elements]
+
+  def batches():
+    while True:
+      yield dict(zip(names, memory.sample_transition_batch(batch_size)))
+
+  signature = {element.name: tf.TensorSpec(element.shape, element.type,
+                                           name=element.name)
+               for element in elements}
+  batches_dataset = tf.data.Dataset.from_generator(
+      batches, output_signature=signature)
+  return batches_dataset.prefetch(prefetch) if prefetch else batches_dataset

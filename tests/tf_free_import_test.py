@@ -1,0 +1,103 @@
+"""The NumPy side of the replay memories runs without TensorFlow.
+
+A process that only stores transitions (a replay shard, a data tool) must
+not pay for importing TensorFlow: `sum_tree`, `circular_replay_buffer` and
+`prioritized_replay_buffer` import, build, fill and sample their
+out-of-graph memories, and gin parses bindings of the `Wrapped*` classes,
+with `tensorflow` never in `sys.modules`. Each check runs in a fresh
+interpreter, since this test's own process may have imported TensorFlow.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+from absl.testing import absltest
+
+# Imports the three modules; every snippet starts with it.
+_IMPORTS = """
+import sys
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sum_tree
+"""
+
+# Every snippet ends with it, unless it imports TensorFlow on purpose.
+_ASSERT_NO_TF = """
+loaded = sorted(name for name in sys.modules
+                if name.split('.')[0] == 'tensorflow')
+assert not loaded, 'TensorFlow was imported: {}'.format(loaded[:5])
+"""
+
+
+def _run(snippet: str, imports_tensorflow: bool = False) -> None:
+  """Runs `snippet` after the imports in a fresh interpreter; fails on error.
+
+  Args:
+    snippet: Python code, checking what it must with asserts.
+    imports_tensorflow: bool, False to check at the end that TensorFlow was
+      not imported.
+  """
+  code = _IMPORTS + textwrap.dedent(snippet)
+  if not imports_tensorflow:
+    code += _ASSERT_NO_TF
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=300, check=False)
+  if result.returncode:
+    raise AssertionError('The snippet failed:\n{}\n{}'.format(
+        code, result.stderr[-3000:]))
+
+
+class TensorFlowFreeImportTest(absltest.TestCase):
+
+  def test_importing_the_memories_does_not_import_tensorflow(self):
+    _run('')
+
+  def test_memories_add_and_sample_without_tensorflow(self):
+    _run("""
+        import numpy as np
+        plain = circular_replay_buffer.OutOfGraphReplayBuffer(
+            (4,), stack_size=2, replay_capacity=50, batch_size=8)
+        prioritized = (
+            prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+                (4,), stack_size=2, replay_capacity=50, batch_size=8))
+        for i in range(30):
+          observation = np.full(4, i, np.uint8)
+          plain.add(observation, i % 3, 1.0, i % 10 == 9)
+          prioritized.add(observation, i % 3, 1.0, i % 10 == 9, None)
+        assert len(plain.sample_transition_batch()[0]) == 8
+        batch = prioritized.sample_transition_batch()
+        prioritized.set_priority(batch[7], np.full(8, 2.0))
+        assert (prioritized.get_priority(batch[7]) == 2.0).all()
+        tree = sum_tree.SumTree(8)
+        tree.set(np.arange(8), np.ones(8))
+        tree.stratified_sample(4)
+        """)
+
+  def test_gin_binds_the_wrapped_memories_without_tensorflow(self):
+    _run("""
+        import gin
+        gin.parse_config([
+            'WrappedPrioritizedReplayBuffer.batch_size = 7',
+            'WrappedReplayBuffer.batch_size = 5',
+            'circular_replay_buffer.WrappedReplayBuffer.use_staging = True',
+        ])
+        assert gin.query_parameter(
+            'WrappedPrioritizedReplayBuffer.batch_size') == 7
+        assert gin.query_parameter('WrappedReplayBuffer.batch_size') == 5
+        assert issubclass(
+            prioritized_replay_buffer.WrappedPrioritizedReplayBuffer,
+            circular_replay_buffer.WrappedReplayBuffer)
+        """)
+
+  def test_the_tensorflow_side_imports_tensorflow(self):
+    # The check above would pass vacuously if TensorFlow hid from
+    # sys.modules: its TF side must show up there.
+    _run("""
+        from dopamine_per.replay_memory import wrapped_sampling
+        assert 'tensorflow' in sys.modules
+        """, imports_tensorflow=True)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -97,6 +97,9 @@ setuptools.setup(
             # The benchmark smoke tests drive cpprb, a peer of the benchmarks
             # (tests must not skip when it is missing).
             'cpprb>=10.0',
+            # The sharded memory's tests start a local Ray (tests must not
+            # skip when it is missing), as the 'distributed' extra.
+            'ray>=2.9',
             # Not listed: dopamine-rl==4.1.2, the reference implementation
             # the compatibility tests compare against. Its own requirements
             # pull in JAX, Flax, gym and more that it does not need for
@@ -128,6 +131,14 @@ setuptools.setup(
             # replay_memory/sum_tree_kernels.py), with results bit-identical
             # to the NumPy path: several times faster on batches of 32-256.
             'numba>=0.59',
+        ],
+        'distributed': [
+            # dopamine_per.distributed shards the prioritized memory over Ray
+            # actors (Ape-X, Horgan et al., 2018): Ray starts and places the
+            # processes and carries the calls, locally or on a cluster, so
+            # the package has no RPC or process pool of its own. Tested with
+            # Ray 2.60.
+            'ray>=2.9',
         ],
         'bench': [
             # cpprb's PrioritizedReplayBuffer is a C++ reference point for

@@ -1,0 +1,587 @@
+# coding=utf-8
+"""A prioritized replay memory sharded over Ray actors (Horgan et al., 2018).
+
+`ShardedPrioritizedReplayBuffer` spreads `replay_capacity` slots over
+`num_shards` Ray actors (`shard.ReplayShard`), each an
+`OutOfGraphPrioritizedReplayBuffer` of ``shard_capacity = replay_capacity //
+num_shards`` slots. Actors add transitions through writers
+(`writer.ShardWriter`): stream k writes to shard k % num_shards. The learner
+sees the single memory's surface, with global indices
+``shard * shard_capacity + slot``, and samples one distribution over all
+shards: the batch's stratified targets are drawn over the sum of the
+shards' total priorities, each routed to the shard whose range of mass holds
+it, where the shard's own sum tree finds the slot (Schaul et al., 2015,
+appendix B.2.1, over the concatenation of the shards' trees). Design, wire
+format and failure behaviour: docs/distributed.md.
+
+The module imports Ray and the TF-free memory, never TensorFlow.
+"""
+
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from absl import logging
+import gin
+import numpy as np
+import ray
+
+from dopamine_per import errors
+from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.distributed import writer as writer_lib
+from dopamine_per.replay_memory import locking
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
+
+__all__ = ['ShardedPrioritizedReplayBuffer', 'ShardError', 'route_targets']
+
+ShardError = shard_lib.ShardError
+
+# The shard's class as a Ray actor class (created on first use, so that
+# importing this module does not touch Ray's remote machinery).
+_SHARD_ACTOR = []
+
+
+def _shard_actor_class() -> Any:
+  if not _SHARD_ACTOR:
+    _SHARD_ACTOR.append(ray.remote(shard_lib.ReplayShard))
+  return _SHARD_ACTOR[0]
+
+
+def route_targets(targets: np.ndarray, totals: np.ndarray
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+  """Maps global masses to (shard, mass within that shard's tree).
+
+  Shard k owns [sum(totals[:k]), sum(totals[:k + 1])); shards of total 0
+  own nothing. A target at or past the grand total (rounding) goes to the
+  last shard with positive total. O(batch * log(num_shards)).
+
+  Args:
+    targets: float64 array of masses in [0, sum(totals)].
+    totals: float64 array [num_shards] of the shards' total priorities, with
+      at least one positive.
+
+  Returns:
+    (shards, local): int64 shard numbers and float64 masses, shaped like
+    `targets`; ``local`` is in [0, totals[shard]] up to rounding.
+  """
+  cumulative = np.cumsum(totals)
+  shards = np.searchsorted(cumulative, targets, side='right')
+  last_positive = int(np.flatnonzero(totals > 0)[-1])
+  shards = np.minimum(shards, last_positive)
+  local = targets - (cumulative - totals)[shards]
+  return shards.astype(np.int64), np.maximum(local, 0.0)
+
+
+@gin.configurable
+class ShardedPrioritizedReplayBuffer(object):
+  """The single prioritized memory's learner surface over Ray shards.
+
+  Indices (taken and returned) are global: ``shard * shard_capacity + slot``.
+  Transitions are added through `writer(stream_id)` (or `add`, stream 0);
+  a shard adds a stream's transitions once their episode ends, so streams
+  sharing a shard never interleave inside an episode.
+  Every read first flushes stream 0's writer and waits for this process's
+  earlier priority updates; Ray runs one caller's calls to an actor in
+  order, so a read sees them. The public methods hold one lock, so threads
+  (TensorFlow's, with staging) may share the memory.
+
+  Attributes:
+    num_shards: int, the number of shards.
+    shard_capacity: int, slots per shard (replay_capacity // num_shards; the
+      remainder is not allocated).
+    replay_capacity: int, num_shards * shard_capacity, the global slots.
+  """
+
+  def __init__(self,
+               num_shards: int,
+               replay_capacity: int,
+               batch_size: int,
+               ray_address: Optional[str] = None,
+               num_cpus_per_shard: float = 1.0,
+               flush_every: int = writer_lib.DEFAULT_FLUSH_EVERY,
+               start_timeout_s: float = 120.0,
+               **memory_kwargs: Any):
+    """Starts the shard actors, each with an empty memory.
+
+    Args:
+      num_shards: int >= 1, the number of shard actors.
+      replay_capacity: int, global slots; each shard gets
+        replay_capacity // num_shards.
+      batch_size: int, the default batch size.
+      ray_address: str or None; used only if Ray is not initialized in this
+        process yet: ``ray.init(address=ray_address)`` (None starts a local
+        Ray with this machine's CPUs).
+      num_cpus_per_shard: float >= 0, the CPUs Ray reserves for each shard.
+      flush_every: int >= 1, transitions a writer buffers per remote call.
+      start_timeout_s: float, how long to wait for the shards to start.
+      **memory_kwargs: the single memory's other arguments
+        (`OutOfGraphPrioritizedReplayBuffer`: observation_shape,
+        stack_size, update_horizon, gamma, max_sample_attempts, ...), given
+        to every shard. ``rng`` (a seed or numpy Generator) also seeds the
+        learner's draws (None: fresh entropy, not Python's ``random``).
+
+    Raises:
+      ValueError: If an argument is malformed, or a shard would be smaller
+        than update_horizon + stack_size (checked before any actor starts).
+      ShardError: If a shard actor fails to start.
+      RuntimeError: If the shards do not start within start_timeout_s (the
+        shard actors are then killed).
+    """
+    self.num_shards = validation.check_int('num_shards', num_shards, 1)
+    replay_capacity = validation.check_int('replay_capacity',
+                                           replay_capacity, 1)
+    self._batch_size = validation.check_int('batch_size', batch_size, 1)
+    self._flush_every = validation.check_int('flush_every', flush_every, 1)
+    self.shard_capacity = replay_capacity // self.num_shards
+    if self.shard_capacity < 1:
+      raise ValueError('replay_capacity ({}) must be at least num_shards '
+                       '({})'.format(replay_capacity, self.num_shards))
+    self.replay_capacity = self.shard_capacity * self.num_shards
+    if int(self.replay_capacity) >= 2 ** 31:
+      raise ValueError('global indices are int32 in batches: replay_capacity '
+                       'must be < 2**31, got {}'.format(replay_capacity))
+    # Builds one shard's memory here first: its arguments are checked before
+    # any actor starts, and it gives the batch layout.
+    template = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        replay_capacity=self.shard_capacity, batch_size=self._batch_size,
+        **memory_kwargs)
+    self._elements = template.get_transition_elements(1)
+    del template
+    self._max_sample_attempts = int(
+        memory_kwargs.get('max_sample_attempts', 1000))
+    rng = memory_kwargs.get('rng')
+    self._rng = (rng if isinstance(rng, np.random.Generator) else
+                 np.random.default_rng(rng))
+    if not ray.is_initialized():
+      ray.init(address=ray_address)
+    actor = _shard_actor_class().options(num_cpus=num_cpus_per_shard)
+    self._handles = [
+        actor.remote(k, self.shard_capacity, self._batch_size, memory_kwargs)
+        for k in range(self.num_shards)]
+    self._closed = False
+    self._lock = threading.RLock()
+    self._pending_priorities = {}
+    self._writer0 = self.writer(0)
+    self._wait_for_shards(start_timeout_s, num_cpus_per_shard)
+
+  def _wait_for_shards(self, timeout_s: float, num_cpus: float) -> None:
+    """Waits until every shard answers; kills them all if one does not.
+
+    Raises:
+      ShardError: If a shard's actor died while starting.
+      RuntimeError: If a shard did not start within `timeout_s` (Ray could
+        not place it: too few CPUs for num_cpus_per_shard, say).
+    """
+    refs = [handle.add_count.remote() for handle in self._handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    try:
+      if len(ready) < len(refs):
+        late = [k for k, ref in enumerate(refs) if ref not in ready]
+        raise RuntimeError(
+            'replay shards {} did not start within {} s: the Ray cluster may '
+            'lack the CPUs they reserve ({} each, num_cpus_per_shard; '
+            'available: {})'.format(late, timeout_s, num_cpus,
+                                    ray.available_resources().get('CPU', 0)))
+      for k, ref in enumerate(refs):
+        self._get(k, ref)
+    except Exception:
+      self.close()
+      raise
+
+  # --------------------------------------------------------- remote calls
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise RuntimeError('this ShardedPrioritizedReplayBuffer is closed')
+
+  def _get(self, shard: int, ref: Any) -> Any:
+    """ray.get of one shard's call; a dead shard raises ShardError."""
+    try:
+      return ray.get(ref)
+    except ray.exceptions.RayActorError as error:
+      raise ShardError(shard, error) from None
+
+  def _call(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
+           ) -> Dict[int, Any]:
+    """Calls `method` on several shards at once; returns {shard: result}."""
+    self._check_open()
+    refs = {k: getattr(self._handles[k], method).remote(*args)
+            for k, args in args_by_shard.items()}
+    return {k: self._get(k, ref) for k, ref in refs.items()}
+
+  def _call_all(self, method: str, *args: Any) -> List[Any]:
+    results = self._call(method, {k: args for k in range(self.num_shards)})
+    return [results[k] for k in range(self.num_shards)]
+
+  def _settle(self) -> None:
+    """Flushes stream 0 and waits for earlier priority updates (any error)."""
+    self._check_open()
+    self._writer0.flush()
+    pending, self._pending_priorities = self._pending_priorities, {}
+    for k, ref in pending.items():
+      self._get(k, ref)
+
+  def _split(self, indices: np.ndarray) -> Dict[int, np.ndarray]:
+    """Groups global indices by shard: {shard: positions in `indices`}."""
+    shards = indices // self.shard_capacity
+    return {int(k): np.flatnonzero(shards == k) for k in np.unique(shards)}
+
+  # ------------------------------------------------------------- writing
+
+  @locking.synchronized('_lock')
+  def writer(self, stream_id: int) -> writer_lib.ShardWriter:
+    """Returns a picklable writer for stream `stream_id`.
+
+    Args:
+      stream_id: int >= 0; the stream writes to shard
+        stream_id % num_shards.
+
+    Returns:
+      writer.ShardWriter, whose `add` takes the single memory's `add`
+      arguments and sends them in batches of `flush_every`; `flush()` sends
+      the rest and waits.
+    """
+    self._check_open()
+    stream_id = validation.check_int('stream_id', stream_id, 0)
+    shard = stream_id % self.num_shards
+    return writer_lib.ShardWriter(stream_id, shard, self._handles[shard],
+                                  self._flush_every)
+
+  @locking.synchronized('_lock')
+  def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
+          *args: Any, **kwargs: Any) -> None:
+    """The single memory's `add`, through stream 0 (buffered; see writer).
+
+    The transition reaches the memory when its episode ends (see
+    `shard.ReplayShard.add_batch`); errors the shard raises surface at a
+    later add or read.
+    """
+    self._check_open()
+    self._writer0.add(observation, action, reward, terminal, *args, **kwargs)
+
+  # ------------------------------------------------------------ counters
+
+  @property
+  @locking.synchronized('_lock')
+  def add_count(self) -> np.ndarray:
+    """Transitions written to all shards, padding included (0-d int64)."""
+    self._settle()
+    return np.array(sum(self._call_all('add_count')), dtype=np.int64)
+
+  @locking.synchronized('_lock')
+  def shard_add_counts(self) -> List[int]:
+    """Returns each shard's add_count, in shard order."""
+    self._settle()
+    return [int(count) for count in self._call_all('add_count')]
+
+  @property
+  def shard_handles(self) -> List[Any]:
+    """The shards' Ray actor handles (`shard.ReplayShard`), in shard order.
+
+    For monitoring and tests; calling a shard's methods directly bypasses
+    the checks of this class.
+    """
+    return list(self._handles)
+
+  def is_empty(self) -> bool:
+    """Returns whether no shard holds a transition."""
+    return int(self.add_count) == 0
+
+  @locking.synchronized('_lock')
+  def total_priority(self) -> float:
+    """Returns the sum of all shards' priorities."""
+    self._settle()
+    return float(sum(total for total, _ in self._call_all('mass')))
+
+  def get_transition_elements(self, batch_size: Optional[int] = None
+                             ) -> List[ReplayElement]:
+    """Returns the layout of `sample_transition_batch`'s result.
+
+    Args:
+      batch_size: int, or None for the default batch size.
+
+    Returns:
+      list of ReplayElement, as the single memory's (``indices`` global).
+    """
+    batch_size = self._batch_size if batch_size is None else batch_size
+    return [ReplayElement(e.name, (batch_size,) + tuple(e.shape[1:]), e.type)
+            for e in self._elements]
+
+  # ------------------------------------------------------------- sampling
+
+  def _draw(self, batch_size: int, gather: bool
+           ) -> Tuple[np.ndarray, List[Tuple[np.ndarray, Tuple[Any, ...]]]]:
+    """Samples global indices in proportion to priority over all shards.
+
+    One stratified target per batch entry over the grand total; each shard
+    descends its tree for its targets in one call (gathering the valid
+    slots' transitions when `gather`). Invalid draws are replaced by
+    independent draws over the grand total, as the single memory does.
+
+    Returns:
+      (indices, pieces): int64 global indices [batch_size]; and, when
+      `gather`, (positions, shard batch) pairs covering the batch.
+    """
+    self._settle()
+    masses = self._call_all('mass')
+    if not any(ready for _, ready in masses):
+      raise RuntimeError(
+          'Cannot sample a batch: no shard holds stack size + '
+          'update_horizon transitions yet.')
+    # A shard too young to sample has no valid slot: it gets no draws.
+    totals = np.array([total if ready else 0.0 for total, ready in masses])
+    grand = float(totals.sum())
+    if not grand > 0.0:
+      raise ValueError('Cannot sample: every priority is zero in the shards '
+                       'that hold enough transitions.')
+    targets = ((np.arange(batch_size) + self._rng.random(batch_size)) *
+               (grand / batch_size))
+    indices = np.zeros(batch_size, dtype=np.int64)
+    pieces = []
+    pending = np.arange(batch_size)
+    failures = 0
+    while True:
+      shards, local = route_targets(targets[pending], totals)
+      groups = {int(k): np.flatnonzero(shards == k) for k in np.unique(shards)}
+      results = self._call('descend', {k: (local[where], gather)
+                                       for k, where in groups.items()})
+      still_invalid = []
+      for k, where in groups.items():
+        slots, valid, batch = results[k]
+        positions = pending[where]
+        indices[positions] = k * self.shard_capacity + slots
+        still_invalid.append(positions[~valid])
+        if batch is not None and valid.any():
+          pieces.append((positions[valid], batch))
+      pending = np.sort(np.concatenate(still_invalid))
+      if not len(pending):
+        return indices, pieces
+      failures += len(pending)
+      if failures >= self._max_sample_attempts:
+        raise RuntimeError(
+            'Max sample attempts: Tried {} times but only sampled {} valid '
+            'indices. Batch size is {}'.format(
+                self._max_sample_attempts, batch_size - len(pending),
+                batch_size))
+      targets[pending] = self._rng.random(len(pending)) * grand
+
+  @locking.synchronized('_lock')
+  def sample_index_batch(self, batch_size: int) -> np.ndarray:
+    """Returns `batch_size` valid global indices, drawn by priority.
+
+    Args:
+      batch_size: int, the number of indices.
+
+    Returns:
+      np.ndarray of int64 with shape [batch_size].
+
+    Raises:
+      RuntimeError: If no shard holds enough transitions, or
+        max_sample_attempts draws were invalid.
+      ValueError: If batch_size is not a positive int, or every priority is
+        zero.
+      ShardError: If a shard is dead.
+    """
+    batch_size = validation.check_int('batch_size', batch_size, 1)
+    return self._draw(batch_size, gather=False)[0]
+
+  @locking.synchronized('_lock')
+  def sample_transition_batch(self, batch_size: Optional[int] = None,
+                              indices: Any = None) -> Tuple[np.ndarray, ...]:
+    """Returns a batch of transitions, as the single memory's.
+
+    Args:
+      batch_size: int, or None for the default batch size (or the number of
+        `indices` when given).
+      indices: None to sample in proportion to priority, or a 1-D sequence
+        of valid global indices.
+
+    Returns:
+      tuple of np.ndarray, one per `get_transition_elements(batch_size)`,
+      in the sampled (or given) order; ``indices`` holds global indices and
+      ``sampling_probabilities`` the raw priorities.
+
+    Raises:
+      ValueError: If an index is not an integer, out of range or not a valid
+        transition (the message names the shard), or batch_size does not
+        match len(indices) (an errors.ArgumentError).
+      RuntimeError, ShardError: See `sample_index_batch`.
+    """
+    if indices is None:
+      batch_size = (self._batch_size if batch_size is None else
+                    validation.check_int('batch_size', batch_size, 1))
+      indices, pieces = self._draw(batch_size, gather=True)
+    else:
+      indices = self._check_sample_indices(indices)
+      if batch_size is None:
+        batch_size = len(indices)
+      elif batch_size != len(indices):
+        raise errors.ArgumentError(
+            'batch_size is {} but {} indices were given.'.format(
+                batch_size, len(indices)))
+      self._settle()
+      groups = self._split(indices)
+      results = self._call('gather', {
+          k: (indices[where] - k * self.shard_capacity,)
+          for k, where in groups.items()})
+      pieces = [(where, results[k]) for k, where in groups.items()]
+    return self._assemble(batch_size, indices, pieces)
+
+  def _check_sample_indices(self, indices: Any) -> np.ndarray:
+    array = np.asarray(indices)
+    if array.ndim != 1:
+      raise ValueError('indices must be a 1-D sequence of ints, got shape {}'
+                       .format(array.shape))
+    return validation.validate_indices(array, self.replay_capacity,
+                                       'indices').astype(np.int64)
+
+  def _assemble(self, batch_size: int, indices: np.ndarray,
+                pieces: List[Tuple[np.ndarray, Tuple[Any, ...]]]
+               ) -> Tuple[np.ndarray, ...]:
+    """Puts the shards' batches back in the batch's order."""
+    elements = self.get_transition_elements(batch_size)
+    out = [np.empty(e.shape, dtype=e.type) for e in elements]
+    for positions, batch in pieces:
+      for array, values in zip(out, batch):
+        array[positions] = values
+    for array, element in zip(out, elements):
+      if element.name == 'indices':
+        array[:] = indices
+    return tuple(out)
+
+  # ----------------------------------------------------------- priorities
+
+  def _check_indices(self, indices: Any) -> np.ndarray:
+    if np.ndim(indices) == 0:
+      raise errors.ArgumentError(
+          'indices must be an array, got {!r}'.format(indices))
+    return validation.validate_indices(indices, self.replay_capacity,
+                                       'indices')
+
+  @locking.synchronized('_lock')
+  def set_priority(self, indices: Any, priorities: Any) -> None:
+    """Sets the priorities of a batch of global indices.
+
+    The whole batch is checked here, before any shard is written: a bad
+    batch changes nothing on any shard. With repeated indices the last
+    priority wins. The shards apply it in order before this process's next
+    call to them.
+
+    Args:
+      indices: integer array of global indices in [0, replay_capacity).
+      priorities: array-like of the same shape (or a scalar); each 0 or in
+        float32's positive range (see the single memory's `set_priority`).
+
+    Raises:
+      ValueError: If the shapes differ or a priority is not one;
+        validation.InvalidIndexError (an IndexError and ValueError) if an
+        index is out of range; validation.InvalidIndexTypeError (a
+        TypeError and ValueError) if the indices are not integers.
+      ShardError: If a shard is dead (at this or a later call).
+    """
+    self._check_open()
+    indices = self._check_indices(indices)
+    if np.ndim(priorities) and np.shape(priorities) != indices.shape:
+      raise ValueError(
+          'priorities of shape {} do not match indices of shape {}.'.format(
+              np.shape(priorities), indices.shape))
+    priorities = validation.validate_priorities(
+        priorities, indices.shape, 'priorities', np.float32).ravel()
+    indices = indices.ravel().astype(np.int64)
+    # At most one update in flight per shard: wait for the previous one.
+    pending, self._pending_priorities = self._pending_priorities, {}
+    for k, ref in pending.items():
+      self._get(k, ref)
+    for k, where in self._split(indices).items():
+      self._pending_priorities[k] = self._handles[k].set_priority.remote(
+          indices[where] - k * self.shard_capacity, priorities[where])
+
+  @locking.synchronized('_lock')
+  def get_priority(self, indices: Any) -> np.ndarray:
+    """Returns the priorities of a batch of global indices.
+
+    Args:
+      indices: integer array of global indices in [0, replay_capacity).
+
+    Returns:
+      np.ndarray of float32 shaped like `indices` (0 for unused slots).
+
+    Raises:
+      AssertionError: (also a ValueError) If `indices` is a scalar.
+      validation.InvalidIndexError: If an index is out of range.
+      validation.InvalidIndexTypeError: If the indices are not integers.
+      ShardError: If a shard is dead.
+    """
+    indices = self._check_indices(indices)
+    flat = indices.ravel().astype(np.int64)
+    self._settle()
+    groups = self._split(flat)
+    results = self._call('get_priority', {
+        k: (flat[where] - k * self.shard_capacity,)
+        for k, where in groups.items()})
+    out = np.zeros(flat.shape, dtype=np.float32)
+    for k, where in groups.items():
+      out[where] = results[k]
+    return out.reshape(indices.shape)
+
+  # ---------------------------------------------------------- checkpoints
+
+  @locking.synchronized('_lock')
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Each shard saves its memory into ``checkpoint_dir/shard_{k}``.
+
+    The single memory's format and garbage collection, per shard. In a
+    cluster, `checkpoint_dir` must be storage every shard's machine sees.
+
+    Args:
+      checkpoint_dir: str, an existing directory (if it does not exist, a
+        warning is logged and nothing is written, as the single memory).
+      iteration_number: int, the checkpoint's suffix.
+    """
+    self._settle()
+    if not all(self._call_all('save', checkpoint_dir, iteration_number)):
+      logging.warning('Not saving the sharded replay memory: %s does not '
+                      'exist.', checkpoint_dir)
+
+  @locking.synchronized('_lock')
+  def load(self, checkpoint_dir: str, suffix: Any) -> None:
+    """Restores every shard from ``checkpoint_dir/shard_{k}``, all or none.
+
+    Each shard first reads its files into a new memory; only when all have
+    succeeded do they swap them in, so a missing or bad file on any shard
+    leaves every shard as it was.
+
+    Args:
+      checkpoint_dir: str, the directory `save` wrote.
+      suffix: int or str, the checkpoint's iteration number.
+
+    Raises:
+      The single memory's `load` errors (the message names the shard), and
+      ShardError if a shard is dead.
+    """
+    self._settle()
+    refs = {k: handle.prepare_load.remote(checkpoint_dir, suffix)
+            for k, handle in enumerate(self._handles)}
+    first_error = None
+    for k, ref in refs.items():
+      try:
+        self._get(k, ref)
+      except Exception as error:  # pylint: disable=broad-except
+        first_error = first_error or error
+    if first_error is not None:
+      self._call_all('abort_load')
+      raise first_error
+    self._call_all('commit_load')
+
+  @locking.synchronized('_lock')
+  def close(self) -> None:
+    """Flushes stream 0 and kills the shard actors (their data is lost)."""
+    if self._closed:
+      return
+    try:
+      self._writer0.flush()
+    finally:
+      self._closed = True
+      for handle in self._handles:
+        ray.kill(handle)

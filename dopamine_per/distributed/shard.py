@@ -1,0 +1,317 @@
+# coding=utf-8
+"""One shard of a sharded prioritized memory: what its Ray actor runs.
+
+`ReplayShard` holds an `OutOfGraphPrioritizedReplayBuffer` of
+`shard_capacity` slots and offers the calls the learner and the writers
+make, each on a whole batch: adding a run of transitions in order, the
+shard's total priority, descending its sum tree for targets the learner
+drew (with the transitions of the valid slots gathered in the same call,
+so that no add slips between the validity test and the gather), priorities
+by slot, and checkpoints in a subdirectory of its own. It uses only the
+memory's public methods.
+
+The class is plain Python; `replay.ShardedPrioritizedReplayBuffer` runs it
+as a Ray actor. Its module imports NumPy and the TF-free memory only, so a
+shard process never loads TensorFlow.
+"""
+
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sampling
+
+__all__ = ['ReplayShard', 'ShardError', 'shard_directory']
+
+# One transition as a writer sends it: `add`'s positional and keyword
+# arguments.
+Transition = Tuple[Tuple[Any, ...], Dict[str, Any]]
+
+
+class ShardError(RuntimeError):
+  """A shard's process died (or could not start): the memory cannot go on.
+
+  Attributes:
+    shard: int, the shard's number.
+  """
+
+  def __init__(self, shard: int, cause: Any):
+    super().__init__(
+        'replay shard {} is dead (its Ray actor died or could not start); '
+        'the sharded memory cannot sample, add or checkpoint until it is '
+        'rebuilt (e.g. from the last checkpoint). Cause: {}'.format(
+            shard, cause))
+    self.shard = shard
+
+
+def shard_directory(checkpoint_dir: str, shard: int) -> str:
+  """Returns the subdirectory of `checkpoint_dir` that holds shard `shard`.
+
+  Args:
+    checkpoint_dir: str, the sharded memory's checkpoint directory.
+    shard: int, the shard's number.
+
+  Returns:
+    str, ``checkpoint_dir/shard_{shard}``.
+  """
+  return os.path.join(checkpoint_dir, 'shard_{}'.format(shard))
+
+
+def _ends_episode(transition: Transition) -> bool:
+  """Whether a transition ends its episode, as the memory's `add` decides."""
+  args, kwargs = transition
+  try:
+    return bool(kwargs.get('episode_end', False)) or bool(np.any(args[3]))
+  except Exception:  # pylint: disable=broad-except
+    return True  # A malformed flag: `add_batch` checks and refuses it now.
+
+
+class ReplayShard(object):
+  """A prioritized memory of `shard_capacity` slots, called in batches.
+
+  Attributes:
+    shard: int, this shard's number.
+    memory: OutOfGraphPrioritizedReplayBuffer, the shard's transitions.
+  """
+
+  def __init__(self, shard: int, shard_capacity: int, batch_size: int,
+               memory_kwargs: Dict[str, Any]):
+    """Creates the shard's empty memory.
+
+    Args:
+      shard: int, this shard's number (for messages and its checkpoint
+        subdirectory).
+      shard_capacity: int, the memory's replay_capacity.
+      batch_size: int, the memory's default batch size.
+      memory_kwargs: dict, the memory's other constructor arguments.
+    """
+    self.shard = shard
+    self._capacity = shard_capacity
+    self._batch_size = batch_size
+    self._memory_kwargs = dict(memory_kwargs)
+    self.memory = self._new_memory()
+    # Checks transitions before they reach `memory` (see `add_batch`).
+    self._scratch = self._new_memory(
+        self._stack_size() + self._update_horizon())
+    # Per stream, the transitions of its unfinished episode.
+    self._staged: Dict[int, List[Transition]] = {}
+    self._loaded = None  # A memory `prepare_load` read, until committed.
+
+  def _new_memory(self, capacity: Optional[int] = None) -> Any:
+    """Returns an empty memory of `capacity` (None: the shard's) slots."""
+    return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        replay_capacity=self._capacity if capacity is None else capacity,
+        batch_size=self._batch_size, **self._memory_kwargs)
+
+  def _error(self, error: Exception) -> Exception:
+    """Returns `error` (same type) with the shard named in its message.
+
+    TensorFlow's errors (the memory's `load` raises tf.errors.NotFoundError
+    for a missing file, as Dopamine) take (node_def, op, message).
+    """
+    message = 'shard {}: {}'.format(self.shard, error)
+    for args in ((message,), (None, None, message)):
+      try:
+        return type(error)(*args)
+      except Exception:  # pylint: disable=broad-except
+        pass
+    return error
+
+  # ------------------------------------------------------------------ add
+
+  def add_batch(self, stream_id: int, transitions: Sequence[Transition]
+               ) -> int:
+    """Stages a stream's transitions; adds its complete episodes, in order.
+
+    Streams sharing this shard must not interleave inside an episode (the
+    memory builds n-step returns and frame stacks from consecutive slots),
+    so each stream's transitions wait here until their episode ends
+    (``terminal`` or ``episode_end``); then the stream's finished episodes
+    are added as consecutive `add` calls. Each is first added to a scratch
+    memory of the same configuration, so a refused transition leaves no
+    half-written episode behind.
+
+    Args:
+      stream_id: int, the writer's stream.
+      transitions: sequence of (args, kwargs) of the memory's `add`.
+
+    Returns:
+      int, the shard's add_count afterwards.
+
+    Raises:
+      ValueError: If a finished episode holds a transition the memory
+        refuses: nothing of this call's finished episodes is added, they are
+        dropped, and the message names the stream and the transition.
+    """
+    staged = self._staged.setdefault(stream_id, [])
+    first_new = len(staged)
+    staged.extend(transitions)
+    last_end = -1
+    for position in range(len(staged) - 1, first_new - 1, -1):
+      if _ends_episode(staged[position]):
+        last_end = position
+        break
+    if last_end < 0:
+      return int(self.memory.add_count)
+    ready = staged[:last_end + 1]
+    self._staged[stream_id] = staged[last_end + 1:]
+    for position, (args, kwargs) in enumerate(ready):
+      try:
+        self._scratch.add(*args, **kwargs)
+      except ValueError as error:
+        raise ValueError(
+            'shard {}: stream {}: transition {} of its {} finished '
+            'transitions was refused, so none of them was added: {}'.format(
+                self.shard, stream_id, position, len(ready), error)) from None
+    for args, kwargs in ready:
+      self.memory.add(*args, **kwargs)
+    return int(self.memory.add_count)
+
+  def staged_count(self) -> int:
+    """Returns how many transitions wait for their episode to end."""
+    return sum(len(staged) for staged in self._staged.values())
+
+  # ------------------------------------------------------------- counters
+
+  def mass(self) -> Tuple[float, bool]:
+    """Returns (total priority, whether any transition can be sampled).
+
+    Returns:
+      (float, bool): the sum tree's total, and False while the memory holds
+      fewer transitions than a sample needs (stack size + update horizon).
+    """
+    try:
+      sampling.sampling_range(int(self.memory.add_count), self._capacity,
+                              self._stack_size(), self._update_horizon())
+      ready = True
+    except RuntimeError:
+      ready = False
+    return float(self.memory.sum_tree.total_priority()), ready
+
+  def _stack_size(self) -> int:
+    return int(self._memory_kwargs.get('stack_size', 1))
+
+  def _update_horizon(self) -> int:
+    return int(self._memory_kwargs.get('update_horizon', 1))
+
+  def add_count(self) -> int:
+    """Returns the memory's add_count."""
+    return int(self.memory.add_count)
+
+  def transition_elements(self, batch_size: int) -> List[Any]:
+    """Returns the memory's `get_transition_elements(batch_size)`."""
+    return self.memory.get_transition_elements(batch_size)
+
+  def has_tensorflow(self) -> bool:
+    """Returns whether this process has imported TensorFlow (for tests)."""
+    return 'tensorflow' in sys.modules
+
+  # ------------------------------------------------------------- sampling
+
+  def descend(self, targets: np.ndarray, gather: bool
+             ) -> Tuple[np.ndarray, np.ndarray, Optional[Tuple[Any, ...]]]:
+    """Finds the slots holding cumulative masses `targets`, and their batch.
+
+    Targets past the total (priorities changed since the learner read it)
+    are clipped to it; `sum_tree.query` maps the total to the last slot of
+    positive priority.
+
+    Args:
+      targets: float64 array of masses in [0, total priority].
+      gather: bool, whether to also return the valid slots' transitions.
+
+    Returns:
+      (slots, valid, batch): int64 slots shaped like `targets`; a bool array,
+      whether each is a valid transition; and, when `gather` and a slot is
+      valid, the memory's `sample_transition_batch` of the valid slots in
+      order (else None).
+
+    Raises:
+      ValueError: If the shard's total priority is 0.
+    """
+    tree = self.memory.sum_tree
+    targets = np.clip(np.asarray(targets, dtype=np.float64), 0.0,
+                      tree.total_priority())
+    try:
+      slots = tree.query(targets)
+    except ValueError as error:
+      raise self._error(error) from None
+    valid = np.asarray(self.memory.is_valid_transition(slots), dtype=bool)
+    batch = None
+    if gather and valid.any():
+      batch = self.memory.sample_transition_batch(indices=slots[valid])
+    return slots, valid, batch
+
+  def gather(self, slots: np.ndarray) -> Tuple[np.ndarray, ...]:
+    """Returns the memory's `sample_transition_batch(indices=slots)`.
+
+    Raises:
+      ValueError: If a slot is not a valid transition (the message names the
+        shard and says why).
+    """
+    try:
+      return self.memory.sample_transition_batch(indices=slots)
+    except ValueError as error:
+      raise self._error(error) from None
+
+  # ----------------------------------------------------------- priorities
+
+  def set_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+    """Sets priorities of slots the learner already checked."""
+    self.memory.set_priority(slots, priorities)
+
+  def get_priority(self, slots: np.ndarray) -> np.ndarray:
+    """Returns the float32 priorities of slots the learner already checked."""
+    return self.memory.get_priority(slots)
+
+  # ---------------------------------------------------------- checkpoints
+
+  def save(self, checkpoint_dir: str, iteration_number: int) -> bool:
+    """Saves the memory into ``checkpoint_dir/shard_{shard}``.
+
+    Args:
+      checkpoint_dir: str, the sharded memory's checkpoint directory.
+      iteration_number: int, the checkpoint's suffix.
+
+    Returns:
+      bool, False (nothing written) if `checkpoint_dir` does not exist, as
+      the single memory's `save` then writes nothing.
+    """
+    if not os.path.isdir(checkpoint_dir):
+      return False
+    directory = shard_directory(checkpoint_dir, self.shard)
+    os.makedirs(directory, exist_ok=True)
+    self.memory.save(directory, iteration_number)
+    return True
+
+  def prepare_load(self, checkpoint_dir: str, suffix: Any) -> None:
+    """Reads ``checkpoint_dir/shard_{shard}`` into a new memory, kept aside.
+
+    `commit_load` then swaps it in; `abort_load` drops it. Reading every
+    shard before any swaps makes a sharded load all-or-nothing.
+
+    Raises:
+      The memory's `load` errors, with the shard named; the shard is
+      unchanged.
+    """
+    self._loaded = None
+    memory = self._new_memory()
+    try:
+      memory.load(shard_directory(checkpoint_dir, self.shard), suffix)
+    except Exception as error:  # pylint: disable=broad-except
+      raise self._error(error) from None
+    self._loaded = memory
+
+  def commit_load(self) -> None:
+    """Replaces the memory with the one `prepare_load` read."""
+    if self._loaded is None:
+      raise RuntimeError('shard {}: no prepared load to commit'.format(
+          self.shard))
+    self.memory, self._loaded = self._loaded, None
+
+  def abort_load(self) -> None:
+    """Drops the memory `prepare_load` read, if any."""
+    self._loaded = None

@@ -1,0 +1,126 @@
+# coding=utf-8
+"""Writers: how actors add transitions to a sharded prioritized memory.
+
+A `ShardWriter` belongs to one stream of transitions (one actor's episodes)
+and one shard. It keeps the transitions given to `add` and sends them to the
+shard in one remote call every `flush_every` transitions, in order, so an
+episode stays contiguous in the shard and an actor pays one call per batch
+rather than per environment step. The shard adds a stream's transitions
+when their episode ends (`shard.ReplayShard.add_batch`), so streams sharing
+a shard never interleave inside an episode. At most one such call is in
+flight: the next one first waits for it, so an add the shard refused raises
+(at the writer's next send or flush) instead of vanishing. A writer pickles
+(into a Ray task or actor) as its shard handle and settings, without
+buffered transitions.
+"""
+
+from typing import Any, Dict, List, Tuple
+
+import ray
+
+from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.replay_memory import validation
+
+__all__ = ['ShardWriter', 'DEFAULT_FLUSH_EVERY']
+
+# Transitions sent per remote call, which has a fixed cost besides its bytes.
+# 64 pickled CartPole transitions (float32[4] observations) take 4 KB, 64
+# Atari ones (uint8[84, 84]) 455 KB: few calls, no very large messages.
+DEFAULT_FLUSH_EVERY = 64
+
+
+class ShardWriter(object):
+  """Adds one stream's transitions to its shard, in batches.
+
+  Attributes:
+    stream_id: int, the stream's number.
+    shard: int, the shard it writes to (stream_id % num_shards).
+  """
+
+  def __init__(self, stream_id: int, shard: int, shard_handle: Any,
+               flush_every: int = DEFAULT_FLUSH_EVERY):
+    """Creates a writer with nothing buffered.
+
+    Args:
+      stream_id: int, the stream's number.
+      shard: int, the shard's number.
+      shard_handle: the shard's Ray actor handle.
+      flush_every: int >= 1, transitions buffered before they are sent.
+    """
+    self.stream_id = stream_id
+    self.shard = shard
+    self._handle = shard_handle
+    self._flush_every = validation.check_int('flush_every', flush_every, 1)
+    self._buffer: List[Tuple[Tuple[Any, ...], Dict[str, Any]]] = []
+    self._in_flight = None
+
+  def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
+          *args: Any, **kwargs: Any) -> None:
+    """Buffers a transition: the single memory's `add` arguments.
+
+    Args:
+      observation: array of shape observation_shape.
+      action: the action.
+      reward: the reward.
+      terminal: whether the transition ended the episode.
+      *args: the extra storage elements, then the priority (None: the
+        shard's largest priority so far), as the single memory's `add`.
+      **kwargs: `priority` and `episode_end`, as the single memory's `add`.
+
+    Raises:
+      ValueError, RuntimeError: When this add fills the buffer and sends it,
+        an error of the previous batch (see `flush`).
+    """
+    self._buffer.append(((observation, action, reward, terminal) + args,
+                         kwargs))
+    if len(self._buffer) >= self._flush_every:
+      self._send()
+
+  def _send(self) -> None:
+    """Sends the buffer without waiting for it, after the previous call."""
+    self.wait()
+    if self._buffer:
+      transitions, self._buffer = self._buffer, []
+      self._in_flight = self._handle.add_batch.remote(self.stream_id,
+                                                       transitions)
+
+  def wait(self) -> None:
+    """Waits for the call in flight, if any.
+
+    Raises:
+      ValueError: If the shard refused a transition of that batch (the
+        message names it; the episodes it finished were dropped).
+      shard.ShardError: (a RuntimeError) If the shard's process died.
+    """
+    if self._in_flight is not None:
+      in_flight, self._in_flight = self._in_flight, None
+      try:
+        ray.get(in_flight)
+      except ray.exceptions.RayActorError as error:
+        raise shard_lib.ShardError(self.shard, error) from None
+
+  def flush(self) -> None:
+    """Sends the buffered transitions and waits until the shard has them.
+
+    The shard adds them to its memory once their episode ends.
+
+    Raises:
+      See `wait`.
+    """
+    self._send()
+    self.wait()
+
+  def __getstate__(self) -> Dict[str, Any]:
+    if self._buffer or self._in_flight is not None:
+      raise ValueError(
+          'writer of stream {} has {} buffered transitions (or a call in '
+          'flight): flush() it before pickling it'.format(
+              self.stream_id, len(self._buffer)))
+    state = dict(self.__dict__)
+    state['_buffer'] = []
+    state['_in_flight'] = None
+    return state
+
+  def __setstate__(self, state: Dict[str, Any]) -> None:
+    self.__dict__.update(state)
+

@@ -1,0 +1,303 @@
+# coding=utf-8
+"""Tests for dopamine_per.distributed.replay on a local Ray (loopback only).
+
+One Ray (2 CPUs) serves the whole module: it takes 4-8 s to start.
+"""
+
+import os
+import pickle
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+import ray
+
+from dopamine_per.distributed import replay
+from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.replay_memory import sampling
+from dopamine_per.replay_memory import validation
+from tests import stats_util
+
+
+def setUpModule():  # pylint: disable=invalid-name
+  ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+           _node_ip_address='127.0.0.1')
+
+
+def tearDownModule():  # pylint: disable=invalid-name
+  ray.shutdown()
+
+
+def _memory(num_shards=2, replay_capacity=48, batch_size=8, **kwargs):
+  kwargs.setdefault('num_cpus_per_shard', 0.25)
+  kwargs.setdefault('observation_shape', (2,))
+  kwargs.setdefault('stack_size', 1)
+  kwargs.setdefault('observation_dtype', np.float32)
+  return replay.ShardedPrioritizedReplayBuffer(
+      num_shards, replay_capacity, batch_size, flush_every=4, **kwargs)
+
+
+def _write_episodes(writer, stream, steps, episode_length, priorities=None):
+  """Writes `steps` transitions: observation (stream, step), action step."""
+  for step in range(steps):
+    priority = None if priorities is None else float(priorities[step])
+    writer.add(np.array([stream, step], np.float32), step, 1.0,
+               int(step % episode_length == episode_length - 1), priority)
+  writer.flush()
+
+
+def _as_dict(memory, batch):
+  return dict(zip([e.name for e in memory.get_transition_elements()], batch))
+
+
+class RouteTargetsTest(absltest.TestCase):
+
+  def test_routes_each_mass_to_the_shard_that_owns_it(self):
+    totals = np.array([2.0, 0.0, 3.0, 0.0])  # Empty shards own nothing.
+    cases = [  # (global mass, shard, mass within the shard)
+        (0.0, 0, 0.0), (1.5, 0, 1.5), (2.0, 2, 0.0), (4.5, 2, 2.5),
+        (5.0, 2, 3.0),  # The grand total (rounding): the last nonempty one.
+    ]
+    targets = np.array([target for target, _, _ in cases])
+    shards, local = replay.route_targets(targets, totals)
+    np.testing.assert_array_equal(shards, [shard for _, shard, _ in cases])
+    np.testing.assert_allclose(local, [mass for _, _, mass in cases])
+
+
+class ShardedReplayTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.memories = []
+
+  def tearDown(self):
+    for memory in self.memories:
+      memory.close()
+    super().tearDown()
+
+  def _new(self, **kwargs):
+    memory = _memory(**kwargs)
+    self.memories.append(memory)
+    return memory
+
+  def _valid_weights(self, memory):
+    """Priorities of all global slots, 0 where a slot is not sampleable.
+
+    With stack size 1, update horizon 1 and terminal episode ends, the
+    invalid slots of a full shard are the two around its cursor.
+    """
+    capacity = memory.shard_capacity
+    weights = memory.get_priority(
+        np.arange(memory.replay_capacity)).astype(np.float64)
+    for k, count in enumerate(memory.shard_add_counts()):
+      self.assertGreaterEqual(count, capacity)
+      blocked = sampling.invalid_range(count % capacity, capacity, 1, 1)
+      weights[k * capacity + blocked] = 0.0
+    return weights
+
+  def test_sampling_follows_priorities_across_shards(self):
+    # 256 x 160 = 40960 draws over 48 slots in 2 shards, chi-square at
+    # false-failure rate 1e-6 (stats_util), fixed seeds. Shard 1's
+    # priorities are 3 times larger, so a sampler that split the batch
+    # evenly over the shards fails by far. The invalid slots next to each
+    # cursor carry mass and are redrawn: the target is the valid slots'
+    # priorities, renormalized.
+    memory = self._new(rng=2024)
+    rs = np.random.RandomState(1)
+    for stream, scale in ((0, 1.0), (1, 3.0)):
+      priorities = scale * rs.randint(0, 6, size=30) * 0.5
+      _write_episodes(memory.writer(stream), stream, 30, 5, priorities)
+    weights = self._valid_weights(memory)
+    self.assertGreater(weights[24:].sum(), 2 * weights[:24].sum())
+    samples = np.concatenate([memory.sample_index_batch(256)
+                              for _ in range(160)])
+    stats_util.assert_matches_distribution(self, samples, weights)
+
+  def test_transition_batch_matches_its_indices(self):
+    memory = self._new(rng=3)
+    _write_episodes(memory.writer(0), 0, 20, 4, np.arange(20) % 3 + 1.0)
+    _write_episodes(memory.writer(1), 1, 20, 4, np.arange(20) % 2 + 2.0)
+    batch = _as_dict(memory, memory.sample_transition_batch(32))
+    indices = batch['indices'].astype(np.int64)
+    self.assertEqual(batch['state'].shape, (32, 2, 1))
+    np.testing.assert_array_equal(batch['sampling_probabilities'],
+                                  memory.get_priority(indices))
+    # Observation (stream, step) sits at global index shard * 24 + step.
+    np.testing.assert_array_equal(batch['state'][:, 0, 0], indices // 24)
+    np.testing.assert_array_equal(batch['state'][:, 1, 0], indices % 24)
+    np.testing.assert_array_equal(batch['action'], indices % 24)
+    np.testing.assert_array_equal(batch['next_state'][:, 1, 0],
+                                  indices % 24 + 1)
+    given = _as_dict(memory, memory.sample_transition_batch(
+        indices=indices[::-1]))
+    np.testing.assert_array_equal(given['state'], batch['state'][::-1])
+    self.assertEqual(memory.get_transition_elements(5)[0].shape, (5, 2, 1))
+
+  def test_writer_routing_and_contiguous_episodes(self):
+    memory = self._new(num_shards=2, replay_capacity=200)
+    writers = [memory.writer(stream) for stream in range(4)]
+    self.assertEqual([w.shard for w in writers], [0, 1, 0, 1])
+    # Streams 0 and 2 share shard 0 and alternate mid-episode (episodes of
+    # 6, batches of 4): each episode must still land in consecutive slots.
+    for step in range(18):
+      for stream, writer in enumerate(writers):
+        writer.add(np.array([stream, step], np.float32), step, 1.0,
+                   int(step % 6 == 5), 1.0)
+    for writer in writers:
+      writer.flush()
+    self.assertEqual(memory.shard_add_counts(), [36, 36])
+    capacity = memory.shard_capacity
+    for shard in (0, 1):
+      valid = np.arange(35)  # Slot 35, before the cursor, is not valid.
+      batch = _as_dict(memory, memory.sample_transition_batch(
+          indices=shard * capacity + valid))
+      streams = batch['state'][:, 0, 0]
+      steps = batch['state'][:, 1, 0]
+      self.assertEqual(set(streams.tolist()), {shard, shard + 2})
+      # Episodes end at steps 5, 11 and 17; the shard adds a stream's
+      # episode when it ends, so the streams alternate by whole episodes.
+      for episode in range(6):
+        where = np.arange(episode * 6, min(episode * 6 + 6, 35))
+        stream = shard if episode % 2 == 0 else shard + 2
+        np.testing.assert_array_equal(streams[where], stream)
+        np.testing.assert_array_equal(
+            steps[where], episode // 2 * 6 + np.arange(len(where)))
+
+  def test_pickled_writer_writes_from_a_ray_task(self):
+    memory = self._new()
+    writer = memory.writer(3)
+    self.assertEqual(writer.shard, 1)
+
+    @ray.remote(num_cpus=0)
+    def act(writer):
+      _write_episodes(writer, 3, 10, 5)
+      return writer.stream_id
+
+    self.assertEqual(ray.get(act.remote(writer)), 3)
+    self.assertEqual(int(memory.add_count), 10)
+    batch = _as_dict(memory, memory.sample_transition_batch(
+        indices=np.arange(24, 33)))
+    np.testing.assert_array_equal(batch['state'][:, 0, 0], 3)
+    np.testing.assert_array_equal(batch['action'], np.arange(9))
+    writer.add(np.zeros(2, np.float32), 0, 0.0, 0, 1.0)
+    with self.assertRaisesRegex(ValueError, 'flush'):
+      pickle.dumps(writer)
+
+  def test_writer_reports_a_refused_transition(self):
+    memory = self._new()
+    writer = memory.writer(0)
+    writer.add(np.zeros(2, np.float32), 0, 1.0, 0, 1.0)
+    writer.add(np.zeros(3, np.float32), 0, 1.0, 1, 1.0)  # Wrong shape.
+    with self.assertRaisesRegex(ValueError, 'stream 0: transition 1'):
+      writer.flush()
+    self.assertEqual(int(memory.add_count), 0)
+
+  def test_bad_priority_batch_changes_no_shard(self):
+    memory = self._new()
+    _write_episodes(memory.writer(0), 0, 10, 5, np.full(10, 2.0))
+    _write_episodes(memory.writer(1), 1, 10, 5, np.full(10, 3.0))
+    everything = np.arange(48)
+    before = memory.get_priority(everything)
+    good = np.array([1, 30])  # One index on each shard.
+    cases = [
+        (np.array([1, 30, 48]), [1.0, 1.0, 1.0], validation.InvalidIndexError,
+         'indices must be in \\[0, 48\\). Got: 48'),
+        (np.array([1, 30, -1]), [1.0, 1.0, 1.0], validation.InvalidIndexError,
+         'Got: -1'),
+        (np.array([1.0, 30.0]), [1.0, 1.0], validation.InvalidIndexTypeError,
+         'indices must be integers'),
+        (good, [1.0, np.nan], ValueError, 'priorities .*nan'),
+        (good, [1.0, -2.0], ValueError, 'priorities .*-2'),
+        (good, [1.0, np.inf], ValueError, 'priorities .*inf'),
+        (good, [1.0, 1.0, 1.0], ValueError, 'do not match'),
+    ]
+    for indices, priorities, error, message in cases:
+      with self.subTest(message=message):
+        with self.assertRaisesRegex(error, message):
+          memory.set_priority(indices, priorities)
+        np.testing.assert_array_equal(memory.get_priority(everything),
+                                      before)
+    with self.assertRaisesRegex(ValueError, 'must be in'):
+      memory.get_priority(np.array([0, 99]))
+    memory.set_priority(good, [5.0, 6.0])
+    np.testing.assert_array_equal(memory.get_priority(good), [5.0, 6.0])
+    self.assertEqual(memory.total_priority(),
+                     float(before.sum()) - 2.0 - 3.0 + 11.0)
+
+  def test_save_load_round_trip_of_all_shards(self):
+    memory = self._new(rng=7)
+    _write_episodes(memory.writer(0), 0, 12, 4, np.arange(12) + 1.0)
+    _write_episodes(memory.writer(1), 1, 16, 4, np.arange(16) + 20.0)
+    everything = np.arange(48)
+    saved_priorities = memory.get_priority(everything)
+    with tempfile.TemporaryDirectory() as directory:
+      memory.save(directory, 3)
+      self.assertCountEqual(os.listdir(directory), ['shard_0', 'shard_1'])
+      restored = self._new(rng=8)
+      restored.load(directory, 3)
+      np.testing.assert_array_equal(restored.get_priority(everything),
+                                    saved_priorities)
+      self.assertEqual(int(restored.add_count), 28)
+      batch = restored.sample_transition_batch(indices=np.arange(24, 39))
+      original = memory.sample_transition_batch(indices=np.arange(24, 39))
+      for restored_value, value in zip(batch, original):
+        np.testing.assert_array_equal(restored_value, value)
+      # A corrupt file on shard 1 leaves every shard as it was.
+      memory.set_priority(np.array([0, 24]), [9.0, 9.0])
+      changed = memory.get_priority(everything)
+      shard_1 = shard_lib.shard_directory(directory, 1)
+      for name in os.listdir(shard_1):
+        if name.startswith('sum_tree'):
+          with open(os.path.join(shard_1, name), 'wb') as corrupt:
+            corrupt.write(b'not a gzip file')
+      with self.assertRaisesRegex(ValueError, 'shard 1: .*sum_tree'):
+        memory.load(directory, 3)
+      np.testing.assert_array_equal(memory.get_priority(everything), changed)
+
+  def test_shards_do_not_import_tensorflow(self):
+    memory = self._new()
+    self.assertEqual(ray.get([shard.has_tensorflow.remote()
+                              for shard in memory.shard_handles]),
+                     [False, False])
+
+  def test_counters_and_empty_memory(self):
+    memory = self._new()
+    self.assertTrue(memory.is_empty())
+    self.assertEqual(memory.total_priority(), 0.0)
+    self.assertEqual(memory.shard_capacity, 24)
+    with self.assertRaisesRegex(RuntimeError, 'Cannot sample'):
+      memory.sample_index_batch(4)
+    memory.add(np.zeros(2, np.float32), 0, 1.0, 0, 2.0)
+    memory.add(np.zeros(2, np.float32), 1, 1.0, 0, None)
+    memory.add(np.zeros(2, np.float32), 1, 1.0, 1, priority=None)
+    self.assertEqual(int(memory.add_count), 3)
+    self.assertFalse(memory.is_empty())
+    self.assertEqual(memory.total_priority(), 6.0)  # None: the maximum, 2.
+    indices = memory.sample_index_batch(16)
+    self.assertTrue(np.all(indices < 2), indices)  # Slot 2 has no next state.
+
+  def test_bad_constructor_arguments_start_no_shard(self):
+    with self.assertRaisesRegex(ValueError, 'num_shards'):
+      _memory(num_shards=0)
+    with self.assertRaisesRegex(ValueError, 'at least num_shards'):
+      _memory(num_shards=4, replay_capacity=3)
+    with self.assertRaisesRegex(ValueError, 'update_horizon'):
+      _memory(num_shards=2, replay_capacity=4, update_horizon=3)
+
+  def test_shards_ray_cannot_place_fail_in_time(self):
+    # 3 CPUs per shard on a 2-CPU Ray: the shards never start.
+    with self.assertRaisesRegex(RuntimeError, r'shards \[0, 1\] did not start'):
+      _memory(num_cpus_per_shard=3, start_timeout_s=2)
+
+  def test_dead_shard_is_named(self):
+    memory = self._new()
+    _write_episodes(memory.writer(1), 1, 10, 5)
+    ray.kill(memory.shard_handles[1])
+    with self.assertRaisesRegex(replay.ShardError, 'replay shard 1 is dead'):
+      memory.sample_index_batch(4)
+    with self.assertRaisesRegex(RuntimeError, 'replay shard 1 is dead'):
+      memory.get_priority(np.array([30]))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -16,12 +16,12 @@ from dopamine_per.distributed import replay
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
+from tests import ray_util
 from tests import stats_util
 
 
 def setUpModule():  # pylint: disable=invalid-name
-  ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-           _node_ip_address='127.0.0.1')
+  ray_util.start_local_ray()
 
 
 def tearDownModule():  # pylint: disable=invalid-name
@@ -162,6 +162,22 @@ class ShardedReplayTest(absltest.TestCase):
         np.testing.assert_array_equal(streams[where], stream)
         np.testing.assert_array_equal(
             steps[where], episode // 2 * 6 + np.arange(len(where)))
+
+  def test_discarded_unfinished_episode_is_not_joined_to_the_next(self):
+    memory = self._new(num_shards=2, replay_capacity=200)
+    writer = memory.writer(1)
+    for step in range(3):  # An episode interrupted after 3 steps.
+      writer.add(np.array([1, step], np.float32), 0, 1.0, 0, 1.0)
+    writer.flush()
+    self.assertEqual(writer.discard_unfinished(), 3)
+    for step in range(4):  # The next episode, from its start.
+      writer.add(np.array([2, step], np.float32), 0, 1.0, int(step == 3), 1.0)
+    writer.flush()
+    self.assertEqual(memory.shard_add_counts(), [0, 4])
+    batch = _as_dict(memory, memory.sample_transition_batch(
+        indices=memory.shard_capacity + np.arange(3)))
+    np.testing.assert_array_equal(batch['state'][:, 0, 0], 2)
+    np.testing.assert_array_equal(batch['state'][:, 1, 0], [0, 1, 2])
 
   def test_pickled_writer_writes_from_a_ray_task(self):
     memory = self._new()

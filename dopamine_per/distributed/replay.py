@@ -26,6 +26,7 @@ import numpy as np
 import ray
 
 from dopamine_per import errors
+from dopamine_per.distributed import prefetch as prefetch_lib
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.distributed import writer as writer_lib
 from dopamine_per.replay_memory import locking
@@ -83,8 +84,16 @@ class ShardedPrioritizedReplayBuffer(object):
   sharing a shard never interleave inside an episode.
   Every read first flushes stream 0's writer and waits for this process's
   earlier priority updates; Ray runs one caller's calls to an actor in
-  order, so a read sees them. The public methods hold one lock, so threads
+  order, so a read sees them. The public methods hold one lock
+  (`set_priority` only a second one, for the updates in flight), so threads
   (TensorFlow's, with staging) may share the memory.
+
+  With ``prefetch=n > 0``, a background thread (`prefetch.BatchPrefetcher`)
+  keeps up to n default-size batches sampled ahead, and
+  `sample_transition_batch()` returns the oldest at once. Such a batch was
+  drawn before the priorities set since (Ape-X's staleness: see
+  docs/distributed.md#fetch-ahead); calls with a batch size other than the
+  default, or with `indices`, sample there and then.
 
   Attributes:
     num_shards: int, the number of shards.
@@ -101,6 +110,7 @@ class ShardedPrioritizedReplayBuffer(object):
                num_cpus_per_shard: float = 1.0,
                flush_every: int = writer_lib.DEFAULT_FLUSH_EVERY,
                start_timeout_s: float = 120.0,
+               prefetch: int = 0,
                **memory_kwargs: Any):
     """Starts the shard actors, each with an empty memory.
 
@@ -115,6 +125,8 @@ class ShardedPrioritizedReplayBuffer(object):
       num_cpus_per_shard: float >= 0, the CPUs Ray reserves for each shard.
       flush_every: int >= 1, transitions a writer buffers per remote call.
       start_timeout_s: float, how long to wait for the shards to start.
+      prefetch: int >= 0, default-size batches sampled ahead in a background
+        thread (0: none; every batch is sampled when asked for).
       **memory_kwargs: the single memory's other arguments
         (`OutOfGraphPrioritizedReplayBuffer`: observation_shape,
         stack_size, update_horizon, gamma, max_sample_attempts, ...), given
@@ -133,6 +145,7 @@ class ShardedPrioritizedReplayBuffer(object):
                                            replay_capacity, 1)
     self._batch_size = validation.check_int('batch_size', batch_size, 1)
     self._flush_every = validation.check_int('flush_every', flush_every, 1)
+    prefetch = validation.check_int('prefetch', prefetch, 0)
     self.shard_capacity = replay_capacity // self.num_shards
     if self.shard_capacity < 1:
       raise ValueError('replay_capacity ({}) must be at least num_shards '
@@ -161,8 +174,15 @@ class ShardedPrioritizedReplayBuffer(object):
         for k in range(self.num_shards)]
     self._closed = False
     self._lock = threading.RLock()
+    # Guards _pending_priorities alone, so that `set_priority` need not wait
+    # for a draw in progress (the prefetcher's). Taken after _lock.
+    self._priority_lock = threading.RLock()
     self._pending_priorities = {}
     self._writer0 = self.writer(0)
+    self._prefetcher = None
+    if prefetch:
+      self._prefetcher = prefetch_lib.BatchPrefetcher(
+          self._sample_ahead, prefetch, name='sharded_replay_prefetch')
     self._wait_for_shards(start_timeout_s, num_cpus_per_shard)
 
   def _wait_for_shards(self, timeout_s: float, num_cpus: float) -> None:
@@ -218,6 +238,11 @@ class ShardedPrioritizedReplayBuffer(object):
     """Flushes stream 0 and waits for earlier priority updates (any error)."""
     self._check_open()
     self._writer0.flush()
+    self._wait_for_priorities()
+
+  @locking.synchronized('_priority_lock')
+  def _wait_for_priorities(self) -> None:
+    """Waits for the priority updates in flight (raising their errors)."""
     pending, self._pending_priorities = self._pending_priorities, {}
     for k, ref in pending.items():
       self._get(k, ref)
@@ -386,10 +411,13 @@ class ShardedPrioritizedReplayBuffer(object):
     batch_size = validation.check_int('batch_size', batch_size, 1)
     return self._draw(batch_size, gather=False)[0]
 
-  @locking.synchronized('_lock')
   def sample_transition_batch(self, batch_size: Optional[int] = None,
                               indices: Any = None) -> Tuple[np.ndarray, ...]:
     """Returns a batch of transitions, as the single memory's.
+
+    With `prefetch`, a call without `indices` whose batch size is the
+    default returns a batch sampled ahead (see the class docstring); it
+    raises what sampling that batch raised.
 
     Args:
       batch_size: int, or None for the default batch size (or the number of
@@ -406,8 +434,23 @@ class ShardedPrioritizedReplayBuffer(object):
       ValueError: If an index is not an integer, out of range or not a valid
         transition (the message names the shard), or batch_size does not
         match len(indices) (an errors.ArgumentError).
-      RuntimeError, ShardError: See `sample_index_batch`.
+      RuntimeError, ShardError: See `sample_index_batch`; RuntimeError also
+        if the memory is closed.
     """
+    if (self._prefetcher is not None and indices is None and
+        (batch_size is None or validation.check_int(
+            'batch_size', batch_size, 1) == self._batch_size)):
+      return self._prefetcher.get()
+    return self._sample_now(batch_size, indices)
+
+  def _sample_ahead(self) -> Tuple[np.ndarray, ...]:
+    """Samples a default-size batch (the prefetcher's thread calls it)."""
+    return self._sample_now(None, None)
+
+  @locking.synchronized('_lock')
+  def _sample_now(self, batch_size: Optional[int], indices: Any
+                 ) -> Tuple[np.ndarray, ...]:
+    """`sample_transition_batch` without prefetching."""
     if indices is None:
       batch_size = (self._batch_size if batch_size is None else
                     validation.check_int('batch_size', batch_size, 1))
@@ -459,14 +502,17 @@ class ShardedPrioritizedReplayBuffer(object):
     return validation.validate_indices(indices, self.replay_capacity,
                                        'indices')
 
-  @locking.synchronized('_lock')
+  @locking.synchronized('_priority_lock')
   def set_priority(self, indices: Any, priorities: Any) -> None:
     """Sets the priorities of a batch of global indices.
 
     The whole batch is checked here, before any shard is written: a bad
     batch changes nothing on any shard. With repeated indices the last
     priority wins. The shards apply it in order before this process's next
-    call to them.
+    call to them. It does not wait for a draw in progress in another thread
+    (the prefetcher's, or TensorFlow's staging); such a draw may see the new
+    priorities in some shards only (each shard clips the targets to its
+    current total).
 
     Args:
       indices: integer array of global indices in [0, replay_capacity).
@@ -490,9 +536,7 @@ class ShardedPrioritizedReplayBuffer(object):
         priorities, indices.shape, 'priorities', np.float32).ravel()
     indices = indices.ravel().astype(np.int64)
     # At most one update in flight per shard: wait for the previous one.
-    pending, self._pending_priorities = self._pending_priorities, {}
-    for k, ref in pending.items():
-      self._get(k, ref)
+    self._wait_for_priorities()
     for k, where in self._split(indices).items():
       self._pending_priorities[k] = self._handles[k].set_priority.remote(
           indices[where] - k * self.shard_capacity, priorities[where])
@@ -573,10 +617,21 @@ class ShardedPrioritizedReplayBuffer(object):
       self._call_all('abort_load')
       raise first_error
     self._call_all('commit_load')
+    if self._prefetcher is not None:
+      self._prefetcher.discard()  # Batches of the memory before the load.
+
+  def close(self) -> None:
+    """Stops prefetching, flushes stream 0, kills the shard actors.
+
+    The shards' data is lost. Idempotent.
+    """
+    if self._prefetcher is not None:
+      # Before taking the lock: the prefetcher's thread may be waiting for it.
+      self._prefetcher.close()
+    self._close_shards()
 
   @locking.synchronized('_lock')
-  def close(self) -> None:
-    """Flushes stream 0 and kills the shard actors (their data is lost)."""
+  def _close_shards(self) -> None:
     if self._closed:
       return
     try:

@@ -170,6 +170,21 @@ class ReplayShard(object):
       self.memory.add(*args, **kwargs)
     return int(self.memory.add_count)
 
+  def discard_staged(self, stream_id: int) -> int:
+    """Drops a stream's transitions that wait for their episode to end.
+
+    For a stream whose writer starts over mid-episode (an actor Ray
+    restarted): its next transitions begin a new episode and must not be
+    joined to the dead one's.
+
+    Args:
+      stream_id: int, the writer's stream.
+
+    Returns:
+      int, how many transitions were dropped.
+    """
+    return len(self._staged.pop(stream_id, []))
+
   def staged_count(self) -> int:
     """Returns how many transitions wait for their episode to end."""
     return sum(len(staged) for staged in self._staged.values())

@@ -110,6 +110,26 @@ class ShardWriter(object):
     self._send()
     self.wait()
 
+  def discard_unfinished(self) -> int:
+    """Drops this stream's unfinished episode, here and on the shard.
+
+    A writer that starts over (its actor was restarted by Ray, mid-episode)
+    calls it first, so its next episode is not joined to the transitions
+    the shard still holds from the interrupted one.
+
+    Returns:
+      int, how many transitions the shard dropped.
+
+    Raises:
+      See `wait`.
+    """
+    self._buffer = []
+    self.wait()
+    try:
+      return ray.get(self._handle.discard_staged.remote(self.stream_id))
+    except ray.exceptions.RayActorError as error:
+      raise shard_lib.ShardError(self.shard, error) from None
+
   def __getstate__(self) -> Dict[str, Any]:
     if self._buffer or self._in_flight is not None:
       raise ValueError(

@@ -1,0 +1,178 @@
+# coding=utf-8
+"""Fetches replay batches ahead, in a background thread (Horgan et al., 2018).
+
+A sharded memory's batch costs at least two remote round trips (see
+docs/distributed.md). `BatchPrefetcher` runs a sampling callable in one
+background thread and keeps up to `depth` batches ready, so that the
+learner's `get()` usually returns at once while the next batch is fetched.
+`replay.ShardedPrioritizedReplayBuffer(prefetch=...)` uses it for its
+default-size `sample_transition_batch()` calls.
+
+A prefetched batch was drawn with the priorities of its draw time: the
+priorities the learner sets meanwhile do not change it. Ape-X's learner
+accepts the same staleness (its replay serves batches sampled ahead while
+the learner trains).
+
+The module uses the standard library only (no Ray, no TensorFlow).
+"""
+
+import queue
+import threading
+from typing import Any, Callable, Optional
+
+from absl import logging
+
+from dopamine_per.replay_memory import validation
+
+__all__ = ['BatchPrefetcher']
+
+# Seconds a blocked `get`, the background thread's `put`, and `close` wait
+# between checks of whether the prefetcher was closed.
+_POLL_S = 0.05
+
+
+class _Failure(object):
+  """An exception the sampling callable raised, on its way to a caller."""
+
+  def __init__(self, error: BaseException):
+    self.error = error
+
+
+class BatchPrefetcher(object):
+  """Keeps up to `depth` batches of `sample()` ready, from one thread.
+
+  The thread starts at the first `get()` (a memory may be empty until
+  then) and then samples until `depth` batches wait (sampled or being
+  sampled), and again whenever `get()` takes one. If `sample()` raises,
+  the thread stops and the next `get()` raises that exception (the batches
+  sampled before it are returned first); the `get()` after that starts a
+  new thread, so an error such as "not enough transitions yet" lasts only
+  as long as its cause. `discard()` drops every batch sampled before it was
+  called (after a memory's `load`, say). Thread safe: any number of threads
+  may call `get()`.
+
+  Attributes:
+    depth: int, the most batches kept ready.
+    batches_sampled: int, the batches `sample()` has returned so far.
+  """
+
+  def __init__(self, sample: Callable[[], Any], depth: int,
+               name: str = 'replay_prefetch'):
+    """Creates a prefetcher; no thread starts before the first `get()`.
+
+    Args:
+      sample: callable() returning one batch; called from the background
+        thread only, one call at a time. It must be thread safe with respect
+        to the caller's other uses of the memory it samples.
+      depth: int >= 1, the most batches kept ready.
+      name: str, the background thread's name.
+
+    Raises:
+      ValueError: If depth is not a positive int.
+    """
+    self.depth = validation.check_int('depth', depth, 1)
+    self.batches_sampled = 0
+    self._sample = sample
+    self._name = name
+    self._queue = queue.Queue()
+    # One slot per batch the thread may sample ahead: it takes one before
+    # sampling, a caller gives it back on taking the batch off the queue.
+    self._slots = threading.Semaphore(self.depth)
+    self._lock = threading.Lock()
+    self._stop = threading.Event()
+    self._thread = None
+    self._generation = 0
+
+  @property
+  def ready(self) -> int:
+    """The number of batches waiting (approximate while the thread runs)."""
+    return self._queue.qsize()
+
+  def _start_if_stopped(self) -> None:
+    """Starts the thread unless one runs or a result still waits."""
+    with self._lock:
+      if self._stop.is_set():
+        raise RuntimeError('this BatchPrefetcher is closed')
+      if ((self._thread is None or not self._thread.is_alive()) and
+          self._queue.empty()):
+        self._thread = threading.Thread(target=self._run, name=self._name,
+                                        daemon=True)
+        self._thread.start()
+
+  def _run(self) -> None:
+    """The thread: samples and queues batches until closed or failed."""
+    while not self._stop.is_set():
+      if not self._slots.acquire(timeout=_POLL_S):
+        continue
+      generation = self._generation
+      try:
+        item = self._sample()
+        self.batches_sampled += 1
+      except Exception as error:  # pylint: disable=broad-except
+        item = _Failure(error)
+      self._queue.put((generation, item))
+      if isinstance(item, _Failure):
+        return
+
+  def _take(self, timeout_s: Optional[float]) -> Any:
+    """Takes (generation, item) off the queue and frees its slot."""
+    if timeout_s is None:
+      entry = self._queue.get_nowait()
+    else:
+      entry = self._queue.get(timeout=timeout_s)
+    self._slots.release()
+    return entry
+
+  def get(self) -> Any:
+    """Returns the oldest ready batch, waiting for one if none is ready.
+
+    Returns:
+      The next batch `sample()` returned.
+
+    Raises:
+      Whatever `sample()` raised for this batch (see the class docstring).
+      RuntimeError: If the prefetcher is closed (also while waiting).
+    """
+    while True:
+      self._start_if_stopped()
+      try:
+        generation, item = self._take(_POLL_S)
+      except queue.Empty:
+        continue
+      if self._stop.is_set():
+        raise RuntimeError('this BatchPrefetcher is closed')
+      if generation != self._generation:
+        continue  # Sampled before `discard()`.
+      if isinstance(item, _Failure):
+        raise item.error
+      return item
+
+  def discard(self) -> None:
+    """Drops the batches sampled (or being sampled) before this call."""
+    with self._lock:
+      self._generation += 1
+    while True:
+      try:
+        self._take(None)
+      except queue.Empty:
+        return
+
+  def close(self, timeout_s: Optional[float] = 60.0) -> None:
+    """Stops the thread and drops the ready batches. Idempotent.
+
+    Waits up to `timeout_s` for a `sample()` call in progress to return
+    (a remote call, say); a thread still running then is left to end by
+    itself (it is a daemon thread) and a warning is logged.
+
+    Args:
+      timeout_s: float or None (wait as long as it takes).
+    """
+    with self._lock:
+      self._stop.set()
+      thread, self._thread = self._thread, None
+    if thread is not None:
+      thread.join(timeout_s)
+      if thread.is_alive():
+        logging.warning('%s: a sample call was still running %s s after '
+                        'close()', self._name, timeout_s)
+    self.discard()

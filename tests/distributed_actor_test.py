@@ -19,6 +19,7 @@ from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.distributed import actor as actor_lib
 from dopamine_per.distributed import replay
 from dopamine_per.distributed import weights as weights_lib
+from tests import gin_util
 from tests import ray_util
 
 # The learner's configuration, which the actors parse: a small Rainbow agent
@@ -179,7 +180,9 @@ class ActorTest(absltest.TestCase):
 
   def test_actor_acts_with_the_weights_the_learner_publishes(self):
     # The learner: the same configuration, in this process.
-    self.addCleanup(gin.clear_config)
+    # Dopamine's configurables, which other tests of the process may have
+    # registered, would make the short names ambiguous.
+    gin_util.hide_dopamine_configurables(self)
     gin.parse_config(_GIN_CONFIG)
     environment = gym_lib.create_gym_environment()
     sess = tf.compat.v1.Session(graph=tf.Graph())

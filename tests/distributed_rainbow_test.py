@@ -354,6 +354,14 @@ class RainbowFromShardedMemoryTest(absltest.TestCase):
     updated = memory.get_priority(every)
     # Losses replaced the initial priority 1 of the trained transitions.
     self.assertGreater(np.sum((updated != 1.0) & (updated != 0.0)), 8)
+    # The agent also acts, storing through stream 0 with the shard's largest
+    # priority (it has no sum tree of its own to read it from).
+    before = memory.add_count
+    agent.begin_episode(rng.normal(size=(4, 1)))
+    for _ in range(4):
+      agent.step(1.0, rng.normal(size=(4, 1)))
+    agent.end_episode(1.0)
+    self.assertEqual(memory.add_count, before + 5)
 
 
 if __name__ == '__main__':

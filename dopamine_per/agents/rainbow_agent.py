@@ -285,15 +285,15 @@ class RainbowAgent(dqn_agent.DQNAgent):
       reward: float, the reward.
       is_terminal: bool, whether the action reached a terminal state.
       priority: float or None; None means 1 for 'uniform' and the largest
-        priority recorded so far for 'prioritized' (Schaul et al., 2015).
+        priority recorded so far for 'prioritized' (Schaul et al., 2015),
+        which the memory reads itself (its `add` takes None for it), so the
+        agent also acts over a memory without a local sum tree (a sharded
+        one).
       episode_end: bool, whether the episode ended here without a terminal
         state (a time limit).
     """
-    if priority is None:
-      if self._replay_scheme == 'uniform':
-        priority = 1.0
-      else:
-        priority = self._replay.memory.sum_tree.max_recorded_priority
+    if priority is None and self._replay_scheme == 'uniform':
+      priority = 1.0
     if not self.eval_mode:
       self._replay.add(last_observation, action, reward, is_terminal,
                        priority, episode_end=episode_end)

@@ -31,6 +31,7 @@ from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.distributed import writer as writer_lib
 from dopamine_per.replay_memory import locking
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 
@@ -457,12 +458,7 @@ class ShardedPrioritizedReplayBuffer(object):
       indices, pieces = self._draw(batch_size, gather=True)
     else:
       indices = self._check_sample_indices(indices)
-      if batch_size is None:
-        batch_size = len(indices)
-      elif batch_size != len(indices):
-        raise errors.ArgumentError(
-            'batch_size is {} but {} indices were given.'.format(
-                batch_size, len(indices)))
+      batch_size = sampling.batch_size_of(indices, batch_size)
       self._settle()
       groups = self._split(indices)
       results = self._call('gather', {

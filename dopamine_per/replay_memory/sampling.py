@@ -304,6 +304,22 @@ def slot_range(array: np.ndarray, start_index: int, end_index: int,
                             replay_capacity)]
 
 
+def batch_size_of(indices: np.ndarray, batch_size: Optional[int]) -> int:
+  """The batch size of a sample of given `indices`: theirs, or checked.
+
+  Raises:
+    errors.ArgumentError: If batch_size is given and differs from
+      len(indices).
+  """
+  if batch_size is None:
+    return len(indices)
+  if batch_size != len(indices):
+    raise errors.ArgumentError(
+        'batch_size is {} but {} indices were given.'.format(
+            batch_size, len(indices)))
+  return batch_size
+
+
 def transition_batch(memory: Any, batch_size: Optional[int], indices: Any
                     ) -> Tuple[np.ndarray, ...]:
   """`sample_transition_batch` of a circular memory (see there).
@@ -323,12 +339,7 @@ def transition_batch(memory: Any, batch_size: Optional[int], indices: Any
   else:
     indices = check_sample_indices(indices, memory._valid_mask,
                                    memory._invalid_reason)
-    if batch_size is None:
-      batch_size = len(indices)
-    elif batch_size != len(indices):
-      raise errors.ArgumentError(
-          'batch_size is {} but {} indices were given.'.format(
-              batch_size, len(indices)))
+    batch_size = batch_size_of(indices, batch_size)
   elements, names = _batch_layout(memory, batch_size)
   values = _gather_transitions(memory, indices, names)
   batch = []

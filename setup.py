@@ -4,12 +4,15 @@ Install for use:         pip install .
 Install for development: bash scripts/test.sh   (creates .venv, see README.md)
 """
 
+import glob
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
 import setuptools
+from setuptools.command import build_py
 
 # The TensorFlow minor version tf-keras is pinned to when TensorFlow is not
 # installed yet (pip then resolves both to this minor version).
@@ -51,9 +54,35 @@ def _tf_keras_requirement():
   return 'tf-keras>={0}.{1},<{0}.{2}'.format(major, minor, minor + 1)
 
 
+def _version():
+  """Returns dopamine_per.__version__, read without importing the package."""
+  with open(os.path.join('dopamine_per', '__init__.py'),
+            encoding='utf-8') as f:
+    return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
+
+
+class _BuildPyWithConfigs(build_py.build_py):
+  """Also copies the top-level configs/*.gin into dopamine_per/configs/.
+
+  configs/ stays the one source of the gin configs (the sdist carries it,
+  MANIFEST.in); the wheel gets them inside the package, where
+  `dopamine_per.configs` finds them by name. An editable install copies
+  nothing: `dopamine_per.configs` reads the checkout's configs/ in place.
+  """
+
+  def run(self):
+    super().run()
+    if getattr(self, 'editable_mode', False):
+      return
+    target = os.path.join(self.build_lib, 'dopamine_per', 'configs')
+    self.mkpath(target)
+    for path in sorted(glob.glob(os.path.join('configs', '*.gin'))):
+      self.copy_file(path, target)
+
+
 setuptools.setup(
     name='dopamine_per',
-    version='0.1.0',
+    version=_version(),
     description=(
         'Prioritized experience replay for TensorFlow: a vectorized sum tree '
         "and drop-in replacements for Google Dopamine's replay memories."
@@ -73,6 +102,21 @@ setuptools.setup(
         'gin-config>=0.5.0',
         # Flags, logging and the absltest-based tests and demo.
         'absl-py>=1.0',
+        # Draws every run's learning_curve.png and `python -m
+        # dopamine_per.plot`'s comparisons across seeds and configs (labelled
+        # axes, legends, bands): what a hand-written PNG encoder and pixel
+        # font did before, worse. Imported on the first drawing only (Agg
+        # canvas, no GUI backend), so importing the package stays cheap.
+        'matplotlib>=3.5',
+        # Compiles the replay memory's hot loops (dopamine_per/replay_memory/
+        # numba_loops.py; bit-identical to the NumPy fallback). Only these
+        # meet the speed goals of benchmarks/RESULTS.md against cpprb: with
+        # NumPy's loops the sum tree's set and stratified_sample at batch 32
+        # run at 0.27x and 0.37x cpprb's speed and the Atari memory's
+        # sample + set_priority at 0.17x, with Numba's at 2.7x, 5.6x and 1.2x.
+        # Where Numba cannot be imported the NumPy loops still run, with a
+        # warning (dopamine_per/replay_memory/kernels.py).
+        'numba>=0.59',
     ],
     extras_require={
         'test': [
@@ -100,6 +144,14 @@ setuptools.setup(
             # The sharded memory's tests start a local Ray (tests must not
             # skip when it is missing), as the 'distributed' extra.
             'ray>=2.9',
+            # tests/packaging_test.py builds the sdist and the wheel with
+            # the environment's own setuptools (python -m build
+            # --no-isolation: no network), which venvs of Python 3.12+ lack;
+            # before 70.1 (Python 3.11's venv brings 65.5) setuptools needs
+            # the wheel package for wheels. .ci/run uses build as well.
+            'build>=1.0',
+            'setuptools>=64',
+            'wheel>=0.37',
             # Not listed: dopamine-rl==4.1.2, the reference implementation
             # the compatibility tests compare against. Its own requirements
             # pull in JAX, Flax, gym and more that it does not need for
@@ -127,9 +179,8 @@ setuptools.setup(
             'ale-py>=0.9',
         ],
         'fast': [
-            # Compiles the sum tree's two hot loops (dopamine_per/
-            # replay_memory/sum_tree_kernels.py), with results bit-identical
-            # to the NumPy path: several times faster on batches of 32-256.
+            # Numba is now a requirement (above); the extra stays so that
+            # `pip install 'dopamine_per[fast]'` still works.
             'numba>=0.59',
         ],
         'distributed': [
@@ -147,6 +198,21 @@ setuptools.setup(
             'cpprb>=10.0',
             # Both sum tree kernels are measured.
             'numba>=0.59',
+            # The distributed section starts a local Ray and steps
+            # CartPole actors against the single-process runner.
+            'ray>=2.9',
+            'gymnasium>=1.0',
+        ],
+    },
+    # The gin configs ship inside the package (_BuildPyWithConfigs).
+    cmdclass={'build_py': _BuildPyWithConfigs},
+    entry_points={
+        'console_scripts': [
+            'dopamine-per-train = dopamine_per.discrete_domains.train:run',
+            'dopamine-per-train-distributed = '
+            'dopamine_per.distributed.train:run',
+            'dopamine-per-plot = dopamine_per.plot:run',
+            'dopamine-per-port-gin = dopamine_per.port_gin:main',
         ],
     },
     classifiers=[

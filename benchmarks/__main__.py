@@ -4,10 +4,10 @@ From the repository root, in an environment with the `bench` extra and
 dopamine-rl installed without its dependencies (this installs nothing):
 
   pip install -e '.[bench]' && pip install --no-deps dopamine-rl==4.1.2
-  python -m benchmarks                       # about 7 minutes on 2 cores
+  python -m benchmarks                       # about 9 minutes on 2 cores
   python -m benchmarks --sections=sum_tree   # one section (and no file)
 
-Three sections, each timing ours and the peers interleaved in one process
+Four sections, each timing ours and the peers interleaved in one process
 of its own, started fresh (see benchmarks/timing.py for the method):
 
 1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
@@ -19,6 +19,11 @@ of its own, started fresh (see benchmarks/timing.py for the method):
    each in its own subprocess, one after the other.
 3. `tf` (benchmarks/staging_benchmark.py): graph-mode session runs of a
    sampled batch, and a training step with and without staging.
+4. `distributed` (benchmarks/distributed_benchmark.py, needs Ray and
+   gymnasium): on a local Ray, learner batches from 1, 2 and 4 shards
+   against the single memory, the staged learner step over 2 shards, Ape-X
+   actors against the single-process Runner on CartPole, and the per-shard
+   rates and bytes per call behind the projection to a cluster.
 
 Each section prints its tables (medians, ratios to each peer, and issue 3's
 targets with whether they are met); with every section run, the document is
@@ -41,6 +46,7 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
       __file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
@@ -49,7 +55,7 @@ from benchmarks import timing  # pylint: disable=g-import-not-at-top
 __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
 
-SECTIONS = ('sum_tree', 'replay', 'tf')
+SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed')
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
 
@@ -72,6 +78,15 @@ Settings = collections.namedtuple('Settings', [
     'tf_transitions',
     'tf_rounds',
     'tf_steps',
+    # Distributed (local Ray).
+    'distributed_capacity',
+    'distributed_shards',
+    'distributed_rounds',
+    'distributed_burst_seconds',
+    'distributed_step_rounds',
+    'distributed_steps',
+    'actor_steps',
+    'actor_rounds',
 ])
 
 DEFAULT_SETTINGS = Settings(
@@ -90,6 +105,14 @@ DEFAULT_SETTINGS = Settings(
     tf_transitions=20000,
     tf_rounds=15,
     tf_steps=20,
+    distributed_capacity=2**15,
+    distributed_shards=(1, 2, 4),
+    distributed_rounds=9,
+    distributed_burst_seconds=0.25,
+    distributed_step_rounds=10,
+    distributed_steps=20,
+    actor_steps=2000,
+    actor_rounds=5,
 )
 
 _FLAGS = flags.FLAGS
@@ -131,6 +154,23 @@ def define_flags():
                        'Interleaved rounds of the TF section.')
   flags.DEFINE_integer('tf_steps', d.tf_steps,
                        'Session runs per case and round.')
+  flags.DEFINE_integer('distributed_capacity_log2',
+                       d.distributed_capacity.bit_length() - 1,
+                       'Capacity of the distributed section\'s memories, '
+                       '2**this (each filled to it).')
+  flags.DEFINE_list('distributed_shards',
+                    [str(n) for n in d.distributed_shards],
+                    'Shard counts of the distributed sampling.')
+  flags.DEFINE_integer('distributed_rounds', d.distributed_rounds,
+                       'Interleaved rounds of the distributed sampling.')
+  flags.DEFINE_integer('distributed_step_rounds', d.distributed_step_rounds,
+                       'Interleaved rounds of the staged learner steps.')
+  flags.DEFINE_integer('distributed_steps', d.distributed_steps,
+                       'Session runs per staged step case and round.')
+  flags.DEFINE_integer('actor_steps', d.actor_steps,
+                       'Agent steps per actor or runner case and round.')
+  flags.DEFINE_integer('actor_rounds', d.actor_rounds,
+                       'Interleaved rounds of the actors and the runner.')
 
 
 def _settings_from_flags():
@@ -153,7 +193,14 @@ def _settings_from_flags():
       cpprb_rss_transitions=options.cpprb_rss_transitions,
       tf_transitions=options.tf_transitions,
       tf_rounds=options.tf_rounds,
-      tf_steps=options.tf_steps)
+      tf_steps=options.tf_steps,
+      distributed_capacity=2**options.distributed_capacity_log2,
+      distributed_shards=tuple(int(n) for n in options.distributed_shards),
+      distributed_rounds=options.distributed_rounds,
+      distributed_step_rounds=options.distributed_step_rounds,
+      distributed_steps=options.distributed_steps,
+      actor_steps=options.actor_steps,
+      actor_rounds=options.actor_rounds)
 
 
 def describe_packages():
@@ -227,6 +274,15 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         settings.tf_transitions, settings.tf_rounds, settings.tf_steps,
         progress=progress)
     sections.append(staging_benchmark.format_section(results))
+  if 'distributed' in settings.sections:
+    results = _in_fresh_process(
+        distributed_benchmark.run_benchmark, settings.distributed_capacity,
+        settings.batch_sizes, settings.distributed_shards,
+        settings.distributed_rounds, settings.distributed_burst_seconds,
+        settings.distributed_step_rounds, settings.distributed_steps,
+        settings.actor_steps, settings.actor_rounds, settings.seed,
+        progress=progress)
+    sections.append(distributed_benchmark.format_section(results))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (

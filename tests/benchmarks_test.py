@@ -2,7 +2,9 @@
 
 They run every section of the command (benchmarks/__main__.py) on small
 memories, check the document's structure, and check that the peers are
-configured to store and return the transitions ours does.
+configured to store and return the transitions ours does. The distributed
+section starts a local Ray (loopback only) in its own process, which shuts
+it down; the command test takes about two minutes on 2 cores.
 """
 
 import importlib
@@ -13,6 +15,7 @@ from absl.testing import absltest
 import numpy as np
 
 from benchmarks import common
+from benchmarks import distributed_benchmark
 from benchmarks import replay_benchmark
 from benchmarks import timing
 from dopamine_per.replay_memory import sum_tree_kernels
@@ -152,6 +155,52 @@ class CpprbConfigurationTest(absltest.TestCase):
           sum(gamma**i * r for i, r in enumerate(rewards)), places=5)
 
 
+class DistributedProjectionTest(absltest.TestCase):
+  """The arithmetic behind the projection to a cluster."""
+
+  def _results(self):
+    one = distributed_benchmark.shards_name(1)
+    return {
+        'batch_sizes': (32, 256),
+        # Microseconds per call: 10k adds/s; batches cost 1 ms + 10 us per
+        # transition, so 6.12 ms at B=512.
+        'cycle': {('add', 'Atari', 1, one): 100.0,
+                  ('cycle', 'Atari', 32, one): 1320.0,
+                  ('cycle', 'Atari', 512, one): 6120.0,
+                  distributed_benchmark.ROUND_TRIP: 500.0},
+        'bytes': {'add call': 64000, 'descend request': 100,
+                  'descend answer': 1000, 'set_priority request': 100,
+                  'mass call': 20},
+    }
+
+  def test_shards_needed(self):
+    rates = distributed_benchmark.ApexRates(
+        frames_per_second=80000.0, frame_skip=4, actors=400,
+        batches_per_second=50.0, batch_size=512,
+        network_bytes_per_second=1e6)
+    numbers = distributed_benchmark.project(self._results(), rates)
+    # 20k transitions/s at 10k per shard; a batch costs a shard
+    # 1 ms + 5.12 ms / k, 50 a second: busy(k) = 2 / k + 0.05 + 0.256 / k.
+    self.assertEqual(numbers['shards needed'], 3)
+    self.assertAlmostEqual(numbers['shard busy fraction'],
+                           2.256 / 3 + 0.05)
+    self.assertAlmostEqual(numbers['actors per shard, adding only'], 200.0)
+    self.assertAlmostEqual(numbers['bytes per transition added'], 1000.0)
+    self.assertAlmostEqual(numbers['bytes per batch'], 1220.0)
+    self.assertAlmostEqual(numbers['learner network share'], 0.061)
+
+  def test_missing_rates_give_no_projection(self):
+    results = self._results()
+    results['bytes'] = {}
+    self.assertIsNone(distributed_benchmark.project(results))
+
+  def test_call_bytes_counts_arrays_out_of_band(self):
+    array = np.zeros(1000, np.float64)
+    self.assertBetween(distributed_benchmark.call_bytes(array, True),
+                       8000, 8200)
+    self.assertLess(distributed_benchmark.call_bytes(), 50)
+
+
 class CommandTest(absltest.TestCase):
   """Every section of `python -m benchmarks`, at tiny sizes."""
 
@@ -168,13 +217,21 @@ class CommandTest(absltest.TestCase):
         cpprb_rss_transitions=300,
         tf_transitions=600,
         tf_rounds=2,
-        tf_steps=2)
+        tf_steps=2,
+        distributed_capacity=2**11,
+        distributed_rounds=2,
+        distributed_burst_seconds=0.02,
+        distributed_step_rounds=2,
+        distributed_steps=2,
+        actor_steps=100,
+        actor_rounds=1)
     messages = []
     document = benchmarks_main.run(settings, progress=messages.append)
     self.assertTrue(document.startswith('# Benchmark results\n'))
     self.assertIn('- packages: tensorflow ', document)
     for heading in ('## Sum tree', '## Atari-shaped prioritized replay memory',
-                    '## TF wrapper: sampling and staging'):
+                    '## TF wrapper: sampling and staging',
+                    '## Distributed: sharded memory and actors on a local Ray'):
       self.assertIn('\n' + heading + '\n', document)
     self.assertIn('| add, fresh pages, per transition |', document)
     self.assertIn('| add, pages touched, per transition |', document)
@@ -193,6 +250,25 @@ class CommandTest(absltest.TestCase):
       self.assertIn('| cpprb | ', document)
       self.assertIn('cpprb, contiguous states / ours-numpy', document)
     self.assertTrue(any('peak RSS' in m for m in messages))
+    # The distributed section: every shape, batch size and shard count.
+    self.assertIn('| batches/s (x single) | single | 1 shard | 2 shards | '
+                  '4 shards |', document)
+    for shape in ('CartPole', 'Atari'):
+      for batch_size in (32, 256):
+        self.assertRegex(document, r'\| {}, B={} \| [0-9,]+ \(1.00x\)( \| '
+                         r'[0-9,]+ \([0-9.]+x\)){{3}} \|'.format(
+                             shape, batch_size))
+    self.assertRegex(document, r'\| train( \| [0-9.]+){3} \|')
+    self.assertRegex(document, r'- update, 2 shards, prefetch 2: [0-9.]+x '
+                     r'\((met|NOT met)\)')
+    self.assertRegex(document, r'\| 2 actors \| [0-9,]+ \| [0-9,]+ \| '
+                     r'[0-9.]+x \|')
+    self.assertRegex(document, r'2 actors step at least 1.5x .*: [0-9.]+x '
+                     r'\((met|NOT met)\)')
+    self.assertRegex(document, r'\| add call \(64 Atari transitions\) \| '
+                     r'4[0-9]{2},[0-9]{3} B \|')  # 64 frames of 7,056 B.
+    self.assertRegex(document, r'- shards needed, adding and sampling: '
+                     r'[0-9]+ ')
 
 
 if __name__ == '__main__':

@@ -31,7 +31,11 @@ _EXPECTED = {
     'implicit_quantile.gin': implicit_quantile_agent.ImplicitQuantileAgent,
     'implicit_quantile_cartpole.gin':
         implicit_quantile_agent.ImplicitQuantileAgent,
+    'apex_cartpole.gin': rainbow_agent.RainbowAgent,
+    'apex_rainbow_atari.gin': rainbow_agent.RainbowAgent,
 }
+
+_SHARDED = 'ShardedPrioritizedReplayBuffer'
 
 
 class _Environment(object):
@@ -60,14 +64,40 @@ class ConfigsTest(parameterized.TestCase):
     self.assertIn('Deviations', text.split('\nimport')[0])
     gin.clear_config()
     run_experiment.load_gin_configs([path], [])
+    expected_capacity = None
+    if os.path.basename(path).startswith('apex_'):
+      expected_capacity = self._check_sharded_memory()
     agent = run_experiment.create_agent(None, _Environment())
     self.assertIs(type(agent), _EXPECTED[os.path.basename(path)])
     self.assertEqual(agent.num_actions, 3)
     self.assertEqual(agent.training_steps, 0)
     memory = agent._replay.memory
-    self.assertEqual(memory._replay_capacity,
+    self.assertEqual(memory._replay_capacity, expected_capacity or
                      gin.query_parameter(
                          type(agent._replay).__name__ + '.replay_capacity'))
+
+  def _check_sharded_memory(self):
+    """Checks an Ape-X config's sharded memory against its agent.
+
+    Then binds a single memory of one shard's size in its place, so that
+    the agent builds without starting Ray.
+
+    Returns:
+      int, one shard's capacity.
+    """
+    def sharded(name):
+      return gin.query_parameter('{}.{}'.format(_SHARDED, name))
+
+    self.assertEqual(sharded('batch_size'), gin.query_parameter(
+        'WrappedPrioritizedReplayBuffer.batch_size'))
+    for name in ('update_horizon', 'gamma'):
+      self.assertEqual(sharded(name),
+                       gin.query_parameter('RainbowAgent.' + name))
+    capacity = sharded('replay_capacity') // sharded('num_shards')
+    gin.bind_parameter('WrappedPrioritizedReplayBuffer.wrapped_memory', None)
+    gin.bind_parameter('WrappedPrioritizedReplayBuffer.replay_capacity',
+                       capacity)
+    return capacity
 
 
 if __name__ == '__main__':

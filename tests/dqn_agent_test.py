@@ -2,6 +2,7 @@
 
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -127,6 +128,41 @@ class DQNAgentTest(absltest.TestCase):
     self.assertEqual(partial.training_steps, 0)
     self.assertTrue(fresh.unbundle(checkpoint_dir, 0, bundle))
     self.assertEqual(fresh.training_steps, agent.training_steps)
+
+  def test_min_replay_history_is_read_until_reached_and_after_a_load(self):
+    checkpoint_dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    agent = _make_agent()
+    agent.begin_episode(np.zeros(4))
+    for _ in range(5):
+      agent.step(1.0, np.ones(4))
+    agent.bundle_and_checkpoint(checkpoint_dir, 0)  # 5 transitions.
+    memory_class = type(agent._replay.memory)
+    reads = []
+    add_count = memory_class.add_count
+
+    def counted(memory):
+      reads.append(1)
+      return add_count.fget(memory)
+
+    with mock.patch.object(memory_class, 'add_count', property(counted)):
+      for _ in range(25):
+        agent.step(1.0, np.ones(4))
+      # Read until it passed 20 (a sharded memory asks its shards each
+      # time), then no more: a memory only grows until a load.
+      self.assertEqual(len(reads), 16)
+      before = agent._sess.run(agent.online_convnet.trainable_variables)
+      self.assertTrue(agent.unbundle(checkpoint_dir, 0, {}))
+      # Back to 5 transitions: no training until 20 again.
+      restored = agent._sess.run(agent.online_convnet.trainable_variables)
+      for _ in range(3):
+        agent.step(1.0, np.ones(4))
+      after = agent._sess.run(agent.online_convnet.trainable_variables)
+      self.assertEqual(len(reads), 19)
+    for a, b in zip(restored, after):
+      np.testing.assert_array_equal(a, b)
+    self.assertFalse(all(np.array_equal(a, b)
+                         for a, b in zip(before, restored)))
 
 
 class NetworkTest(absltest.TestCase):

@@ -209,6 +209,7 @@ class DQNAgent(object):
     self.update_horizon = update_horizon
     self.cumulative_gamma = math.pow(gamma, update_horizon)
     self.min_replay_history = min_replay_history
+    self._min_replay_history_held = False
     self.target_update_period = target_update_period
     self.epsilon_fn = epsilon_fn
     self.epsilon_train = epsilon_train
@@ -412,7 +413,7 @@ class DQNAgent(object):
     Also writes summaries every summary_writing_frequency steps and syncs
     the target network every target_update_period steps.
     """
-    if self._replay.memory.add_count > self.min_replay_history:
+    if self._holds_min_replay_history():
       if self.training_steps % self.update_period == 0:
         self._run_train()
         if (self.summary_writer is not None and
@@ -423,6 +424,18 @@ class DQNAgent(object):
       if self.training_steps % self.target_update_period == 0:
         self._run_sync()
     self.training_steps += 1
+
+  def _holds_min_replay_history(self) -> bool:
+    """Whether the memory holds more than min_replay_history transitions.
+
+    A memory's add_count only grows until a checkpoint is loaded, so a True
+    answer is kept until then (`unbundle`): a sharded memory would otherwise
+    ask its shards on every training step.
+    """
+    if not self._min_replay_history_held:
+      self._min_replay_history_held = bool(
+          self._replay.memory.add_count > self.min_replay_history)
+    return self._min_replay_history_held
 
   def _record_observation(self, observation) -> None:
     """Pushes `observation` as the newest frame of the state."""
@@ -516,6 +529,7 @@ class DQNAgent(object):
       snapshot = checkpointer.VariableSnapshot(self._sess, variables)
       try:
         self._saver.restore(self._sess, prefix)
+        self._min_replay_history_held = False  # The memory may shrink.
         self._replay.load(checkpoint_dir, iteration_number)
       except tf.errors.NotFoundError:
         if not self.allow_partial_reload:

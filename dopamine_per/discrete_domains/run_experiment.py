@@ -586,7 +586,7 @@ class Runner(object):
     try:
       learning_curve.plot_learning_curve(self.learning_curve_path,
                                          self._statistics_log.records)
-    except (OSError, ValueError) as e:
+    except (ImportError, OSError, ValueError) as e:
       logging.warning('Could not draw the learning curve: %s', e)
     self._status.finish(self._summary_text(record))
 

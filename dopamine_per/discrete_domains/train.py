@@ -1,10 +1,14 @@
 # coding=utf-8
 r"""Trains an agent: the command-line entry point, as Dopamine's ``train``.
 
-  python -m dopamine_per.discrete_domains.train \
+  dopamine-per-train \
       --base_dir=runs/rainbow_cartpole \
-      --gin_files=configs/rainbow_cartpole.gin \
+      --gin_files=rainbow_cartpole \
       --gin_bindings='Runner.num_iterations = 10'
+
+(or ``python -m dopamine_per.discrete_domains.train``). --gin_files takes
+paths of gin files, or the names of the configs shipped with the package
+(--list_configs lists them; see `dopamine_per.configs`).
 
 Checks that --base_dir can hold the run's files, loads the gin files, then
 the bindings, creates the runner (`run_experiment.create_runner`) and runs
@@ -19,17 +23,21 @@ Dopamine's: docs/compat.md#train.
 import os
 import sys
 import tempfile
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from dopamine_per import configs
+
 flags.DEFINE_string('base_dir', None,
                     'Directory for checkpoints, logs and summaries.')
 flags.DEFINE_multi_string(
-    'gin_files', [], 'Gin configuration files, e.g. configs/rainbow.gin '
-    '(repeatable; later files override earlier ones).')
+    'gin_files', [], 'Gin configuration files, e.g. configs/rainbow.gin, '
+    'or the names of shipped configs, e.g. rainbow_cartpole (see '
+    '--list_configs); an existing file wins over a shipped name. Repeatable; '
+    'later files override earlier ones.')
 flags.DEFINE_multi_string(
     'gin_bindings', [], 'Gin bindings applied after the files, e.g. '
     '"Runner.num_iterations = 10" (repeatable).')
@@ -43,9 +51,13 @@ flags.DEFINE_boolean(
     'Without it the trainer resumes after the last checkpoint that loads, '
     'or stops, changing nothing, if none does.')
 
+flags.DEFINE_boolean(
+    'list_configs', False,
+    'Print the shipped gin configs (the names --gin_files takes) and exit.')
+
 FLAGS = flags.FLAGS
 
-__all__ = ['check_base_dir', 'main', 'run']
+__all__ = ['check_base_dir', 'describe_in_help', 'main', 'run']
 
 
 def _nearest_existing(path: str) -> str:
@@ -102,13 +114,30 @@ def check_base_dir(base_dir: Optional[str]) -> None:
 
 
 def _train(base_dir: str, gin_files: Sequence[str],
-           gin_bindings: Sequence[str], restart_from_scratch: bool) -> int:
+           gin_bindings: Sequence[str], restart_from_scratch: bool,
+           create_runner_fn: Optional[Callable[[str], Any]]) -> int:
   """Loads the configuration and runs the experiment.
 
+  Args:
+    base_dir: str, the run's directory.
+    gin_files: the gin files, in order: paths, or names of shipped configs
+      (`configs.resolve`).
+    gin_bindings: the gin bindings, applied after the files.
+    restart_from_scratch: bool, move an earlier run aside first.
+    create_runner_fn: callable(base_dir) returning the runner, called after
+      the configuration is loaded; None: `run_experiment.create_runner`.
+
   Returns:
-    int, the exit status: 0, or 1 when the run in base_dir cannot be
-    resumed (reported on stderr, nothing changed).
+    int, the exit status: 0, or 1 when a gin file is neither a file nor a
+    shipped config (one line on stderr, before TensorFlow is imported) or
+    the run in base_dir cannot be resumed (reported on stderr, nothing
+    changed).
   """
+  try:
+    gin_files = [configs.resolve(gin_file) for gin_file in gin_files]
+  except FileNotFoundError as e:
+    print('train: error: {}'.format(e), file=sys.stderr)
+    return 1
   # Imported here, after the flags are checked: TensorFlow takes seconds to
   # import and logs to stderr, which would bury a one-line flag error.
   # pylint: disable=g-import-not-at-top
@@ -129,7 +158,7 @@ def _train(base_dir: str, gin_files: Sequence[str],
       print('train: moved the earlier run in {} to {}'.format(
           base_dir, moved_to))
   try:
-    runner = run_experiment.create_runner(base_dir)
+    runner = (create_runner_fn or run_experiment.create_runner)(base_dir)
   except run_experiment.CannotResumeError as e:
     print('train: error: {}'.format(e.message), file=sys.stderr)
     return 1
@@ -137,16 +166,22 @@ def _train(base_dir: str, gin_files: Sequence[str],
   return 0
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str],
+         create_runner_fn: Optional[Callable[[str], Any]] = None) -> int:
   """Checks --base_dir, then trains; returns the exit status.
 
   Args:
     argv: the arguments left after absl's flags (the program name only).
+    create_runner_fn: callable(base_dir) returning the runner, called once
+      the gin configuration is loaded (the distributed trainer's); None:
+      `run_experiment.create_runner`.
 
   Returns:
-    int, 0 after training, 1 for an unusable --base_dir (reported in one
-    line on stderr, before TensorFlow is imported) or for a run in it that
-    cannot be resumed (one message on stderr, no file changed).
+    int, 0 after training or --list_configs; 1 for an unusable --base_dir
+    or a --gin_files entry that is neither a file nor a shipped config
+    (each reported in one line on stderr, before TensorFlow is imported),
+    or for a run in --base_dir that cannot be resumed (one message on
+    stderr, no file changed).
 
   Raises:
     app.UsageError: For extra arguments or a gin file or binding that does
@@ -154,6 +189,9 @@ def main(argv: Sequence[str]) -> int:
   """
   if len(argv) > 1:
     raise app.UsageError('Unexpected arguments: {}'.format(' '.join(argv[1:])))
+  if FLAGS.list_configs:
+    print(configs.listing())
+    return 0
   try:
     check_base_dir(FLAGS.base_dir)
   except ValueError as e:
@@ -164,12 +202,35 @@ def main(argv: Sequence[str]) -> int:
     # INFO messages (--verbosity=0) would interleave with them.
     logging.set_verbosity(logging.WARNING)
   return _train(FLAGS.base_dir, FLAGS.gin_files, FLAGS.gin_bindings,
-                FLAGS.restart_from_scratch)
+                FLAGS.restart_from_scratch, create_runner_fn)
 
 
-def run():
-  """Runs `main` with absl (the console-script entry point)."""
-  flags.mark_flag_as_required('base_dir')
+def describe_in_help(module_name: str) -> None:
+  """Makes absl's --help show a module's flags and docstring.
+
+  absl's --help lists the flags of the module that sys.argv[0] names, and
+  prints the docstring of ``__main__``: under ``python -m`` that is the
+  trainer itself, but under a console script (``dopamine-per-train``) it is
+  pip's wrapper, which has neither, so --help would list no flag.
+
+  Args:
+    module_name: str, the name of a module whose flags --help lists (its
+      docstring is shown too, if ``__main__`` has none).
+  """
+  for flag in FLAGS.get_key_flags_for_module(module_name):
+    FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  main_module = sys.modules['__main__']
+  if not main_module.__doc__:
+    main_module.__doc__ = sys.modules[module_name].__doc__
+
+
+def run() -> None:
+  """Runs `main` with absl: ``python -m`` and ``dopamine-per-train``.
+
+  --base_dir is not marked required: `main` reports it missing in one line,
+  and --list_configs needs none.
+  """
+  describe_in_help(__name__)
   app.run(main)
 
 

@@ -19,8 +19,11 @@ fresh one with the newest published weights. See
 docs/distributed.md#actors.
 """
 
+import os
 import random
 import time
+import uuid
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gin
@@ -159,6 +162,22 @@ class WeightAssigner(object):
     self._run(*values)
 
 
+def _drop_sharded_memory_binding() -> None:
+  """Unbinds ``WrappedPrioritizedReplayBuffer.wrapped_memory`` if bound.
+
+  The learner's configuration gives its agent the sharded memory; an
+  actor's agent, built from the same configuration, stores nothing and must
+  not start shards of its own, so it gets the wrapper's default memory.
+  """
+  selector = 'WrappedPrioritizedReplayBuffer.wrapped_memory'
+  try:
+    bound = gin.query_parameter(selector)
+  except ValueError:  # Not bound, or the wrapper's module is not loaded.
+    return
+  if bound is not None:
+    gin.bind_parameter(selector, None)
+
+
 class Actor(object):
   """Steps an environment with the agent's network; writes its transitions.
 
@@ -217,6 +236,7 @@ class Actor(object):
     self._clip_rewards = clip_rewards
     if gin_config:
       gin.parse_config(gin_config)
+    _drop_sharded_memory_binding()
     if seed is not None:
       random.seed(seed)
       np.random.seed(seed)
@@ -240,6 +260,8 @@ class Actor(object):
     self._assigner = WeightAssigner(self._sess, self._variables)
     self._weights_version = 0
     self._restarted = self._was_restarted()
+    # Tells this process's results from those of an earlier (dead) one.
+    self._incarnation = uuid.uuid4().hex
     if self._restarted:
       # The shard may hold the interrupted episode's first transitions.
       self._writer.discard_unfinished()
@@ -258,7 +280,10 @@ class Actor(object):
     context = ray.get_runtime_context()
     if context.get_actor_id() is None:
       return False
-    return bool(context.was_current_actor_reconstructed)
+    with warnings.catch_warnings():
+      # Ray 2.60's property reads its own deprecated actor_id internally.
+      warnings.simplefilter('ignore', DeprecationWarning)
+      return bool(context.was_current_actor_reconstructed)
 
   def pull_weights(self) -> bool:
     """Assigns the store's weights if newer than the network's.
@@ -331,8 +356,10 @@ class Actor(object):
       ``episode_returns`` (list of the undiscounted returns of the episodes
       that ended in this call), ``steps_per_second`` (this call),
       ``total_steps`` and ``total_episodes`` (since the actor started),
-      ``weights_version`` (0: never pulled) and ``restarted`` (whether Ray
-      restarted this actor, whose counters then started again from 0).
+      ``weights_version`` (0: never pulled), ``restarted`` (whether Ray
+      restarted this actor, whose counters then started again from 0) and
+      ``incarnation`` (a string, new in every process Ray starts for it)
+      and ``pid`` (the process id).
 
     Raises:
       The writer's errors (e.g. `shard.ShardError` if its shard died).
@@ -358,6 +385,8 @@ class Actor(object):
         'total_episodes': self._total_episodes,
         'weights_version': self._weights_version,
         'restarted': self._restarted,
+        'incarnation': self._incarnation,
+        'pid': os.getpid(),
     }
 
 
@@ -406,15 +435,18 @@ def create_actors(memory: Any,
       learner's gin configuration).
     num_cpus_per_actor: float, the CPUs Ray reserves for each actor.
     max_restarts: int, how often Ray restarts an actor that died (-1: no
-      limit); a restarted actor starts a fresh episode.
+      limit) and plays its queued calls again; a restarted actor starts a
+      fresh episode.
     seed: int or None; actor i gets seed + i.
 
   Returns:
     list of Ray actor handles, in actor order.
   """
   num_actors = validation.check_int('num_actors', num_actors, 1)
+  # Ray plays the calls a dead actor had queued again in its new process.
   actor_class = _actor_class().options(num_cpus=num_cpus_per_actor,
-                                       max_restarts=max_restarts)
+                                       max_restarts=max_restarts,
+                                       max_task_retries=max_restarts)
   return [
       actor_class.remote(
           i, epsilon_fn(i, num_actors), memory.writer(i), weight_store,

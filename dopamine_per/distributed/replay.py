@@ -155,6 +155,12 @@ class ShardedPrioritizedReplayBuffer(object):
     if int(self.replay_capacity) >= 2 ** 31:
       raise ValueError('global indices are int32 in batches: replay_capacity '
                        'must be < 2**31, got {}'.format(replay_capacity))
+    # A gin file may give TensorFlow dtypes (gym_lib's constants are): the
+    # shards take NumPy's, and never import TensorFlow.
+    for name in ('observation_dtype', 'action_dtype', 'reward_dtype'):
+      if name in memory_kwargs:
+        memory_kwargs[name] = getattr(memory_kwargs[name], 'as_numpy_dtype',
+                                      memory_kwargs[name])
     # Builds one shard's memory here first: its arguments are checked before
     # any actor starts, and it gives the batch layout.
     template = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(

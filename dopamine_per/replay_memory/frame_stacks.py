@@ -14,7 +14,7 @@ same bytes:
 
 * NumPy: one gather per frame position, written into place (the output's
   last axis is strided, so this runs at a fraction of memory speed);
-* Numba (the `fast` extra), generic: the frames of each state read once,
+* Numba (the default), generic: the frames of each state read once,
   written frame by frame;
 * Numba, for 4 frames of 1 byte (Atari): each output pixel is built as one
   32-bit word from the 4 frames' bytes, which vectorizes; rows b and

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The replay memory's per-batch loops, compiled with Numba (`fast` extra).
+"""The replay memory's per-batch loops, compiled with Numba (a requirement).
 
 Each function here is the compiled twin of a NumPy function with the same
 results: the sum tree's (`sum_tree_kernels.NumpyKernels`), the stack gather

@@ -12,7 +12,7 @@ time in Python. This tree is *wide*: every inner node sums ``FANOUT`` (16)
 children, so a tree over 2**20 leaves has five levels, not twenty-one. A
 batch of updates or queries is a handful of NumPy operations per level,
 whatever the batch size, or one call of a compiled loop when Numba is
-installed (the `fast` extra, chosen by `kernels`; bit-identical results).
+installed (a requirement; chosen by `kernels`; bit-identical results).
 
 All levels live in one flat float64 array, leaves first, each level padded
 with zeros to whole rows of 16 siblings. For capacity 1000:
@@ -225,7 +225,7 @@ class SumTree(object):
         int seed for an independent, checkpointable stream.
       kernels: a `kernels.Kernels`, 'numpy', 'numba', 'auto' or None (the
         DOPAMINE_PER_KERNELS environment variable, default 'auto': Numba's
-        when the `fast` extra is installed); see `kernels.choose`. Both give
+        when Numba imports); see `kernels.choose`. Both give
         bit-identical results.
       priority_dtype: float16, float32 or float64: priorities must be 0 or
         in [its smallest positive value, its largest value]. The

@@ -20,7 +20,7 @@ order, so they give bit-identical trees and samples:
 * `NumpyKernels`: vectorized over the batch (a few NumPy calls per level);
   always available.
 * `NumbaKernels`: the same loops compiled with Numba (in `numba_loops`),
-  from the `fast` extra; several times faster on small and medium batches,
+  (Numba, a requirement); several times faster on small and medium batches,
   where NumPy's per-call overhead dominates.
 
 `get_kernels` returns the class for a choice made by `kernels.choose`, the

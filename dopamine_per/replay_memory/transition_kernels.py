@@ -25,7 +25,7 @@ slots kept, computed as Dopamine does (float32 discounts times the rewards,
 summed by NumPy), so that returns are bit-identical to Dopamine's.
 
 Each comes as a vectorized NumPy function (`*_numpy`, a dozen NumPy calls)
-and a Numba loop from the `fast` extra (one call, several times faster on a
+and a Numba loop (the default; one call, several times faster on a
 batch of 32) with the same results; `valid_mask` and `trajectories` pick
 one, as the sum tree does (see `kernels.choose`).
 """

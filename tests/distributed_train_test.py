@@ -89,6 +89,15 @@ class ApexRunnerTest(absltest.TestCase):
   def test_iterations_log_checkpoint_and_resume(self):
     runner = self._runner(num_iterations=2)
     self.assertLen(runner.actor_handles, 2)
+    close = runner.close
+    saved = {}
+
+    def count_then_close():  # The shards' counts as checkpoint 1 has them.
+      if 'counts' not in saved:  # (The test's clean-up closes it again.)
+        saved['counts'] = runner.memory.shard_add_counts()
+      close()
+
+    runner.close = count_then_close
     runner.run_experiment()
     self.assertEqual(runner.actor_handles, [])  # Closed at the end.
     records = _statistics(self.base_dir)
@@ -120,8 +129,8 @@ class ApexRunnerTest(absltest.TestCase):
     resumed = self._runner(num_iterations=3)
     self.assertEqual(resumed._start_iteration, 2)
     self.assertEqual(resumed._agent.training_steps, trained)
-    counts = resumed.memory.shard_add_counts()
-    self.assertGreater(min(counts), 0)
+    self.assertGreater(min(saved['counts']), 0)
+    self.assertEqual(resumed.memory.shard_add_counts(), saved['counts'])
     resumed.run_experiment()
     self.assertEqual([r['iteration'] for r in _statistics(self.base_dir)],
                      [0, 1, 2])

@@ -86,6 +86,31 @@ class ApexEpsilonTest(parameterized.TestCase):
       actor_lib.apex_epsilon(actor_index, num_actors, **kwargs)
 
 
+class LearnerConfigTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+    gin.clear_config()
+    self.addCleanup(gin.clear_config)
+
+  def test_an_actor_drops_the_learners_sharded_memory(self):
+    # The learner's config gives its agent the sharded memory; an actor's
+    # agent, built from the same config, must not start shards of its own.
+    gin.parse_config(_GIN_CONFIG + (
+        'import dopamine_per.distributed.replay\n'
+        'WrappedPrioritizedReplayBuffer.wrapped_memory = '
+        '@ShardedPrioritizedReplayBuffer()\n'))
+    actor_lib._drop_sharded_memory_binding()
+    self.assertIsNone(gin.query_parameter(
+        'WrappedPrioritizedReplayBuffer.wrapped_memory'))
+    # Without the binding (or the wrapper's module) it changes nothing.
+    gin.clear_config()
+    actor_lib._drop_sharded_memory_binding()
+    with self.assertRaises(ValueError):
+      gin.query_parameter('WrappedPrioritizedReplayBuffer.wrapped_memory')
+
+
 class WeightAssignerTest(absltest.TestCase):
 
   def test_assigns_all_or_nothing(self):

@@ -391,11 +391,9 @@ class ShardedPrioritizedReplayBuffer(object):
         return indices, pieces
       failures += len(pending)
       if failures >= self._max_sample_attempts:
-        raise RuntimeError(
-            'Max sample attempts: Tried {} times but only sampled {} valid '
-            'indices. Batch size is {}'.format(
-                self._max_sample_attempts, batch_size - len(pending),
-                batch_size))
+        raise sampling.attempts_exhausted(self._max_sample_attempts,
+                                          batch_size - len(pending),
+                                          batch_size)
       targets[pending] = self._rng.random(len(pending)) * grand
 
   @locking.synchronized('_lock')

@@ -121,8 +121,6 @@ class ApexRunner(run_experiment.Runner):
         'weight_publish_period', weight_publish_period, 1)
     self._max_actor_restarts = validation.check_int(
         'max_actor_restarts', max_actor_restarts, 0)
-    self._create_environment_fn = create_environment_fn
-    self._create_agent_fn = create_agent_fn
     self._actors = []
     self._memory = None
     super().__init__(base_dir, create_agent_fn,
@@ -150,7 +148,6 @@ class ApexRunner(run_experiment.Runner):
         clip_rewards=self._clip_rewards,
         max_restarts=self._max_actor_restarts,
         seed=None if self._seed is None else self._seed + 1)
-    self._memory_ready = False
     # Waits for the actors to start (TensorFlow, the agent, the environment:
     # seconds each), so that a failing start surfaces here and the first
     # iteration's rates do not include it.
@@ -176,11 +173,10 @@ class ApexRunner(run_experiment.Runner):
 
   def _learner_may_train(self, learner_steps: int, actor_steps: int) -> bool:
     """Whether the memory can be sampled and the learner is not ahead."""
-    if not self._memory_ready:
-      self._memory_ready = (int(self._memory.add_count) >
-                            self._agent.min_replay_history)
-      if not self._memory_ready:
-        return False
+    # The agent's own test, which asks the shards until it first holds.
+    # pylint: disable-next=protected-access
+    if not self._agent._holds_min_replay_history():
+      return False
     return (self._learner_ratio is None or
             learner_steps < self._learner_ratio * actor_steps)
 

@@ -58,8 +58,9 @@ def init_ray(address: Optional[str]) -> None:
   # The local processes inherit this environment. TensorFlow's start-up
   # notices from every actor would bury the trainer's progress lines. Ray
   # runs its workers at nice 15, below this process: on a small machine the
-  # learner would then starve the shards and actors it waits for (measured
-  # on 2 cores: a sharded draw took 6.6 ms at nice 15, 4.6 ms at 0).
+  # learner would then starve the shards and actors it waits for (one
+  # measurement on 2 cores: a sharded draw took 6.6 ms at nice 15, 4.6 ms
+  # at 0).
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   os.environ.setdefault('RAY_worker_niceness', '0')
   ray.init(include_dashboard=False, _node_ip_address='127.0.0.1')

@@ -23,9 +23,10 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.replay_memory import transition_kernels
 
-__all__ = ['check_sample_indices', 'check_stack_indices', 'invalid_range',
-           'invalid_reason', 'is_valid', 'modulo_range', 'redraw_invalid',
-           'sampling_range', 'slot_range', 'transition_batch']
+__all__ = ['attempts_exhausted', 'check_sample_indices',
+           'check_stack_indices', 'invalid_range', 'invalid_reason',
+           'is_valid', 'modulo_range', 'redraw_invalid', 'sampling_range',
+           'slot_range', 'transition_batch']
 
 # Batch layouts a memory keeps (see `_batch_layout`). Training samples one
 # or two batch sizes; a sweep over many sizes must not keep one per size.
@@ -131,6 +132,18 @@ def is_valid(index: Any, valid_mask: ValidMask) -> Any:
   return mask.reshape(indices.shape)
 
 
+def attempts_exhausted(max_sample_attempts: int, num_valid: int,
+                       batch_size: int) -> RuntimeError:
+  """The error for a batch still incomplete after max_sample_attempts draws.
+
+  Dopamine's message, shared by the single and the sharded memories.
+  """
+  return RuntimeError(
+      'Max sample attempts: Tried {} times but only sampled {} valid '
+      'indices. Batch size is {}'.format(max_sample_attempts, num_valid,
+                                         batch_size))
+
+
 def redraw_invalid(candidates: np.ndarray, valid_mask: ValidMask,
                    draw: Callable[[int], np.ndarray],
                    max_sample_attempts: int) -> np.ndarray:
@@ -164,11 +177,9 @@ def redraw_invalid(candidates: np.ndarray, valid_mask: ValidMask,
       return candidates
     failures += len(pending)
     if failures >= max_sample_attempts:
-      raise RuntimeError(
-          'Max sample attempts: Tried {} times but only sampled {} valid '
-          'indices. Batch size is {}'.format(
-              max_sample_attempts, len(candidates) - len(pending),
-              len(candidates)))
+      raise attempts_exhausted(max_sample_attempts,
+                               len(candidates) - len(pending),
+                               len(candidates))
     candidates[pending] = draw(len(pending))
     pending = pending[~valid_mask(candidates[pending])]
 

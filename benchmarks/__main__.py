@@ -110,7 +110,7 @@ DEFAULT_SETTINGS = Settings(
     distributed_rounds=9,
     distributed_burst_seconds=0.25,
     distributed_step_rounds=10,
-    distributed_steps=20,
+    distributed_steps=100,
     actor_steps=2000,
     actor_rounds=5,
 )

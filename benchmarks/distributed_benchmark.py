@@ -17,12 +17,11 @@ as in benchmarks/timing.py, times:
    stack 4), 3-step returns. Atari's B=512 on one shard gives the shard's
    sample rate; a writer adding Atari frames to one shard (`flush_every`
    64) gives its add rate.
-2. **Staged learner step** (CartPole shapes): session runs of
-   `WrappedPrioritizedReplayBuffer(use_staging=True)` over the single memory
-   and over a 2-shard memory with `prefetch` 0 and 2. Each run fetches the
-   staged batch and sets its priorities, either at once (`update`) or after
-   a simulated training of a CartPole-sized network (`train`: rainbow_
-   cartpole.gin's 4-128-128-102 multilayer perceptron, forward and backward).
+2. **Staged learner step**: `_train_step()` of configs/apex_cartpole.gin's
+   Rainbow learner (B=128, staging, training every step) over its 2-shard
+   memory with the config's fetch-ahead (`prefetch`, `batches_per_call`)
+   and without it, and over the agent's single in-process memory, all
+   holding the same CartPole transitions.
 3. **Actors**: total environment steps per second of 1 and 2 Ape-X `Actor`s
    (Ray actors acting with configs/rainbow_cartpole.gin's network on
    CartPole-v1, writing to a 2-shard memory), against the single-process
@@ -30,9 +29,9 @@ as in benchmarks/timing.py, times:
    `min_replay_history`, so it trains every `update_period` steps).
 4. **Bytes per call**, pickled as Ray sends them (protocol 5, NumPy arrays
    out of band): a writer's batch of 64 Atari transitions, and a learner
-   batch of 512 on one shard (targets, descend-and-gather answer, priority
-   update). With the rates above they give the projection to a cluster at
-   Ape-X's Atari rates (`project`).
+   batch of 512 on one shard (targets, the draw's answer, the priority
+   update that travels with the next call). With the rates above they give
+   the projection to a cluster at Ape-X's Atari rates (`project`).
 """
 
 import gc
@@ -42,7 +41,7 @@ import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
-from typing import Sequence
+from typing import Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -56,8 +55,8 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
       __file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
-from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
+from dopamine_per.agents import rainbow_agent  # pylint: disable=g-import-not-at-top
 from dopamine_per.discrete_domains import gym_lib  # pylint: disable=g-import-not-at-top
 from dopamine_per.discrete_domains import run_experiment  # pylint: disable=g-import-not-at-top
 from dopamine_per.distributed import actor as actor_lib  # pylint: disable=g-import-not-at-top
@@ -85,11 +84,12 @@ ROUND_TRIP = 'round trip'
 _EPISODE_LENGTH = 128
 # Batch size of the per-shard sample rate (Ape-X's learner batch).
 PROJECTION_BATCH = 512
-# The memories' default batch size, the staged learner step's (Dopamine's
-# default).
-STEP_BATCH = 32
-_CARTPOLE_GIN = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), 'configs', 'rainbow_cartpole.gin')
+# The sampling part's memories' default batch size (Dopamine's default).
+BATCH = 32
+_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'configs')
+_CARTPOLE_GIN = os.path.join(_CONFIGS, 'rainbow_cartpole.gin')
+_APEX_CARTPOLE_GIN = os.path.join(_CONFIGS, 'apex_cartpole.gin')
 # Ray reserves little CPU per shard, so that every memory of the section
 # fits a 2-CPU local Ray at once; the shards share the machine's cores.
 _CPUS_PER_SHARD = 0.1
@@ -104,7 +104,7 @@ def define_flags():
   flags.DEFINE_integer('rounds', 9, 'Interleaved rounds of sampling.')
   flags.DEFINE_float('burst_seconds', 0.25, 'Duration of one burst.')
   flags.DEFINE_integer('step_rounds', 10, 'Interleaved rounds of steps.')
-  flags.DEFINE_integer('steps', 20, 'Session runs per step case and round.')
+  flags.DEFINE_integer('steps', 100, 'Training steps per step case and round.')
   flags.DEFINE_integer('actor_steps', 2000,
                        'Agent steps per actor and runner case and round.')
   flags.DEFINE_integer('actor_rounds', 5, 'Interleaved rounds of actors.')
@@ -156,7 +156,7 @@ class _Stream(object):
 
 def _single_memory(shape: str, capacity: int, stream: _Stream) -> Any:
   memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-      replay_capacity=capacity, batch_size=STEP_BATCH,
+      replay_capacity=capacity, batch_size=BATCH,
       update_horizon=UPDATE_HORIZON, rng=0, **SHAPES[shape])
   for t in range(capacity):
     memory.add(*stream.transition(t))
@@ -172,7 +172,7 @@ def _sharded_memory(shape: str, capacity: int, num_shards: int,
   whole episodes and the shards hold together what the single memory holds.
   """
   memory = replay.ShardedPrioritizedReplayBuffer(
-      num_shards=num_shards, replay_capacity=capacity, batch_size=STEP_BATCH,
+      num_shards=num_shards, replay_capacity=capacity, batch_size=BATCH,
       num_cpus_per_shard=_CPUS_PER_SHARD, prefetch=prefetch,
       update_horizon=UPDATE_HORIZON, rng=0, **SHAPES[shape])
   writers = [memory.writer(k) for k in range(num_shards)]
@@ -213,41 +213,67 @@ def _add(writer: Any, stream: _Stream) -> Callable[[], None]:
   return call
 
 
-class _StepGraph(object):
-  """A graph and session: a staged wrapper over `memory` and its steps.
+# Memories of the staged learner step: the agent's own single memory, and
+# apex_cartpole.gin's sharded memory without and with its fetch-ahead.
+STEP_MEMORIES = (SINGLE, 'no fetch-ahead', 'fetch-ahead')
 
-  Attributes:
-    session: tf.compat.v1.Session running the graph.
-    update: fetch of a step that sets the staged batch's priorities.
-    train: fetch of a step that trains the simulated network on the staged
-      batch, then sets its priorities from the network's outputs.
+
+def _agent_stream(stream: _Stream) -> Callable[[int], Tuple[Any, ...]]:
+  """The stream's transitions shaped as CartPole-v1's.
+
+  Observations float64[4, 1] (gym_lib's CARTPOLE_OBSERVATION_SHAPE and
+  _DTYPE), actions 0 and 1.
   """
+  def transition(t):
+    observation, action, reward, terminal, priority = stream.transition(t)
+    return (observation.astype(np.float64).reshape(4, 1), action % 2,
+            reward, terminal, priority)
+  return transition
 
-  def __init__(self, memory: Any):
-    self.graph = tf.Graph()
-    with self.graph.as_default():
-      wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-          use_staging=True, batch_size=STEP_BATCH, wrapped_memory=memory,
-          update_horizon=UPDATE_HORIZON, **SHAPES['CartPole'])
-      states = tf.reshape(wrapped.states, [STEP_BATCH, -1])
-      self.update = wrapped.tf_set_priority(
-          wrapped.indices, tf.reduce_mean(tf.abs(states), axis=1) + 1.0)
-      x = states
-      rng = np.random.default_rng(0)
-      for units in (128, 128, 2 * 51):  # rainbow_cartpole.gin's network.
-        weights = tf.Variable(rng.normal(
-            0.0, x.shape[1] ** -0.5, (x.shape[1], units)).astype(np.float32))
-        x = tf.nn.relu(tf.matmul(x, weights))
-      loss = tf.reduce_mean(tf.square(x), axis=1)
-      minimize = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(
-          tf.reduce_mean(loss))
-      with tf.control_dependencies([minimize]):
-        self.train = wrapped.tf_set_priority(wrapped.indices, loss + 1.0)
-      self.session = tf.compat.v1.Session(
-          graph=self.graph, config=staging_benchmark._session_config())  # pylint: disable=protected-access
-      self.session.run(tf.compat.v1.global_variables_initializer())
 
-  time = staging_benchmark.StepGraph.time
+def _fetch_ahead() -> Tuple[int, int]:
+  """apex_cartpole.gin's (prefetch, batches_per_call) (gin must hold it)."""
+  return (gin.query_parameter('ShardedPrioritizedReplayBuffer.prefetch'),
+          gin.query_parameter(
+              'ShardedPrioritizedReplayBuffer.batches_per_call'))
+
+
+def _learner(memory: str, capacity: int, stream: _Stream) -> Any:
+  """apex_cartpole.gin's Rainbow learner over `memory`, holding the stream.
+
+  The learner (update_period 1: every step trains; target sync every 25)
+  over the memory apex_cartpole.gin builds (2 shards), without its
+  fetch-ahead (`prefetch` 0) or with it, or over the agent's own single
+  in-process memory; every memory of `capacity` transitions. Its session is
+  the trainer's (`create_agent`'s).
+  """
+  gin.clear_config()
+  bindings = {
+      SINGLE: ['WrappedPrioritizedReplayBuffer.wrapped_memory = None'],
+      'no fetch-ahead': ['ShardedPrioritizedReplayBuffer.prefetch = 0'],
+      'fetch-ahead': [],
+  }[memory]
+  gin.parse_config_files_and_bindings([_APEX_CARTPOLE_GIN], bindings + [
+      f'ShardedPrioritizedReplayBuffer.num_cpus_per_shard = {_CPUS_PER_SHARD}',
+      f'ShardedPrioritizedReplayBuffer.replay_capacity = {capacity}',
+      f'WrappedPrioritizedReplayBuffer.replay_capacity = {capacity}'])
+  graph = tf.Graph()
+  with graph.as_default():
+    session = tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
+        allow_soft_placement=True))
+    agent = rainbow_agent.RainbowAgent(session, num_actions=2)
+  replay_memory = agent._replay.memory  # pylint: disable=protected-access
+  transition = _agent_stream(stream)
+  if memory == SINGLE:
+    writers = [replay_memory]
+  else:
+    writers = [replay_memory.writer(k) for k in range(2)]
+  for t in range(capacity):
+    writers[(t // _EPISODE_LENGTH) % len(writers)].add(*transition(t))
+  if memory != SINGLE:
+    for writer in writers:
+      writer.flush()
+  return agent
 
 
 def call_bytes(*args: Any) -> int:
@@ -268,13 +294,14 @@ def _bytes_per_call(memory: replay.ShardedPrioritizedReplayBuffer,
   handle = memory.shard_handles[0]
   targets = np.random.default_rng(0).uniform(
       0.0, memory.total_priority(), PROJECTION_BATCH)
-  answer = ray.get(handle.descend.remote(targets, True))
+  fractions = targets / memory.total_priority()
+  answer = ray.get(handle.draw.remote(None, None, fractions, True))
   slots = answer[0]
   return {
       'add call': call_bytes(0, transitions),
       'mass call': call_bytes() + call_bytes(*ray.get(handle.mass.remote())),
-      'descend request': call_bytes(targets, True),
-      'descend answer': call_bytes(*answer),
+      'draw request': call_bytes(None, None, fractions, True),
+      'draw answer': call_bytes(*answer),
       'set_priority request': call_bytes(slots, np.ones(len(slots))),
   }
 
@@ -331,41 +358,48 @@ def _time_sampling(shapes: Sequence[str], capacity: int,
   return medians, call_sizes, memories
 
 
-def _time_steps(single: Any, capacity: int, rounds: int, steps: int,
-                seed: int, progress: Optional[Callable[[str], None]]):
-  """Part 2: medians (ms) of staged steps, keyed (step, memory).
+def _time_steps(capacity: int, rounds: int, steps: int, seed: int,
+                progress: Optional[Callable[[str], None]]
+               ) -> Dict[str, float]:
+  """Part 2: median milliseconds of a learner's training step, by memory.
 
   Args:
-    single: the single CartPole memory of the sampling part, whose contents
-      two new 2-shard memories (prefetch 0 and 2) are given.
-    capacity: int, its capacity.
+    capacity: int, transitions every memory holds.
     rounds: int, interleaved rounds.
-    steps: int, session runs per case and round.
-    seed: int, the seed its contents were made with.
+    steps: int, training steps per case and round.
+    seed: int, seeds the transitions.
     progress: optional callable taking a str.
+
+  Returns:
+    {memory: median ms per `_train_step`} for STEP_MEMORIES, and
+    'fetch-ahead settings': apex_cartpole.gin's (prefetch,
+    batches_per_call).
   """
   stream = _Stream('CartPole', capacity, seed)
-  memories = {SINGLE: single}
-  for prefetch in (0, 2):
-    memories[f'prefetch {prefetch}'] = _sharded_memory(
-        'CartPole', capacity, 2, stream, prefetch=prefetch)
-  graphs = {name: _StepGraph(memory) for name, memory in memories.items()}
-  cases = {}
-  for name, graph in graphs.items():
-    cases['update', name] = (graph, graph.update)
-    cases['train', name] = (graph, graph.train)
-  for graph, fetch in cases.values():
-    graph.time(fetch, 5)  # Warm up (and fill the stage).
-  samples = {key: [] for key in cases}
-  for _, key in timing.shuffled_rounds(cases, rounds,
-                                       np.random.default_rng(1), progress):
-    graph, fetch = cases[key]
-    samples[key].append(graph.time(fetch, steps))
-  for graph in graphs.values():
-    graph.session.close()
-  memories['prefetch 0'].close()
-  memories['prefetch 2'].close()
-  return {key: timing.median(values) for key, values in samples.items()}
+  agents = {name: _learner(name, capacity, stream) for name in STEP_MEMORIES}
+  fetch_ahead = _fetch_ahead()
+  gin.clear_config()
+  for agent in agents.values():
+    for _ in range(steps):  # Warm up (and fill the stage).
+      agent._train_step()  # pylint: disable=protected-access
+
+  def run(agent):
+    start = time.perf_counter()
+    for _ in range(steps):
+      agent._train_step()  # pylint: disable=protected-access
+    return (time.perf_counter() - start) * 1e3 / steps
+
+  samples = {name: [] for name in agents}
+  for _, name in timing.shuffled_rounds(agents, rounds,
+                                        np.random.default_rng(1), progress):
+    samples[name].append(run(agents[name]))
+  for name, agent in agents.items():
+    agent._sess.close()  # pylint: disable=protected-access
+    if name != SINGLE:
+      agent._replay.memory.close()  # pylint: disable=protected-access
+  results = {name: timing.median(values) for name, values in samples.items()}
+  results['fetch-ahead settings'] = fetch_ahead
+  return results
 
 
 def _actor_rates(capacity: int, actor_steps: int, rounds: int,
@@ -458,7 +492,7 @@ def run_benchmark(capacity: int, batch_sizes: Sequence[int],
     rounds: int, interleaved rounds of the sampling part.
     burst_seconds: float, the duration of one of its bursts.
     step_rounds: int, interleaved rounds of the staged steps.
-    steps: int, session runs per step case and round.
+    steps: int, training steps per step case and round.
     actor_steps: int, agent steps per actor or runner case and round.
     actor_rounds: int, interleaved rounds of actors and runner.
     seed: int, seeds the data and the orders.
@@ -466,9 +500,8 @@ def run_benchmark(capacity: int, batch_sizes: Sequence[int],
 
   Returns:
     dict with 'cycle' ({(operation, shape, batch size, memory): median
-    microseconds per call}), 'bytes' (`_bytes_per_call`), 'steps'
-    ({(step, memory): median ms}), 'actors' (see `_actor_rates`) and the
-    settings.
+    microseconds per call}), 'bytes' (`_bytes_per_call`), 'steps' (see
+    `_time_steps`), 'actors' (see `_actor_rates`) and the settings.
   """
   _start_local_ray()
   try:
@@ -480,8 +513,7 @@ def run_benchmark(capacity: int, batch_sizes: Sequence[int],
         memory.close()
     if progress:
       progress('distributed: staged steps')
-    step_times = _time_steps(memories['CartPole', SINGLE], capacity,
-                             step_rounds, steps, seed, progress)
+    step_times = _time_steps(capacity, step_rounds, steps, seed, progress)
     memories.clear()
     actors = _actor_rates(capacity, actor_steps, actor_rounds, progress)
   finally:
@@ -558,8 +590,8 @@ def project(results: Mapping[str, Any], rates: ApexRates = APEX_RATES
   per_actor = transitions / rates.actors
   flush_every = writer_lib.DEFAULT_FLUSH_EVERY
   add_bytes = call_sizes['add call'] / flush_every
-  batch_bytes = (call_sizes['descend answer'] +
-                 call_sizes['descend request'] +
+  batch_bytes = (call_sizes['draw answer'] +
+                 call_sizes['draw request'] +
                  call_sizes['set_priority request'] +
                  call_sizes['mass call'])
   return {
@@ -610,20 +642,19 @@ def _sampling_lines(results: Mapping[str, Any]) -> List[str]:
 
 def _step_lines(results: Mapping[str, Any]) -> List[str]:
   steps = results['steps']
-  names = [SINGLE, 'prefetch 0', 'prefetch 2']
-  rows = [[step] + [f'{steps[step, name]:.3f}' for name in names]
-          for step in ('update', 'train')]
-  lines = timing.markdown_table(
-      ['staged step, ms', SINGLE, '2 shards, prefetch 0',
-       '2 shards, prefetch 2'], rows)
-  lines += ['', 'Target (issue 14): a staged step on the sharded memory '
-            f'takes at most {REQUIRED_STAGED_STEP_RATIO}x the single '
-            "memory's:", '']
-  for step in ('update', 'train'):
-    for name in names[1:]:
-      ratio = steps[step, name] / steps[step, SINGLE]
-      lines.append(f'- {step}, 2 shards, {name}: {ratio:.2f}x '
-                   f'({_met(ratio <= REQUIRED_STAGED_STEP_RATIO)})')
+  prefetch, per_call = steps['fetch-ahead settings']
+  headers = ['learner step, ms', SINGLE, '2 shards, no fetch-ahead',
+             f'2 shards, fetch-ahead ({prefetch}, {per_call} per call)']
+  single = steps[SINGLE]
+  rows = [['Rainbow, apex_cartpole.gin'] + [
+      f'{steps[name]:.3f} ({steps[name] / single:.2f}x)'
+      for name in STEP_MEMORIES]]
+  lines = timing.markdown_table(headers, rows)
+  ratio = steps['fetch-ahead'] / single
+  lines += ['', 'Target (issue 14): with its fetch-ahead, a learner step on '
+            f'the sharded memory takes at most {REQUIRED_STAGED_STEP_RATIO}x '
+            f"the single memory's: {ratio:.2f}x "
+            f'({_met(ratio <= REQUIRED_STAGED_STEP_RATIO)}).']
   return lines
 
 
@@ -658,11 +689,12 @@ def _projection_lines(results: Mapping[str, Any]) -> List[str]:
       ['one round trip to a shard (`mass()`)',
        f'{results["cycle"][ROUND_TRIP]:,.0f} µs'],
       ['add call (64 Atari transitions)', f'{sizes["add call"]:,} B'],
-      [f'descend request (B={PROJECTION_BATCH} targets)',
-       f'{sizes["descend request"]:,} B'],
-      ['descend answer (slots, validity, batch)',
-       f'{sizes["descend answer"]:,} B'],
-      ['set_priority request', f'{sizes["set_priority request"]:,} B'],
+      [f'draw request (B={PROJECTION_BATCH} targets)',
+       f'{sizes["draw request"]:,} B'],
+      ['draw answer (slots, validity, batch, mass)',
+       f'{sizes["draw answer"]:,} B'],
+      ['priority update (carried by the next call)',
+       f'{sizes["set_priority request"]:,} B'],
       ['mass call and answer', f'{sizes["mass call"]:,} B'],
   ]
   rates = APEX_RATES
@@ -708,12 +740,15 @@ def format_section(results: Mapping[str, Any]) -> str:
   lines += _sampling_lines(results)
   lines += [
       '',
-      f'Staged learner step (CartPole shapes, B={STEP_BATCH}): '
-      '`WrappedPrioritizedReplayBuffer(use_staging=True)` over the single '
-      'memory and over 2 shards; `update` fetches the staged batch and sets '
-      'its priorities, `train` first trains a CartPole-sized network on it '
-      "(rainbow_cartpole.gin's 4-128-128-102 layers, forward and backward). "
-      'Median milliseconds per session run.',
+      "Staged learner step: configs/apex_cartpole.gin's learner (a "
+      '`RainbowAgent` training on every step, B=128, staging on) over its '
+      'sharded memory (2 shards) with the fetch-ahead the config sets '
+      '(`prefetch`, `batches_per_call`) and without it (`prefetch=0`: '
+      'every batch is drawn when asked for), and over the single in-process '
+      'memory; every memory holds the same '
+      f'{common.log2_name(results["capacity"])} CartPole transitions. '
+      'Median milliseconds per `_train_step()` (its session: the '
+      "trainer's) and the ratio to the single memory.",
       '',
   ]
   lines += _step_lines(results)

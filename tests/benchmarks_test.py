@@ -168,8 +168,8 @@ class DistributedProjectionTest(absltest.TestCase):
                   ('cycle', 'Atari', 32, one): 1320.0,
                   ('cycle', 'Atari', 512, one): 6120.0,
                   distributed_benchmark.ROUND_TRIP: 500.0},
-        'bytes': {'add call': 64000, 'descend request': 100,
-                  'descend answer': 1000, 'set_priority request': 100,
+        'bytes': {'add call': 64000, 'draw request': 100,
+                  'draw answer': 1000, 'set_priority request': 100,
                   'mass call': 20},
     }
 
@@ -258,9 +258,10 @@ class CommandTest(absltest.TestCase):
         self.assertRegex(document, r'\| {}, B={} \| [0-9,]+ \(1.00x\)( \| '
                          r'[0-9,]+ \([0-9.]+x\)){{3}} \|'.format(
                              shape, batch_size))
-    self.assertRegex(document, r'\| train( \| [0-9.]+){3} \|')
-    self.assertRegex(document, r'- update, 2 shards, prefetch 2: [0-9.]+x '
-                     r'\((met|NOT met)\)')
+    self.assertRegex(document, r'\| Rainbow, apex_cartpole.gin( \| [0-9.]+ '
+                     r'\([0-9.]+x\)){3} \|')
+    self.assertRegex(document, r'a learner step on the sharded memory takes '
+                     r'at most 1.2x .*: [0-9.]+x \((met|NOT met)\)')
     self.assertRegex(document, r'\| 2 actors \| [0-9,]+ \| [0-9,]+ \| '
                      r'[0-9.]+x \|')
     self.assertRegex(document, r'2 actors step at least 1.5x .*: [0-9.]+x '

@@ -26,8 +26,7 @@ from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests import gin_util
 from tests import ray_util
 
-# The longest a test waits for the background thread to reach a state.
-_DEADLINE_S = 30.0
+_DEADLINE_S = ray_util.DEADLINE_S
 
 
 def setUpModule():  # pylint: disable=invalid-name
@@ -38,32 +37,25 @@ def tearDownModule():  # pylint: disable=invalid-name
   ray.shutdown()
 
 
-def _wait_until(condition):
-  deadline = time.monotonic() + _DEADLINE_S
-  while not condition():
-    if time.monotonic() > deadline:
-      raise AssertionError('condition not met within {} s'.format(
-          _DEADLINE_S))
-    time.sleep(0.01)
-
-
 def _thread_alive(name):
   return any(thread.name == name and thread.is_alive()
              for thread in threading.enumerate())
 
 
 class _Counter(object):
-  """A sample() returning 0, 1, 2, ...; raises ValueError at `fail_at`."""
+  """A sample() returning [0], [1], ... (or [0, 1, 2], [3, 4, 5], ... with
+  `per_call` 3); raises ValueError at call `fail_at`."""
 
-  def __init__(self, fail_at=None):
+  def __init__(self, fail_at=None, per_call=1):
     self.calls = 0
     self.fail_at = fail_at
+    self.per_call = per_call
 
   def __call__(self):
     call, self.calls = self.calls, self.calls + 1
     if call == self.fail_at:
       raise ValueError('sample {} failed'.format(call))
-    return call
+    return list(range(call * self.per_call, (call + 1) * self.per_call))
 
 
 class BatchPrefetcherTest(absltest.TestCase):
@@ -84,11 +76,27 @@ class BatchPrefetcherTest(absltest.TestCase):
     self.assertEqual(counter.calls, 0)  # Nothing before the first get.
     self.assertEqual(prefetcher.get(), 0)
     # One batch returned, three waiting, the thread waiting for a slot.
-    _wait_until(lambda: prefetcher.ready == 3)
+    ray_util.wait_until(lambda: prefetcher.ready == 3)
     time.sleep(0.1)
     self.assertEqual(counter.calls, 4)
     self.assertEqual([prefetcher.get() for _ in range(5)], [1, 2, 3, 4, 5])
     self.assertGreaterEqual(prefetcher.batches_sampled, 6)
+
+  def test_hands_out_lists_batch_by_batch(self):
+    # Depth 1 and 3 batches per list: the list being handed out, one more
+    # ready; the thread samples the third list when the second is started.
+    counter = _Counter(per_call=3)
+    prefetcher = self._new(counter, depth=1)
+    self.assertEqual(prefetcher.get(), 0)
+    ray_util.wait_until(lambda: prefetcher.ready == 5)  # 1 and 2; 3, 4 and 5.
+    time.sleep(0.1)
+    self.assertEqual(counter.calls, 2)
+    self.assertEqual([prefetcher.get() for _ in range(2)], [1, 2])
+    self.assertEqual(counter.calls, 2)  # List 2 not started yet.
+    self.assertEqual(prefetcher.get(), 3)
+    ray_util.wait_until(lambda: counter.calls == 3)
+    self.assertEqual([prefetcher.get() for _ in range(5)], [4, 5, 6, 7, 8])
+    self.assertEqual(prefetcher.batches_sampled % 3, 0)
 
   def test_error_reaches_the_caller_then_sampling_resumes(self):
     prefetcher = self._new(_Counter(fail_at=2), depth=2)
@@ -100,7 +108,7 @@ class BatchPrefetcherTest(absltest.TestCase):
   def test_discard_drops_earlier_batches(self):
     prefetcher = self._new(_Counter(), depth=2)
     self.assertEqual(prefetcher.get(), 0)
-    _wait_until(lambda: prefetcher.ready == 2)
+    ray_util.wait_until(lambda: prefetcher.ready == 2)
     prefetcher.discard()
     self.assertGreater(prefetcher.get(), 2)  # Batches 1 and 2 were dropped.
 
@@ -117,7 +125,7 @@ class BatchPrefetcherTest(absltest.TestCase):
 
   def test_close_wakes_a_waiting_get(self):
     release = threading.Event()
-    prefetcher = self._new(lambda: release.wait(_DEADLINE_S), depth=1)
+    prefetcher = self._new(lambda: [release.wait(_DEADLINE_S)], depth=1)
     raised = []
 
     def waiting_get():
@@ -171,13 +179,13 @@ class ShardedPrefetchTest(absltest.TestCase):
     prefetcher = memory._prefetcher
     batch = _sample(memory)
     np.testing.assert_array_equal(batch['state'][:, 1, 0], batch['action'])
-    _wait_until(lambda: prefetcher.ready == 2)
+    ray_util.wait_until(lambda: prefetcher.ready == 2)
     sampled = prefetcher.batches_sampled  # 3: the one returned, 2 ready.
     self.assertEqual(sampled, 3)
     for _ in range(4):
       memory.sample_transition_batch()
       memory.sample_transition_batch(batch_size=8)  # The default: prefetched.
-    _wait_until(lambda: prefetcher.batches_sampled == sampled + 8)
+    ray_util.wait_until(lambda: prefetcher.batches_sampled == sampled + 8)
     # Other sizes and explicit indices are sampled there and then.
     self.assertLen(memory.sample_transition_batch(batch_size=3)[0], 3)
     memory.sample_transition_batch(indices=batch['indices'])
@@ -209,7 +217,7 @@ class ShardedPrefetchTest(absltest.TestCase):
     memory.set_priority(shard0, np.zeros(len(shard0)))
     capacity = memory.shard_capacity
     self.assertTrue(np.all(_sample(memory)['indices'] >= capacity))
-    _wait_until(lambda: memory._prefetcher.ready == 1)  # From shard 1 only.
+    ray_util.wait_until(lambda: memory._prefetcher.ready == 1)  # From shard 1 only.
     memory.load(checkpoint_dir, 0)
     # Stratified over two equal masses: the first half goes to shard 0.
     indices = _sample(memory)['indices']

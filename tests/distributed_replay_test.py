@@ -113,6 +113,69 @@ class ShardedReplayTest(absltest.TestCase):
                               for _ in range(160)])
     stats_util.assert_matches_distribution(self, samples, weights)
 
+  def test_batches_drawn_many_per_call_follow_priorities(self):
+    # The prefetch thread's path: 8 batches of 64 per call to each shard,
+    # routed over the masses the previous call's answers gave. 640 batches
+    # = 40960 draws over 48 slots, chi-square at false-failure rate 1e-6
+    # (stats_util), fixed seeds; priorities as in the test above. Each
+    # batch's transitions are those of its own indices.
+    memory = self._new(rng=2025, batch_size=64, prefetch=2,
+                       batches_per_call=8)
+    rs = np.random.RandomState(3)
+    for stream, scale in ((0, 1.0), (1, 3.0)):
+      priorities = scale * rs.randint(0, 6, size=30) * 0.5
+      _write_episodes(memory.writer(stream), stream, 30, 5, priorities)
+    weights = self._valid_weights(memory)
+    samples = []
+    for _ in range(640):
+      batch = _as_dict(memory, memory.sample_transition_batch())
+      indices = batch['indices'].astype(np.int64)
+      np.testing.assert_array_equal(batch['state'][:, 0, 0], indices // 24)
+      # 30 steps into 24 slots: step s sits at slot s % 24.
+      np.testing.assert_array_equal(batch['action'] % 24, indices % 24)
+      samples.append(indices)
+    stats_util.assert_matches_distribution(self, np.concatenate(samples),
+                                           weights)
+
+  def test_priority_updates_travel_with_the_next_draw(self):
+    # 4 batches per call, one draw ready besides the one handed out: batches
+    # 1-4 and 5-8 are drawn at the first get, 9-12 when batch 5 is taken.
+    # The update queued in between zeroes shard 0 (which the masses of the
+    # earlier answers still show): the third call applies it before its
+    # descent, so batches 9-12 come from shard 1 alone, without an error.
+    memory = self._new(rng=4, prefetch=1, batches_per_call=4)
+    _write_episodes(memory.writer(0), 0, 24, 4, np.full(24, 4.0))
+    _write_episodes(memory.writer(1), 1, 24, 4, np.full(24, 1.0))
+    first = _as_dict(memory, memory.sample_transition_batch())
+    self.assertTrue((first['indices'] < 24).any())  # 80% of the mass.
+    prefetcher = memory._prefetcher
+    ray_util.wait_until(lambda: prefetcher.ready == 7)
+    memory.set_priority(np.arange(24), np.zeros(24))
+    for _ in range(7):  # Batches 2-8: drawn before the update.
+      memory.sample_transition_batch()
+    for _ in range(4):
+      batch = _as_dict(memory, memory.sample_transition_batch())
+      self.assertTrue((batch['indices'] >= 24).all(), batch['indices'])
+    np.testing.assert_array_equal(memory.get_priority(np.arange(24)),
+                                  np.zeros(24))
+
+  def test_queued_priority_updates_are_sent_at_the_bound(self):
+    # Without draws, a shard's queue holds 1023 updates; the 1024th sends
+    # them all, in order.
+    memory = self._new()
+    _write_episodes(memory.writer(0), 0, 10, 5, np.full(10, 2.0))
+    shard = memory.shard_handles[0]
+    self.assertEqual(replay._MAX_QUEUED_UPDATES, 1024)
+
+    def seen():  # Bypasses the memory's queue (same caller: in order).
+      return ray.get(shard.get_priority.remote(np.arange(3)))
+    for update in range(1023):
+      memory.set_priority(np.array([update % 3]), [10.0 + update])
+    np.testing.assert_array_equal(seen(), [2.0, 2.0, 2.0])
+    memory.set_priority(np.array([0]), [9999.0])
+    # The last updates of slots 1 and 2: 1021 and 1022.
+    np.testing.assert_array_equal(seen(), [9999.0, 1031.0, 1032.0])
+
   def test_transition_batch_matches_its_indices(self):
     memory = self._new(rng=3)
     _write_episodes(memory.writer(0), 0, 20, 4, np.arange(20) % 3 + 1.0)

@@ -1,10 +1,11 @@
 # coding=utf-8
 """Fetches replay batches ahead, in a background thread (Horgan et al., 2018).
 
-A sharded memory's batch costs at least two remote round trips (see
-docs/distributed.md). `BatchPrefetcher` runs a sampling callable in one
-background thread and keeps up to `depth` batches ready, so that the
-learner's `get()` usually returns at once while the next batch is fetched.
+A sharded memory's batch costs remote calls (see docs/distributed.md).
+`BatchPrefetcher` runs a sampling callable, which draws a list of batches at
+a time, in one background thread and keeps up to `depth` such lists ready,
+so that the learner's `get()` usually returns at once while the next list
+is fetched; the batches of a list are handed out in the caller's thread.
 `replay.ShardedPrioritizedReplayBuffer(prefetch=...)` uses it for its
 default-size `sample_transition_batch()` calls.
 
@@ -16,6 +17,7 @@ the learner trains).
 The module uses the standard library only (no Ray, no TensorFlow).
 """
 
+import collections
 import queue
 import threading
 from typing import Any, Callable, Optional
@@ -39,20 +41,21 @@ class _Failure(object):
 
 
 class BatchPrefetcher(object):
-  """Keeps up to `depth` batches of `sample()` ready, from one thread.
+  """Keeps up to `depth` lists of batches of `sample()` ready, from a thread.
 
   The thread starts at the first `get()` (a memory may be empty until
-  then) and then samples until `depth` batches wait (sampled or being
-  sampled), and again whenever `get()` takes one. If `sample()` raises,
-  the thread stops and the next `get()` raises that exception (the batches
-  sampled before it are returned first); the `get()` after that starts a
-  new thread, so an error such as "not enough transitions yet" lasts only
-  as long as its cause. `discard()` drops every batch sampled before it was
-  called (after a memory's `load`, say). Thread safe: any number of threads
-  may call `get()`.
+  then) and then samples until `depth` lists wait (sampled or being
+  sampled), and again whenever `get()` starts on one. `get()` returns the
+  batches of a list one by one, in order, then those of the next list. If
+  `sample()` raises, the thread stops and the next `get()` raises that
+  exception (the batches sampled before it are returned first); the `get()`
+  after that starts a new thread, so an error such as "not enough
+  transitions yet" lasts only as long as its cause. `discard()` drops every
+  batch sampled before it was called (after a memory's `load`, say). Thread
+  safe: any number of threads may call `get()`.
 
   Attributes:
-    depth: int, the most batches kept ready.
+    depth: int, the most lists of batches kept ready.
     batches_sampled: int, the batches `sample()` has returned so far.
   """
 
@@ -61,10 +64,11 @@ class BatchPrefetcher(object):
     """Creates a prefetcher; no thread starts before the first `get()`.
 
     Args:
-      sample: callable() returning one batch; called from the background
-        thread only, one call at a time. It must be thread safe with respect
-        to the caller's other uses of the memory it samples.
-      depth: int >= 1, the most batches kept ready.
+      sample: callable() returning a non-empty list of batches; called from
+        the background thread only, one call at a time. It must be thread
+        safe with respect to the caller's other uses of the memory it
+        samples.
+      depth: int >= 1, the most lists kept ready.
       name: str, the background thread's name.
 
     Raises:
@@ -75,18 +79,26 @@ class BatchPrefetcher(object):
     self._sample = sample
     self._name = name
     self._queue = queue.Queue()
-    # One slot per batch the thread may sample ahead: it takes one before
-    # sampling, a caller gives it back on taking the batch off the queue.
+    # One slot per list the thread may sample ahead: it takes one before
+    # sampling, a caller gives it back on taking the list off the queue.
     self._slots = threading.Semaphore(self.depth)
     self._lock = threading.Lock()
+    # Held by a `get()` throughout: the batches of the list being handed out
+    # (`_current`, of generation `_current_generation`) go out in order.
+    self._get_lock = threading.Lock()
+    self._current = collections.deque()
+    self._current_generation = 0
     self._stop = threading.Event()
     self._thread = None
     self._generation = 0
+    self._queued_batches = 0
 
   @property
   def ready(self) -> int:
     """The number of batches waiting (approximate while the thread runs)."""
-    return self._queue.qsize()
+    current = (len(self._current)
+               if self._current_generation == self._generation else 0)
+    return self._queued_batches + current
 
   def _start_if_stopped(self) -> None:
     """Starts the thread unless one runs or a result still waits."""
@@ -106,8 +118,10 @@ class BatchPrefetcher(object):
         continue
       generation = self._generation
       try:
-        item = self._sample()
-        self.batches_sampled += 1
+        item = list(self._sample())
+        self.batches_sampled += len(item)
+        with self._lock:
+          self._queued_batches += len(item)
       except Exception as error:  # pylint: disable=broad-except
         item = _Failure(error)
       self._queue.put((generation, item))
@@ -121,36 +135,46 @@ class BatchPrefetcher(object):
     else:
       entry = self._queue.get(timeout=timeout_s)
     self._slots.release()
+    if not isinstance(entry[1], _Failure):
+      with self._lock:
+        self._queued_batches -= len(entry[1])
     return entry
 
   def get(self) -> Any:
     """Returns the oldest ready batch, waiting for one if none is ready.
 
     Returns:
-      The next batch `sample()` returned.
+      The next batch of the lists `sample()` returned.
 
     Raises:
       Whatever `sample()` raised for this batch (see the class docstring).
       RuntimeError: If the prefetcher is closed (also while waiting).
     """
-    while True:
-      self._start_if_stopped()
-      try:
-        generation, item = self._take(_POLL_S)
-      except queue.Empty:
-        continue
-      if self._stop.is_set():
-        raise RuntimeError('this BatchPrefetcher is closed')
-      if generation != self._generation:
-        continue  # Sampled before `discard()`.
-      if isinstance(item, _Failure):
-        raise item.error
-      return item
+    with self._get_lock:
+      while True:
+        with self._lock:
+          if self._current and self._current_generation == self._generation:
+            return self._current.popleft()
+        self._start_if_stopped()
+        try:
+          generation, item = self._take(_POLL_S)
+        except queue.Empty:
+          continue
+        if self._stop.is_set():
+          raise RuntimeError('this BatchPrefetcher is closed')
+        if isinstance(item, _Failure):
+          if generation == self._generation:
+            raise item.error
+          continue
+        with self._lock:  # A list sampled before `discard()` goes unused.
+          self._current = collections.deque(item)
+          self._current_generation = generation
 
   def discard(self) -> None:
     """Drops the batches sampled (or being sampled) before this call."""
     with self._lock:
       self._generation += 1
+      self._current = collections.deque()
     while True:
       try:
         self._take(None)

@@ -18,7 +18,7 @@ The module imports Ray and the TF-free memory, never TensorFlow.
 """
 
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import gin
@@ -38,6 +38,11 @@ from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 __all__ = ['ShardedPrioritizedReplayBuffer', 'ShardError', 'route_targets']
 
 ShardError = shard_lib.ShardError
+
+# Priority updates (set_priority calls) a shard's queue holds before they are
+# sent on their own; normally the next draw takes them well before (the
+# fetch-ahead draws every `batches_per_call` learner steps).
+_MAX_QUEUED_UPDATES = 1024
 
 # The shard's class as a Ray actor class (created on first use, so that
 # importing this module does not touch Ray's remote machinery).
@@ -83,18 +88,23 @@ class ShardedPrioritizedReplayBuffer(object):
   Transitions are added through `writer(stream_id)` (or `add`, stream 0);
   a shard adds a stream's transitions once their episode ends, so streams
   sharing a shard never interleave inside an episode.
-  Every read first flushes stream 0's writer and waits for this process's
-  earlier priority updates; Ray runs one caller's calls to an actor in
-  order, so a read sees them. The public methods hold one lock
-  (`set_priority` only a second one, for the updates in flight), so threads
-  (TensorFlow's, with staging) may share the memory.
+  `set_priority` checks its batch and queues it: the queued updates travel
+  with the next call to their shard that samples (a draw, or the masses it
+  is routed over), or on their own once a shard has `_MAX_QUEUED_UPDATES`
+  of them or before any other read. Every read also first flushes stream
+  0's writer; Ray runs one caller's calls to an actor in order, so a read
+  sees both. The public methods hold one lock (`set_priority` only a second
+  one, for the updates queued and in flight), so threads (TensorFlow's,
+  with staging) may share the memory.
 
   With ``prefetch=n > 0``, a background thread (`prefetch.BatchPrefetcher`)
-  keeps up to n default-size batches sampled ahead, and
-  `sample_transition_batch()` returns the oldest at once. Such a batch was
+  keeps default-size batches sampled ahead, and `sample_transition_batch()`
+  returns the oldest at once. That thread draws `batches_per_call` batches
+  per remote call to each shard, routed over the shards' masses as the
+  previous draw's answers gave them. Such a batch was
   drawn before the priorities set since (Ape-X's staleness: see
   docs/distributed.md#fetch-ahead); calls with a batch size other than the
-  default, or with `indices`, sample there and then.
+  default, or with `indices`, sample there and then, over current masses.
 
   Attributes:
     num_shards: int, the number of shards.
@@ -112,6 +122,7 @@ class ShardedPrioritizedReplayBuffer(object):
                flush_every: int = writer_lib.DEFAULT_FLUSH_EVERY,
                start_timeout_s: float = 120.0,
                prefetch: int = 0,
+               batches_per_call: int = 1,
                **memory_kwargs: Any):
     """Starts the shard actors, each with an empty memory.
 
@@ -127,7 +138,14 @@ class ShardedPrioritizedReplayBuffer(object):
       flush_every: int >= 1, transitions a writer buffers per remote call.
       start_timeout_s: float, how long to wait for the shards to start.
       prefetch: int >= 0, default-size batches sampled ahead in a background
-        thread (0: none; every batch is sampled when asked for).
+        thread, rounded up to whole draws of `batches_per_call` (0: none;
+        every batch is sampled when asked for).
+      batches_per_call: int >= 1, default-size batches the background thread
+        draws per remote call to each shard (with `prefetch` only; it keeps
+        ceil(prefetch / batches_per_call) such draws ready besides the one
+        being handed out). Each call costs the learner and the shard a fixed
+        amount of CPU (Ray's), which more batches per call share; a batch
+        waits longer for its turn.
       **memory_kwargs: the single memory's other arguments
         (`OutOfGraphPrioritizedReplayBuffer`: observation_shape,
         stack_size, update_horizon, gamma, max_sample_attempts, ...), given
@@ -147,6 +165,8 @@ class ShardedPrioritizedReplayBuffer(object):
     self._batch_size = validation.check_int('batch_size', batch_size, 1)
     self._flush_every = validation.check_int('flush_every', flush_every, 1)
     prefetch = validation.check_int('prefetch', prefetch, 0)
+    self._batches_per_call = validation.check_int('batches_per_call',
+                                                  batches_per_call, 1)
     self.shard_capacity = replay_capacity // self.num_shards
     if self.shard_capacity < 1:
       raise ValueError('replay_capacity ({}) must be at least num_shards '
@@ -181,15 +201,21 @@ class ShardedPrioritizedReplayBuffer(object):
         for k in range(self.num_shards)]
     self._closed = False
     self._lock = threading.RLock()
-    # Guards _pending_priorities alone, so that `set_priority` need not wait
-    # for a draw in progress (the prefetcher's). Taken after _lock.
+    # Guards the priority updates queued ({shard: [(slots, priorities)]})
+    # and in flight ({shard: Ray reference}) alone, so that `set_priority`
+    # need not wait for a draw in progress (the prefetcher's). Taken after
+    # _lock.
     self._priority_lock = threading.RLock()
+    self._queued_priorities = {}
     self._pending_priorities = {}
+    # Each shard's (total, ready) as its last answer gave it (None: unknown).
+    self._masses = None
     self._writer0 = self.writer(0)
     self._prefetcher = None
     if prefetch:
       self._prefetcher = prefetch_lib.BatchPrefetcher(
-          self._sample_ahead, prefetch, name='sharded_replay_prefetch')
+          self._sample_ahead, -(-prefetch // self._batches_per_call),
+          name='sharded_replay_prefetch')
     self._wait_for_shards(start_timeout_s, num_cpus_per_shard)
 
   def _wait_for_shards(self, timeout_s: float, num_cpus: float) -> None:
@@ -249,10 +275,32 @@ class ShardedPrioritizedReplayBuffer(object):
 
   @locking.synchronized('_priority_lock')
   def _wait_for_priorities(self) -> None:
-    """Waits for the priority updates in flight (raising their errors)."""
+    """Sends the queued priority updates and waits for all in flight."""
+    for k in list(self._queued_priorities):
+      self._send_priorities(k)
     pending, self._pending_priorities = self._pending_priorities, {}
     for k, ref in pending.items():
       self._get(k, ref)
+
+  @locking.synchronized('_priority_lock')
+  def _take_queued(self, shard: int
+                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """Empties a shard's queue: (slots, priorities) in order, or Nones."""
+    queued = self._queued_priorities.pop(shard, None)
+    if not queued:
+      return None, None
+    return (np.concatenate([slots for slots, _ in queued]),
+            np.concatenate([priorities for _, priorities in queued]))
+
+  @locking.synchronized('_priority_lock')
+  def _send_priorities(self, shard: int) -> None:
+    """Sends a shard's queued updates (after its previous update)."""
+    if shard in self._pending_priorities:
+      self._get(shard, self._pending_priorities.pop(shard))
+    slots, priorities = self._take_queued(shard)
+    if slots is not None:
+      self._pending_priorities[shard] = (
+          self._handles[shard].set_priority.remote(slots, priorities))
 
   def _split(self, indices: np.ndarray) -> Dict[int, np.ndarray]:
     """Groups global indices by shard: {shard: positions in `indices`}."""
@@ -342,45 +390,111 @@ class ShardedPrioritizedReplayBuffer(object):
 
   # ------------------------------------------------------------- sampling
 
-  def _draw(self, batch_size: int, gather: bool
-           ) -> Tuple[np.ndarray, List[Tuple[np.ndarray, Tuple[Any, ...]]]]:
-    """Samples global indices in proportion to priority over all shards.
+  def _sampleable_totals(self, fresh: bool) -> np.ndarray:
+    """The shards' masses to route a draw over; shards too young own none.
 
-    One stratified target per batch entry over the grand total; each shard
-    descends its tree for its targets in one call (gathering the valid
-    slots' transitions when `gather`). Invalid draws are replaced by
-    independent draws over the grand total, as the single memory does.
+    Args:
+      fresh: bool, whether to ask every shard for its mass (the call
+        carries the shard's queued priority updates) rather than use the
+        masses the last draw's answers gave, when those let a draw proceed.
 
-    Returns:
-      (indices, pieces): int64 global indices [batch_size]; and, when
-      `gather`, (positions, shard batch) pairs covering the batch.
+    Raises:
+      RuntimeError: If no shard holds enough transitions to sample.
+      ValueError: If the shards that do hold enough have total priority 0.
     """
-    self._settle()
-    masses = self._call_all('mass')
-    if not any(ready for _, ready in masses):
+    def routable():
+      return np.array([total if ready else 0.0
+                       for total, ready in self._masses])
+    if not fresh and self._masses is not None:
+      totals = routable()
+      if totals.sum() > 0.0:
+        return totals
+    masses = self._call_with_updates('mass', range(self.num_shards),
+                                     lambda k: ())
+    self._masses = [masses[k] for k in range(self.num_shards)]
+    if not any(ready for _, ready in self._masses):
       raise RuntimeError(
           'Cannot sample a batch: no shard holds stack size + '
           'update_horizon transitions yet.')
-    # A shard too young to sample has no valid slot: it gets no draws.
-    totals = np.array([total if ready else 0.0 for total, ready in masses])
-    grand = float(totals.sum())
-    if not grand > 0.0:
+    totals = routable()
+    if not totals.sum() > 0.0:
       raise ValueError('Cannot sample: every priority is zero in the shards '
                        'that hold enough transitions.')
-    targets = ((np.arange(batch_size) + self._rng.random(batch_size)) *
-               (grand / batch_size))
-    indices = np.zeros(batch_size, dtype=np.int64)
+    return totals
+
+  def _call_with_updates(self, method: str, shards: Any,
+                         args_of: Callable[[int], Tuple[Any, ...]]
+                        ) -> Dict[int, Any]:
+    """Calls ``method(slots, priorities, *args_of(k))`` on each shard k.
+
+    (slots, priorities) are the shard's queued priority updates (Nones if
+    none), taken and sent holding the priority lock, so that no update
+    `set_priority` sends meanwhile overtakes them.
+
+    Returns:
+      {shard: result}.
+    """
+    self._check_open()
+    with self._priority_lock:
+      refs = {k: getattr(self._handles[k], method).remote(
+          *self._take_queued(k), *args_of(k)) for k in shards}
+    return {k: self._get(k, ref) for k, ref in refs.items()}
+
+  def _call_draw(self, shards: Any, groups: Dict[int, np.ndarray],
+                 fractions: np.ndarray, gather: bool) -> Dict[int, Any]:
+    """Calls `draw` on `shards` (see `_call_with_updates`); keeps masses."""
+    no_targets = np.zeros(0)
+    results = self._call_with_updates('draw', shards, lambda k: (
+        fractions[groups[k]] if k in groups else no_targets, gather))
+    for k, result in results.items():
+      self._masses[k] = result[3]
+    return results
+
+  def _draw(self, batch_size: int, gather: bool, batches: int = 1,
+            fresh: bool = True
+           ) -> Tuple[np.ndarray, List[Tuple[np.ndarray, Tuple[Any, ...]]]]:
+    """Samples global indices in proportion to priority over all shards.
+
+    Per batch, one stratified target per entry over the grand total; each
+    target goes to the shard whose range of mass holds it, as a fraction of
+    that shard's total, and each shard finds its targets' slots in one call
+    (gathering the valid slots' transitions when `gather`). Invalid draws
+    are replaced by independent draws over the grand total, as the single
+    memory does.
+
+    Args:
+      batch_size: int, entries per batch.
+      gather: bool, whether the shards return the transitions.
+      batches: int, batches drawn together (each stratified on its own).
+      fresh: bool, whether to route over masses asked for now rather than
+        those of the last draw's answers (see `_sampleable_totals`).
+
+    Returns:
+      (indices, pieces): int64 global indices [batches * batch_size], batch
+      after batch; and, when `gather`, (positions, shard batch) pairs
+      covering them.
+    """
+    self._check_open()
+    self._writer0.flush()
+    totals = self._sampleable_totals(fresh)
+    size = batches * batch_size
+    strata = np.tile(np.arange(batch_size), batches)
+    targets = (strata + self._rng.random(size)) * (totals.sum() / batch_size)
+    indices = np.zeros(size, dtype=np.int64)
     pieces = []
-    pending = np.arange(batch_size)
+    pending = np.arange(size)
     failures = 0
     while True:
       shards, local = route_targets(targets[pending], totals)
       groups = {int(k): np.flatnonzero(shards == k) for k in np.unique(shards)}
-      results = self._call('descend', {k: (local[where], gather)
-                                       for k, where in groups.items()})
+      # The first round calls every shard: each takes its queued updates
+      # and reports its mass.
+      callees = groups if failures else range(self.num_shards)
+      results = self._call_draw(callees, groups, local / totals[shards],
+                                gather)
       still_invalid = []
       for k, where in groups.items():
-        slots, valid, batch = results[k]
+        slots, valid, batch, _ = results[k]
         positions = pending[where]
         indices[positions] = k * self.shard_capacity + slots
         still_invalid.append(positions[~valid])
@@ -390,11 +504,11 @@ class ShardedPrioritizedReplayBuffer(object):
       if not len(pending):
         return indices, pieces
       failures += len(pending)
-      if failures >= self._max_sample_attempts:
+      if failures >= self._max_sample_attempts * batches:
         raise sampling.attempts_exhausted(self._max_sample_attempts,
-                                          batch_size - len(pending),
-                                          batch_size)
-      targets[pending] = self._rng.random(len(pending)) * grand
+                                          size - len(pending), size)
+      totals = self._sampleable_totals(fresh=False)
+      targets[pending] = self._rng.random(len(pending)) * totals.sum()
 
   @locking.synchronized('_lock')
   def sample_index_batch(self, batch_size: int) -> np.ndarray:
@@ -448,9 +562,18 @@ class ShardedPrioritizedReplayBuffer(object):
       return self._prefetcher.get()
     return self._sample_now(batch_size, indices)
 
-  def _sample_ahead(self) -> Tuple[np.ndarray, ...]:
-    """Samples a default-size batch (the prefetcher's thread calls it)."""
-    return self._sample_now(None, None)
+  @locking.synchronized('_lock')
+  def _sample_ahead(self) -> List[Tuple[np.ndarray, ...]]:
+    """Returns `batches_per_call` default-size batches (for the prefetcher).
+
+    They are drawn in one call to each shard, routed over the masses the
+    previous draw's answers gave.
+    """
+    batch_size, batches = self._batch_size, self._batches_per_call
+    indices, pieces = self._draw(batch_size, True, batches, fresh=False)
+    drawn = self._assemble(batch_size * batches, indices, pieces)
+    return [tuple(array[b * batch_size:(b + 1) * batch_size]
+                  for array in drawn) for b in range(batches)]
 
   @locking.synchronized('_lock')
   def _sample_now(self, batch_size: Optional[int], indices: Any
@@ -508,11 +631,10 @@ class ShardedPrioritizedReplayBuffer(object):
 
     The whole batch is checked here, before any shard is written: a bad
     batch changes nothing on any shard. With repeated indices the last
-    priority wins. The shards apply it in order before this process's next
-    call to them. It does not wait for a draw in progress in another thread
-    (the prefetcher's, or TensorFlow's staging); such a draw may see the new
-    priorities in some shards only (each shard clips the targets to its
-    current total).
+    priority wins. The batch is queued: the shards apply it, in order,
+    before anything else this process asks of them (it travels with the
+    next draw). It does not wait for a draw in progress in another thread
+    (the prefetcher's, or TensorFlow's staging), which does not see it.
 
     Args:
       indices: integer array of global indices in [0, replay_capacity).
@@ -535,11 +657,12 @@ class ShardedPrioritizedReplayBuffer(object):
     priorities = validation.validate_priorities(
         priorities, indices.shape, 'priorities', np.float32).ravel()
     indices = indices.ravel().astype(np.int64)
-    # At most one update in flight per shard: wait for the previous one.
-    self._wait_for_priorities()
     for k, where in self._split(indices).items():
-      self._pending_priorities[k] = self._handles[k].set_priority.remote(
-          indices[where] - k * self.shard_capacity, priorities[where])
+      queued = self._queued_priorities.setdefault(k, [])
+      queued.append((indices[where] - k * self.shard_capacity,
+                     priorities[where]))
+      if len(queued) >= _MAX_QUEUED_UPDATES:
+        self._send_priorities(k)
 
   @locking.synchronized('_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
@@ -617,6 +740,7 @@ class ShardedPrioritizedReplayBuffer(object):
       self._call_all('abort_load')
       raise first_error
     self._call_all('commit_load')
+    self._masses = None
     if self._prefetcher is not None:
       self._prefetcher.discard()  # Batches of the memory before the load.
 

@@ -4,10 +4,11 @@
 `ReplayShard` holds an `OutOfGraphPrioritizedReplayBuffer` of
 `shard_capacity` slots and offers the calls the learner and the writers
 make, each on a whole batch: adding a run of transitions in order, the
-shard's total priority, descending its sum tree for targets the learner
-drew (with the transitions of the valid slots gathered in the same call,
-so that no add slips between the validity test and the gather), priorities
-by slot, and checkpoints in a subdirectory of its own. It uses only the
+shard's total priority, a draw (the learner's queued priority updates,
+then a descent of its sum tree for the targets the learner drew, with the
+transitions of the valid slots gathered in the same call, so that no add
+slips between the validity test and the gather), priorities by slot, and
+checkpoints in a subdirectory of its own. It uses only the
 memory's public methods.
 
 The class is plain Python; `replay.ShardedPrioritizedReplayBuffer` runs it
@@ -191,13 +192,19 @@ class ReplayShard(object):
 
   # ------------------------------------------------------------- counters
 
-  def mass(self) -> Tuple[float, bool]:
-    """Returns (total priority, whether any transition can be sampled).
+  def mass(self, slots: Optional[np.ndarray] = None,
+           priorities: Optional[np.ndarray] = None) -> Tuple[float, bool]:
+    """Sets priorities, then returns (total priority, whether sampleable).
+
+    Args:
+      slots: int64 slots the learner already checked, or None.
+      priorities: their priorities (already checked), or None.
 
     Returns:
       (float, bool): the sum tree's total, and False while the memory holds
       fewer transitions than a sample needs (stack size + update horizon).
     """
+    self._set_priorities(slots, priorities)
     try:
       sampling.sampling_range(int(self.memory.add_count), self._capacity,
                               self._stack_size(), self._update_horizon())
@@ -226,39 +233,50 @@ class ReplayShard(object):
 
   # ------------------------------------------------------------- sampling
 
-  def descend(self, targets: np.ndarray, gather: bool
-             ) -> Tuple[np.ndarray, np.ndarray, Optional[Tuple[Any, ...]]]:
-    """Finds the slots holding cumulative masses `targets`, and their batch.
+  def draw(self, slots: Optional[np.ndarray], priorities: Optional[np.ndarray],
+           fractions: np.ndarray, gather: bool
+          ) -> Tuple[np.ndarray, np.ndarray, Optional[Tuple[Any, ...]],
+                     Tuple[float, bool]]:
+    """Sets priorities, then finds the slots at fractions of the total mass.
 
-    Targets past the total (priorities changed since the learner read it)
-    are clipped to it; `sum_tree.query` maps the total to the last slot of
-    positive priority.
+    One call per shard and learner draw: the learner's queued priority
+    updates travel with it and its answer carries the shard's new mass, so
+    that the learner can route its next draw without asking for it. A
+    target is a fraction of the shard's total at the time of the call, so a
+    total that changed since the learner read it (priorities set, episodes
+    added) skews only how many targets this shard got, never which of its
+    slots they find.
 
     Args:
-      targets: float64 array of masses in [0, total priority].
+      slots: int64 slots the learner already checked, or None.
+      priorities: their priorities (already checked), or None.
+      fractions: float64 array in [0, 1]: the targets, as fractions of the
+        total priority; `sum_tree.query` maps the total to the last slot of
+        positive priority.
       gather: bool, whether to also return the valid slots' transitions.
 
     Returns:
-      (slots, valid, batch): int64 slots shaped like `targets`; a bool array,
-      whether each is a valid transition; and, when `gather` and a slot is
+      (slots, valid, batch, mass): the int64 slots found, shaped like
+      `fractions`; a bool array, whether each is a valid transition (all
+      False if the total priority is 0 now, so that the learner draws those
+      targets again over the other shards); when `gather` and a slot is
       valid, the memory's `sample_transition_batch` of the valid slots in
-      order (else None).
-
-    Raises:
-      ValueError: If the shard's total priority is 0.
+      order (else None); and `mass()` afterwards.
     """
+    self._set_priorities(slots, priorities)
+    fractions = np.clip(np.asarray(fractions, dtype=np.float64), 0.0, 1.0)
     tree = self.memory.sum_tree
-    targets = np.clip(np.asarray(targets, dtype=np.float64), 0.0,
-                      tree.total_priority())
-    try:
-      slots = tree.query(targets)
-    except ValueError as error:
-      raise self._error(error) from None
-    valid = np.asarray(self.memory.is_valid_transition(slots), dtype=bool)
+    total = tree.total_priority()
+    if not (len(fractions) and total > 0.0):
+      # Nothing to find: every target, if any, is invalid.
+      return (np.zeros(len(fractions), dtype=np.int64),
+              np.zeros(len(fractions), dtype=bool), None, self.mass())
+    found = tree.query(fractions * total)
+    valid = np.asarray(self.memory.is_valid_transition(found), dtype=bool)
     batch = None
     if gather and valid.any():
-      batch = self.memory.sample_transition_batch(indices=slots[valid])
-    return slots, valid, batch
+      batch = self.memory.sample_transition_batch(indices=found[valid])
+    return found, valid, batch, self.mass()
 
   def gather(self, slots: np.ndarray) -> Tuple[np.ndarray, ...]:
     """Returns the memory's `sample_transition_batch(indices=slots)`.
@@ -277,6 +295,12 @@ class ReplayShard(object):
   def set_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
     """Sets priorities of slots the learner already checked."""
     self.memory.set_priority(slots, priorities)
+
+  def _set_priorities(self, slots: Optional[np.ndarray],
+                      priorities: Optional[np.ndarray]) -> None:
+    """`set_priority`, if given an update (the learner's queued ones)."""
+    if slots is not None:
+      self.set_priority(slots, priorities)
 
   def get_priority(self, slots: np.ndarray) -> np.ndarray:
     """Returns the float32 priorities of slots the learner already checked."""

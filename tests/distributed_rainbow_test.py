@@ -43,8 +43,11 @@ def _thread_alive(name):
 
 
 class _Counter(object):
-  """A sample() returning [0], [1], ... (or [0, 1, 2], [3, 4, 5], ... with
-  `per_call` 3); raises ValueError at call `fail_at`."""
+  """A sample() returning lists of consecutive ints; fails at `fail_at`.
+
+  Call k returns [k] (with `per_call` 3: [3k, 3k + 1, 3k + 2]); call
+  `fail_at` raises ValueError.
+  """
 
   def __init__(self, fail_at=None, per_call=1):
     self.calls = 0
@@ -217,7 +220,8 @@ class ShardedPrefetchTest(absltest.TestCase):
     memory.set_priority(shard0, np.zeros(len(shard0)))
     capacity = memory.shard_capacity
     self.assertTrue(np.all(_sample(memory)['indices'] >= capacity))
-    ray_util.wait_until(lambda: memory._prefetcher.ready == 1)  # From shard 1 only.
+    # The batch ready is from shard 1 only.
+    ray_util.wait_until(lambda: memory._prefetcher.ready == 1)
     memory.load(checkpoint_dir, 0)
     # Stratified over two equal masses: the first half goes to shard 0.
     indices = _sample(memory)['indices']

@@ -333,6 +333,17 @@ class ShardedReplayTest(absltest.TestCase):
         memory.load(directory, 3)
       np.testing.assert_array_equal(memory.get_priority(everything), changed)
 
+  def test_save_holds_the_priorities_queued_before_it(self):
+    memory = self._new()
+    _write_episodes(memory.writer(0), 0, 12, 4, np.full(12, 2.0))
+    memory.set_priority(np.array([1, 5]), [7.0, 8.0])  # Queued, not sent.
+    with tempfile.TemporaryDirectory() as directory:
+      memory.save(directory, 0)
+      restored = self._new()
+      restored.load(directory, 0)
+      np.testing.assert_array_equal(
+          restored.get_priority(np.array([0, 1, 5])), [2.0, 7.0, 8.0])
+
   def test_shards_do_not_import_tensorflow(self):
     memory = self._new()
     self.assertEqual(ray.get([shard.has_tensorflow.remote()

@@ -6,7 +6,9 @@ r"""Compares training runs: a picture and a table across seeds and configs.
 
 Reads each run's ``logs/statistics.jsonl`` (what the trainer writes after
 every iteration; keys it does not know are ignored, so the distributed
-trainer's records read the same) and draws, against the iteration, the
+trainer's records read the same; lines that are not statistics records are
+skipped, with one warning on stderr counting them:
+`discrete_domains.statistics_file`) and draws, against the iteration, the
 average evaluation return (left) and the training steps per second
 (right). Runs sharing a label are one group: its mean is the line and the
 band spans the group's minimum and maximum, e.g. across seeds. A run no
@@ -25,7 +27,6 @@ line on stderr; 2 for bad arguments.
 import argparse
 import dataclasses
 import fnmatch
-import json
 import math
 import os
 import sys
@@ -34,10 +35,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from dopamine_per.discrete_domains import learning_curve
+from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
 
 __all__ = ['STATISTICS_FILE', 'LAST_N', 'WIDTH_PX', 'HEIGHT_PX', 'RunError',
-           'Run', 'Summary', 'GroupSummary', 'read_statistics', 'load_run',
+           'Run', 'Summary', 'GroupSummary', 'load_run',
            'parse_label', 'group_runs', 'summarize', 'summarize_group',
            'band', 'format_tables', 'plot_groups', 'main', 'run']
 
@@ -48,8 +50,6 @@ LAST_N = 5
 # The comparison picture's size in pixels.
 WIDTH_PX = 1100
 HEIGHT_PX = 450
-# Far above any run's statistics (about 500 bytes per iteration).
-_MAX_STATISTICS_BYTES = 1 << 28
 
 EVAL_KEY = 'eval_average_return'
 STEPS_PER_SECOND_KEY = 'train_average_steps_per_second'
@@ -111,47 +111,14 @@ class GroupSummary:
   seconds: float
 
 
-def read_statistics(path: str) -> Tuple[List[Dict[str, Any]], int]:
-  """Reads a statistics.jsonl file, tolerantly.
-
-  Blank lines are skipped; so are lines that are not a JSON object with an
-  integer 'iteration' (counted). Of records with the same iteration the
-  last is kept (as the Runner's resume does).
-
-  Args:
-    path: str, the file.
-
-  Returns:
-    (records by increasing iteration, number of lines skipped).
-
-  Raises:
-    FileNotFoundError: If the file does not exist.
-    atomic_files.CheckpointError: If it is not a regular file, cannot be
-      read or is implausibly large (the message names it).
-  """
-  data = atomic_files.read_file(path, _MAX_STATISTICS_BYTES,
-                                what='statistics file')
-  by_iteration, skipped = {}, 0
-  for line in data.decode('utf-8', errors='replace').splitlines():
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except ValueError:
-      record = None
-    iteration = record.get('iteration') if isinstance(record, dict) else None
-    if not isinstance(iteration, int) or isinstance(iteration, bool):
-      skipped += 1
-      continue
-    by_iteration[iteration] = record
-  return [by_iteration[i] for i in sorted(by_iteration)], skipped
-
-
 def load_run(run_dir: str) -> Run:
   """Reads the statistics of the run in `run_dir`.
 
   Args:
     run_dir: str, a run's base directory (the trainer's --base_dir).
+
+  Lines of the file that are not statistics records are skipped
+  (`statistics_file.read_records`), and a warning on stderr counts them.
 
   Returns:
     Run.
@@ -165,19 +132,19 @@ def load_run(run_dir: str) -> Run:
     raise RunError('{}: not a directory'.format(run_dir))
   path = os.path.join(run_dir, STATISTICS_FILE)
   try:
-    records, skipped = read_statistics(path)
+    read = statistics_file.read_records(path)
   except FileNotFoundError as e:
     raise RunError('{}: no {} (not a training run\'s --base_dir?)'.format(
         run_dir, STATISTICS_FILE)) from e
   except atomic_files.CheckpointError as e:
     raise RunError(str(e).splitlines()[0]) from e
-  if not records:
+  if not read.records:
     raise RunError('{}: {} holds no iteration yet'.format(run_dir,
                                                           STATISTICS_FILE))
-  if skipped:
-    print('plot: warning: {}: skipped {} unreadable line(s)'.format(
-        path, skipped), file=sys.stderr)
-  return Run(run_dir, records)
+  warning = read.warning()
+  if warning:
+    print('plot: warning: {}'.format(warning), file=sys.stderr)
+  return Run(run_dir, read.records)
 
 
 def parse_label(text: str) -> Tuple[str, str]:

@@ -191,7 +191,7 @@ def _write_in_place(path: str, text: str) -> None:
   target = os.path.realpath(path)
   mode = stat.S_IMODE(os.stat(target).st_mode)
   atomic_files.atomic_write(target, lambda f: f.write(text.encode('utf-8')))
-  # atomic_write's temporary file is created with mode 0600.
+  # atomic_write gives a new file 0666 less the umask; keep the old mode.
   os.chmod(target, mode)
 
 

@@ -33,6 +33,7 @@ from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
+from dopamine_per.replay_memory import validation
 from tests import replay_cases
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,7 +277,20 @@ class BrokenStateTest(HardeningTestCase):
           gzip.compress(npy_bytes(np.array(add_count, np.uint64))))
     craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
         crb.invalid_range(add_count % 16, 16, 2, 2))))
-    self.assert_refused('add_count', r'in \[0, 2\*\*63\), got 9223372036854775828')
+    self.assert_refused('add_count',
+                        r'in \[0, 2\*\*53\], got 9223372036854775828')
+
+  @parameterized.named_parameters(('int64', np.int64), ('uint64', np.uint64))
+  def test_add_count_past_the_bound(self, dtype):
+    # Issue 22: any count up to 2**63 - 1 loaded; the next add (or, at
+    # 2**63 - 1, add_count, sampling and save) could overflow.
+    for add_count in (validation.MAX_ADD_COUNT + 1, 2**63 - 1):
+      craft(self.directory, 'add_count',
+            gzip.compress(npy_bytes(np.array(add_count, dtype))))
+      craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
+          crb.invalid_range(add_count % 16, 16, 2, 2))))
+      self.assert_refused('add_count', r'in \[0, 2\*\*53\], got {}'.format(
+          add_count))
 
   def test_max_recorded_priority_below_largest_leaf(self):
     # Loaded; then check_invariants failed.

@@ -1,4 +1,4 @@
-"""Tests for checkpointer: atomic data files and verified completion markers."""
+"""Tests for checkpointer: atomic saves and verified completion markers."""
 
 import hashlib
 import json
@@ -15,6 +15,7 @@ import tensorflow as tf
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
+from dopamine_per.file_io import transaction
 
 
 class CheckpointerTest(absltest.TestCase):
@@ -203,8 +204,265 @@ class MarkerAndDataFileTest(absltest.TestCase):
                      [3])
 
 
+class StagedSaveTest(absltest.TestCase):
+  """The Runner's saves: staged files switched in with ckpt.N and the marker.
+
+  A fake agent writes a few files, one in a subdirectory as a sharded
+  memory does, into the directory `begin_checkpoint` returns.
+  """
+
+  def setUp(self):
+    super().setUp()
+    self.dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+
+  def _put(self, root, name, content):
+    path = os.path.join(root, *name.split('/'))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as f:
+      f.write(content)
+
+  def _content(self, name):
+    with open(os.path.join(self.dir, *name.split('/')), 'rb') as f:
+      return f.read()
+
+  def _agent_files(self, iteration, version=b'new'):
+    return {'tf_ckpt-{}.index'.format(iteration): b'index ' + version,
+            'shard_0/add_count_ckpt.{}.gz'.format(iteration):
+                b'shard ' + version,
+            'checkpoint': b'TF state ' + version}
+
+  def _save(self, saver, iteration, version=b'new'):
+    staging = saver.begin_checkpoint(iteration)
+    for name, content in self._agent_files(iteration, version).items():
+      self._put(staging, name, content)
+    saver.commit_checkpoint(iteration, {'current_iteration': iteration,
+                                        'version': version})
+
+  def _marker(self, iteration):
+    with open(os.path.join(
+        self.dir, 'sentinel_checkpoint_complete.{}'.format(iteration))) as f:
+      return json.load(f)
+
+  def _listing(self):
+    return sorted(os.path.relpath(os.path.join(root, name), self.dir)
+                  for root, _, names in os.walk(self.dir) for name in names)
+
+  def test_marker_lists_exactly_the_files_this_save_wrote(self):
+    # Files of iteration 3 that another process put there before the save.
+    self._put(self.dir, 'foo_ckpt.3.gz', b'foreign')
+    self._put(self.dir, 'tf_ckpt-3.extra', b'foreign')
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3)
+    self.assertEqual(
+        self._marker(3)['files'],
+        {name: [len(content), hashlib.sha256(content).hexdigest()]
+         for name, content in [
+             ('ckpt.3', self._content('ckpt.3')),
+             ('tf_ckpt-3.index', b'index new'),
+             ('shard_0/add_count_ckpt.3.gz', b'shard new')]})
+    # TF's state file moves in with them, unlisted (every save rewrites it);
+    # the staging directory is gone; the foreign files are untouched.
+    self.assertEqual(self._content('checkpoint'), b'TF state new')
+    self.assertEqual(self._listing(), sorted([
+        'checkpoint', 'ckpt.3', 'foo_ckpt.3.gz',
+        'sentinel_checkpoint_complete.3',
+        os.path.join('shard_0', 'add_count_ckpt.3.gz'), 'tf_ckpt-3.extra',
+        'tf_ckpt-3.index']))
+    self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'new')
+    # A foreign file may change; a listed one may not.
+    self._put(self.dir, 'foo_ckpt.3.gz', b'changed')
+    saver.verify(3)
+    self._put(self.dir, 'shard_0/add_count_ckpt.3.gz', b'shard changed')
+    with self.assertRaisesRegex(
+        atomic_files.CheckpointError,
+        r'shard_0/add_count_ckpt\.3\.gz changed since the checkpoint was '
+        r'written \(13 bytes, recorded 9 bytes\)'):
+      saver.verify(3)
+
+  def test_saving_again_replaces_the_whole_checkpoint(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3, b'old')
+    self._save(saver, 3, b'new')
+    self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'new')
+    for name, content in self._agent_files(3, b'new').items():
+      self.assertEqual(self._content(name), content)
+
+  def test_a_failure_before_the_commit_leaves_the_old_checkpoint(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3, b'old')
+    old = {name: self._content(name) for name in self._listing()}
+
+    def failing(real, target):
+      def call(*args):
+        if target in args:
+          raise OSError('injected failure')
+        return real(*args)
+      return call
+
+    points = [
+        (transaction.Transaction, 'adopt', failing(
+            transaction.Transaction.adopt, 'tf_ckpt-3.index')),
+        (transaction.Transaction, 'write', failing(
+            transaction.Transaction.write, 'ckpt.3')),
+        (transaction.Transaction, 'write', failing(
+            transaction.Transaction.write, 'sentinel_checkpoint_complete.3')),
+        (transaction, 'commit', failing(transaction.commit, 'ckpt_journal')),
+        (checkpointer.pickle, 'dumps', mock.Mock(
+            side_effect=OSError('injected failure'))),
+    ]
+    for owner, name, replacement in points:
+      with self.subTest(name=name, replacement=replacement):
+        with mock.patch.object(owner, name, replacement):
+          with self.assertRaisesRegex(OSError, 'injected failure'):
+            self._save(saver, 3, b'new')
+        self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'old')
+        saver.remove_leftovers()
+        self.assertEqual({name: self._content(name)
+                          for name in self._listing()}, old)
+
+  def test_a_save_killed_after_its_commit_point_is_finished(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3, b'old')
+    # The journal is written, then the process dies after two files were
+    # renamed into place (TF's state file, the shard's file).
+    replace = atomic_files.replace
+    renames = []
+
+    def dying(source, destination):
+      if len(renames) == 3:
+        raise KeyboardInterrupt('killed')
+      renames.append(destination)
+      replace(source, destination)
+
+    with mock.patch.object(atomic_files, 'replace', dying):
+      with self.assertRaises(KeyboardInterrupt):
+        self._save(saver, 3, b'new')
+    self.assertEqual([os.path.basename(path) for path in renames],
+                     ['ckpt_journal', 'checkpoint', 'add_count_ckpt.3.gz'])
+    # Torn: the old marker refuses the files already replaced.
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'changed since the checkpoint was written'):
+      saver.verify(3)
+    self.assertTrue(saver.finish_interrupted_save())
+    self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'new')
+    self.assertFalse(saver.finish_interrupted_save())
+    saver.remove_leftovers()
+    self.assertEqual(self._listing(), sorted([
+        'checkpoint', 'ckpt.3', 'sentinel_checkpoint_complete.3',
+        os.path.join('shard_0', 'add_count_ckpt.3.gz'), 'tf_ckpt-3.index']))
+
+  def test_the_next_save_finishes_an_interrupted_one_first(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3, b'old')
+    roll_forward = transaction.roll_forward
+
+    def killed_once_committed(directory, journal_name):
+      if os.path.exists(os.path.join(directory, journal_name)):
+        raise KeyboardInterrupt('killed')
+      return roll_forward(directory, journal_name)
+
+    with mock.patch.object(transaction, 'roll_forward',
+                           killed_once_committed):
+      with self.assertRaises(KeyboardInterrupt):
+        self._save(saver, 3, b'new')
+    # Nothing renamed yet: a new save must not overwrite the journal.
+    self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'old')
+    self._save(saver, 4)
+    self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'new')
+    self.assertEqual(self._content('tf_ckpt-3.index'), b'index new')
+
+  def test_stale_iterations_lose_every_file_their_marker_lists(self):
+    self._put(self.dir, 'foo_ckpt.0.gz', b'foreign')
+    saver = checkpointer.Checkpointer(self.dir, checkpoint_duration=2,
+                                      keep_every=3)
+    for iteration in range(6):
+      self._save(saver, iteration)
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
+                     [5, 4, 3, 0])
+    self.assertEqual(self._listing(), sorted(
+        ['checkpoint', 'foo_ckpt.0.gz'] +
+        [name for i in (0, 3, 4, 5) for name in (
+            'ckpt.{}'.format(i), 'sentinel_checkpoint_complete.{}'.format(i),
+            'tf_ckpt-{}.index'.format(i),
+            os.path.join('shard_0', 'add_count_ckpt.{}.gz'.format(i)))]))
+    for iteration in (5, 4, 3, 0):
+      saver.verify(iteration)
+    # A Dopamine marker lists nothing: its ckpt.N goes with it, and files
+    # that cannot be told from someone else's stay.
+    with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.4'),
+              'w') as f:
+      f.write('done')
+    self._save(saver, 6)
+    self.assertFalse(os.path.exists(os.path.join(self.dir, 'ckpt.4')))
+    self.assertTrue(os.path.exists(os.path.join(self.dir, 'tf_ckpt-4.index')))
+
+  def test_commit_needs_the_iteration_begun(self):
+    saver = checkpointer.Checkpointer(self.dir, checkpoint_frequency=2)
+    self.assertIsNone(saver.begin_checkpoint(3))
+    with self.assertRaisesRegex(ValueError, r'commit_checkpoint\(3\) without '
+                                r'begin_checkpoint\(3\)'):
+      saver.commit_checkpoint(3, {})
+    saver.begin_checkpoint(4)
+    with self.assertRaisesRegex(ValueError, r'commit_checkpoint\(2\)'):
+      saver.commit_checkpoint(2, {})
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir), [])
+
+  def test_remove_leftovers_deletes_only_what_saves_leave(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3)
+    kept = self._listing()
+    staging = saver.begin_checkpoint(4)
+    self._put(staging, 'tf_ckpt-4.index', b'staged')
+    leftovers = ['.ckpt.4.abcdefgh.tmp', '.ckpt_journal.abcdefgh.tmp',
+                 '.checkpoint.abcdefgh.tmp',
+                 'shard_0/.add_count_ckpt.4.gz.abcdefgh.tmp']
+    others = ['.notes.abcdefgh.tmp', 'notes.txt']
+    for name in leftovers + others:
+      self._put(self.dir, name, b'x')
+    removed = saver.remove_leftovers()
+    self.assertEqual(sorted(os.path.relpath(path, self.dir)
+                            for path in removed),
+                     sorted([os.path.join(*n.split('/')) for n in leftovers] +
+                            ['.ckpt_staging']))
+    self.assertEqual(self._listing(), sorted(kept + others))
+
+  def test_subdirectory_paths_in_markers(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3)
+    marker = self._marker(3)
+    digest = marker['files']['tf_ckpt-3.index']
+    for path in ('shard_0/../tf_ckpt-3.index', './tf_ckpt-3.index',
+                 'shard_0//tf_ckpt-3.index', '.ckpt_staging/tf_ckpt-3.index',
+                 'shard_0/.tf_ckpt-3.index', 'shard_3.0/notes',
+                 '/tmp/tf_ckpt-3.index', 'shard_0\\tf_ckpt-3.index'):
+      with self.subTest(path=path):
+        with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.3'),
+                  'w') as f:
+          json.dump(dict(marker, files={path: digest}), f)
+        with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                    'which is not a file name of checkpoint '
+                                    '3'):
+          saver.verify(3)
+
+  def test_url_paths(self):
+    directory = 'ram://checkpointer_test_{}/checkpoints'.format(
+        os.path.basename(self.dir))
+    saver = checkpointer.Checkpointer(directory)
+    staging = saver.begin_checkpoint(3)
+    with tf.io.gfile.GFile(staging + '/tf_ckpt-3.index', 'wb') as f:
+      f.write(b'index')
+    saver.commit_checkpoint(3, {'current_iteration': 3})
+    self.assertEqual(saver.load_verified_checkpoint(3),
+                     {'current_iteration': 3})
+    with tf.io.gfile.GFile(directory + '/sentinel_checkpoint_complete.3',
+                           'rb') as f:
+      self.assertEqual(sorted(json.loads(f.read())['files']),
+                       ['ckpt.3', 'tf_ckpt-3.index'])
+
+
 class TfCheckpointTest(absltest.TestCase):
-  """The agents' TF checkpoints: variables checked, TF's own state file."""
+  """The agents' TF checkpoints: variables checked, values put back."""
 
   def setUp(self):
     super().setUp()
@@ -286,23 +544,6 @@ class TfCheckpointTest(absltest.TestCase):
     snapshot.restore()
     for old, new in zip(before, session.run(variables)):
       np.testing.assert_array_equal(old, new)
-
-  def test_recorded_tf_checkpoints_stay_in_the_directory(self):
-    state = os.path.join(self.dir, 'checkpoint')
-    with open(state, 'w') as f:
-      f.write('model_checkpoint_path: "tf_ckpt-4"\n')
-      for path in ('/elsewhere/tf_ckpt-1', '../other/tf_ckpt-2',
-                   'tf_ckpt-3', 'important_file', 'tf_ckpt-4'):
-        f.write('all_model_checkpoint_paths: "{}"\n'.format(path))
-    self.assertEqual(checkpointer.recorded_tf_checkpoints(self.dir),
-                     [os.path.join(self.dir, 'tf_ckpt-3'),
-                      os.path.join(self.dir, 'tf_ckpt-4')])
-    with open(state, 'w') as f:
-      f.write('garbage {')
-    self.assertEqual(checkpointer.recorded_tf_checkpoints(self.dir), [])
-    os.remove(state)
-    os.mkfifo(state)
-    self.assertEqual(checkpointer.recorded_tf_checkpoints(self.dir), [])
 
   def test_error_summary(self):
     error = tf.errors.DataLossError(

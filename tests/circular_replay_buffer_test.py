@@ -1,14 +1,17 @@
 """Tests for dopamine_per.replay_memory.circular_replay_buffer."""
 
 import collections
+import errno
 import gzip
 import io
+import json
 import os
 import pickle
 import random
 import re
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -18,7 +21,9 @@ import tensorflow as tf
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
+from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import memory_checkpoint
 from tests import replay_cases
 from tests import stats_util
 
@@ -783,6 +788,334 @@ class CheckpointTest(parameterized.TestCase):
     restored = self._filled(steps=0)
     restored.load(directory, 1)
     assert_same_snapshot(self, snapshot(buffer), snapshot(restored))
+
+
+
+_CONFIG = dict(observation_shape=(2,), stack_size=2, replay_capacity=16,
+               batch_size=4, update_horizon=2, rng=3)
+
+
+def _memory(steps=30, seed=0, **kwargs):
+  """A plain memory with its own generator, `steps` adds in."""
+  memory = crb.OutOfGraphReplayBuffer(**dict(_CONFIG, **kwargs))
+  rs = np.random.RandomState(seed)
+  for i in range(steps):
+    memory.add(rs.randint(0, 255, size=2).astype(np.uint8), i % 3, float(i),
+               rs.rand() < 0.15, episode_end=rs.rand() < 0.05)
+  return memory
+
+
+def _leftovers(directory):
+  """Temporaries and journals in `directory`: none after a finished save."""
+  return sorted(name for name in os.listdir(directory)
+                if name.endswith('.tmp') or
+                name.startswith(memory_checkpoint.JOURNAL_NAME))
+
+
+# Files of a plain memory's checkpoint, the state file, and the journal:
+# what a save writes, in order.
+_WRITES = len(memory_checkpoint.checkpoint_files(_memory(0))) + 2
+
+
+class _ResaveTestCase(parameterized.TestCase):
+  """Checkpoint 4 of `old` saved; `new`, another memory, to save over it."""
+
+  def setUp(self):
+    super().setUp()
+    self.directory = _temp_dir(self)
+    self.old = _memory(seed=0)
+    self.old.save(self.directory, 4)
+    self.new = _memory(seed=1, steps=41)
+
+  def assert_loads(self, memory, number=4):
+    restored = _memory(steps=3, seed=9)
+    restored.load(self.directory, number)
+    assert_same_snapshot(self, snapshot(memory), snapshot(restored))
+
+
+class AtomicResaveTest(_ResaveTestCase):
+  """Issue 22, point 1: saving checkpoint N again is all or nothing."""
+
+  def digests(self):
+    return {name: atomic_files.file_digest(os.path.join(self.directory, name))
+            for name in os.listdir(self.directory)}
+
+  @parameterized.parameters(range(1, _WRITES + 1))
+  def test_error_writing_any_file_keeps_the_old_checkpoint(self, failing):
+    real_stage_write = atomic_files.stage_write
+    calls = []
+
+    def stage_write(path, write):
+      calls.append(path)
+      if len(calls) != failing:
+        return real_stage_write(path, write)
+
+      def disk_full(f):
+        f.write(b'partial')
+        raise OSError(errno.ENOSPC, 'No space left on device')
+      return real_stage_write(path, disk_full)
+
+    before = self.digests()
+    with mock.patch.object(atomic_files, 'stage_write',
+                           side_effect=stage_write):
+      with self.assertRaisesRegex(OSError, 'No space'):
+        self.new.save(self.directory, 4)
+    self.assertEqual(self.digests(), before)  # Nothing left, nothing changed.
+    self.assert_loads(self.old)
+    self.new.save(self.directory, 4)
+    self.assert_loads(self.new)
+
+  def test_error_renaming_the_journal_keeps_the_old_checkpoint(self):
+    before = self.digests()
+    with mock.patch.object(atomic_files, 'replace',
+                           side_effect=OSError(errno.EIO, 'I/O error')):
+      with self.assertRaises(OSError):
+        self.new.save(self.directory, 4)
+    self.assertEqual(self.digests(), before)
+    self.assert_loads(self.old)
+
+  @parameterized.parameters(0, 1, 4, _WRITES - 2)
+  def test_cut_short_after_the_journal_is_the_new_checkpoint(self, renames):
+    """The journal written, `renames` files renamed, then an I/O error."""
+    self._interrupt_after_journal(renames)
+    self.assertIn(memory_checkpoint.journal_filename(4),
+                  os.listdir(self.directory))
+    self.assertEqual(crb.latest_checkpoint_iteration(self.directory), 4)
+    before = self.digests()
+    self.assert_loads(self.new)  # Read through the journal.
+    self.assertEqual(self.digests(), before)  # Without writing anything.
+    # The next save finishes it, then writes its own.
+    newer = _memory(seed=2, steps=50)
+    newer.save(self.directory, 5)
+    self.assertEqual(_leftovers(self.directory), [])
+    self.assert_loads(self.new)
+    self.assert_loads(newer, 5)
+
+  def _interrupt_after_journal(self, renames):
+    """`new`'s save of 4 fails after its journal and `renames` renames."""
+    real_replace = atomic_files.replace
+    calls = []
+
+    def replace(source, destination):
+      calls.append(destination)
+      if len(calls) == renames + 2:  # The journal's rename is the first.
+        raise OSError(errno.EIO, 'I/O error')
+      return real_replace(source, destination)
+
+    with mock.patch.object(atomic_files, 'replace', side_effect=replace):
+      with self.assertRaises(OSError):
+        self.new.save(self.directory, 4)
+
+  def test_damaged_file_of_a_pending_journal_is_refused(self):
+    self._interrupt_after_journal(2)
+    record = transaction.pending(self.directory,
+                                 memory_checkpoint.journal_filename(4))
+    for entry in record.entries[1:3]:  # One renamed, one still staged.
+      path = record.path_of(self.directory, entry.target)
+      with open(path, 'r+b') as f:
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 1]))
+      memory = _memory(steps=3, seed=9)
+      before = snapshot(memory)
+      with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                  re.escape(path)):
+        memory.load(self.directory, 4)
+      assert_same_snapshot(self, before, snapshot(memory))
+      with open(path, 'r+b') as f:
+        f.seek(20)
+        f.write(byte)
+
+  def test_malformed_journal_is_refused_and_kept(self):
+    self._interrupt_after_journal(1)
+    journal = os.path.join(self.directory,
+                           memory_checkpoint.journal_filename(4))
+    with open(journal, 'wb') as f:
+      f.write(b'[1, 2]')
+    before = self.digests()
+    with self.assertRaisesRegex(atomic_files.CheckpointError, 'malformed'):
+      _memory().load(self.directory, 4)
+    with self.assertRaisesRegex(atomic_files.CheckpointError, 'malformed'):
+      self.new.save(self.directory, 5)
+    self.assertEqual(self.digests(), before)
+
+  def test_dopamine_reads_an_interrupted_save_once_rolled_forward(self):
+    self._interrupt_after_journal(1)
+    self.assertEqual(memory_checkpoint.roll_forward(self.directory), [4])
+    self.assertEqual(_leftovers(self.directory), [])
+    theirs = dopamine_crb.OutOfGraphReplayBuffer(
+        **{k: v for k, v in _CONFIG.items() if k != 'rng'})
+    theirs.load(self.directory, 4)
+    for name, array in self.new._store.items():
+      np.testing.assert_array_equal(array, theirs._store[name], err_msg=name)
+    self.assertEqual(int(self.new.add_count), int(theirs.add_count))
+    self.assertEqual(self.new.episode_end_indices,
+                     {int(i) for i in theirs.episode_end_indices})
+
+  def test_resave_through_tf_io_gfile(self):
+    directory = 'ram://dopamine_per_resave_{}'.format(random.getrandbits(32))
+    tf.io.gfile.makedirs(directory)
+    self.old.save(directory, 4)
+    self.directory = directory
+    self._interrupt_after_journal(2)
+    self.assertEqual(crb.latest_checkpoint_iteration(directory), 4)
+    self.assert_loads(self.new)
+    self.old.save(directory, 4)
+    self.assertEqual(
+        [name for name in tf.io.gfile.listdir(directory)
+         if 'tmp' in name or name.startswith(memory_checkpoint.JOURNAL_NAME)],
+        [])
+    self.assert_loads(self.old)
+
+  def test_resave_writes_the_bytes_of_a_first_save(self):
+    # Dopamine's bytes (gzip with mtime 0): the same whether checkpoint 4
+    # is new or written over an older one.
+    first = _temp_dir(self)
+    self.new.save(first, 4)
+    self.new.save(self.directory, 4)
+    for name in os.listdir(first):
+      with open(os.path.join(first, name), 'rb') as a, open(
+          os.path.join(self.directory, name), 'rb') as b:
+        self.assertEqual(a.read(), b.read(), name)
+    with open(os.path.join(first, '$store$_reward_ckpt.4.gz'), 'rb') as f:
+      data = f.read()
+    self.assertEqual(data[4:8], b'\0\0\0\0')  # gzip's mtime.
+    raw = io.BytesIO()
+    np.save(raw, self.new._store['reward'], allow_pickle=False)
+    self.assertEqual(gzip.decompress(data), raw.getvalue())
+
+
+class TwoPhaseSaveTest(_ResaveTestCase):
+  """`prepare_save`, `commit_save`, `abort_save`, `prune` (issue 22)."""
+
+  def listing(self):
+    return {name: atomic_files.file_digest(os.path.join(self.directory, name))
+            for name in os.listdir(self.directory)
+            if not name.endswith('.tmp')}
+
+  def test_prepare_changes_nothing_visible_and_commit_switches(self):
+    before = self.listing()
+    record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
+    self.assertLen(record.entries, _WRITES - 1)
+    self.assertEqual(self.listing(), before)
+    self.assert_loads(self.old)
+    # As another process would get it.
+    record = transaction.Record.from_data(
+        json.loads(json.dumps(record.to_data())))
+    memory_checkpoint.commit_save(self.new, self.directory, 4, record)
+    self.assertEqual(_leftovers(self.directory), [])
+    self.assert_loads(self.new)
+    # Idempotent: committed already, nothing to do.
+    after = self.listing()
+    memory_checkpoint.commit_save(self.new, self.directory, 4, record)
+    self.assertEqual(self.listing(), after)
+
+  def test_abort_deletes_what_was_staged(self):
+    before = self.listing()
+    record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
+    memory_checkpoint.abort_save(self.directory, record)
+    self.assertEqual(_leftovers(self.directory), [])
+    self.assertEqual(self.listing(), before)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'staged files .* are gone'):
+      memory_checkpoint.commit_save(self.new, self.directory, 4, record)
+    self.assertEqual(self.listing(), before)
+    self.assert_loads(self.old)
+
+  def test_commit_completes_after_an_interrupted_commit(self):
+    record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
+    real_replace = atomic_files.replace
+    calls = []
+
+    def replace(source, destination):
+      calls.append(destination)
+      if len(calls) == 4:
+        raise OSError(errno.EIO, 'I/O error')
+      return real_replace(source, destination)
+
+    with mock.patch.object(atomic_files, 'replace', side_effect=replace):
+      with self.assertRaises(OSError):
+        memory_checkpoint.commit_save(self.new, self.directory, 4, record)
+    with self.assertRaisesRegex(ValueError, 'it was committed'):
+      memory_checkpoint.abort_save(self.directory, record)
+    self.assert_loads(self.new)
+    memory_checkpoint.commit_save(self.new, self.directory, 4, record)
+    self.assertEqual(_leftovers(self.directory), [])
+    self.assert_loads(self.new)
+
+  def test_a_record_of_another_checkpoint_is_refused(self):
+    record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
+    with self.assertRaisesRegex(ValueError, 'Not a record of checkpoint 5'):
+      memory_checkpoint.commit_save(self.new, self.directory, 5, record)
+    self.assertEqual(crb.latest_checkpoint_iteration(self.directory), 4)
+    self.assert_loads(self.old)
+
+  def test_prune_alone_deletes_the_stale_checkpoint(self):
+    memory = _memory(checkpoint_duration=1)
+    for number in (5, 6):
+      record = memory_checkpoint.prepare_save(memory, self.directory, number)
+      memory_checkpoint.commit_save(memory, self.directory, number, record,
+                                    prune=False)
+    self.assertIn('add_count_ckpt.5.gz', os.listdir(self.directory))
+    memory_checkpoint.prune(memory, self.directory, 6)
+    self.assertNotIn('add_count_ckpt.5.gz', os.listdir(self.directory))
+    self.assert_loads(memory, 6)
+
+  def test_missing_directory(self):
+    with self.assertLogs('absl', level='WARNING') as logs:
+      record = memory_checkpoint.prepare_save(
+          self.new, os.path.join(self.directory, 'missing'), 4)
+    self.assertIsNone(record)
+    self.assertIn('does not exist', '\n'.join(logs.output))
+    memory_checkpoint.commit_save(self.new, self.directory, 4, None)
+    memory_checkpoint.abort_save(self.directory, None)
+    self.assert_loads(self.old)
+
+  def test_an_attribute_named_like_the_journal_is_refused(self):
+    self.new.dopamine_per_journal = 1
+    before = self.listing()
+    with self.assertRaisesRegex(ValueError, 'dopamine_per_journal'):
+      self.new.save(self.directory, 4)
+    self.assertEqual(self.listing(), before)
+
+
+class MissingFileErrorTest(absltest.TestCase):
+  """Issue 22, point 9, where TensorFlow is loaded (see tf_free_import_test)."""
+
+  def test_both_tensorflows_and_ours(self):
+    directory = _temp_dir(self)
+    _memory().save(directory, 3)
+    path = os.path.join(directory, '$store$_reward_ckpt.3.gz')
+    os.remove(path)
+    with self.assertRaises(tf.errors.NotFoundError) as raised:
+      _memory().load(directory, 3)
+    error = raised.exception
+    self.assertIsInstance(error, atomic_files.CheckpointNotFoundError)
+    self.assertIsInstance(error, FileNotFoundError)
+    self.assertIsInstance(error, atomic_files.CheckpointError)
+    self.assertEqual(error.filename, path)
+    self.assertEqual(error.errno, errno.ENOENT)
+    self.assertEqual(str(error), 'Missing file: ' + path)
+    self.assertEqual(error.message, 'Missing file: ' + path)
+    self.assertEqual(error.error_code, tf.errors.NOT_FOUND)
+    # As Ray carries a shard's error to the learner; and as a shard names
+    # itself in it (type(error)(None, None, message)).
+    copy = pickle.loads(pickle.dumps(error))
+    self.assertIsInstance(copy, tf.errors.NotFoundError)
+    self.assertEqual((str(copy), copy.filename), (str(error), path))
+    self.assertIsInstance(type(error)(None, None, 'shard 1: x'),
+                          tf.errors.NotFoundError)
+
+  def test_an_error_from_a_process_without_tensorflow(self):
+    # What a process that never imported TensorFlow raises: unpickled here,
+    # where it is loaded, it is TensorFlow's error too.
+    plain = atomic_files.CheckpointNotFoundError('Missing file: x', 'x')
+    self.assertNotIsInstance(plain, tf.errors.NotFoundError)
+    copy = pickle.loads(pickle.dumps(plain))
+    self.assertIsInstance(copy, tf.errors.NotFoundError)
+    self.assertIsInstance(copy, atomic_files.CheckpointNotFoundError)
+    self.assertEqual((str(copy), copy.filename), ('Missing file: x', 'x'))
 
 
 if __name__ == '__main__':

@@ -4,16 +4,23 @@
 One Ray (2 CPUs) serves the whole module: it takes 4-8 s to start.
 """
 
+import json
 import os
 import pickle
+import shutil
 import tempfile
+import time
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
 import ray
 
+from dopamine_per.distributed import placement
 from dopamine_per.distributed import replay
 from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.distributed import sharded_checkpoint
+from dopamine_per.file_io import atomic_files
 from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 from tests import ray_util
@@ -46,6 +53,21 @@ def _write_episodes(writer, stream, steps, episode_length, priorities=None):
   writer.flush()
 
 
+def _kill(handle):
+  """Kills an actor and waits until it is dead: `ray.kill` does not wait,
+  and a call made meanwhile may still run."""
+  ray.kill(handle)
+
+  def dead():
+    try:
+      ray.get(handle.__ray_ready__.remote())
+    except ray.exceptions.RayActorError:
+      return True
+    return False
+
+  ray_util.wait_until(dead)
+
+
 def _as_dict(memory, batch):
   return dict(zip([e.name for e in memory.get_transition_elements()], batch))
 
@@ -62,6 +84,41 @@ class RouteTargetsTest(absltest.TestCase):
     shards, local = replay.route_targets(targets, totals)
     np.testing.assert_array_equal(shards, [shard for _, shard, _ in cases])
     np.testing.assert_allclose(local, [mass for _, _, mass in cases])
+
+
+@ray.remote(num_cpus=0)
+class _Bystander(object):
+  """An actor the sharded memory did not start."""
+
+  def ping(self):
+    return 'pong'
+
+
+class PlacementTest(absltest.TestCase):
+  """`check_placeable`, without Ray: CPUs per node in, refusal out."""
+
+  def test_refuses_only_what_the_nodes_can_never_hold(self):
+    cases = [  # (num_shards, CPUs per shard, CPUs per node, refusal or None)
+        (3, 1, [2], r'3 shards x 1 CPU = 3 CPUs > the Ray cluster\'s 2 CPUs'),
+        (2, 1, [2], None),
+        (3, 0.5, [2], None),
+        (3, 0, [0], None),  # Reserving nothing fits anywhere.
+        (3, 0.1, [0.3], None),  # 3 x 0.1 is 0.3 in Ray's units.
+        (4, 0.1, [0.3], r'4 shards x 0.1 CPUs = 0.4 CPUs > .* 0.3 CPUs'),
+        (2, 3, [2, 2, 2], r'= 6 CPUs <= the Ray cluster\'s 6 CPUs, but a '
+         r'shard must fit on one node, and its nodes \(CPUs: 2, 2, 2\) hold '
+         r'only 0'),
+        (2, 1.5, [2, 2], None),
+        (3, 1.5, [2, 2], r'4.5 CPUs > the Ray cluster\'s 4 CPUs'),
+        (1, 1, [], r'1 CPU = 1 CPU > the Ray cluster\'s 0 CPUs'),
+    ]
+    for num_shards, cpus, nodes, refusal in cases:
+      with self.subTest(num_shards=num_shards, cpus=cpus, nodes=nodes):
+        if refusal is None:
+          placement.check_placeable(num_shards, cpus, nodes)
+        else:
+          with self.assertRaisesRegex(ValueError, refusal):
+            placement.check_placeable(num_shards, cpus, nodes)
 
 
 class ShardedReplayTest(absltest.TestCase):
@@ -311,7 +368,12 @@ class ShardedReplayTest(absltest.TestCase):
     saved_priorities = memory.get_priority(everything)
     with tempfile.TemporaryDirectory() as directory:
       memory.save(directory, 3)
-      self.assertCountEqual(os.listdir(directory), ['shard_0', 'shard_1'])
+      self.assertCountEqual(os.listdir(directory), [
+          'shard_0', 'shard_1', 'dopamine_per_shards_ckpt.3'])
+      record = sharded_checkpoint.read_record(directory, 3)
+      self.assertEqual((record.num_shards, record.shard_capacity), (2, 24))
+      self.assertEqual(sharded_checkpoint.latest_checkpoint_iteration(
+          directory), 3)
       restored = self._new(rng=8)
       restored.load(directory, 3)
       np.testing.assert_array_equal(restored.get_priority(everything),
@@ -374,19 +436,398 @@ class ShardedReplayTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'update_horizon'):
       _memory(num_shards=2, replay_capacity=4, update_horizon=3)
 
-  def test_shards_ray_cannot_place_fail_in_time(self):
-    # 3 CPUs per shard on a 2-CPU Ray: the shards never start.
-    with self.assertRaisesRegex(RuntimeError, r'shards \[0, 1\] did not start'):
-      _memory(num_cpus_per_shard=3, start_timeout_s=2)
+  def test_shards_the_cluster_can_never_place_fail_at_once(self):
+    # 3 shards x 1 CPU on the module's 2-CPU Ray: refused before any actor
+    # starts, where the shards used to wait start_timeout_s (120 s) for
+    # CPUs that could never come. An actor started before is untouched.
+    bystander = _Bystander.remote()
+    self.assertEqual(ray.get(bystander.ping.remote()), 'pong')
+    start = time.monotonic()
+    with mock.patch.object(replay, '_shard_actor_class',
+                           wraps=replay._shard_actor_class) as actor_class:
+      with self.assertRaisesRegex(
+          ValueError, r"num_cpus_per_shard=1: .*never be placed: 3 shards x "
+          r"1 CPU = 3 CPUs > the Ray cluster's 2 CPUs"):
+        _memory(num_shards=3, num_cpus_per_shard=1)
+    self.assertLess(time.monotonic() - start, 30.0)
+    actor_class.assert_not_called()
+    self.assertEqual(ray.get(bystander.ping.remote()), 'pong')
+    ray.kill(bystander)
+
+  def test_three_shards_of_half_a_cpu_start_on_two_cpus(self):
+    memory = self._new(num_shards=3, replay_capacity=48,
+                       num_cpus_per_shard=0.5)
+    self.assertEqual(memory.shard_add_counts(), [0, 0, 0])
+
+  def test_shards_waiting_for_cpus_in_use_time_out(self):
+    # The cluster has the CPUs, but another actor holds them: the shards
+    # wait (the actor may end) until start_timeout_s, and only the shards
+    # are killed.
+    holder = _Bystander.options(num_cpus=2).remote()
+    self.assertEqual(ray.get(holder.ping.remote()), 'pong')
+    with self.assertRaisesRegex(RuntimeError,
+                                r'shards \[0, 1\] did not start within 2'):
+      _memory(num_cpus_per_shard=1, start_timeout_s=2)
+    self.assertEqual(ray.get(holder.ping.remote()), 'pong')
+    ray.kill(holder)
+
+  def test_bad_num_cpus_per_shard_is_refused(self):
+    for value in (-1, float('nan'), '1', True):
+      with self.subTest(value=value):
+        with self.assertRaisesRegex(ValueError,
+                                    'num_cpus_per_shard must be a real'):
+          _memory(num_cpus_per_shard=value)
 
   def test_dead_shard_is_named(self):
     memory = self._new()
     _write_episodes(memory.writer(1), 1, 10, 5)
-    ray.kill(memory.shard_handles[1])
+    _kill(memory.shard_handles[1])
     with self.assertRaisesRegex(replay.ShardError, 'replay shard 1 is dead'):
       memory.sample_index_batch(4)
     with self.assertRaisesRegex(RuntimeError, 'replay shard 1 is dead'):
       memory.get_priority(np.array([30]))
+
+
+class _FaultyShard(shard_lib.ReplayShard):
+  """A shard whose checkpoint steps fail when a test says so."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self._faults = {}
+
+  def inject(self, method, fault):
+    """Makes `method` fail from now on.
+
+    Args:
+      method: str, 'prepare_save' or 'commit_save'.
+      fault: str, 'raise' (an OSError, before the method acts) or 'exit'
+        (the process dies once the method has acted, before it answers).
+    """
+    self._faults[method] = fault
+
+  def add_unsaveable_attribute(self):
+    """Gives the memory a public attribute that its `save` refuses."""
+    self.memory.unsaveable = object()
+
+  def _run(self, method, *args):
+    fault = self._faults.get(method)
+    if fault == 'raise':
+      raise OSError('shard {}: simulated failure of {}'.format(self.shard,
+                                                                method))
+    result = getattr(super(), method)(*args)
+    if fault == 'exit':
+      os._exit(1)  # pylint: disable=protected-access
+    return result
+
+  def prepare_save(self, *args):
+    return self._run('prepare_save', *args)
+
+  def commit_save(self, *args):
+    return self._run('commit_save', *args)
+
+
+_FAULTY_SHARD = ray.remote(_FaultyShard)
+
+
+def _tempdir(test):
+  """A new temporary directory, deleted after `test`."""
+  directory = tempfile.mkdtemp()
+  test.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+  return directory
+
+
+def _contents(memory):
+  """What a sharded memory holds: each shard's add_count, every priority."""
+  return (memory.shard_add_counts(),
+          memory.get_priority(np.arange(memory.replay_capacity)).tolist())
+
+
+def _fill(memory, steps, first_priority):
+  """Writes `steps` transitions into each shard, with distinct priorities."""
+  for k in range(memory.num_shards):
+    _write_episodes(memory.writer(k), k, steps, 4,
+                    first_priority + 100.0 * k + np.arange(steps))
+
+
+def _files_of(directory, iteration):
+  """The shards' files of checkpoint `iteration`, visible or staged.
+
+  Returns:
+    sorted list of 'shard_k/name'.
+  """
+  names = []
+  for shard in sorted(os.listdir(directory)):
+    if shard.startswith('shard_'):
+      names += ['{}/{}'.format(shard, name)
+                for name in os.listdir(os.path.join(directory, shard))
+                if '_ckpt.{}.'.format(iteration) in name]
+  return sorted(names)
+
+
+class ShardedCheckpointTest(absltest.TestCase):
+  """A sharded save is all or nothing; a load checks the shape first."""
+
+  def setUp(self):
+    super().setUp()
+    self.memories = []
+    self.directory = _tempdir(self)
+
+  def tearDown(self):
+    for memory in self.memories:
+      memory.close()
+    super().tearDown()
+
+  def _new(self, faulty=False, **kwargs):
+    kwargs.setdefault('num_cpus_per_shard', 0)
+    if faulty:
+      with mock.patch.object(replay, '_shard_actor_class',
+                             return_value=_FAULTY_SHARD):
+        memory = _memory(**kwargs)
+    else:
+      memory = _memory(**kwargs)
+    self.memories.append(memory)
+    return memory
+
+  def _loaded(self, iteration, directory=None, **kwargs):
+    """The contents of checkpoint `iteration`, loaded by a new memory."""
+    memory = self._new(**kwargs)
+    memory.load(directory or self.directory, iteration)
+    contents = _contents(memory)
+    memory.close()
+    return contents
+
+  def test_checkpoint_of_another_shape_is_refused_before_any_shard_changes(
+      self):
+    four = self._new(num_shards=4, replay_capacity=48)  # 12 slots each.
+    _fill(four, 10, 1.0)
+    four.save(self.directory, 0)
+    saved = _contents(four)
+    four.close()
+    record = sharded_checkpoint.record_path(self.directory, 0)
+    cases = [
+        # (num_shards, replay_capacity, refusal). Shards of the same
+        # capacity, 2 of the 4: each shard would load, half the
+        # transitions lost.
+        (2, 24, r'checkpoint 0 in .* was saved by a sharded memory of 4 '
+                r'shards of 12 slots; this memory has 2 shards of 12 slots'),
+        (2, 48, r'4 shards of 12 slots; this memory has 2 shards of 24 '
+                r'slots'),
+        (4, 64, r'4 shards of 12 slots; this memory has 4 shards of 16 '
+                r'slots'),
+    ]
+    for num_shards, replay_capacity, refusal in cases:
+      with self.subTest(num_shards=num_shards,
+                        replay_capacity=replay_capacity):
+        memory = self._new(num_shards=num_shards,
+                           replay_capacity=replay_capacity)
+        _fill(memory, 6, 1000.0)
+        before = _contents(memory)
+        with self.assertRaisesRegex(atomic_files.CheckpointError, refusal):
+          memory.load(self.directory, 0)
+        self.assertEqual(_contents(memory), before)
+        # Without its record (written before records existed), 4 shard
+        # directories hold the checkpoint: refused too.
+        with open(record, 'rb') as f:
+          record_bytes = f.read()
+        os.remove(record)
+        if num_shards == 2:  # The shard directories tell.
+          with self.assertRaisesRegex(
+              atomic_files.CheckpointError,
+              r'no record of its shape .* \[.shard_0., .shard_1., '
+              r'.shard_2., .shard_3.\] hold it; this memory has 2 shards'):
+            memory.load(self.directory, 0)
+        else:  # The shards' own check refuses the capacity.
+          with self.assertRaisesRegex(ValueError, 'shard 0: .*shape'):
+            memory.load(self.directory, 0)
+        self.assertEqual(_contents(memory), before)
+        # A malformed record.
+        with open(record, 'wb') as f:
+          f.write(b'{"format": "dopamine_per.sharded_checkpoint/1"}')
+        with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
+                                    'is malformed: iteration is None'):
+          memory.load(self.directory, 0)
+        self.assertEqual(_contents(memory), before)
+        with open(record, 'wb') as f:
+          f.write(record_bytes)
+        memory.close()
+    self.assertEqual(self._loaded(0, num_shards=4, replay_capacity=48),
+                     saved)
+    os.remove(record)  # A legacy checkpoint of the same shape loads.
+    self.assertEqual(self._loaded(0, num_shards=4, replay_capacity=48),
+                     saved)
+
+  def test_save_with_a_dead_shard_keeps_the_previous_checkpoints(self):
+    memory = self._new(checkpoint_duration=1)
+    _fill(memory, 8, 1.0)
+    memory.save(self.directory, 1)
+    saved = _contents(memory)
+    _fill(memory, 4, 50.0)
+    _kill(memory.shard_handles[1])
+    with self.assertRaisesRegex(replay.ShardError, 'replay shard 1 is dead'):
+      memory.save(self.directory, 2)
+    # Shard 0 neither wrote checkpoint 2 nor pruned checkpoint 1.
+    self.assertEqual(_files_of(self.directory, 2), [])
+    self.assertEqual(
+        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 1)
+    self.assertEqual(self._loaded(1), saved)
+
+  def test_failed_save_keeps_the_previous_checkpoints(self):
+    # A shard whose memory refuses to save, a shard that dies once it
+    # staged its files, a full disk when the record is written: checkpoint
+    # 2 never appears, nothing of it is left in sight, and checkpoint 1
+    # (which saving 2 would prune: checkpoint_duration=1; saved again, and
+    # failing alike) loads on every shard as first saved.
+    for fault in ('raise', 'exit', 'record'):
+      with self.subTest(fault=fault):
+        directory = self.directory = _tempdir(self)
+        memory = self._new(faulty=True, checkpoint_duration=1)
+        _fill(memory, 8, 1.0)
+        memory.save(directory, 1)
+        saved = _contents(memory)
+        _fill(memory, 4, 50.0)
+        shard_1 = memory.shard_handles[1]
+        record_writer = sharded_checkpoint.write_record
+        if fault == 'raise':  # The memory's save refuses it (TypeError).
+          ray.get(shard_1.add_unsaveable_attribute.remote())
+          error, message = TypeError, "'unsaveable'"
+        elif fault == 'exit':
+          ray.get(shard_1.inject.remote('prepare_save', 'exit'))
+          error, message = replay.ShardError, 'replay shard 1 is dead'
+        else:
+          record_writer = mock.Mock(side_effect=OSError(28, 'No space left'))
+          error, message = OSError, 'No space left'
+        with mock.patch.object(sharded_checkpoint, 'write_record',
+                               record_writer):
+          with self.assertRaisesRegex(error, message):
+            memory.save(directory, 2)
+          if fault != 'exit':  # Saving checkpoint 1 again fails alike.
+            with self.assertRaisesRegex(error, message):
+              memory.save(directory, 1)
+        memory.close()
+        staged = _files_of(directory, 2)
+        self.assertEqual([name for name in staged
+                          if not name.split('/')[1].startswith('.')], [])
+        # What the shards staged is deleted, but by a shard that died
+        # before it said what it staged.
+        self.assertEqual([name for name in staged
+                          if not name.startswith('shard_1/')], [])
+        if fault != 'exit':
+          self.assertEqual(staged, [])
+        self.assertEqual(
+            sharded_checkpoint.latest_checkpoint_iteration(directory), 1)
+        restored = self._new(checkpoint_duration=1)
+        restored.load(directory, 1)
+        self.assertEqual(_contents(restored), saved)
+        # The next save deletes what the dead shard left.
+        restored.save(directory, 3)
+        self.assertEqual(_files_of(directory, 2), [])
+        restored.close()
+
+  def test_save_interrupted_after_its_record_is_that_checkpoint(self):
+    memory = self._new(faulty=True, checkpoint_duration=1)
+    _fill(memory, 8, 1.0)
+    memory.save(self.directory, 0)
+    _fill(memory, 4, 30.0)
+    memory.save(self.directory, 1)  # Prunes checkpoint 0 and its record.
+    self.assertEqual(_files_of(self.directory, 0), [])
+    self.assertIsNone(sharded_checkpoint.read_record(self.directory, 0))
+    saved_1 = _contents(memory)
+    _fill(memory, 4, 60.0)
+    saved_2 = _contents(memory)
+    # The record of checkpoint 2 is written, then every shard fails to
+    # commit its part (as if the process had died there).
+    for shard in memory.shard_handles:
+      ray.get(shard.inject.remote('commit_save', 'raise'))
+    with self.assertRaisesRegex(OSError, 'simulated failure of commit_save'):
+      memory.save(self.directory, 2)
+    self.assertEqual(
+        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 2)
+    # Nothing was pruned: checkpoint 1 is whole.
+    self.assertEqual(self._loaded(1), saved_1)
+    # Loading checkpoint 2 completes the shards' commits.
+    self.assertEqual(self._loaded(2), saved_2)
+    self.assertTrue(all(not name.split('/')[1].startswith('.')
+                        for name in _files_of(self.directory, 2)))
+
+  def test_pruning_waits_until_every_shard_committed(self):
+    memory = self._new(faulty=True, checkpoint_duration=1)
+    _fill(memory, 8, 1.0)
+    memory.save(self.directory, 1)
+    saved_1 = _contents(memory)
+    _fill(memory, 4, 30.0)
+    saved_2 = _contents(memory)
+    # Shard 0 commits checkpoint 2, shard 1 fails to: neither prunes 1.
+    ray.get(memory.shard_handles[1].inject.remote('commit_save', 'raise'))
+    with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
+      memory.save(self.directory, 2)
+    self.assertIn('shard_0/dopamine_per_state_ckpt.1.gz',
+                  _files_of(self.directory, 1))
+    self.assertEqual(self._loaded(1), saved_1)
+    self.assertEqual(self._loaded(2), saved_2)
+
+  def test_checkpoint_directory_moves_as_a_whole(self):
+    # The trainer saves into a staging directory and then moves the files:
+    # the record names files relative to the shards' directories.
+    memory = self._new()
+    _fill(memory, 8, 1.0)
+    staging = os.path.join(self.directory, 'staging')
+    os.mkdir(staging)
+    memory.save(staging, 4)
+    final = os.path.join(self.directory, 'final')
+    shutil.move(staging, final)
+    with open(sharded_checkpoint.record_path(final, 4), 'rb') as f:
+      self.assertNotIn(self.directory, f.read().decode('utf-8'))
+    self.assertEqual(self._loaded(4, final), _contents(memory))
+
+
+class ShardedRecordTest(absltest.TestCase):
+  """Reading a sharded checkpoint's record, without Ray."""
+
+  def _write(self, directory, content):
+    path = sharded_checkpoint.record_path(directory, 5)
+    with open(path, 'wb') as f:
+      f.write(content)
+
+  def test_refuses_what_is_not_a_record_of_that_checkpoint(self):
+    shard = {'format': 'dopamine_per.journal/1',
+             'files': [['a_ckpt.5.gz', '.a_ckpt.5.gz.abcd1234.tmp', 3,
+                        'f' * 64]]}
+    good = {'format': sharded_checkpoint.RECORD_FORMAT, 'iteration': 5,
+            'num_shards': 1, 'shard_capacity': 10, 'shards': [shard]}
+    cases = [  # (content, message)
+        (b'not json', 'unusable'),
+        (b'[' * 100000 + b']' * 100000, 'unusable'),
+        (b'[1, 2]', 'not a dopamine_per.sharded_checkpoint/1 record'),
+        (dict(good, num_shards=0), 'num_shards is 0, not an int >= 1'),
+        (dict(good, num_shards=True), 'num_shards is True'),
+        (dict(good, shard_capacity='10'), "shard_capacity is '10'"),
+        (dict(good, num_shards=2), 'not a list of num_shards \\(2\\)'),
+        (dict(good, iteration=4), 'it is the record of checkpoint 4'),
+        (dict(good, shards=[dict(shard, files=[[
+            '../a_ckpt.5.gz', '../.a_ckpt.5.gz.abcd1234.tmp', 3, 'f' * 64]])]),
+         r'\(shard 0\) is malformed: .*not a path inside'),
+    ]
+    directory = _tempdir(self)
+    self._write(directory, json.dumps(good).encode('utf-8'))
+    record = sharded_checkpoint.read_record(directory, 5)
+    self.assertEqual((record.num_shards, record.shard_capacity), (1, 10))
+    self.assertEqual(record.shards[0].entries[0].target, 'a_ckpt.5.gz')
+    for content, message in cases:
+      with self.subTest(message=message):
+        if isinstance(content, dict):
+          content = json.dumps(content).encode('utf-8')
+        self._write(directory, content)
+        with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
+                                    message):
+          sharded_checkpoint.read_record(directory, 5)
+    os.remove(sharded_checkpoint.record_path(directory, 5))
+    os.mkdir(sharded_checkpoint.record_path(directory, 5))
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'not a regular file|directory'):
+      sharded_checkpoint.read_record(directory, 5)
+    self.assertIsNone(sharded_checkpoint.read_record(directory, 6))
+    self.assertEqual(
+        sharded_checkpoint.latest_checkpoint_iteration(directory), 5)
 
 
 if __name__ == '__main__':

@@ -375,6 +375,23 @@ class AtomicWriteTest(IoTestCase):
       self.assertEqual(f.read(), b'old')
     self.assertEqual(os.listdir(self.dir), ['x'])
 
+  def test_new_files_get_the_mode_open_gives(self):
+    # mkstemp's 0600 kept teammates on shared storage from reading logs.
+    for umask in (0o022, 0o002, 0o077):
+      old = os.umask(umask)
+      try:
+        path = self.path('x{:o}'.format(umask))
+        atomic_files.atomic_write(path, lambda f: f.write(b'1'))
+        gzip_files.save_npy_gz(path + '.gz', np.arange(2))
+        with open(self.path('plain'), 'w'):
+          pass
+      finally:
+        os.umask(old)
+      for name in (path, path + '.gz', self.path('plain')):
+        self.assertEqual(os.stat(name).st_mode & 0o777, 0o666 & ~umask,
+                         (name, oct(umask)))
+      os.remove(self.path('plain'))
+
   def test_exists_and_remove(self):
     path = self.path('x')
     self.assertFalse(atomic_files.exists(path))

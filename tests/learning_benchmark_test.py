@@ -16,6 +16,7 @@ from matplotlib import image as image_lib
 
 from benchmarks import learning
 from dopamine_per import plot
+from tests import statistics_lines
 
 # One short iteration on a small network (the learning itself is not
 # checked here).
@@ -67,6 +68,25 @@ class LearningBenchmarkTest(absltest.TestCase):
     image = image_lib.imread(os.path.join(self.directory, 'learning.png'),
                              format='png')
     self.assertEqual(image.shape[:2], (plot.HEIGHT_PX, plot.WIDTH_PX))
+
+  def test_odd_statistics_lines_are_skipped_on_resume_and_report(self):
+    # Issue 22: `[1, 2]` stopped the resumed trainer (AttributeError), the
+    # nested line the benchmark's reader (RecursionError).
+    status, _, err = self._main()
+    self.assertEqual(status, 0, err)
+    path = os.path.join(self.runs_dir, 'prioritized', 'seed_0', 'logs',
+                        'statistics.jsonl')
+    skipped = statistics_lines.append_odd_lines(path)
+    # Run again on the same --runs_dir: the trainer resumes (its one
+    # iteration is done) and the report reads the file.
+    status, out, err = self._main()
+    self.assertEqual(status, 0, err[-2000:])
+    self.assertIn('plot: warning: {}: skipped {} line(s) that are not '
+                  'statistics records'.format(path, skipped), err)
+    self.assertIn('| prioritized | 1 |', out)
+    # The trainer said so too, in its log.
+    with open(os.path.join(self.runs_dir, 'prioritized', 'seed_0.log')) as f:
+      self.assertIn('{}: skipped {} line(s)'.format(path, skipped), f.read())
 
   def test_failed_run_is_reported(self):
     status, _, err = self._main('--gin_bindings', 'Runner.nope = 1')

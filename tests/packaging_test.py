@@ -28,6 +28,7 @@ from unittest import mock
 import zipfile
 
 from absl.testing import absltest
+from absl.testing import flagsaver
 
 import dopamine_per
 from dopamine_per import configs
@@ -341,13 +342,16 @@ class TrainerTest(absltest.TestCase):
     base_dir = _temporary_directory(self)
     runner = mock.Mock()
     create_runner = mock.Mock(return_value=runner)
-    with mock.patch.object(run_experiment, 'load_gin_configs') as load:
-      # What `main` calls, with the create_runner_fn that the distributed
-      # trainer passes to it.
-      self.assertEqual(
-          train._train(base_dir, ['rainbow_cartpole', 'dqn.gin'], [],
-                       restart_from_scratch=False,
-                       create_runner_fn=create_runner), 0)
+    if not train.FLAGS.is_parsed():  # Under pytest; absltest parses them.
+      train.FLAGS.mark_as_parsed()
+      self.addCleanup(train.FLAGS.unparse_flags)
+    with mock.patch.object(run_experiment, 'load_gin_configs') as load, \
+        flagsaver.flagsaver(base_dir=base_dir,
+                            gin_files=['rainbow_cartpole', 'dqn.gin'],
+                            gin_bindings=[]):
+      # With the create_runner_fn that the distributed trainer passes.
+      self.assertEqual(train.main(['train'], create_runner_fn=create_runner),
+                       0)
     load.assert_called_once_with(
         [configs.path('rainbow_cartpole'), configs.path('dqn')], [])
     create_runner.assert_called_once_with(base_dir)

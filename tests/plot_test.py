@@ -15,6 +15,7 @@ from absl.testing import absltest
 from matplotlib import image as image_lib
 
 from dopamine_per import plot
+from tests import statistics_lines
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -137,9 +138,28 @@ class PlotTest(absltest.TestCase):
     # The last record of an iteration wins; 3 unreadable lines skipped.
     self.assertEqual([r['eval_average_return'] for r in run.records],
                      [1, 2, 9])
-    self.assertIn('skipped 3 unreadable line(s)', stderr.getvalue())
+    self.assertIn('skipped 3 line(s) that are not statistics records',
+                  stderr.getvalue())
+    self.assertIn('dropping 1', stderr.getvalue())
     self.assertTrue(math.isnan(plot.summarize(plot.Run('x', [
         {'iteration': 0}])).best_eval))
+
+  def test_odd_lines_are_skipped_and_the_picture_drawn(self):
+    # Issue 22: the nested line raised RecursionError.
+    run_dir = os.path.join(self.runs, 'odd')
+    write_run(run_dir, [10, 20, 30])
+    path = os.path.join(run_dir, plot.STATISTICS_FILE)
+    skipped = statistics_lines.append_odd_lines(path)
+    status, out, err = self._main('--out', self.out, run_dir)
+    self.assertEqual(status, 0, err[:1000])
+    self.assertEqual(err, 'plot: warning: {}: skipped {} line(s) that are not '
+                     'statistics records (a JSON object with an integer '
+                     'iteration)\n'.format(path, skipped))
+    row = [line for line in out.splitlines() if run_dir in line][0]
+    # 3 iterations, best eval 30, last-5 mean 20.
+    self.assertEqual(row.split(' | ')[2:5], ['3', '30.0', '20.0'])
+    image = image_lib.imread(self.out, format='png')
+    self.assertEqual(image.shape[:2], (plot.HEIGHT_PX, plot.WIDTH_PX))
 
   def test_directory_without_statistics_is_a_one_line_error(self):
     empty = os.path.join(self.directory, 'empty')

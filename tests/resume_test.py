@@ -31,21 +31,11 @@ from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.file_io import atomic_files
 from tests import gin_util
+from tests import tiny_cartpole
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
-_HIDDEN_UNITS = 'gym_lib.CartpoleRainbowNetwork.hidden_units = {}'
-# Three iterations of a tiny agent: a few seconds.
-_BINDINGS = [
-    _HIDDEN_UNITS.format('(8,)'),
-    'RainbowAgent.min_replay_history = 20',
-    'WrappedPrioritizedReplayBuffer.replay_capacity = 500',
-    'WrappedPrioritizedReplayBuffer.batch_size = 8',
-    'Runner.training_steps = 100',
-    'Runner.evaluation_steps = 10',
-    'Runner.max_steps_per_episode = 50',
-    'Runner.fine_grained_print_to_console = False',
-]
+_CARTPOLE = tiny_cartpole.GIN_FILE
+_BINDINGS = list(tiny_cartpole.BINDINGS)
 _ITERATIONS = 3
 # Long enough for a cold TensorFlow import and a few agents on a busy
 # machine; a trainer blocked on a FIFO never finishes.
@@ -258,7 +248,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
   def test_network_of_another_shape_is_refused(self):
     before = _tree(self.base_dir)
     with self.assertRaises(run_experiment.CannotResumeError) as raised:
-      _runner(self.base_dir, extra=[_HIDDEN_UNITS.format('(16,)')])
+      _runner(self.base_dir, extra=['gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)'])
     message = raised.exception.message
     for number in (2, 1, 0):
       self.assertRegex(
@@ -456,6 +446,77 @@ class TrainerTest(_TrainedRunTestCase):
     # absl's --help exits with status 1 after printing the flags.
     self.assertRegex(result.stdout, r'--\[no\]restart_from_scratch')
     self.assertIn('previous_run_<time>', result.stdout)
+
+
+class CheckpointFilesTest(_TrainedRunTestCase):
+  """A checkpoint vouches for the files its save wrote, all of them kept.
+
+  Issue 22, point 3 and the pruning half of point 1: the marker lists the
+  files this process wrote (not others of the iteration's name), a listed
+  file that changes refuses the checkpoint, and the checkpointer alone
+  prunes an iteration's files, so the agent's own settings cannot delete a
+  file a marker still lists.
+  """
+
+  def test_only_the_files_this_run_wrote_are_vouched_for(self):
+    # Files with checkpoint 3's names that another process put there.
+    foreign = {'foo_ckpt.3.gz': b'foreign', 'tf_ckpt-3.extra': b'foreign'}
+    for name, content in foreign.items():
+      with open(self._path(name), 'wb') as f:
+        f.write(content)
+    _runner(self.base_dir).run_experiment()
+    with open(self._path('sentinel_checkpoint_complete.3')) as f:
+      listed = set(json.load(f)['files'])
+    self.assertTrue(listed)
+    self.assertFalse(listed & set(foreign))
+    # The foreign files change: checkpoint 3 is still the one resumed.
+    for name in foreign:
+      with open(self._path(name), 'ab') as f:
+        f.write(b' changed')
+    runner = _runner(self.base_dir, _ITERATIONS + 2)
+    self.assertEqual(runner._start_iteration, _ITERATIONS + 1)
+    # A file it lists changes: refused, naming it; the previous one loads.
+    _flip_byte(self._path('tf_ckpt-3.data-00000-of-00001'))
+    with self.assertLogs(level='WARNING') as logs:
+      runner = _runner(self.base_dir, _ITERATIONS + 2)
+    self.assertEqual(runner._start_iteration, _ITERATIONS)
+    self.assertRegex('\n'.join(logs.output),
+                     r'newer ones were refused: 3: \S*tf_ckpt-3\.data-00000-'
+                     r'of-00001 changed since the checkpoint was written')
+
+  def test_the_agents_settings_do_not_prune_what_a_marker_lists(self):
+    # The memory keeps 1 checkpoint and TF's saver 1, the checkpointer 4:
+    # the agent used to delete files that the checkpointer's markers of
+    # iterations 0 to 2 listed, before and after a resume.
+    extra = ['WrappedPrioritizedReplayBuffer.checkpoint_duration = 1',
+             'DQNAgent.max_tf_checkpoints_to_keep = 1']
+    base_dir = os.path.join(self.dir, 'short_lived')
+    _runner(base_dir, 2, extra).run_experiment()
+    runner = _runner(base_dir, 4, extra)
+    self.assertEqual(runner._start_iteration, 2)
+    runner.run_experiment()
+    checkpoint_dir = _checkpoint_dir(base_dir)
+    self.assertEqual(
+        checkpointer.get_complete_checkpoint_numbers(checkpoint_dir),
+        [3, 2, 1, 0])
+    saver = checkpointer.Checkpointer(checkpoint_dir)
+    for number in (3, 2, 1, 0):
+      saver.verify(number)
+      self.assertTrue(os.path.exists(os.path.join(
+          checkpoint_dir, 'tf_ckpt-{}.index'.format(number))))
+      self.assertTrue(os.path.exists(os.path.join(
+          checkpoint_dir, 'add_count_ckpt.{}.gz'.format(number))))
+
+  def test_a_malformed_journal_is_refused_changing_nothing(self):
+    with open(self._path('ckpt_journal'), 'w') as f:
+      f.write('{"format": "dopamine_per.journal/1", "files": [["../x", ')
+    before = _tree(self.base_dir)
+    with self.assertRaises(run_experiment.CannotResumeError) as raised:
+      _runner(self.base_dir)
+    self.assertRegex(raised.exception.message,
+                     r'the journal of an interrupted checkpoint save is '
+                     r'unusable \(.*ckpt_journal')
+    self.assertEqual(_tree(self.base_dir), before)
 
 
 if __name__ == '__main__':

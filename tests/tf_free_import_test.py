@@ -90,6 +90,45 @@ class TensorFlowFreeImportTest(absltest.TestCase):
             circular_replay_buffer.WrappedReplayBuffer)
         """)
 
+  def test_a_failed_load_does_not_import_tensorflow(self):
+    # Issue 22, point 9: a missing file raised TensorFlow's NotFoundError,
+    # importing it (4-6 s, ~500 MB). Each memory, with the dopamine_per
+    # state file and without it (a Dopamine checkpoint).
+    _run("""
+        import os
+        import tempfile
+        import numpy as np
+        from dopamine_per.file_io import atomic_files
+        prioritized = (
+            prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer)
+        cases = [(circular_replay_buffer.OutOfGraphReplayBuffer, (),
+                  '$store$_reward'),
+                 (prioritized, (None,), '$store$_reward'),
+                 (prioritized, (None,), 'sum_tree')]
+        for memory_class, priority, missing in cases:
+          for dopamine_style in (False, True):
+            with tempfile.TemporaryDirectory() as directory:
+              memory = memory_class((4,), stack_size=2, replay_capacity=50,
+                                    batch_size=8)
+              for i in range(20):
+                memory.add(np.full(4, i, np.uint8), 0, 1.0, i % 10 == 9,
+                           *priority)
+              memory.save(directory, 1)
+              names = [missing] + (['dopamine_per_state'] if dopamine_style
+                                   else [])
+              for name in names:
+                os.remove(os.path.join(directory, name + '_ckpt.1.gz'))
+              try:
+                memory_class((4,), stack_size=2, replay_capacity=50,
+                             batch_size=8).load(directory, 1)
+              except atomic_files.CheckpointNotFoundError as error:
+                assert isinstance(error, FileNotFoundError)
+                assert isinstance(error, atomic_files.CheckpointError)
+                assert missing in str(error), str(error)
+              else:
+                raise AssertionError('loaded without ' + missing)
+        """)
+
   def test_the_tensorflow_side_imports_tensorflow(self):
     # The check above would pass vacuously if TensorFlow hid from
     # sys.modules: its TF side must show up there.

@@ -26,6 +26,7 @@ import numpy as np
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
+from dopamine_per.file_io import run_lock
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests import gin_util
 
@@ -242,6 +243,114 @@ class TrainTest(absltest.TestCase):
     self.assertEqual(iterations, list(range(last + 3)))
     self.assertEqual(checkpointer.get_latest_checkpoint_number(checkpoint_dir),
                      last + 2)
+
+
+class OneTrainerPerBaseDirTest(absltest.TestCase):
+  """Issue 22, point 2: a second trainer on a --base_dir is refused."""
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+    self.base_dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+
+  def _assert_refused(self, stderr, pid):
+    """One line on stderr naming the directory and the holder's pid."""
+    self.assertEqual(stderr.count('\n'), 1, stderr)
+    self.assertRegex(stderr, r'^train: error: {} is in use by another '
+                     r'trainer \(pid {} on host .*\)'.format(self.base_dir,
+                                                           pid))
+
+  def test_second_trainer_is_refused_and_the_first_loses_nothing(self):
+    command = _command(self.base_dir, [_CARTPOLE],
+                       _SMALL + ['Runner.num_iterations = 3'])
+    lock_path = os.path.join(self.base_dir, run_lock.LOCK_FILENAME)
+    stderr = tempfile.TemporaryFile(mode='w+')
+    self.addCleanup(stderr.close)
+    first = subprocess.Popen(command, env=_environment(), cwd=_REPO_ROOT,
+                             stdout=subprocess.DEVNULL, stderr=stderr,
+                             text=True)
+    try:
+      # Until the first trainer holds the lock: its note names it.
+      deadline = time.monotonic() + 120
+      holder = None
+      while holder != first.pid:
+        self.assertIsNone(first.poll(), 'the first trainer exited early')
+        self.assertLess(time.monotonic(), deadline, 'no lock after 120 s')
+        time.sleep(0.01)
+        try:
+          with open(lock_path) as f:
+            holder = json.loads(f.read()).get('pid')
+        except (OSError, ValueError):
+          pass
+      second = subprocess.run(command, env=_environment(), cwd=_REPO_ROOT,
+                              capture_output=True, text=True, timeout=120)
+      first.wait(timeout=300)
+    finally:
+      if first.poll() is None:
+        first.kill()
+        first.wait()
+    self.assertEqual(second.returncode, 1, second.stderr)
+    self._assert_refused(second.stderr, first.pid)
+    self.assertEqual(second.stdout, '')
+    stderr.seek(0)
+    self.assertEqual(first.returncode, 0, stderr.read())
+    with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
+      self.assertEqual([json.loads(line)['iteration'] for line in f],
+                       [0, 1, 2])
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(
+        os.path.join(self.base_dir, 'checkpoints')), [2, 1, 0])
+    # Released when the first trainer ended.
+    self.assertFalse(os.path.exists(lock_path))
+
+  def test_refused_before_tensorflow_and_ray_start(self):
+    # Both trainers, while this process holds the lock; starting Ray is
+    # replaced by a line on stdout.
+    script = textwrap.dedent('''
+        import sys
+        from dopamine_per.discrete_domains import train
+        from dopamine_per.distributed import train as distributed_train
+        distributed_train.init_ray = lambda address: print('init_ray')
+        module = {'train': train, 'distributed': distributed_train}[
+            sys.argv[1]]
+        sys.argv = ['train', '--base_dir=' + sys.argv[2],
+                    '--gin_files=' + sys.argv[3]]
+        try:
+          module.run()
+        except SystemExit as e:
+          print('tensorflow' in sys.modules, e.code)
+        ''')
+    apex_cartpole = os.path.join(_REPO_ROOT, 'configs', 'apex_cartpole.gin')
+    env = _environment()
+    env.pop('RAY_ADDRESS', None)
+    os.makedirs(os.path.join(self.base_dir, 'logs'))
+    with run_lock.RunDirectoryLock(self.base_dir) as lock:
+      with open(lock.path, 'rb') as f:
+        note = f.read()
+      for module, config in (('train', _CARTPOLE),
+                             ('distributed', apex_cartpole)):
+        with self.subTest(module=module):
+          result = subprocess.run(
+              [sys.executable, '-c', script, module, self.base_dir, config],
+              env=env, cwd=_REPO_ROOT, capture_output=True, text=True,
+              timeout=120)
+          self.assertEqual(result.stdout, 'False 1\n', result.stderr)
+          self._assert_refused(result.stderr, os.getpid())
+          # Nothing changed.
+          self.assertEqual(sorted(os.listdir(self.base_dir)),
+                           [run_lock.LOCK_FILENAME, 'logs'])
+          with open(lock.path, 'rb') as f:
+            self.assertEqual(f.read(), note)
+
+  def test_restart_from_scratch_leaves_the_lock_in_place(self):
+    for name in ('checkpoints', 'logs'):
+      os.makedirs(os.path.join(self.base_dir, name))
+    with run_lock.RunDirectoryLock(self.base_dir) as lock:
+      moved_to = run_experiment.move_run_aside(self.base_dir)
+      self.assertEqual(sorted(os.listdir(moved_to)), ['checkpoints', 'logs'])
+      self.assertTrue(os.path.isfile(lock.path))
+      with self.assertRaises(run_lock.RunDirectoryLockedError):
+        run_lock.RunDirectoryLock(self.base_dir).acquire()
 
 
 if __name__ == '__main__':

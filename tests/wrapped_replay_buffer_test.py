@@ -19,6 +19,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -60,8 +61,8 @@ class ConstructorTest(GraphTestCase):
 
   @parameterized.parameters(
       (dict(update_horizon=0), 'Update horizon must be positive'),
-      (dict(gamma=1.5), r'Discount factor \(gamma\) must be in \[0, 1\]'),
-      (dict(gamma=-0.1), 'Discount factor'),
+      (dict(gamma=1.5), r'gamma must be a real number in \[0, 1\].*1\.5'),
+      (dict(gamma=-0.1), 'gamma must be a real number'),
       (dict(replay_capacity=3, update_horizon=3),
        r'Update horizon \(3\) should be significantly smaller than replay '
        r'capacity \(3\)'),
@@ -69,6 +70,16 @@ class ConstructorTest(GraphTestCase):
   def test_invalid_arguments(self, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
       self.wrapper(**kwargs)
+
+  @parameterized.product(prioritized=[True, False],
+                         gamma=[True, np.True_, np.array([0.5]), '0.9',
+                                float('nan'), float('inf')])
+  def test_gamma_is_checked_by_the_memory(self, prioritized, gamma):
+    # Dopamine's range check lets these through; the memory refuses them
+    # (issue 22), naming gamma.
+    with self.assertRaisesRegex(errors.ArgumentError,
+                                r'gamma must be a real number in \[0, 1\]'):
+      self.wrapper(prioritized=prioritized, gamma=gamma)
 
   @parameterized.parameters(True, False)
   def test_every_argument_reaches_the_memory(self, prioritized):

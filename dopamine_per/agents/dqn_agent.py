@@ -172,7 +172,9 @@ class DQNAgent(object):
       eval_mode: bool, start in evaluation mode (no storing, no training).
       use_staging: bool, prefetch the next replay batch while training
         (see `circular_replay_buffer.WrappedReplayBuffer`).
-      max_tf_checkpoints_to_keep: int, TF checkpoints kept.
+      max_tf_checkpoints_to_keep: int, TF checkpoints kept in the directory
+        `bundle_and_checkpoint` writes to (the Runner's staging directory,
+        whose checkpointer then prunes by its own `checkpoint_duration`).
       optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
         default RMSProp (lr 0.00025, decay 0.95, epsilon 1e-5, centered).
       summary_writer: a tf.compat.v1.summary.FileWriter, a directory (str)
@@ -250,8 +252,11 @@ class DQNAgent(object):
         self._merged_summaries = tf.compat.v1.summary.merge_all()
       var_map = atari_lib.maybe_transform_variable_names(
           tf.compat.v1.global_variables())
+      # Relative paths in TF's `checkpoint` state file: it stays right when
+      # the Runner's checkpointer moves it out of its staging directory.
       self._saver = tf.compat.v1.train.Saver(
-          var_list=var_map, max_to_keep=max_tf_checkpoints_to_keep)
+          var_list=var_map, max_to_keep=max_tf_checkpoints_to_keep,
+          save_relative_paths=True)
       if self.summary_writer is not None:
         self.summary_writer.add_graph(graph=graph)
       self._sess.run(tf.compat.v1.global_variables_initializer())
@@ -539,10 +544,9 @@ class DQNAgent(object):
       except BaseException:
         snapshot.restore()
         raise
-      # Let the saver delete the checkpoints of earlier runs as it goes.
-      recorded = checkpointer.recorded_tf_checkpoints(checkpoint_dir)
-      if recorded:
-        self._saver.recover_last_checkpoints(recorded)
+      # The saver is not told of the directory's TF checkpoints: it would
+      # delete them past max_to_keep, including files that a completion
+      # marker the checkpointer keeps (keep_every) still lists.
     if bundle_dictionary is None:
       logging.warning("Unable to reload the agent's Python state.")
     else:

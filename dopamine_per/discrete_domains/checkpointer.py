@@ -2,29 +2,34 @@
 """Crash-safe experiment checkpoints, as Dopamine's ``checkpointer``.
 
 Same names and files as ``dopamine.discrete_domains.checkpointer``: each
-iteration N writes ``ckpt.N`` (the pickled experiment data: the agent's
-bundle, the iteration number, ...) after the agent has written its own files
-(``tf_ckpt-N.*``, the replay memory's ``*_ckpt.N.gz``), then the marker
-``sentinel_checkpoint_complete.N``; `get_latest_checkpoint_number` returns
-the newest N with a marker.
+iteration N has ``ckpt.N`` (the pickled experiment data: the agent's bundle,
+the iteration number, ...), the agent's own files (``tf_ckpt-N.*``, the
+replay memory's ``*_ckpt.N.gz``, a sharded memory's ``shard_k/*``) and the
+marker ``sentinel_checkpoint_complete.N``; `get_latest_checkpoint_number`
+returns the newest N with a marker.
 
-Every file is written atomically; the marker, written last, lists every
-file of the iteration with its size and SHA-256, so `verify` can say why
-a checkpoint is not usable and `Runner` falls back to an older one; stale
-iterations lose their marker before their data; markers and ``ckpt.N`` are
-read only if they are bounded regular files, ``ckpt.N`` as plain data
-(`safe_pickle.restricted_loads`). For the agents' TF checkpoints,
-`check_tf_checkpoint`, `VariableSnapshot` and `recorded_tf_checkpoints`
-make a restore all-or-nothing. What differs from Dopamine:
-docs/compat.md#checkpointer.
+The marker lists the iteration's files with their sizes and SHA-256, so
+`verify` says why a checkpoint is not usable and `Runner` falls back to an
+older one. The Runner's saves write, then switch: the agent writes into a
+staging directory, and `Checkpointer.commit_checkpoint` moves those files,
+``ckpt.N`` and the marker (listing exactly them) into place as one
+`transaction`, so saving N again leaves all of the old N or all of the new
+one. Stale iterations lose their marker, then every file it lists. Markers
+and ``ckpt.N`` are read only if bounded regular files, ``ckpt.N`` as plain
+data (`safe_pickle.restricted_loads`). `check_tf_checkpoint` and
+`VariableSnapshot` make an agent's TF restore all-or-nothing. What differs
+from Dopamine: docs/compat.md#checkpointer.
 """
 
 import json
 import os
 import pickle
+import posixpath
 import re
+import shutil
 import stat
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from absl import logging
 import gin
@@ -32,21 +37,21 @@ import tensorflow as tf
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
+from dopamine_per.file_io import transaction
 
 __all__ = ['get_latest_checkpoint_number', 'get_complete_checkpoint_numbers',
            'iteration_files', 'Checkpointer', 'check_tf_checkpoint',
-           'VariableSnapshot', 'recorded_tf_checkpoints', 'error_summary']
+           'VariableSnapshot', 'error_summary']
 
 _MARKER_FORMAT = 'dopamine_per.checkpoint_complete/2'
 
-# A marker lists one iteration's files (a few dozen names, ~100 bytes each).
+# A marker lists one iteration's files (a few dozen names, a few hundred
+# with a sharded memory's; ~100 bytes each).
 _MAX_MARKER_BYTES = 1 << 20
 # ``ckpt.N`` holds the agent's bundle and the statistics of every iteration
 # so far: a few MB after 200 Atari iterations (a few hundred numbers per
 # iteration). A file 100 times that size is not one the runner wrote.
 _MAX_DATA_BYTES = 1 << 28
-# TF's ``checkpoint`` file names the last few TF checkpoints.
-_MAX_TF_STATE_BYTES = 1 << 20
 # Iteration numbers in marker names: ASCII digits (str.isdigit also takes
 # other scripts' digits), no more than an int64 holds.
 _ITERATION_NUMBER = re.compile(r'[0-9]{1,18}')
@@ -58,6 +63,18 @@ _MISMATCHES_SHOWN = 2
 # what it is.
 _TF_CONTEXT_LINES = ('Detected at node', 'File "', 'Node:', '[[',
                      'Original stack trace')
+# Where the Runner's agent writes an iteration's files before
+# `Checkpointer.commit_checkpoint` switches them in: a subdirectory of the
+# checkpoint directory (its filesystem, so that adopting a file is a rename)
+# whose name does not change, so that TF's ``checkpoint`` state file, which
+# names its checkpoints relative to itself, is right once moved up.
+_STAGING_NAME = '.{}_staging'
+# The checkpointer's redo journal (`transaction`): present only while a save
+# switches its files into place, or after one was killed doing so.
+_JOURNAL_NAME = '{}_journal'
+# A file name holding an iteration number: temporaries of such names in the
+# checkpoint directory are left by killed saves (`remove_leftovers`).
+_ANY_ITERATION = re.compile(r'[.-][0-9]+(\.|$)')
 
 
 def _sentinel_prefix(sentinel_file_identifier: str) -> str:
@@ -136,17 +153,68 @@ def _read_file(path: str, limit: int, what: str) -> bytes:
         '{} is missing'.format(path)) from None
 
 
-def _belongs_to_iteration(name: str, iteration_number: int) -> bool:
-  """Whether `name` is a file name of iteration N's checkpoint.
+def _belongs_to_iteration(path: str, iteration_number: int) -> bool:
+  """Whether `path` names a file of iteration N's checkpoint.
 
-  N stands between a '.' or '-' and a '.' or the end: ``ckpt.N``,
-  ``tf_ckpt-N.index``, ``add_count_ckpt.N.gz``. Temporary files (names
-  starting with '.') and paths are not.
+  `path` is relative to the checkpoint directory, with '/' separators (a
+  sharded memory writes ``shard_k/...``): normalized and inside it
+  (`transaction.is_relative_path`), no part starting with '.' (temporary
+  files, the staging directory). In its file name N stands between a '.'
+  or '-' and a '.' or the end: ``ckpt.N``, ``tf_ckpt-N.index``,
+  ``shard_0/add_count_ckpt.N.gz``.
   """
-  if name.startswith('.') or os.path.basename(name) != name:
+  if not transaction.is_relative_path(path):
+    return False
+  parts = path.split('/')
+  if any(part.startswith('.') for part in parts):
     return False
   return re.search(r'[.-]{}(\.|$)'.format(int(iteration_number)),
-                   name) is not None
+                   parts[-1]) is not None
+
+
+def _walk(directory: str) -> Iterator[Tuple[str, List[str]]]:
+  """Yields ('/'-separated path relative to `directory`, file names)."""
+  walk = tf.io.gfile.walk if atomic_files.is_url(directory) else os.walk
+  for root, _, names in walk(directory):
+    relative = os.path.relpath(root, directory)
+    yield ('' if relative == '.' else relative.replace(os.sep, '/')), names
+
+
+def _files_under(directory: str) -> List[str]:
+  """The files below `directory`: sorted '/'-separated relative paths."""
+  return sorted(posixpath.join(relative, name)
+                for relative, names in _walk(directory) for name in names)
+
+
+def _join(directory: str, path: str) -> str:
+  return os.path.join(directory, *path.split('/'))
+
+
+def _remove_tree(path: str) -> None:
+  """Deletes directory `path` and everything in it, if it exists."""
+  if atomic_files.is_url(path):
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.rmtree(path)
+    return
+  try:
+    shutil.rmtree(path)
+  except FileNotFoundError:
+    pass
+
+
+def _stage_written_file(staged: transaction.Transaction, target: str,
+                        source: str) -> None:
+  """Stages a file the agent wrote: adopted (a rename), or copied (gs://)."""
+  if not atomic_files.is_url(source):
+    staged.adopt(target, source)
+    return
+
+  def copy(f):
+    with atomic_files.open_for_reading(source) as original:
+      for chunk in iter(lambda: original.read(atomic_files.READ_CHUNK_BYTES),
+                        b''):
+        f.write(chunk)
+  staged.write(target, copy)
 
 
 def get_complete_checkpoint_numbers(
@@ -196,7 +264,9 @@ def iteration_files(base_directory: str, iteration_number: int,
 
   A file belongs to iteration N if its name has N between a '.' or '-' and a
   '.' or its end: ``ckpt.N``, ``tf_ckpt-N.index``, ``add_count_ckpt.N.gz``.
-  Temporary files (names starting with '.') are left out.
+  Temporary files (names starting with '.') and subdirectories are left
+  out. What `Checkpointer.save_checkpoint` lists, for files written in
+  place.
 
   Args:
     base_directory: str, the checkpoint directory.
@@ -216,11 +286,12 @@ def iteration_files(base_directory: str, iteration_number: int,
 
 def _listed_files(marker: Any, iteration_number: int,
                   marker_path: str) -> Dict[str, atomic_files.FileDigest]:
-  """Returns a marker's {file name: FileDigest}, after checking its structure.
+  """Returns a marker's {path: FileDigest}, after checking its structure.
 
   Raises:
     atomic_files.CheckpointError: If the marker is not of iteration N, or
-      its file list is not {name of one of N's files: [size, sha256]}.
+      its file list is not {path of one of N's files in the checkpoint
+      directory (`_belongs_to_iteration`): [size, sha256]}.
   """
   def malformed(what):
     return atomic_files.CheckpointError(
@@ -250,7 +321,14 @@ def _listed_files(marker: Any, iteration_number: int,
 
 @gin.configurable
 class Checkpointer(object):
-  """Saves and loads the experiment data of each iteration."""
+  """Saves and loads the experiment data of each iteration.
+
+  Dopamine's save: the agent writes its files in place, then
+  `save_checkpoint`. The Runner's: the agent writes into `begin_checkpoint`'s
+  directory, then `commit_checkpoint`. After a killed save (and only while
+  no other process saves here): `finish_interrupted_save`, then
+  `remove_leftovers`.
+  """
 
   def __init__(self, base_directory: str, checkpoint_file_prefix: str = 'ckpt',
                sentinel_file_identifier: str = 'checkpoint',
@@ -278,9 +356,13 @@ class Checkpointer(object):
     self._checkpoint_duration = checkpoint_duration
     self._keep_every = keep_every
     self._base_directory = base_directory
+    self._staging_directory = os.path.join(
+        base_directory, _STAGING_NAME.format(checkpoint_file_prefix))
+    self._journal_name = _JOURNAL_NAME.format(checkpoint_file_prefix)
+    self._staged_iteration = None  # What `begin_checkpoint` staged for.
     try:
-      tf.io.gfile.makedirs(base_directory)
-    except tf.errors.PermissionDeniedError as e:
+      atomic_files.make_directories(base_directory)
+    except (tf.errors.PermissionDeniedError, PermissionError) as e:
       raise ValueError('Unable to create checkpoint path: {}.'.format(
           base_directory)) from e
 
@@ -288,37 +370,128 @@ class Checkpointer(object):
     return os.path.join(self._base_directory,
                         '{}.{}'.format(file_prefix, iteration_number))
 
-  def save_checkpoint(self, iteration_number: int, data: Any) -> None:
-    """Writes `data` and then the completion marker of `iteration_number`.
+  def _is_saved(self, iteration_number: int) -> bool:
+    return iteration_number % self._checkpoint_frequency == 0
 
-    Call it after everything else of the iteration (the agent's TF and
-    replay files) is written: the marker lists those files.
+  # ----------------------------------------------------------------- saving
+
+  def save_checkpoint(self, iteration_number: int, data: Any) -> None:
+    """Writes `data` and the completion marker, for files written in place.
+
+    The caller has written the agent's files into the directory; the marker
+    lists the iteration's files found there (it cannot tell whose they
+    are). ``ckpt.N`` and the marker are one transaction; then the stale
+    iteration is pruned.
+
+    Args:
+      iteration_number: int, the iteration (skipped unless a multiple of
+        checkpoint_frequency).
+      data: picklable plain data (see the module docstring).
+    """
+    if not self._is_saved(iteration_number):
+      return
+    own = ('{}.{}'.format(self._checkpoint_file_prefix, iteration_number),
+           '{}.{}'.format(self._sentinel_file_prefix, iteration_number))
+    found = {name: atomic_files.FileDigest(*digest) for name, digest in
+             iteration_files(self._base_directory, iteration_number).items()
+             if name not in own}
+    self._commit(iteration_number, data,
+                 transaction.Transaction(self._base_directory), found)
+    self._clean_up_old_checkpoints(iteration_number)
+
+  def begin_checkpoint(self, iteration_number: int) -> Optional[str]:
+    """Returns an empty directory for iteration N's files, or None.
+
+    The agent writes its files there (``bundle_and_checkpoint(directory,
+    N)``), then `commit_checkpoint(N, data)` switches them in. What an
+    interrupted save left there is deleted first.
 
     Args:
       iteration_number: int, the iteration.
-      data: picklable plain data (see the module docstring).
+
+    Returns:
+      str, the staging directory; None if N is not a multiple of
+      checkpoint_frequency (not saved).
     """
-    if iteration_number % self._checkpoint_frequency != 0:
-      return
-    payload = pickle.dumps(data, protocol=4)
-    atomic_files.atomic_write(
-        self._generate_filename(self._checkpoint_file_prefix,
-                                iteration_number),
-        lambda f: f.write(payload))
-    marker_name = '{}.{}'.format(self._sentinel_file_prefix, iteration_number)
-    marker = {
-        'format': _MARKER_FORMAT,
-        'iteration': int(iteration_number),
-        'files': iteration_files(self._base_directory, iteration_number,
-                                 exclude=marker_name),
-    }
-    encoded = json.dumps(marker, indent=1, sort_keys=True).encode('utf-8')
-    atomic_files.atomic_write(
-        os.path.join(self._base_directory, marker_name),
-        lambda f: f.write(encoded))
+    self._staged_iteration = None
+    if not self._is_saved(iteration_number):
+      return None
+    _remove_tree(self._staging_directory)
+    atomic_files.make_directories(self._staging_directory)
+    self._staged_iteration = iteration_number
+    return self._staging_directory
+
+  def commit_checkpoint(self, iteration_number: int, data: Any) -> None:
+    """Switches the staged files, ``ckpt.N`` and the marker in, all at once.
+
+    One `transaction.Transaction` adopts every staged file (subdirectories
+    included), then stages ``ckpt.N`` and, last, the marker, which lists
+    the transaction's files of iteration N: what this process wrote, never
+    another process's file. Other staged files (TF's ``checkpoint`` state
+    file, rewritten by every save) move in unlisted. A save that fails or
+    is killed before the journal is written leaves a previous checkpoint N
+    as it was; after, `finish_interrupted_save` completes it. Then the
+    staging directory goes and the stale iteration is pruned by its marker
+    (so `checkpoint_duration` and `keep_every` govern every file).
+
+    Args:
+      iteration_number: int, the iteration `begin_checkpoint` was given.
+      data: picklable plain data (see the module docstring).
+
+    Raises:
+      ValueError: If `begin_checkpoint` was not called for this iteration.
+      Whatever pickling `data` or the filesystem raises; a previous
+        checkpoint N is then unchanged.
+    """
+    if self._staged_iteration != iteration_number:
+      raise ValueError('commit_checkpoint({0}) without begin_checkpoint({0})'
+                       ': nothing is staged for it'.format(iteration_number))
+    self._staged_iteration = None
+    staged = transaction.Transaction(self._base_directory)
+    try:
+      for path in _files_under(self._staging_directory):
+        _stage_written_file(staged, path,
+                            _join(self._staging_directory, path))
+    except BaseException:
+      staged.abort()
+      raise
+    self._commit(iteration_number, data, staged, {})
+    _remove_tree(self._staging_directory)
     self._clean_up_old_checkpoints(iteration_number)
 
+  def _commit(self, iteration_number: int, data: Any,
+              staged: transaction.Transaction,
+              found: Mapping[str, atomic_files.FileDigest]) -> None:
+    """Adds ``ckpt.N`` and the marker (`staged`'s and `found`'s files of
+    iteration N) to `staged`, then commits it."""
+    data_name = '{}.{}'.format(self._checkpoint_file_prefix, iteration_number)
+    marker_name = '{}.{}'.format(self._sentinel_file_prefix, iteration_number)
+    try:
+      self.finish_interrupted_save()  # Its journal is overwritten next.
+      payload = pickle.dumps(data, protocol=4)
+      staged.write(data_name, lambda f: f.write(payload))
+      files = dict(found)
+      files.update((path, digest) for path, digest in staged.digests.items()
+                   if _belongs_to_iteration(path, iteration_number))
+      encoded = json.dumps({
+          'format': _MARKER_FORMAT, 'iteration': int(iteration_number),
+          'files': {path: list(digest) for path, digest in files.items()}},
+                           indent=1, sort_keys=True).encode('utf-8')
+      # Staged last, so moved into place last: until then a reader that
+      # does not roll the journal forward sees the previous marker, which
+      # refuses the files already replaced.
+      staged.write(marker_name, lambda f: f.write(encoded))
+    except BaseException:
+      staged.abort()
+      raise
+    staged.commit(self._journal_name)
+
   def _clean_up_old_checkpoints(self, iteration_number: int) -> None:
+    """Deletes the stale iteration's marker, then ``ckpt.N`` and its list.
+
+    A marker that lists nothing (Dopamine's) or cannot be read takes only
+    ``ckpt.N`` along: other files cannot be told from someone else's.
+    """
     stale = iteration_number - (self._checkpoint_frequency *
                                 self._checkpoint_duration)
     if stale < 0:
@@ -326,9 +499,88 @@ class Checkpointer(object):
     if (self._keep_every is not None and
         stale % (self._keep_every * self._checkpoint_frequency) == 0):
       return
+    marker_path = self._generate_filename(self._sentinel_file_prefix, stale)
+    listed = {}
+    if atomic_files.exists(marker_path):
+      try:
+        listed = self._listed_files_of(stale) or {}
+      except atomic_files.CheckpointError as e:
+        logging.warning('Deleting checkpoint %d, whose marker is unusable '
+                        '(%s): its files other than %s.%d are left.', stale,
+                        error_summary(e), self._checkpoint_file_prefix, stale)
     # The marker goes first: a half-deleted checkpoint is never complete.
-    for prefix in (self._sentinel_file_prefix, self._checkpoint_file_prefix):
-      atomic_files.remove_if_exists(self._generate_filename(prefix, stale))
+    atomic_files.remove_if_exists(marker_path)
+    for path in ['{}.{}'.format(self._checkpoint_file_prefix, stale)] + sorted(
+        listed):
+      atomic_files.remove_if_exists(_join(self._base_directory, path))
+
+  # ------------------------------------------------- after a killed save
+
+  def finish_interrupted_save(self) -> bool:
+    """Finishes a save killed after its commit point, before any reading.
+
+    Its staged files are moved onto their targets
+    (`transaction.roll_forward`, idempotent): checkpoint N is the new one.
+
+    Returns:
+      bool, whether there was such a save.
+
+    Raises:
+      atomic_files.CorruptCheckpointError: If the journal is malformed
+        (nothing is moved then).
+      OSError: If a rename fails (call it again).
+    """
+    return transaction.roll_forward(self._base_directory, self._journal_name)
+
+  def remove_leftovers(self) -> List[str]:
+    """Deletes what killed saves left, once a committed one is finished.
+
+    The staging directory, and below the checkpoint directory temporaries
+    (`atomic_files.remove_temporaries`) of names with an iteration number,
+    of TF's ``checkpoint`` file and of the journal; nothing else.
+
+    Returns:
+      list of str, the paths deleted (the staging directory included).
+    """
+    self.finish_interrupted_save()
+    removed = []
+    if atomic_files.exists(self._staging_directory):
+      _remove_tree(self._staging_directory)
+      removed.append(self._staging_directory)
+
+    def is_target(name):
+      return (name in ('checkpoint', self._journal_name) or
+              _ANY_ITERATION.search(name) is not None)
+
+    for relative, _ in list(_walk(self._base_directory)):
+      removed += atomic_files.remove_temporaries(
+          _join(self._base_directory, relative), is_target)
+    return removed
+
+  # ---------------------------------------------------------------- loading
+
+  def _listed_files_of(self, iteration_number: int
+                      ) -> Optional[Dict[str, atomic_files.FileDigest]]:
+    """Reads iteration N's marker: {path: digest}, None for Dopamine's.
+
+    Raises:
+      atomic_files.CheckpointError: If the marker is missing, not a bounded
+        regular file, or malformed.
+    """
+    marker_path = self._generate_filename(self._sentinel_file_prefix,
+                                          iteration_number)
+    content = _read_file(marker_path, _MAX_MARKER_BYTES, 'completion marker')
+    try:
+      marker = json.loads(content.decode('utf-8'))
+    except (ValueError, RecursionError):  # ValueError: also Unicode errors.
+      marker = None
+    if not isinstance(marker, dict) or marker.get('format') != _MARKER_FORMAT:
+      if content.strip() in (b'done', b''):
+        return None  # Dopamine's marker: lists nothing.
+      raise atomic_files.CheckpointError(
+          '{} is neither a completion marker of ours nor '
+          "Dopamine's".format(marker_path))
+    return _listed_files(marker, iteration_number, marker_path)
 
   def verify(self, iteration_number: int) -> None:
     """Checks iteration_number's marker and the files it lists.
@@ -345,22 +597,9 @@ class Checkpointer(object):
         missing, unreadable or malformed; a listed file is missing, not a
         regular file, or changed since the checkpoint was written.
     """
-    marker_path = self._generate_filename(self._sentinel_file_prefix,
-                                          iteration_number)
-    content = _read_file(marker_path, _MAX_MARKER_BYTES, 'completion marker')
-    try:
-      marker = json.loads(content.decode('utf-8'))
-    except (ValueError, RecursionError):  # ValueError: also Unicode errors.
-      marker = None
-    if not isinstance(marker, dict) or marker.get('format') != _MARKER_FORMAT:
-      if content.strip() in (b'done', b''):
-        return  # Dopamine's marker: nothing to verify.
-      raise atomic_files.CheckpointError(
-          '{} is neither a completion marker of ours nor '
-          "Dopamine's".format(marker_path))
-    for name, digest in _listed_files(marker, iteration_number,
-                                      marker_path).items():
-      path = os.path.join(self._base_directory, name)
+    listed = self._listed_files_of(iteration_number) or {}
+    for name, digest in listed.items():
+      path = _join(self._base_directory, name)
       size = _file_size(path)
       if size != digest.size or atomic_files.file_digest(path) != digest:
         raise atomic_files.CheckpointError(
@@ -557,37 +796,3 @@ class VariableSnapshot(object):
       assign = tf.group(*[v.assign(p) for v, p in zip(self._variables,
                                                       placeholders)])
     self._sess.run(assign, feed_dict=dict(zip(placeholders, self._values)))
-
-
-def recorded_tf_checkpoints(checkpoint_dir: str) -> List[str]:
-  """Returns the TF checkpoints listed in checkpoint_dir's ``checkpoint`` file.
-
-  Only paths of this directory's ``tf_ckpt-N`` checkpoints are returned: the
-  saver deletes the files of the paths it is given once it has newer ones,
-  so a damaged file must not point it elsewhere. A ``checkpoint`` file that
-  is missing, not a regular file, too large or unparsable gives [].
-
-  Args:
-    checkpoint_dir: str, the checkpoint directory.
-  """
-  path = os.path.join(checkpoint_dir, 'checkpoint')
-  if not tf.io.gfile.exists(path):
-    return []
-  try:
-    _read_file(path, _MAX_TF_STATE_BYTES, "TF 'checkpoint' file")
-  except atomic_files.CheckpointError as e:
-    logging.warning('Ignoring %s', e)
-    return []
-  state = tf.train.get_checkpoint_state(checkpoint_dir)
-  if state is None:
-    return []
-  normalize = (lambda p: p.rstrip('/')) if atomic_files.is_url(
-      checkpoint_dir) else (lambda p: os.path.normpath(os.path.abspath(p)))
-  directory = normalize(checkpoint_dir)
-  recorded = []
-  # get_checkpoint_state has put checkpoint_dir before relative paths.
-  for prefix in state.all_model_checkpoint_paths:
-    if (normalize(os.path.dirname(prefix)) == directory and
-        re.fullmatch(r'tf_ckpt-[0-9]{1,18}', os.path.basename(prefix))):
-      recorded.append(prefix)
-  return recorded

@@ -1,13 +1,13 @@
 # coding=utf-8
 """Resuming an experiment from its checkpoints, or moving a run aside.
 
-The `Runner`'s side of resuming (see `run_experiment`): which checkpoints to
-try and in what order, the checks of the runner's part of ``ckpt.N`` and of
-the statistics file before anything is applied, the global random states
-saved with each checkpoint, and the error raised when nothing can be
-resumed. `move_run_aside` starts over without deleting anything. How this
-differs from Dopamine, which restarts from scratch:
-docs/compat.md#run_experiment.
+The `Runner`'s side of resuming (see `run_experiment`): finishing a
+checkpoint save killed after its commit point, which checkpoints to try and
+in what order, the checks of the runner's part of ``ckpt.N`` and of the
+statistics file before anything is applied, the global random states saved
+with each checkpoint, and the error raised when nothing can be resumed.
+`move_run_aside` starts over without deleting anything. How this differs
+from Dopamine, which restarts from scratch: docs/compat.md#run_experiment.
 """
 
 import os
@@ -23,9 +23,9 @@ import tensorflow as tf
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.file_io import atomic_files
 
-__all__ = ['CannotResumeError', 'move_run_aside', 'newest_loadable_checkpoint',
-           'check_experiment_data', 'check_statistics_file',
-           'random_states', 'restore_random_states']
+__all__ = ['CannotResumeError', 'move_run_aside', 'finish_interrupted_save',
+           'newest_loadable_checkpoint', 'check_experiment_data',
+           'check_statistics_file', 'random_states', 'restore_random_states']
 
 STATISTICS_FILENAME = 'statistics.jsonl'
 LEARNING_CURVE_FILENAME = 'learning_curve.png'
@@ -40,7 +40,8 @@ PREVIOUS_RUN_PREFIX = 'previous_run_'
 class CannotResumeError(atomic_files.CheckpointError):
   """The experiment directory holds a run that cannot be resumed.
 
-  Raised by `Runner` before it has changed any file. Its message names every
+  Raised by `Runner` before it has changed any file (but for finishing a
+  checkpoint save killed after its commit point). Its message names every
   refused checkpoint with the reason, and how to start over.
 
   Attributes:
@@ -99,12 +100,40 @@ def move_run_aside(base_dir: str) -> Optional[str]:
     suffix += 1
     destination = os.path.join(base_dir, '{}{}_{}'.format(
         PREVIOUS_RUN_PREFIX, stamp, suffix))
-  tf.io.gfile.mkdir(destination)
+  atomic_files.make_directories(destination)
   for name in names:
     name = name.rstrip('/')
     tf.io.gfile.rename(os.path.join(base_dir, name),
                        os.path.join(destination, name))
   return destination
+
+
+def finish_interrupted_save(
+    base_dir: str, experiment_checkpointer: checkpointer.Checkpointer) -> None:
+  """Finishes a checkpoint save killed after its commit point.
+
+  Call it before choosing a checkpoint: such a save replaced the files of
+  checkpoint N only in part, and its journal completes it
+  (`Checkpointer.finish_interrupted_save`), so N is the new one, whole.
+
+  Args:
+    base_dir: str, the experiment directory, for the error.
+    experiment_checkpointer: the run's checkpointer.
+
+  Raises:
+    CannotResumeError: If the save's journal is malformed; no file was
+      changed.
+  """
+  try:
+    finished = experiment_checkpointer.finish_interrupted_save()
+  except atomic_files.CorruptCheckpointError as e:
+    raise CannotResumeError(
+        base_dir, 'the journal of an interrupted checkpoint save is '
+        'unusable ({}); moving it aside resumes from the checkpoints as they '
+        'are'.format(checkpointer.error_summary(e))) from e
+  if finished:
+    logging.info('Finished the checkpoint save that was interrupted in %s.',
+                 base_dir)
 
 
 def _checkpoint_candidates(checkpoint_dir: str) -> List[int]:

@@ -13,14 +13,14 @@ docs/compat.md#learning_curve.
 """
 
 import io
-import math
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
+from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
 
 __all__ = ['TRAIN_COLOR', 'EVAL_COLOR', 'WIDTH_PX', 'HEIGHT_PX', 'DPI',
-           'finite_number', 'series', 'rgb', 'new_figure', 'integer_ticks',
-           'write_figure', 'plot_learning_curve']
+           'series', 'rgb', 'new_figure', 'integer_ticks', 'write_figure',
+           'plot_learning_curve']
 
 Color = Tuple[int, int, int]
 
@@ -34,19 +34,12 @@ DPI = 100
 _MAX_MARKED_POINTS = 40
 
 
-def finite_number(value: Any) -> bool:
-  """Whether `value` is a finite int or float (not a bool, None or text).
-
-  Statistics records come from JSON, where a non-finite average was
-  written as null and a hand-edited file may hold anything.
-  """
-  return (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value))
-
-
 def series(records: Sequence[Mapping[str, Any]], x_key: str,
            y_key: str) -> Tuple[list, list]:
   """Returns the (xs, ys) of the records where both keys hold numbers.
+
+  A value that is not a finite number (None, text, a bool, an int beyond
+  any float) leaves its record out.
 
   Args:
     records: statistics records (dicts); other keys are ignored.
@@ -59,7 +52,8 @@ def series(records: Sequence[Mapping[str, Any]], x_key: str,
   xs, ys = [], []
   for record in records:
     x, y = record.get(x_key), record.get(y_key)
-    if finite_number(x) and finite_number(y):
+    if (statistics_file.is_finite_number(x) and
+        statistics_file.is_finite_number(y)):
       xs.append(x)
       ys.append(y)
   return xs, ys

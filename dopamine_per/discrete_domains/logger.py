@@ -9,8 +9,9 @@
 
 `StatisticsLog` is the log the `Runner` reads back: one JSON object per
 iteration in ``statistics.jsonl`` (averages, episode counts, steps per
-second, wall time), which plotting tools and `learning_curve` use. What
-differs from Dopamine: docs/compat.md#logger.
+second, wall time), which plotting tools and `learning_curve` use; every
+reader reads it with `statistics_file.read_records`. What differs from
+Dopamine: docs/compat.md#logger.
 """
 
 import json
@@ -23,6 +24,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
 
 __all__ = ['Logger', 'StatisticsLog', 'to_json_value']
@@ -69,7 +71,7 @@ class Logger(object):
     if not logging_dir:
       logging.info('Logging directory not specified, will not log.')
       return
-    tf.io.gfile.makedirs(logging_dir)
+    atomic_files.make_directories(logging_dir)
 
   def __setitem__(self, key: str, value: Any) -> None:
     if self._logging_enabled:
@@ -104,24 +106,36 @@ class Logger(object):
 class StatisticsLog(object):
   """An append-only JSON-lines file of per-iteration records.
 
+  The file is read with `statistics_file.read_records`: lines that are not
+  statistics records are skipped, with one warning naming the file and the
+  count, and left out when the file is next written; of several records of
+  one iteration the last is kept.
+
   Attributes:
     path: str, the file.
-    records: list of dict, the records in the file, in order.
+    records: list of dict, the records in the file, by increasing
+      iteration.
   """
 
   def __init__(self, path: str):
+    """Reads the records already in `path`, if it exists.
+
+    Args:
+      path: str, the file (a local path or a tf.io.gfile URL).
+
+    Raises:
+      atomic_files.CheckpointError: If the file is not a regular file or
+        cannot be read (no line of it can raise).
+    """
     self.path = path
     self.records: List[Dict[str, Any]] = []
     if tf.io.gfile.exists(path):
-      with tf.io.gfile.GFile(path, 'r') as f:
-        for line in f:
-          line = line.strip()
-          if not line:
-            continue
-          try:
-            self.records.append(json.loads(line))
-          except ValueError:
-            logging.warning('Ignoring a malformed line of %s.', path)
+      read = statistics_file.read_records(path)
+      self.records = read.records
+      warning = read.warning()
+      if warning:
+        logging.warning('%s; they are left out when the file is next '
+                        'written.', warning)
 
   def truncate(self, num_iterations: int) -> None:
     """Drops the records of iterations >= num_iterations (not checkpointed).

@@ -10,11 +10,12 @@ Same names and gin parameters as ``dopamine.discrete_domains.run_experiment``
 at least ``training_steps`` agent steps in whole episodes, then (`Runner`) an
 evaluation phase, then logging and a checkpoint.
 
-It resumes after the newest complete checkpoint that loads (the resume
-logic is `experiment_resume`'s), never silently restarts, logs plain data
-(``logs/statistics.jsonl``) and redraws ``base_dir/learning_curve.png``
-after every iteration. What differs from Dopamine:
-docs/compat.md#run_experiment.
+Each checkpoint is written, then switched into place as a whole
+(`checkpointer.Checkpointer.commit_checkpoint`). It resumes after the newest
+complete checkpoint that loads (the resume logic is `experiment_resume`'s),
+never silently restarts, logs plain data (``logs/statistics.jsonl``) and
+redraws ``base_dir/learning_curve.png`` after every iteration. What differs
+from Dopamine: docs/compat.md#run_experiment.
 """
 
 import inspect
@@ -203,8 +204,9 @@ class Runner(object):
   """Runs an experiment: iterations of training and evaluation.
 
   Directory layout under base_dir: ``checkpoints/`` (agent, replay memory,
-  experiment data, completion markers), ``logs/`` (``statistics.jsonl``,
-  ``log_N``), TensorBoard event files, and ``learning_curve.png``.
+  experiment data, completion markers; while a save runs, its staging
+  directory and journal), ``logs/`` (``statistics.jsonl``, ``log_N``),
+  TensorBoard event files, and ``learning_curve.png``.
   """
 
   def __init__(self,
@@ -298,8 +300,8 @@ class Runner(object):
 
   def _create_directories(self) -> None:
     """Creates checkpoints/ and logs/ and reads the statistics so far."""
-    tf.io.gfile.makedirs(self._checkpoint_dir)
-    tf.io.gfile.makedirs(self._logging_dir)
+    atomic_files.make_directories(self._checkpoint_dir)
+    atomic_files.make_directories(self._logging_dir)
     self._logger = logger.Logger(self._logging_dir)
     self._statistics_log = logger.StatisticsLog(
         os.path.join(self._logging_dir, STATISTICS_FILENAME))
@@ -308,20 +310,26 @@ class Runner(object):
       self, checkpoint_file_prefix: str) -> None:
     """Resumes after the newest checkpoint that loads, all parts of it.
 
-    Sets _checkpointer and _start_iteration (0 without a checkpoint).
-    Checkpoints are tried newest first (a gin ``override_number`` first);
-    a refused one leaves nothing applied. Only once the start is decided
-    are directories created and the statistics of iterations that will be
-    rerun dropped.
+    Sets _checkpointer and _start_iteration (0 without a checkpoint). A
+    checkpoint save killed after its commit point is finished first (its
+    files were committed). Checkpoints are tried newest first (a gin
+    ``override_number`` first); a refused one leaves nothing applied. Only
+    once the start is decided are directories created, what killed saves
+    left deleted (`Checkpointer.remove_leftovers`) and the statistics of
+    iterations that will be rerun dropped.
 
     Raises:
-      CannotResumeError: If checkpoints exist but none loads, or the
-        statistics file is not a regular file; no file was changed.
+      CannotResumeError: If checkpoints exist but none loads, the journal of
+        an interrupted save is malformed, or the statistics file is not a
+        regular file; no file was changed (but for finishing a committed
+        save).
     """
     experiment_resume.check_statistics_file(
         self._base_dir, os.path.join(self._logging_dir, STATISTICS_FILENAME))
     self._checkpointer = checkpointer.Checkpointer(self._checkpoint_dir,
                                                    checkpoint_file_prefix)
+    experiment_resume.finish_interrupted_save(self._base_dir,
+                                              self._checkpointer)
     version, data, refusals = experiment_resume.newest_loadable_checkpoint(
         self._checkpoint_dir, self._load_checkpoint)
     if data is None and refusals:
@@ -329,6 +337,8 @@ class Runner(object):
           self._base_dir, 'none of its {} checkpoint{} loads'.format(
               len(refusals), 's' if len(refusals) > 1 else ''), refusals)
     self._create_directories()
+    for path in self._checkpointer.remove_leftovers():
+      logging.info('Deleted %s, left by an interrupted checkpoint save.', path)
     self._start_iteration = 0
     if data is not None:
       self._restore_experiment_data(data)
@@ -612,10 +622,21 @@ class Runner(object):
     return self._statistics_log.path
 
   def _checkpoint_experiment(self, iteration):
-    """Checkpoints the agent, then the experiment data and marker."""
-    bundle = self._agent.bundle_and_checkpoint(self._checkpoint_dir,
-                                               iteration)
+    """Checkpoints the iteration: the agent's files, data and marker at once.
+
+    The agent writes its files into the checkpointer's staging directory,
+    then `Checkpointer.commit_checkpoint` switches them into place with
+    ``ckpt.N`` and the marker in one transaction: a save that fails or is
+    killed part-way leaves an earlier checkpoint of this number whole.
+    Iterations the checkpointer does not save (its checkpoint_frequency)
+    are skipped.
+    """
+    staging_dir = self._checkpointer.begin_checkpoint(iteration)
+    if staging_dir is None:
+      return
+    bundle = self._agent.bundle_and_checkpoint(staging_dir, iteration)
     if not bundle:
+      self._checkpointer.remove_leftovers()
       return
     # Dopamine's layout: the agent's bundle plus the runner's keys.
     data = dict(bundle)
@@ -623,7 +644,7 @@ class Runner(object):
     data.update(experiment_resume.random_states())
     if self._use_legacy_logger:
       data['logs'] = self._logger.data
-    self._checkpointer.save_checkpoint(iteration, data)
+    self._checkpointer.commit_checkpoint(iteration, data)
 
   def run_experiment(self):
     """Runs iterations from the resumed one to num_iterations."""

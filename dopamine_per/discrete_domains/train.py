@@ -10,14 +10,16 @@ r"""Trains an agent: the command-line entry point, as Dopamine's ``train``.
 paths of gin files, or the names of the configs shipped with the package
 (--list_configs lists them; see `dopamine_per.configs`).
 
-Checks that --base_dir can hold the run's files, loads the gin files, then
-the bindings, creates the runner (`run_experiment.create_runner`) and runs
-the experiment. Started again with the same --base_dir, it resumes after the
-last checkpoint that loads. It never writes over a run it cannot resume: if
---base_dir holds checkpoints and none loads, it exits with status 1 and one
-message naming each and why, changing no file. Starting over is the user's
-choice: another --base_dir, or --restart_from_scratch. What differs from
-Dopamine's: docs/compat.md#train.
+Checks that --base_dir can hold the run's files, locks it (one trainer per
+--base_dir: a second one exits with status 1 and one line naming the
+directory and the trainer that holds it; `run_lock`), loads the gin files,
+then the bindings, creates the runner (`run_experiment.create_runner`) and
+runs the experiment. Started again with the same --base_dir, it resumes
+after the last checkpoint that loads. It never writes over a run it cannot
+resume: if --base_dir holds checkpoints and none loads, it exits with
+status 1 and one message naming each and why, changing no file. Starting
+over is the user's choice: another --base_dir, or --restart_from_scratch.
+What differs from Dopamine's: docs/compat.md#train.
 """
 
 import os
@@ -30,6 +32,7 @@ from absl import flags
 from absl import logging
 
 from dopamine_per import configs
+from dopamine_per.file_io import run_lock
 
 flags.DEFINE_string('base_dir', None,
                     'Directory for checkpoints, logs and summaries.')
@@ -77,8 +80,8 @@ def _nearest_existing(path: str) -> str:
 def check_base_dir(base_dir: Optional[str]) -> None:
   """Checks that the run's directory exists or can be created, writably.
 
-  Nothing is created (a probe file is deleted at once); the runner creates
-  the directory. Paths with a scheme (``gs://...``) are left to
+  Nothing is created (a probe file is deleted at once); `main` creates the
+  directory when it locks it. Paths with a scheme (``gs://...``) are left to
   ``tf.io.gfile``.
 
   Args:
@@ -119,25 +122,17 @@ def _train(base_dir: str, gin_files: Sequence[str],
   """Loads the configuration and runs the experiment.
 
   Args:
-    base_dir: str, the run's directory.
-    gin_files: the gin files, in order: paths, or names of shipped configs
-      (`configs.resolve`).
+    base_dir: str, the run's directory, locked by the caller.
+    gin_files: the gin files' paths, in order.
     gin_bindings: the gin bindings, applied after the files.
     restart_from_scratch: bool, move an earlier run aside first.
     create_runner_fn: callable(base_dir) returning the runner, called after
       the configuration is loaded; None: `run_experiment.create_runner`.
 
   Returns:
-    int, the exit status: 0, or 1 when a gin file is neither a file nor a
-    shipped config (one line on stderr, before TensorFlow is imported) or
-    the run in base_dir cannot be resumed (reported on stderr, nothing
-    changed).
+    int, the exit status: 0, or 1 when the run in base_dir cannot be
+    resumed (reported on stderr, nothing changed).
   """
-  try:
-    gin_files = [configs.resolve(gin_file) for gin_file in gin_files]
-  except FileNotFoundError as e:
-    print('train: error: {}'.format(e), file=sys.stderr)
-    return 1
   # Imported here, after the flags are checked: TensorFlow takes seconds to
   # import and logs to stderr, which would bury a one-line flag error.
   # pylint: disable=g-import-not-at-top
@@ -167,21 +162,33 @@ def _train(base_dir: str, gin_files: Sequence[str],
 
 
 def main(argv: Sequence[str],
-         create_runner_fn: Optional[Callable[[str], Any]] = None) -> int:
-  """Checks --base_dir, then trains; returns the exit status.
+         create_runner_fn: Optional[Callable[[str], Any]] = None,
+         before_unlock_fn: Optional[Callable[[], None]] = None) -> int:
+  """Checks and locks --base_dir, then trains; returns the exit status.
+
+  The lock (`run_lock.RunDirectoryLock`) is taken before the gin files are
+  loaded and the runner is created (the distributed trainer starts Ray
+  there), and held until training ends, however it ends; a process that
+  dies loses it with its descriptors. Where --base_dir cannot be locked (a
+  ``gs://`` path, a filesystem without locks) one warning says so.
 
   Args:
     argv: the arguments left after absl's flags (the program name only).
     create_runner_fn: callable(base_dir) returning the runner, called once
       the gin configuration is loaded (the distributed trainer's); None:
       `run_experiment.create_runner`.
+    before_unlock_fn: callable run once training ends, however it ends,
+      before the lock is released (the distributed trainer stops Ray there,
+      so that no shard still writes into the unlocked directory); None:
+      nothing.
 
   Returns:
-    int, 0 after training or --list_configs; 1 for an unusable --base_dir
-    or a --gin_files entry that is neither a file nor a shipped config
-    (each reported in one line on stderr, before TensorFlow is imported),
-    or for a run in --base_dir that cannot be resumed (one message on
-    stderr, no file changed).
+    int, 0 after training or --list_configs; 1 for an unusable --base_dir,
+    one that another trainer holds, or a --gin_files entry that is neither
+    a file nor a shipped config (each reported in one line on stderr,
+    before TensorFlow is imported and before any file is changed), or for
+    a run in --base_dir that cannot be resumed (one message on stderr, no
+    file changed).
 
   Raises:
     app.UsageError: For extra arguments or a gin file or binding that does
@@ -201,8 +208,30 @@ def main(argv: Sequence[str],
     # The runner's status line and summaries are the console output; absl's
     # INFO messages (--verbosity=0) would interleave with them.
     logging.set_verbosity(logging.WARNING)
-  return _train(FLAGS.base_dir, FLAGS.gin_files, FLAGS.gin_bindings,
-                FLAGS.restart_from_scratch, create_runner_fn)
+  try:
+    gin_files = [configs.resolve(gin_file) for gin_file in FLAGS.gin_files]
+  except FileNotFoundError as e:
+    print('train: error: {}'.format(e), file=sys.stderr)
+    return 1
+  lock = run_lock.RunDirectoryLock(FLAGS.base_dir)
+  try:
+    lock.acquire()
+  except run_lock.RunDirectoryLockedError as e:
+    print('train: error: {}'.format(e), file=sys.stderr)
+    return 1
+  except OSError as e:
+    print('train: error: cannot lock --base_dir={}: {}'.format(
+        FLAGS.base_dir, e.strerror or e), file=sys.stderr)
+    return 1
+  try:
+    return _train(FLAGS.base_dir, gin_files, FLAGS.gin_bindings,
+                  FLAGS.restart_from_scratch, create_runner_fn)
+  finally:
+    try:
+      if before_unlock_fn is not None:
+        before_unlock_fn()
+    finally:
+      lock.release()
 
 
 def describe_in_help(module_name: str) -> None:

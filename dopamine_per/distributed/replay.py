@@ -20,14 +20,15 @@ The module imports Ray and the TF-free memory, never TensorFlow.
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from absl import logging
 import gin
 import numpy as np
 import ray
 
 from dopamine_per import errors
+from dopamine_per.distributed import placement
 from dopamine_per.distributed import prefetch as prefetch_lib
 from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.distributed import sharded_checkpoint
 from dopamine_per.distributed import writer as writer_lib
 from dopamine_per.replay_memory import locking
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -134,9 +135,16 @@ class ShardedPrioritizedReplayBuffer(object):
       ray_address: str or None; used only if Ray is not initialized in this
         process yet: ``ray.init(address=ray_address)`` (None starts a local
         Ray with this machine's CPUs).
-      num_cpus_per_shard: float >= 0, the CPUs Ray reserves for each shard.
+      num_cpus_per_shard: float >= 0, the CPUs Ray reserves for each shard
+        (on one node). Shards the cluster's nodes could never hold, busy or
+        not (3 shards x 1 CPU on 2 CPUs), are refused at once
+        (`placement.check_placeable`), counting the nodes alive now: on a
+        cluster whose autoscaler adds nodes on demand, start them first
+        (or reserve less). To run more shards than cores, reserve a
+        fraction (0.5) or 0; the shards then share the cores.
       flush_every: int >= 1, transitions a writer buffers per remote call.
-      start_timeout_s: float, how long to wait for the shards to start.
+      start_timeout_s: float, how long to wait for the shards to start
+        (for CPUs that other actors hold, say).
       prefetch: int >= 0, default-size batches sampled ahead in a background
         thread, rounded up to whole draws of `batches_per_call` (0: none;
         every batch is sampled when asked for).
@@ -153,8 +161,10 @@ class ShardedPrioritizedReplayBuffer(object):
         learner's draws (None: fresh entropy, not Python's ``random``).
 
     Raises:
-      ValueError: If an argument is malformed, or a shard would be smaller
-        than update_horizon + stack_size (checked before any actor starts).
+      ValueError: If an argument is malformed, a shard would be smaller
+        than update_horizon + stack_size, or the cluster's nodes could never
+        place the shards (`placement.check_placeable`); checked before any
+        actor starts.
       ShardError: If a shard actor fails to start.
       RuntimeError: If the shards do not start within start_timeout_s (the
         shard actors are then killed).
@@ -167,6 +177,8 @@ class ShardedPrioritizedReplayBuffer(object):
     prefetch = validation.check_int('prefetch', prefetch, 0)
     self._batches_per_call = validation.check_int('batches_per_call',
                                                   batches_per_call, 1)
+    num_cpus_per_shard = validation.check_real(
+        'num_cpus_per_shard', num_cpus_per_shard, 0.0, float(2 ** 31))
     self.shard_capacity = replay_capacity // self.num_shards
     if self.shard_capacity < 1:
       raise ValueError('replay_capacity ({}) must be at least num_shards '
@@ -195,6 +207,8 @@ class ShardedPrioritizedReplayBuffer(object):
                  np.random.default_rng(rng))
     if not ray.is_initialized():
       ray.init(address=ray_address)
+    placement.check_placeable(self.num_shards, num_cpus_per_shard,
+                              placement.cluster_node_cpus())
     actor = _shard_actor_class().options(num_cpus=num_cpus_per_shard)
     self._handles = [
         actor.remote(k, self.shard_capacity, self._batch_size, memory_kwargs)
@@ -210,6 +224,8 @@ class ShardedPrioritizedReplayBuffer(object):
     self._pending_priorities = {}
     # Each shard's (total, ready) as its last answer gave it (None: unknown).
     self._masses = None
+    self._checkpointer = sharded_checkpoint.ShardedCheckpointer(
+        self.num_shards, self.shard_capacity, self._call_each)
     self._writer0 = self.writer(0)
     self._prefetcher = None
     if prefetch:
@@ -255,13 +271,36 @@ class ShardedPrioritizedReplayBuffer(object):
     except ray.exceptions.RayActorError as error:
       raise ShardError(shard, error) from None
 
-  def _call(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
-           ) -> Dict[int, Any]:
-    """Calls `method` on several shards at once; returns {shard: result}."""
+  def _call_each(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
+                 ) -> Tuple[Dict[int, Any], Optional[Exception]]:
+    """Calls `method` on several shards at once; waits for all of them.
+
+    Args:
+      method: str, a `shard.ReplayShard` method.
+      args_by_shard: {shard: its call's arguments}.
+
+    Returns:
+      ({shard: result} of the shards that answered, the first error or
+      None): after a failure, the caller can undo what the others did.
+    """
     self._check_open()
     refs = {k: getattr(self._handles[k], method).remote(*args)
             for k, args in args_by_shard.items()}
-    return {k: self._get(k, ref) for k, ref in refs.items()}
+    results, first_error = {}, None
+    for k, ref in refs.items():
+      try:
+        results[k] = self._get(k, ref)
+      except Exception as error:  # pylint: disable=broad-except
+        first_error = first_error or error
+    return results, first_error
+
+  def _call(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
+           ) -> Dict[int, Any]:
+    """Calls `method` on several shards at once; returns {shard: result}."""
+    results, error = self._call_each(method, args_by_shard)
+    if error is not None:
+      raise error
+    return results
 
   def _call_all(self, method: str, *args: Any) -> List[Any]:
     results = self._call(method, {k: args for k in range(self.num_shards)})
@@ -696,50 +735,27 @@ class ShardedPrioritizedReplayBuffer(object):
 
   @locking.synchronized('_lock')
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
-    """Each shard saves its memory into ``checkpoint_dir/shard_{k}``.
+    """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
-    The single memory's format and garbage collection, per shard. In a
-    cluster, `checkpoint_dir` must be storage every shard's machine sees.
-
-    Args:
-      checkpoint_dir: str, an existing directory (if it does not exist, a
-        warning is logged and nothing is written, as the single memory).
-      iteration_number: int, the checkpoint's suffix.
+    Shard k's files go to ``checkpoint_dir/shard_{k}``, with a record of
+    the shards beside them (`sharded_checkpoint.ShardedCheckpointer.save`:
+    the phases, the errors). In a cluster, `checkpoint_dir` must be storage
+    that this process and every shard's machine see; if it does not exist,
+    a warning is logged and nothing is written, as the single memory.
     """
     self._settle()
-    if not all(self._call_all('save', checkpoint_dir, iteration_number)):
-      logging.warning('Not saving the sharded replay memory: %s does not '
-                      'exist.', checkpoint_dir)
+    self._checkpointer.save(checkpoint_dir, iteration_number)
 
   @locking.synchronized('_lock')
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
-    """Restores every shard from ``checkpoint_dir/shard_{k}``, all or none.
+    """Restores every shard from checkpoint `suffix`, all or none.
 
-    Each shard first reads its files into a new memory; only when all have
-    succeeded do they swap them in, so a missing or bad file on any shard
-    leaves every shard as it was.
-
-    Args:
-      checkpoint_dir: str, the directory `save` wrote.
-      suffix: int or str, the checkpoint's iteration number.
-
-    Raises:
-      The single memory's `load` errors (the message names the shard), and
-      ShardError if a shard is dead.
+    A checkpoint of another number of shards or shard capacity is refused
+    (an `atomic_files.CheckpointError`) before any shard is called
+    (`sharded_checkpoint.ShardedCheckpointer.load`: the phases, the errors).
     """
     self._settle()
-    refs = {k: handle.prepare_load.remote(checkpoint_dir, suffix)
-            for k, handle in enumerate(self._handles)}
-    first_error = None
-    for k, ref in refs.items():
-      try:
-        self._get(k, ref)
-      except Exception as error:  # pylint: disable=broad-except
-        first_error = first_error or error
-    if first_error is not None:
-      self._call_all('abort_load')
-      raise first_error
-    self._call_all('commit_load')
+    self._checkpointer.load(checkpoint_dir, suffix)
     self._masses = None
     if self._prefetcher is not None:
       self._prefetcher.discard()  # Batches of the memory before the load.

@@ -8,8 +8,10 @@ shard's total priority, a draw (the learner's queued priority updates,
 then a descent of its sum tree for the targets the learner drew, with the
 transitions of the valid slots gathered in the same call, so that no add
 slips between the validity test and the gather), priorities by slot, and
-checkpoints in a subdirectory of its own. It uses only the
-memory's public methods.
+its part of a sharded checkpoint in a subdirectory of its own, in phases
+(stage, commit, prune; read, swap) so that the learner can make a sharded
+save and load all-or-nothing. It uses only the memory's public methods and
+`memory_checkpoint`'s.
 
 The class is plain Python; `replay.ShardedPrioritizedReplayBuffer` runs it
 as a Ray actor. Its module imports NumPy and the TF-free memory only, so a
@@ -22,6 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per.file_io import transaction
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sampling
 
@@ -308,23 +312,82 @@ class ReplayShard(object):
 
   # ---------------------------------------------------------- checkpoints
 
-  def save(self, checkpoint_dir: str, iteration_number: int) -> bool:
-    """Saves the memory into ``checkpoint_dir/shard_{shard}``.
+  # `memory_checkpoint`'s phases expect the caller to hold the memory's lock
+  # against other threads: a Ray actor runs one call at a time, and no
+  # other thread of the shard touches the memory.
+
+  def prepare_save(self, checkpoint_dir: str, iteration_number: int
+                  ) -> Optional[Dict[str, Any]]:
+    """Stages checkpoint `iteration_number` in ``checkpoint_dir/shard_{shard}``.
+
+    Every file of the memory's checkpoint is written under a temporary name
+    (`memory_checkpoint.prepare_save`): nothing visible changes until
+    `commit_save`. The learner deletes the staged files if the sharded save
+    fails (`memory_checkpoint.abort_save`).
 
     Args:
       checkpoint_dir: str, the sharded memory's checkpoint directory.
-      iteration_number: int, the checkpoint's suffix.
+      iteration_number: int, the checkpoint's number.
 
     Returns:
-      bool, False (nothing written) if `checkpoint_dir` does not exist, as
-      the single memory's `save` then writes nothing.
+      The staged files, a `transaction.Record` as plain data
+      (``to_data()``), or None (nothing written) if `checkpoint_dir` does
+      not exist.
+
+    Raises:
+      Whatever writing raises (disk full ...), with the shard named; no
+      staged file is left.
     """
     if not os.path.isdir(checkpoint_dir):
-      return False
+      return None
     directory = shard_directory(checkpoint_dir, self.shard)
-    os.makedirs(directory, exist_ok=True)
-    self.memory.save(directory, iteration_number)
-    return True
+    try:
+      os.makedirs(directory, exist_ok=True)
+      record = memory_checkpoint.prepare_save(self.memory, directory,
+                                              iteration_number)
+    except Exception as error:  # pylint: disable=broad-except
+      raise self._error(error) from None
+    return None if record is None else record.to_data()
+
+  def commit_save(self, checkpoint_dir: str, iteration_number: int,
+                  staged: Dict[str, Any]) -> None:
+    """Moves the files `prepare_save` staged into place, unless done already.
+
+    The learner calls it once the sharded checkpoint's record is written,
+    and again when loading that checkpoint, which so completes a save
+    interrupted after its record (`memory_checkpoint.commit_save` is
+    idempotent, and writes nothing when the files are in place). Old
+    checkpoints are not pruned here (see `prune`).
+
+    Args:
+      checkpoint_dir: str, the sharded memory's checkpoint directory.
+      iteration_number: int, the checkpoint's number.
+      staged: this shard's part of the record (`prepare_save`'s answer).
+
+    Raises:
+      The errors of `memory_checkpoint.commit_save`, with the shard named.
+    """
+    try:
+      memory_checkpoint.commit_save(
+          self.memory, shard_directory(checkpoint_dir, self.shard),
+          iteration_number, transaction.Record.from_data(staged),
+          prune=False)
+    except Exception as error:  # pylint: disable=broad-except
+      raise self._error(error) from None
+
+  def prune(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Deletes the stale checkpoint and leftover temporaries of the shard.
+
+    The memory's clean-up after its checkpoint `iteration_number`
+    (`memory_checkpoint.prune`: checkpoint_duration, keep_every), run once
+    every shard committed its part.
+    """
+    try:
+      memory_checkpoint.prune(self.memory,
+                              shard_directory(checkpoint_dir, self.shard),
+                              iteration_number)
+    except Exception as error:  # pylint: disable=broad-except
+      raise self._error(error) from None
 
   def prepare_load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Reads ``checkpoint_dir/shard_{shard}`` into a new memory, kept aside.

@@ -75,6 +75,16 @@ def _create_runner(base_dir: str) -> Any:
   return runner.create_apex_runner(base_dir)
 
 
+def _shutdown_ray() -> None:
+  """Stops this process's Ray, and the local cluster it started if any.
+
+  `train.main` runs it before it releases the run directory's lock, so
+  that no shard or actor still writes into the directory.
+  """
+  import ray  # pylint: disable=g-import-not-at-top
+  ray.shutdown()
+
+
 def _cause(error: BaseException) -> BaseException:
   """The exception a Ray task raised, without Ray's wrapping traceback."""
   return getattr(error, 'cause', None) or error
@@ -91,7 +101,8 @@ def main(argv: Sequence[str]) -> int:
     actor died beyond recovery (one line on stderr naming it).
   """
   try:
-    return train.main(argv, create_runner_fn=_create_runner)
+    return train.main(argv, create_runner_fn=_create_runner,
+                      before_unlock_fn=_shutdown_ray)
   except Exception as error:  # pylint: disable=broad-except
     # Imported only now: the runner imports TensorFlow, which the flag
     # checks in `train.main` run without.
@@ -106,8 +117,7 @@ def main(argv: Sequence[str]) -> int:
               str(_cause(error)).strip().splitlines()[0]), file=sys.stderr)
     return 1
   finally:
-    import ray  # pylint: disable=g-import-not-at-top
-    ray.shutdown()
+    _shutdown_ray()  # Also when train.main returned before locking.
 
 
 def run():

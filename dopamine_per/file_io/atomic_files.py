@@ -5,7 +5,10 @@
   the destination directory, flushed, fsync'ed and moved into place with
   ``os.replace`` (and the directory is fsync'ed), so a crash never leaves a
   half-written file under the final name. A writer killed midway leaves its
-  temporary file, which `remove_temporaries` finds by name.
+  temporary file, which `remove_temporaries` finds by name. A new file gets
+  the mode a plain ``open`` gives (0666 less the umask). `stage_write` and
+  `replace_staged` are its two halves, for `transaction`, which replaces
+  several files as one.
 * Digests (`FileDigest`). `atomic_write` returns the size and SHA-256 of
   what it wrote; `open_for_reading` checks a file against such a digest as
   it is read, so a truncated, corrupted or swapped-in file is refused.
@@ -14,7 +17,9 @@
   `file_digest`, `open_for_reading`).
 * One error type. A file that cannot be used raises `CheckpointError` (a
   ValueError) naming the file; `refusing` turns any other error raised
-  while reading one into a `CorruptCheckpointError`.
+  while reading one into a `CorruptCheckpointError`. A missing one is a
+  `CheckpointNotFoundError` (`not_found_error`: also TensorFlow's
+  `NotFoundError` where TensorFlow is loaded, never importing it).
 
 Paths with a URL scheme (``gs://``, ``ram://``, ...) go through
 ``tf.io.gfile``, TensorFlow being imported only then; there the final
@@ -24,30 +29,41 @@ Dopamine, which writes files in place: docs/compat.md#file_io.
 
 import collections
 import contextlib
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
-import tempfile
-from typing import BinaryIO, Callable, Iterator, List, Optional
+import sys
+from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from dopamine_per import errors
 
 __all__ = [
     'CheckpointError',
     'CorruptCheckpointError',
+    'CheckpointNotFoundError',
+    'not_found_error',
     'READ_CHUNK_BYTES',
     'describe_error',
     'refusing',
     'is_url',
     'exists',
+    'make_directories',
     'list_directory',
     'remove_if_exists',
     'FileDigest',
     'file_digest',
     'read_file',
     'open_for_reading',
+    'create_temporary',
+    'StagedFile',
+    'stage_write',
+    'replace',
+    'replace_staged',
     'atomic_write',
+    'is_temporary_of',
     'remove_temporaries',
 ]
 
@@ -63,6 +79,86 @@ class CheckpointError(ValueError):
 
 class CorruptCheckpointError(CheckpointError):
   """A checkpoint file that is truncated, corrupt or of the wrong layout."""
+
+
+class CheckpointNotFoundError(FileNotFoundError, CheckpointError):
+  """A checkpoint file that does not exist: a FileNotFoundError and a
+  CheckpointError. Raise it with `not_found_error`, which makes it a
+  `tf.errors.NotFoundError` too where TensorFlow is loaded.
+
+  Attributes:
+    filename: str or None, the missing file.
+  """
+
+  def __init__(self, message: str, filename: Optional[str] = None):
+    super().__init__(message)
+    self.errno = errno.ENOENT
+    self.filename = filename
+
+  def __str__(self) -> str:
+    return str(self.args[0]) if self.args else ''
+
+  def __reduce__(self):
+    # Rebuilt by `not_found_error` where it is unpickled (a Ray shard's error
+    # reaching the learner): a TensorFlow error there if TensorFlow is.
+    return not_found_error, (str(self), self.filename)
+
+
+# The subclass of CheckpointNotFoundError and tf.errors.NotFoundError, built
+# by `not_found_error` the first time it is needed with TensorFlow loaded.
+_tf_not_found_class = None
+
+
+def _tf_not_found_error_class() -> type:
+  """CheckpointNotFoundError that is also a tf.errors.NotFoundError.
+
+  Built on first use: the base class exists only once TensorFlow is imported,
+  and importing it here would cost the 4-6 s and 500 MB this avoids.
+  """
+  global _tf_not_found_class
+  if _tf_not_found_class is None:
+    tf_not_found = sys.modules['tensorflow'].errors.NotFoundError
+
+    class TfCheckpointNotFoundError(CheckpointNotFoundError, tf_not_found):
+      """A missing checkpoint file, as TensorFlow's NotFoundError too.
+
+      Built as TensorFlow's errors are: (node_def, op, message).
+      """
+
+      def __init__(self, node_def, op, message: str, *args):
+        tf_not_found.__init__(self, node_def, op, message, *args)
+        # Last: TensorFlow's __init__ leaves Exception.args empty.
+        CheckpointNotFoundError.__init__(self, message)
+
+    TfCheckpointNotFoundError.__module__ = __name__
+    TfCheckpointNotFoundError.__qualname__ = 'TfCheckpointNotFoundError'
+    _tf_not_found_class = TfCheckpointNotFoundError
+  return _tf_not_found_class
+
+
+def not_found_error(message: str, filename: Optional[str] = None
+                   ) -> CheckpointNotFoundError:
+  """The error for a missing checkpoint file; never imports TensorFlow.
+
+  Where TensorFlow is loaded (``'tensorflow' in sys.modules``) the error is
+  also a `tf.errors.NotFoundError`, which Dopamine's callers catch (its
+  memories' `load` raises one); elsewhere (an actor, a shard, a tool that
+  never imported TensorFlow) it is a plain `CheckpointNotFoundError`,
+  raised at once.
+
+  Args:
+    message: str, what is missing.
+    filename: optional str, the missing file.
+
+  Returns:
+    CheckpointNotFoundError (a FileNotFoundError and a CheckpointError).
+  """
+  if 'tensorflow' in sys.modules:
+    error = _tf_not_found_error_class()(None, None, message)
+  else:
+    error = CheckpointNotFoundError(message)
+  error.filename = filename
+  return error
 
 
 def describe_error(error: BaseException) -> str:
@@ -118,6 +214,24 @@ def exists(path: str) -> bool:
   if is_url(path):
     return bool(_gfile().exists(path))
   return os.path.exists(path)
+
+
+def make_directories(path: str) -> None:
+  """Creates directory `path` and its missing parents, as `os.makedirs`.
+
+  Local directories get 0777 less the umask, as a plain ``mkdir`` gives
+  (``tf.io.gfile.makedirs`` creates them 0755 whatever the umask); paths
+  with a URL scheme go through ``tf.io.gfile``. An existing directory is
+  fine.
+
+  Raises:
+    OSError: If it cannot be created (e.g. PermissionError), or a file is in
+      its place (FileExistsError).
+  """
+  if is_url(path):
+    _gfile().makedirs(path)
+    return
+  os.makedirs(path, exist_ok=True)
 
 
 def list_directory(path: str) -> list:
@@ -278,13 +392,16 @@ def _open_file(path: str) -> BinaryIO:
   """Opens a checkpoint file for reading: local paths as regular files only.
 
   Raises:
-    FileNotFoundError: If a local file does not exist.
+    FileNotFoundError: If the file does not exist.
     CorruptCheckpointError: If it is not a regular file (see
       `_open_regular`), or a tf.io.gfile path is a directory.
   """
   if not is_url(path):
     return _open_regular(path)
   gfile = _gfile()
+  if not gfile.exists(path):
+    # As a local path (tf.io.gfile would raise its NotFoundError on read).
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
   if gfile.isdir(path):
     raise CorruptCheckpointError(
         '{}: is a directory, not a file; refusing to read it.'.format(path))
@@ -306,7 +423,7 @@ def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
     bytes, the file's content.
 
   Raises:
-    FileNotFoundError: If a local file does not exist.
+    FileNotFoundError: If the file does not exist.
     CorruptCheckpointError: If it is not a regular file, is larger than
       `limit`, or cannot be read.
   """
@@ -341,7 +458,7 @@ def open_for_reading(path: str, expected: Optional[FileDigest] = None
     A binary file object with a ``read`` method.
 
   Raises:
-    FileNotFoundError: If a local file does not exist.
+    FileNotFoundError: If the file does not exist.
     CorruptCheckpointError: If it is not a regular file, or does not match
       `expected`.
   """
@@ -358,7 +475,7 @@ def file_digest(path: str) -> FileDigest:
   """Returns the size and SHA-256 of the file at `path`, read in chunks.
 
   Raises:
-    FileNotFoundError: If a local file does not exist.
+    FileNotFoundError: If the file does not exist.
     CorruptCheckpointError: If `path` is not a regular file (a directory,
       FIFO or device, which could not be read or never to the end).
   """
@@ -376,16 +493,34 @@ def file_digest(path: str) -> FileDigest:
 # ----------------------------------------------------------------- writing
 
 # How `atomic_write` names its temporary files: '.{name}.{8 random
-# characters}.tmp' in the destination directory (tempfile.mkstemp's random
-# part), and '{name}.tmp-{12 hex digits}' for tf.io.gfile paths. A process
-# killed while writing leaves one; `remove_temporaries` finds them by name.
+# characters}.tmp' in the destination directory, and '{name}.tmp-{12 hex
+# digits}' for tf.io.gfile paths. A process killed while writing leaves one;
+# `remove_temporaries` finds them by name.
 _TEMP_PREFIX, _TEMP_SUFFIX = '.', '.tmp'
+_TEMP_CHARACTERS = 'abcdefghijklmnopqrstuvwxyz0123456789_'
 _LOCAL_TEMPORARY = re.compile(r'^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$')
 _GFILE_TEMPORARY = re.compile(r'^(?P<target>.+)\.tmp-[0-9a-f]{12}$')
+# The mode a plain `open(path, 'w')` asks for; the umask (and a directory's
+# default ACL) then applies.
+_NEW_FILE_MODE = 0o666
 
 
 def _gfile_temporary(path: str) -> str:
   return '{}.tmp-{}'.format(path, os.urandom(6).hex())
+
+
+def is_temporary_of(name: str, target: str) -> bool:
+  """Whether file name `name` is one of `atomic_write`'s temporaries of `target`.
+
+  Args:
+    name: str, a file name (no directory).
+    target: str, the file name (no directory) it would replace.
+  """
+  for pattern in (_LOCAL_TEMPORARY, _GFILE_TEMPORARY):
+    match = pattern.match(name)
+    if match and match.group('target') == target:
+      return True
+  return False
 
 
 def remove_temporaries(directory: str, is_target: Callable[[str], bool]
@@ -395,7 +530,9 @@ def remove_temporaries(directory: str, is_target: Callable[[str], bool]
   Only files named as `atomic_write` names its temporaries, for a target
   name that `is_target` accepts, are deleted (regular files only, never a
   directory or a link): a user's other files are never touched. Call it
-  only while no other process writes those targets.
+  only while no other process writes those targets, and after any pending
+  `transaction` journal of the directory is rolled forward (its staged
+  files are such temporaries).
 
   Args:
     directory: str, the directory written to.
@@ -423,13 +560,129 @@ def remove_temporaries(directory: str, is_target: Callable[[str], bool]
   return removed
 
 
+def create_temporary(path: str) -> Tuple[int, str]:
+  """Creates a new temporary file beside local file `path`: (fd, its path).
+
+  Named as `remove_temporaries` recognizes, opened for writing.
+
+  Created as `open` creates a file (mode 0666 less the umask, and a
+  directory's default ACL), not 0600 as `tempfile.mkstemp` would: the
+  checkpoint, log or picture then has the permissions the user's other
+  files get. The descriptor is not inherited by child processes.
+  """
+  directory, base = os.path.split(os.path.abspath(path))
+  flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0) |
+           getattr(os, 'O_CLOEXEC', 0) | getattr(os, 'O_NOFOLLOW', 0))
+  while True:
+    suffix = ''.join(secrets.choice(_TEMP_CHARACTERS) for _ in range(8))
+    temp_path = os.path.join(directory, '{}{}.{}{}'.format(
+        _TEMP_PREFIX, base, suffix, _TEMP_SUFFIX))
+    try:
+      return os.open(temp_path, flags, _NEW_FILE_MODE), temp_path
+    except FileExistsError:
+      continue
+
+
+# A file written in full and flushed to disk under a temporary name beside
+# its target, which it has not replaced yet: `path`, the temporary file;
+# `target`, the file it is meant to replace; `digest`, its FileDigest.
+StagedFile = collections.namedtuple('StagedFile', ['path', 'target', 'digest'])
+
+
+def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
+  """Writes what `path` should hold to a temporary file beside it, on disk.
+
+  The first half of `atomic_write`: `write` receives a binary file object
+  for a new temporary file in `path`'s directory (named as
+  `remove_temporaries` recognizes), which is then flushed and fsync'ed.
+  `path` is not touched: `replace_staged` (or a `transaction`) moves the
+  file into place. If `write` raises, the temporary file is deleted.
+
+  Args:
+    path: str, the destination file.
+    write: callable taking a writable binary file object.
+
+  Returns:
+    StagedFile: the temporary file, `path`, and the digest of the bytes.
+
+  Raises:
+    Whatever `write` or the filesystem raises.
+  """
+  if is_url(path):
+    return _stage_write_gfile(path, write)
+  fd, temp_path = create_temporary(path)
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      hashing = _HashingWriter(f)
+      write(hashing)
+      f.flush()
+      os.fsync(f.fileno())
+  except BaseException:
+    try:
+      os.remove(temp_path)
+    except OSError:
+      pass
+    raise
+  return StagedFile(temp_path, path, hashing.digest())
+
+
+def _stage_write_gfile(path: str, write: Callable[[BinaryIO], None]
+                      ) -> StagedFile:
+  """`stage_write` for tf.io.gfile paths."""
+  gfile = _gfile()
+  temp_path = _gfile_temporary(path)
+  try:
+    with gfile.GFile(temp_path, 'wb') as f:
+      hashing = _HashingWriter(f)
+      write(hashing)
+  except BaseException:
+    try:
+      if gfile.exists(temp_path):
+        gfile.remove(temp_path)
+    except Exception:  # pylint: disable=broad-except
+      pass
+    raise
+  return StagedFile(temp_path, path, hashing.digest())
+
+
+def replace(source: str, destination: str) -> None:
+  """Renames file `source` onto `destination`, replacing it, atomically.
+
+  Locally ``os.replace`` (both in one filesystem), then the destination's
+  directory is fsync'ed; tf.io.gfile paths are renamed as atomically as
+  their filesystem allows.
+  """
+  if is_url(destination):
+    _gfile().rename(source, destination, overwrite=True)
+    return
+  os.replace(source, destination)
+  _fsync_directory(os.path.dirname(os.path.abspath(destination)))
+
+
+def replace_staged(staged: StagedFile) -> FileDigest:
+  """Moves a `stage_write` file onto its target; returns its digest.
+
+  If the rename fails, the temporary file is deleted.
+  """
+  try:
+    replace(staged.path, staged.target)
+  except BaseException:
+    try:
+      remove_if_exists(staged.path)
+    except Exception:  # pylint: disable=broad-except
+      pass
+    raise
+  return staged.digest
+
+
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   """Writes a file so that `path` holds either the old or the new content.
 
   `write` receives a binary file object for a temporary file in the same
   directory. When it returns, the file is flushed, fsync'ed and renamed onto
   `path` (``os.replace``), and the directory is fsync'ed. If `write` raises,
-  the temporary file is deleted and `path` is untouched.
+  the temporary file is deleted and `path` is untouched. A new file gets
+  the mode a plain ``open`` would give it (0666 less the umask).
 
   Args:
     path: str, the destination file.
@@ -441,44 +694,4 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   Raises:
     Whatever `write` or the filesystem raises.
   """
-  if is_url(path):
-    return _atomic_write_gfile(path, write)
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, temp_path = tempfile.mkstemp(
-      dir=directory, prefix=_TEMP_PREFIX + os.path.basename(path) + '.',
-      suffix=_TEMP_SUFFIX)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      hashing = _HashingWriter(f)
-      write(hashing)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp_path, path)
-  except BaseException:
-    try:
-      os.remove(temp_path)
-    except OSError:
-      pass
-    raise
-  _fsync_directory(directory)
-  return hashing.digest()
-
-
-def _atomic_write_gfile(path: str, write: Callable[[BinaryIO], None]
-                       ) -> FileDigest:
-  """`atomic_write` for tf.io.gfile paths: write a temp name, then rename."""
-  gfile = _gfile()
-  temp_path = _gfile_temporary(path)
-  try:
-    with gfile.GFile(temp_path, 'wb') as f:
-      hashing = _HashingWriter(f)
-      write(hashing)
-    gfile.rename(temp_path, path, overwrite=True)
-  except BaseException:
-    try:
-      if gfile.exists(temp_path):
-        gfile.remove(temp_path)
-    except Exception:  # pylint: disable=broad-except
-      pass
-    raise
-  return hashing.digest()
+  return replace_staged(stage_write(path, write))

@@ -5,7 +5,9 @@ Dopamine stores a replay memory as one gzip file per attribute,
 ``{name}_ckpt.{iteration}.gz``: NumPy arrays as a gzip'd ``np.save`` stream
 and everything else as a gzip'd pickle. This module writes files in exactly
 those formats (so Dopamine reads what we write and we read what it writes),
-atomically (`atomic_files.atomic_write`), and reads them back safely:
+atomically (`atomic_files.atomic_write`; or, to stage them in a
+`transaction`, the `*_writer` functions give the bytes), and reads them back
+safely:
 
 * Arrays are read with pickling disabled, after their header (read with a
   small cap) has been checked against the expected shape, dtype and a byte
@@ -37,6 +39,9 @@ from dopamine_per.file_io import safe_pickle
 __all__ = [
     'DEFAULT_MAX_ARRAY_BYTES',
     'checkpoint_filename',
+    'npy_gz_writer',
+    'pickle_gz_writer',
+    'dopamine_sum_tree_gz_writer',
     'save_npy_gz',
     'save_pickle_gz',
     'save_dopamine_sum_tree_gz',
@@ -90,6 +95,45 @@ def _gzip_writer(payload: Callable[[BinaryIO], None]
   return write
 
 
+def npy_gz_writer(array: np.ndarray, name: str = 'array'
+                 ) -> Callable[[BinaryIO], None]:
+  """Returns a function writing `array` as a gzip'd ``.npy`` stream.
+
+  For `atomic_files.atomic_write` or `transaction.Transaction.write`: the
+  bytes Dopamine's format holds (`save_npy_gz` writes the same).
+
+  Args:
+    array: np.ndarray without Python objects.
+    name: str, what to name in an error (the file).
+
+  Raises:
+    ValueError: If the array holds Python objects.
+  """
+  array = np.asarray(array)
+  if array.dtype.hasobject:
+    raise ValueError('{}: cannot save an object array without pickling.'
+                     .format(name))
+  return _gzip_writer(lambda gz: np.save(gz, array, allow_pickle=False))
+
+
+def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:
+  """Returns a function writing `obj` as a gzip'd pickle (see `save_pickle_gz`).
+
+  The object is pickled now, so later changes to it are not written.
+  """
+  data = pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
+  return _gzip_writer(lambda gz: gz.write(data))
+
+
+def dopamine_sum_tree_gz_writer(state: Dict[str, Any]
+                               ) -> Callable[[BinaryIO], None]:
+  """Returns a function writing a sum-tree state as a pickled Dopamine
+  ``SumTree`` (see `save_dopamine_sum_tree_gz`); pickled now."""
+  data = safe_pickle.pickle_as_instance(*safe_pickle.DOPAMINE_SUM_TREE_GLOBAL,
+                                        state)
+  return _gzip_writer(lambda gz: gz.write(data))
+
+
 def save_npy_gz(path: str, array: np.ndarray) -> atomic_files.FileDigest:
   """Atomically writes `array` as a gzip'd ``.npy`` stream (Dopamine's format).
 
@@ -100,12 +144,7 @@ def save_npy_gz(path: str, array: np.ndarray) -> atomic_files.FileDigest:
   Raises:
     ValueError: If the array holds Python objects.
   """
-  array = np.asarray(array)
-  if array.dtype.hasobject:
-    raise ValueError('{}: cannot save an object array without pickling.'
-                     .format(path))
-  return atomic_files.atomic_write(path, _gzip_writer(
-      lambda gz: np.save(gz, array, allow_pickle=False)))
+  return atomic_files.atomic_write(path, npy_gz_writer(array, path))
 
 
 def save_pickle_gz(path: str, obj: Any) -> atomic_files.FileDigest:
@@ -116,9 +155,7 @@ def save_pickle_gz(path: str, obj: Any) -> atomic_files.FileDigest:
     obj: picklable object. Keep it plain data if it is to be read back with
       `load_pickle_gz`.
   """
-  data = pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
-  return atomic_files.atomic_write(
-      path, _gzip_writer(lambda gz: gz.write(data)))
+  return atomic_files.atomic_write(path, pickle_gz_writer(obj))
 
 
 def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]
@@ -134,10 +171,7 @@ def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]
     state: dict, e.g. ``SumTree.get_state()``: ``nodes`` (list of float64
       arrays, root first) and ``max_recorded_priority``.
   """
-  data = safe_pickle.pickle_as_instance(*safe_pickle.DOPAMINE_SUM_TREE_GLOBAL,
-                                        state)
-  return atomic_files.atomic_write(
-      path, _gzip_writer(lambda gz: gz.write(data)))
+  return atomic_files.atomic_write(path, dopamine_sum_tree_gz_writer(state))
 
 
 # ----------------------------------------------------------------- reading
@@ -274,7 +308,7 @@ def load_npy_gz(path: str,
     np.ndarray.
 
   Raises:
-    FileNotFoundError: If the file does not exist (a local path).
+    FileNotFoundError: If the file does not exist.
     atomic_files.CorruptCheckpointError: If the file is not a regular file
       holding a complete gzip'd ``.npy`` stream, holds Python objects, does
       not match `shape`/`dtype`, or is larger than `max_bytes`.
@@ -326,7 +360,7 @@ def load_pickle_gz(path: str,
     The unpickled plain data (see `safe_pickle.restricted_loads`).
 
   Raises:
-    FileNotFoundError: If the file does not exist (a local path).
+    FileNotFoundError: If the file does not exist.
     safe_pickle.UnsafePickleError: If the pickle names a global outside the
       allow list.
     atomic_files.CorruptCheckpointError: If the file is not a regular file

@@ -81,7 +81,7 @@ class OutOfGraphReplayBuffer(object):
 
   Attributes:
     add_count: np.ndarray (0-d int64), how many transitions were written,
-      padding included.
+      padding included: at most `validation.MAX_ADD_COUNT` (2**53).
     invalid_range: np.ndarray, the slots next to the cursor that cannot be
       sampled (see `invalid_range`).
     episode_end_indices: set of int, the slots holding the last transition of
@@ -115,7 +115,7 @@ class OutOfGraphReplayBuffer(object):
       replay_capacity: int, the number of transitions kept.
       batch_size: int, the default batch size.
       update_horizon: int, the N of N-step returns.
-      gamma: float, the discount factor.
+      gamma: float, the discount factor: a real number in [0, 1].
       max_sample_attempts: int, how many invalid draws `sample_index_batch`
         tolerates before giving up.
       extra_storage_types: list of ReplayElement, extra per-transition
@@ -135,14 +135,14 @@ class OutOfGraphReplayBuffer(object):
 
     Raises:
       ValueError: If an argument is malformed, or replay_capacity is smaller
-        than update_horizon + stack_size. A non-tuple observation_shape
-        raises dopamine_per.errors.ArgumentError, also an AssertionError (as
-        Dopamine asserts).
+        than update_horizon + stack_size. A non-tuple observation_shape (as
+        Dopamine asserts), and a gamma that is not a real number in [0, 1]
+        (NaN, inf, a string, a bool), raise dopamine_per.errors.ArgumentError,
+        also an AssertionError.
     """
     if not isinstance(observation_shape, (tuple, list)):
-      raise errors.ArgumentError(
-          'observation_shape must be a tuple, got {!r}'.format(
-              observation_shape))
+      raise errors.ArgumentError('observation_shape must be a tuple, got '
+                                 '{!r}'.format(observation_shape))
     check_int = validation.check_int
     self._observation_shape = add_checks.check_shape('observation_shape',
                                                      observation_shape)
@@ -159,7 +159,7 @@ class OutOfGraphReplayBuffer(object):
     if self._replay_capacity < self._update_horizon + self._stack_size:
       raise ValueError('There is not enough capacity to cover '
                        'update_horizon and stack_size.')
-    self._gamma = float(gamma)
+    self._gamma = validation.check_real('gamma', gamma, 0.0, 1.0)
     self._observation_dtype = observation_dtype
     self._terminal_dtype = terminal_dtype
     self._action_shape = add_checks.check_shape('action_shape', action_shape)
@@ -171,9 +171,7 @@ class OutOfGraphReplayBuffer(object):
         ReplayElement(e.name, add_checks.check_shape(e.name + ' shape',
                                                      e.shape), e.type)
         for e in (extra_storage_types or [])]
-    if isinstance(rng, bool):
-      raise ValueError('rng must be None, a seed or a Generator, got bool')
-    self._rng = None if rng is None else np.random.default_rng(rng)
+    self._rng = validation.check_rng(rng)
 
     logging.info(
         'Creating a %s replay memory: observation_shape=%s (%s), '
@@ -309,20 +307,19 @@ class OutOfGraphReplayBuffer(object):
   def add_count(self) -> np.ndarray:
     """Transitions written so far, padding included (0-d int64 array).
 
-    Assignable, as Dopamine's attribute (tests set it to move the cursor):
-    a nonnegative integer, or an integer array holding one.
+    At most `validation.MAX_ADD_COUNT` (2**53; why: there): an `add` that
+    would pass it raises OverflowError and writes nothing. Assignable, as
+    Dopamine's attribute (tests set it to move the cursor): an integer in
+    [0, 2**53], or an integer array holding one; anything else raises
+    ValueError and changes nothing.
     """
     return np.array(self._add_count, dtype=np.int64)
 
   @add_count.setter
   def add_count(self, value: Any) -> None:
-    array = np.asarray(value)
-    if (array.size != 1 or array.dtype.kind not in 'iu' or
-        not 0 <= int(array.reshape(())) <= np.iinfo(np.int64).max):
-      raise ValueError('add_count must be an integer in [0, 2**63), got '
-                       '{}'.format(errors.describe(value)))
+    count = validation.check_add_count(value)
     with self._lock:
-      self._add_count = int(array.reshape(()))
+      self._add_count = count
 
   @property
   def invalid_range(self) -> np.ndarray:
@@ -385,6 +382,8 @@ class OutOfGraphReplayBuffer(object):
       ValueError: If the number of arguments is wrong, or an argument has the
         wrong shape or cannot be stored in its element's dtype (the message
         names the argument, the value or shape given and the one expected).
+      OverflowError: If the transitions this add writes (padding included)
+        would take `add_count` past `validation.MAX_ADD_COUNT`.
     """
     values = [observation, action, reward, terminal, *args]
     if priority is not _OMITTED and (priority is not None or
@@ -394,6 +393,9 @@ class OutOfGraphReplayBuffer(object):
       self._add_check_override(*values)
     values = self._check_add_args(values)
     ends_episode = bool(episode_end) or bool(values[3])
+    validation.check_room_to_add(
+        self._add_count,
+        self._stack_size if self._next_experience_is_episode_start else 1)
     if self._next_experience_is_episode_start:
       for _ in range(self._stack_size - 1):
         self._write(self._padding_values, False)
@@ -716,39 +718,32 @@ class OutOfGraphReplayBuffer(object):
     """Returns the path of checkpoint file `name` (Dopamine's hook)."""
     return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
 
-  def _invalid_range_at(self, add_count: int) -> np.ndarray:
-    """Returns `invalid_range` as it is after add_count (> 0) adds.
-
-    `load` checks a checkpoint's invalid_range file against it.
-    """
-    return invalid_range(add_count % self._replay_capacity,
-                         self._replay_capacity, self._stack_size,
-                         self._update_horizon)
-
   @synchronized('_lock')
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Writes the memory to `checkpoint_dir` in Dopamine's format.
 
-    One gzip file per attribute, ``{name}_ckpt.{iteration_number}.gz``, each
-    written atomically: the storage arrays, the counters, and, as in
-    Dopamine, every other public attribute (a subclass's arrays, counters,
-    strings ...), plus a ``dopamine_per_state`` file for what Dopamine does
-    not save. Then the files of iteration
-    ``iteration_number - checkpoint_duration`` are deleted, unless it is a
-    multiple of keep_every (Dopamine stops after the first file when it
-    spares an iteration; this writes them all), and so are temporary files
-    that earlier saves of this memory's files left when killed mid-write.
+    One gzip file per attribute, ``{name}_ckpt.{iteration_number}.gz`` (the
+    storage arrays, the counters and, as in Dopamine, every other public
+    attribute), plus a ``dopamine_per_state`` file for what Dopamine does not
+    save. The checkpoint is replaced as a whole: a save failed or killed at any
+    point leaves all of the previous one or all of the new one. Then the
+    checkpoint `checkpoint_duration` iterations older is deleted (unless a
+    multiple of keep_every), with the temporaries killed saves left. See
+    `memory_checkpoint.save`; what differs from Dopamine:
+    docs/compat.md#memory_checkpoint.
 
     Args:
-      checkpoint_dir: str, an existing directory. If it does not exist a
-        warning is logged and nothing is written (as Dopamine, which is
-        silent).
+      checkpoint_dir: str, an existing directory; if it does not exist, a
+        warning is logged and nothing is written.
       iteration_number: int, the checkpoint's suffix.
 
     Raises:
       TypeError: If a public attribute holds something other than plain data
         (see `safe_pickle.non_plain_data`); nothing is written then.
       ValueError: If a public attribute's name cannot name a file.
+      OSError: If writing fails (a full disk ...): the checkpoint of
+        `iteration_number` is then the previous one, or the new one if the
+        failure came after the commit point.
     """
     memory_checkpoint.save(self, checkpoint_dir, iteration_number)
 
@@ -757,23 +752,25 @@ class OutOfGraphReplayBuffer(object):
     """Restores the memory from a checkpoint written by this class or Dopamine.
 
     All-or-nothing: every file is checked to exist, then read and validated
-    against this memory's configuration into temporaries, and only then
-    assigned. On any error the memory is left exactly as it was. Public
-    attributes (see `save`) are restored from their files: those of the
-    attributes this memory has when `load` is called, as in Dopamine.
+    against this memory's configuration, and only then assigned; on any
+    error the memory is left exactly as it was. The public attributes this
+    memory has when `load` is called are restored from their files (see
+    `save`), as in Dopamine. See `memory_checkpoint.load`.
 
     Args:
       checkpoint_dir: str, the directory.
       suffix: int or str, the checkpoint's iteration number.
 
     Raises:
-      tf.errors.NotFoundError: If an expected file is missing (a missing
-        episode_end_indices file, from old checkpoints, is tolerated: episode
-        ends are then taken from the terminal flags).
+      atomic_files.CheckpointNotFoundError: If an expected file is missing
+        (but episode_end_indices, which old checkpoints lack: episode ends
+        then come from the terminal flags); a FileNotFoundError and a
+        CheckpointError, and a tf.errors.NotFoundError as in Dopamine where
+        TensorFlow is loaded already (it is never imported to raise this).
       atomic_files.CheckpointError: (a ValueError) If a file is corrupt,
         unsafe, not a regular file, larger than this memory can need, or
-        does not match this memory's configuration; whatever the underlying
-        error, naming the file where it is known.
+        does not match this memory's configuration, whatever the underlying
+        error; it names the file where it is known.
     """
     memory_checkpoint.load(self, checkpoint_dir, suffix)
 

@@ -4,42 +4,64 @@
 The memories' `save` and `load` are thin calls into `save` and `load` here,
 so that the memory classes hold storage and sampling only. The files are
 Dopamine's, ``{name}_ckpt.{N}.gz`` (the storage arrays, the counters and
-every public attribute), plus a ``dopamine_per_state`` file, written last,
-that marks the checkpoint complete and records every other file's digest.
-`load` reads and validates everything before it changes the memory. A
-memory class adds files of its own with a `CheckpointExtension` (the
-prioritized memory's sum tree: `SUM_TREE`). How each file is written and
-read is `file_io`'s. What differs from Dopamine:
-docs/compat.md#memory_checkpoint.
+every public attribute), plus a ``dopamine_per_state`` file that marks the
+checkpoint complete and records every other file's digest. A memory class
+adds files of its own with a `CheckpointExtension` (the prioritized
+memory's sum tree: `SUM_TREE`). How each file is written and read is
+`file_io`'s. What differs from Dopamine: docs/compat.md#memory_checkpoint.
+
+A save replaces checkpoint N as a whole (`file_io.transaction`), so saving
+the same N again can lose nothing: `prepare_save` writes every file, the
+state file included, under a temporary name beside its target (nothing
+visible changes); `commit_save` writes the journal
+``dopamine_per_journal_ckpt.N``, whose appearance is the commit point, then
+renames the files onto Dopamine's names and deletes the journal; `prune`
+deletes the stale checkpoint and leftover temporaries. `save` is the three
+in a row; a sharded memory runs each phase on every shard (all shards
+prepared before any commits). A save cut short before its journal leaves
+the previous checkpoint N; after, the new one: `latest_checkpoint_iteration`
+counts a pending journal as a complete checkpoint, `load` reads through it
+(without writing), and the next save (or `roll_forward`) finishes it.
+`load` finds the files and has `checkpoint_reading` read and validate
+everything before it changes the memory.
 """
 
 # This module does the memories' checkpointing for them, so it reads and
 # installs their private state.
 # pylint: disable=protected-access
 
-import numbers
 import operator
+import os
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, BinaryIO, Callable, Dict, List, Optional, Sequence,
+                    Tuple)
 
 from absl import logging
 import numpy as np
 
-from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
+from dopamine_per.file_io import transaction
+from dopamine_per.replay_memory import checkpoint_reading
 from dopamine_per.replay_memory import sum_tree
 
 __all__ = [
     'STORE_FILENAME_PREFIX',
     'DOPAMINE_PER_STATE_NAME',
+    'JOURNAL_NAME',
     'CheckpointExtension',
     'SUM_TREE',
     'latest_checkpoint_iteration',
+    'journal_filename',
     'checkpoint_files',
     'checkpointable_elements',
     'save',
+    'prepare_save',
+    'commit_save',
+    'abort_save',
+    'prune',
+    'roll_forward',
     'load',
 ]
 
@@ -52,7 +74,17 @@ STORE_FILENAME_PREFIX = '$store$_'
 # file; without it we derive the values from the data.
 DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 
-_STATE_FORMAT_VERSION = 1
+# Name of the journal of a save being committed, ``{JOURNAL_NAME}_ckpt.{N}``
+# (JSON, no ``.gz``: no Dopamine attribute file can have that name; an
+# attribute of this name is refused anyway). It exists from the commit point
+# until every file is in place.
+JOURNAL_NAME = 'dopamine_per_journal'
+
+# File names of state files and journals; group 1 is the iteration number.
+_STATE_PATTERN = re.compile(r'^{}_ckpt\.(\d+)\.gz$'.format(
+    re.escape(DOPAMINE_PER_STATE_NAME)))
+_JOURNAL_PATTERN = re.compile(r'^{}_ckpt\.(\d+)$'.format(
+    re.escape(JOURNAL_NAME)))
 
 # (name, format) of a checkpoint file. Formats: 'npy' (gzip'd np.save),
 # 'pickle' (gzip'd plain-data pickle) and 'sum_tree' (gzip'd pickle of a
@@ -162,9 +194,12 @@ SUM_TREE = _SumTreeExtension()
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   """Returns the newest complete checkpoint written by `save`, or None.
 
-  A checkpoint is complete once its `dopamine_per_state` file exists: `save`
-  writes that file last and deletes it first, so a save or a clean-up cut
-  short (a crash, SIGKILL) leaves the previous checkpoint as the newest.
+  A checkpoint is complete once its `dopamine_per_state` file exists, or
+  its journal (a save committed but not yet finished: `load` reads through
+  it). A save stages its files, the state file among them, under temporary
+  names and commits them by writing the journal, and the clean-up deletes
+  the state file first, so a save or a clean-up cut short (a crash,
+  SIGKILL) leaves the previous checkpoint as the newest.
 
   Args:
     checkpoint_dir: str, the directory given to `save`.
@@ -172,13 +207,56 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   Returns:
     int, the iteration number to give `load`, or None if there is none.
   """
-  pattern = re.compile(r'^{}_ckpt\.(\d+)\.gz$'.format(
-      re.escape(DOPAMINE_PER_STATE_NAME)))
+  names = atomic_files.list_directory(checkpoint_dir)
   iterations = [int(match.group(1))
-                for match in map(pattern.match,
-                                 atomic_files.list_directory(checkpoint_dir))
-                if match]
+                for match in map(_STATE_PATTERN.match, names) if match]
+  iterations += _journal_iterations(names)
   return max(iterations) if iterations else None
+
+
+def journal_filename(iteration_number: Any) -> str:
+  """The file name (no directory) of checkpoint N's journal.
+
+  Args:
+    iteration_number: int or str, N.
+  """
+  return '{}_ckpt.{}'.format(JOURNAL_NAME, iteration_number)
+
+
+def _journal_iterations(names: Sequence[str]) -> List[int]:
+  """The iteration numbers of the journals among file names `names`."""
+  return sorted(int(match.group(1))
+                for match in map(_JOURNAL_PATTERN.match, names) if match)
+
+
+def roll_forward(checkpoint_dir: str) -> List[int]:
+  """Finishes the saves that were committed but cut short (SIGKILL, error).
+
+  Renames each pending journal's files onto their names and deletes the
+  journal (`transaction.roll_forward`); afterwards the directory holds
+  Dopamine's files only, for Dopamine or any other reader. `prepare_save`
+  does it first; `load` does not need it. Idempotent.
+
+  Args:
+    checkpoint_dir: str, a memory's checkpoint directory.
+
+  Returns:
+    list of int, the iterations whose journal was rolled forward.
+
+  Raises:
+    atomic_files.CorruptCheckpointError: If a journal is malformed (it and
+      its files are left as they are; the checkpoint of that iteration does
+      not load).
+    OSError: If a rename fails (call it again).
+  """
+  done = []
+  for iteration in _journal_iterations(
+      atomic_files.list_directory(checkpoint_dir)):
+    if transaction.roll_forward(checkpoint_dir, journal_filename(iteration)):
+      logging.info('Finished the interrupted save of checkpoint %d in %s.',
+                   iteration, checkpoint_dir)
+      done.append(iteration)
+  return done
 
 
 # ----------------------------------------------------------------- layout
@@ -265,7 +343,8 @@ def _check_checkpointable(memory: Any, files: Sequence[FileSpec]) -> None:
   for name, _ in files:
     if name in own:
       continue
-    if not name.isidentifier() or name == DOPAMINE_PER_STATE_NAME:
+    if not name.isidentifier() or name in (DOPAMINE_PER_STATE_NAME,
+                                           JOURNAL_NAME):
       raise ValueError(
           'save(): the attribute {!r} of {} cannot be checkpointed under '
           'its name; rename it (or make it private with a leading '
@@ -284,7 +363,7 @@ def _check_checkpointable(memory: Any, files: Sequence[FileSpec]) -> None:
 def _extra_state(memory: Any) -> Dict[str, Any]:
   """Returns the state Dopamine's format has no file for."""
   return {
-      'format_version': _STATE_FORMAT_VERSION,
+      'format_version': checkpoint_reading.STATE_FORMAT_VERSION,
       'next_experience_is_episode_start':
           bool(memory._next_experience_is_episode_start),
       'rng_state': (None if memory._rng is None else
@@ -292,15 +371,34 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
   }
 
 
+def _target(name: str, iteration_number: Any) -> str:
+  """Checkpoint file `name`'s file name (no directory), as Dopamine's."""
+  return gzip_files.checkpoint_filename('', name, iteration_number)
+
+
+def _writer(memory: Any, name: str, file_format: str
+           ) -> Callable[[BinaryIO], None]:
+  """The function writing checkpoint file `name` (see `gzip_files`)."""
+  value = _value(memory, name)
+  if file_format == 'npy':
+    return gzip_files.npy_gz_writer(value, name)
+  if file_format == 'sum_tree':
+    return gzip_files.dopamine_sum_tree_gz_writer(value)
+  return gzip_files.pickle_gz_writer(value)
+
+
 def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   """Writes `memory` to `checkpoint_dir` (`OutOfGraphReplayBuffer.save`).
 
-  The caller holds the memory's lock. Each file is written atomically; the
-  dopamine_per state, written last, records every other file's size and
-  checksum and marks the checkpoint complete. Then the checkpoint
-  `checkpoint_duration` iterations older is deleted (unless a multiple of
-  keep_every), and so are temporaries of this memory's files left by
-  killed saves.
+  `prepare_save`, `commit_save` and `prune` in a row: checkpoint N is
+  replaced as a whole. Whatever stops the save (an exception, a full disk,
+  SIGKILL), `load(N)` then gives all of the previous checkpoint N (if any)
+  or all of the new one: the previous one until the journal is written,
+  the new one from then on. On an exception before the journal, the staged
+  files are deleted; a SIGKILL leaves them, and the next save deletes them.
+
+  The caller holds the memory's lock (`_lock`); the prioritized memory's
+  sum tree is read under its `_priority_lock`, which its extension takes.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -312,44 +410,256 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     TypeError: If a public attribute holds something other than plain data
       (see `safe_pickle.non_plain_data`); nothing is written then.
     ValueError: If a public attribute's name cannot name a file.
+    atomic_files.CorruptCheckpointError: If a pending journal in
+      `checkpoint_dir` is malformed (nothing is written).
+    OSError: If writing fails (disk full ...); checkpoint N is unchanged
+      unless the journal was written, in which case it is the new one.
+  """
+  record = prepare_save(memory, checkpoint_dir, iteration_number)
+  if record is None:
+    return
+  try:
+    commit_save(memory, checkpoint_dir, iteration_number, record,
+                prune=False)
+  except BaseException:
+    _abort_unless_committed(checkpoint_dir, iteration_number, record)
+    raise
+  prune(memory, checkpoint_dir, iteration_number)
+
+
+def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
+                ) -> Optional[transaction.Record]:
+  """Writes every file of checkpoint N under a temporary name: phase one.
+
+  First finishes any save of this memory in `checkpoint_dir` that was
+  committed but cut short (`roll_forward`, any iteration), then checks that
+  every public attribute can be saved, then writes and fsyncs each file
+  (the dopamine_per state last, with every other file's size and SHA-256)
+  beside its target. No target changes: a previous checkpoint N still loads
+  exactly as before. Give the record to `commit_save`, or to `abort_save`.
+  Nothing but `commit_save` or `abort_save` of this record may run on the
+  directory in between (`prune` and `save` delete uncommitted staged files).
+
+  The caller holds the locks `save` needs (the memory's `_lock`); what is
+  written is the memory's state at this call.
+
+  Args:
+    memory: an `OutOfGraphReplayBuffer`.
+    checkpoint_dir: str, an existing directory.
+    iteration_number: int, N.
+
+  Returns:
+    transaction.Record of the staged files (plain data with `to_data()`),
+    or None if `checkpoint_dir` does not exist (a warning is logged and
+    nothing is written).
+
+  Raises:
+    TypeError, ValueError: As `save`, before anything is written.
+    atomic_files.CorruptCheckpointError: If a pending journal is malformed.
+    OSError: If writing fails; what was staged is deleted.
   """
   iteration_number = operator.index(iteration_number)
   if not atomic_files.exists(checkpoint_dir):
     logging.warning('Checkpoint directory %s does not exist: replay buffer '
                     'not saved.', checkpoint_dir)
-    return
-  savers = {'npy': gzip_files.save_npy_gz,
-            'sum_tree': gzip_files.save_dopamine_sum_tree_gz,
-            'pickle': gzip_files.save_pickle_gz}
+    return None
+  roll_forward(checkpoint_dir)
   files = checkpoint_files(memory)
   _check_checkpointable(memory, files)
-  digests = {}
-  for name, file_format in files:
-    filename = gzip_files.checkpoint_filename(checkpoint_dir, name,
-                                                 iteration_number)
-    digests[name] = tuple(savers[file_format](filename, _value(memory, name)))
-  # Written last: its presence marks a complete dopamine_per checkpoint, and
-  # it records every other file's size and checksum.
-  state = _extra_state(memory)
-  state['files'] = digests
-  gzip_files.save_pickle_gz(
-      gzip_files.checkpoint_filename(
-          checkpoint_dir, DOPAMINE_PER_STATE_NAME, iteration_number), state)
+  staging = transaction.Transaction(checkpoint_dir)
+  try:
+    digests = {}
+    for name, file_format in files:
+      digests[name] = tuple(staging.write(
+          _target(name, iteration_number),
+          _writer(memory, name, file_format)))
+    # Staged last (so renamed last): the state file records every other
+    # file's size and checksum, and marks the checkpoint complete.
+    state = _extra_state(memory)
+    state['files'] = digests
+    staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
+                  gzip_files.pickle_gz_writer(state))
+  except BaseException:
+    staging.abort()
+    raise
+  return staging.record()
+
+
+def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
+                record: Optional[transaction.Record],
+                prune: bool = True) -> None:  # pylint: disable=redefined-outer-name
+  """Makes the files `prepare_save` staged checkpoint N: phase two.
+
+  Writes the journal ``dopamine_per_journal_ckpt.N`` (atomically: the
+  commit point, from which `load(N)` gives the new checkpoint), renames
+  each staged file onto its Dopamine name, the state file last, and deletes
+  the journal; then, if `prune`, runs `prune`. Idempotent: called again
+  with the same record after a crash or an error, it finishes what is left
+  (or does nothing if the record is in place already).
+
+  Args:
+    memory: the `OutOfGraphReplayBuffer` that was saved (for `prune`).
+    checkpoint_dir: str, the directory given to `prepare_save`.
+    iteration_number: int, N, as given to `prepare_save`.
+    record: what `prepare_save` returned (here or, through
+      `Record.to_data` and `Record.from_data`, in another process); None
+      (the directory did not exist) commits nothing.
+    prune: bool, whether to `prune` afterwards (a sharded memory prunes
+      once every shard has committed).
+
+  Raises:
+    ValueError: If `record` is not of checkpoint N's files.
+    atomic_files.CheckpointError: If a staged file is gone (the record was
+      aborted, or its temporaries deleted) and the record is not in place:
+      checkpoint N is unchanged.
+    OSError: If the journal or a rename fails. Before the journal exists,
+      checkpoint N is unchanged (call again, or `abort_save`); after, it is
+      the new one (call again, or let the next save finish it).
+  """
+  if record is None:
+    return
+  iteration_number = operator.index(iteration_number)
+  _check_record(record, iteration_number)
+  journal = journal_filename(iteration_number)
+  # An earlier call cut short after the commit point: finish it.
+  transaction.roll_forward(checkpoint_dir, journal)
+  staged = [atomic_files.exists(os.path.join(checkpoint_dir, entry.staged))
+            for entry in record.entries]
+  if all(staged):
+    transaction.commit(checkpoint_dir, journal, record)
+  elif any(staged) or not _in_place(checkpoint_dir, iteration_number,
+                                    record):
+    missing = [entry.staged for entry, there in zip(record.entries, staged)
+               if not there]
+    raise atomic_files.CheckpointError(
+        'Cannot commit checkpoint {} in {}: staged files {} are gone (the '
+        'save was aborted, or its temporary files deleted). Checkpoint {} '
+        'is unchanged; save again.'.format(
+            iteration_number, checkpoint_dir, missing[:3], iteration_number))
+  if prune:
+    _prune(memory, checkpoint_dir, iteration_number)
+
+
+def abort_save(checkpoint_dir: str, record: Optional[transaction.Record]
+              ) -> None:
+  """Deletes the files `prepare_save` staged; nothing else changes.
+
+  Args:
+    checkpoint_dir: str, the directory given to `prepare_save`.
+    record: what `prepare_save` returned; None does nothing.
+
+  Raises:
+    ValueError: If `record` is not a checkpoint's files, or was committed
+      already (its journal is pending: its files are the checkpoint now).
+  """
+  if record is None:
+    return
+  iteration_number = _check_record(record)
+  journal = transaction.pending(checkpoint_dir,
+                                journal_filename(iteration_number))
+  if journal is not None and (
+      {entry.staged for entry in journal.entries} &
+      {entry.staged for entry in record.entries}):
+    raise ValueError(
+        'Cannot abort the save of checkpoint {} in {}: it was committed '
+        '(its journal is pending); the next save finishes it.'.format(
+            iteration_number, checkpoint_dir))
+  transaction.abort(checkpoint_dir, record)
+
+
+def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
+  """The clean-up after checkpoint N is saved: what `save` does last.
+
+  Deletes the checkpoint `checkpoint_duration` iterations older (unless a
+  multiple of keep_every), its state file first, and then temporary files
+  of this memory's checkpoint files left by killed saves (any iteration).
+  Pending journals are finished first (`roll_forward`), so no committed
+  file is deleted; staged files of a save not yet committed are deleted:
+  call it after every `commit_save`, never between `prepare_save` and
+  `commit_save`. The caller holds the memory's lock.
+
+  Args:
+    memory: the `OutOfGraphReplayBuffer` that was saved.
+    checkpoint_dir: str, its checkpoint directory.
+    iteration_number: int, N.
+  """
+  iteration_number = operator.index(iteration_number)
+  roll_forward(checkpoint_dir)
+  files = checkpoint_files(memory)
   _collect_garbage(memory, checkpoint_dir, iteration_number)
   _remove_temporaries(checkpoint_dir, files)
+
+
+# For `commit_save`, whose `prune` argument hides the function.
+_prune = prune
+
+
+def _abort_unless_committed(checkpoint_dir: str, iteration_number: int,
+                            record: transaction.Record) -> None:
+  """After a failed `commit_save` in `save`: deletes the staged files if the
+  journal was not written. Never raises (the caller re-raises its error)."""
+  try:
+    if transaction.pending(checkpoint_dir,
+                           journal_filename(iteration_number)) is None:
+      abort_save(checkpoint_dir, record)
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning('Could not delete the files staged for checkpoint %d in '
+                    '%s (the next save does): %s', iteration_number,
+                    checkpoint_dir, atomic_files.describe_error(e))
+
+
+def _check_record(record: transaction.Record,
+                  iteration_number: Optional[int] = None) -> int:
+  """Checks that `record` stages checkpoint N's files; returns N.
+
+  Raises:
+    ValueError: If a target is not a file of checkpoint N (of
+      `iteration_number`, if given), or the state file is not among them.
+  """
+  found = [int(match.group(1)) for match in
+           (_STATE_PATTERN.match(entry.target) for entry in record.entries)
+           if match]
+  if len(found) != 1 or (iteration_number is not None and
+                         found[0] != iteration_number):
+    raise ValueError(
+        'Not a record of checkpoint {} (its state files: {}).'.format(
+            'N' if iteration_number is None else iteration_number, found))
+  suffix = '_ckpt.{}.gz'.format(found[0])
+  for entry in record.entries:
+    if not entry.target.endswith(suffix) or '/' in entry.target:
+      raise ValueError('{} is not a file of checkpoint {}.'.format(
+          entry.target, found[0]))
+  return found[0]
+
+
+def _in_place(checkpoint_dir: str, iteration_number: int,
+              record: transaction.Record) -> bool:
+  """Whether `record`'s commit has finished: its state file is in place.
+
+  The state file is renamed last and records the rng state and every
+  other file's digest, so its bytes identify this save.
+  """
+  target = _target(DOPAMINE_PER_STATE_NAME, iteration_number)
+  try:
+    return (atomic_files.file_digest(os.path.join(checkpoint_dir, target)) ==
+            record.digest_of(target))
+  except (FileNotFoundError, atomic_files.CheckpointError):
+    return False
 
 
 def _remove_temporaries(checkpoint_dir: str,
                         files: Sequence[FileSpec]) -> None:
   """Deletes what killed saves left: temporaries of this memory's files.
 
-  `atomic_files.atomic_write` writes each file to a temporary one first; a
-  SIGKILL leaves it behind. Only temporaries of a checkpoint file of this
-  memory (any iteration) are deleted, nothing else.
+  `transaction` stages each file under a temporary name (as
+  `atomic_files.atomic_write` does); a SIGKILL leaves them behind. Only
+  temporaries of a checkpoint file or journal of this memory (any
+  iteration) are deleted, nothing else. Run it only once pending journals
+  are rolled forward: their staged files are such temporaries.
   """
   names = [DOPAMINE_PER_STATE_NAME] + [name for name, _ in files]
-  pattern = re.compile(r'^(?:{})_ckpt\.\d+\.gz$'.format(
-      '|'.join(re.escape(name) for name in names)))
+  pattern = re.compile(r'^(?:(?:{})_ckpt\.\d+\.gz|{}_ckpt\.\d+)$'.format(
+      '|'.join(re.escape(name) for name in names), re.escape(JOURNAL_NAME)))
   for path in atomic_files.remove_temporaries(
       checkpoint_dir, lambda target: pattern.match(target) is not None):
     logging.info('Deleted %s, left by an interrupted save.', path)
@@ -357,14 +667,19 @@ def _remove_temporaries(checkpoint_dir: str,
 
 def _collect_garbage(memory: Any, checkpoint_dir: str,
                      iteration_number: int) -> None:
-  """Deletes the checkpoint `checkpoint_duration` iterations older."""
+  """Deletes the checkpoint `checkpoint_duration` iterations older.
+
+  Call it with no journal pending (`prune` rolls them forward first).
+  """
   stale = iteration_number - memory._checkpoint_duration
   if stale < 0:
     return
   if memory._keep_every is not None and stale % memory._keep_every == 0:
     return
-  # The state file first: a checkpoint that has one has all its files, even
-  # if this deletion is interrupted.
+  # `prune` has finished any pending journal (deleting one instead could
+  # leave a mix of old and new files under the old state file). The state
+  # file goes first: a checkpoint that has one has all its files, even if
+  # this deletion is interrupted.
   names = [name for name, _ in checkpoint_files(memory)]
   for name in [DOPAMINE_PER_STATE_NAME] + names:
     atomic_files.remove_if_exists(
@@ -379,7 +694,11 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any) -> None:
 
   The caller holds the memory's lock. All-or-nothing: every file is checked
   to exist, then read and validated against the memory's configuration,
-  and only then installed.
+  and only then installed. A checkpoint whose save was committed but cut
+  short (its journal pending) is read through the journal, each file where
+  it is now (staged, or renamed already) and checked against the journal's
+  digests; nothing is written (the next save, or `roll_forward`, finishes
+  that save).
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -387,317 +706,43 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any) -> None:
     suffix: int or str, the checkpoint's iteration number.
 
   Raises:
-    tf.errors.NotFoundError: If an expected file is missing (but for
-      episode_end_indices, which old checkpoints lack).
-    atomic_files.CheckpointError: (a ValueError) If a file is corrupt,
-      unsafe, not a regular file, larger than the memory can need, or does
-      not match the memory's configuration.
+    atomic_files.CheckpointNotFoundError: If an expected file is missing
+      (but for episode_end_indices, which old checkpoints lack): a
+      FileNotFoundError and a CheckpointError, and where TensorFlow is
+      loaded a tf.errors.NotFoundError as Dopamine raises (TensorFlow is
+      never imported to raise it).
+    atomic_files.CheckpointError: (a ValueError) If a file or the journal
+      is corrupt, unsafe, not a regular file, larger than the memory can
+      need, or does not match the memory's configuration.
   """
+  journal = transaction.pending(checkpoint_dir, journal_filename(suffix))
+
+  def path_of(name):
+    target = _target(name, suffix)
+    if journal is not None and journal.digest_of(target) is not None:
+      return journal.path_of(checkpoint_dir, target)
+    return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
+
   missing_episode_ends = False
   for name, _ in checkpoint_files(memory):
-    filename = gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
-    if atomic_files.exists(filename):
+    if atomic_files.exists(path_of(name)):
       continue
     if name == 'episode_end_indices':
       logging.warning('Unable to find episode_end_indices. This is '
                       'expected for old checkpoints.')
       missing_episode_ends = True
       continue
-    # Dopamine's error type; TensorFlow is imported only to raise it.
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    raise tf.errors.NotFoundError(None, None,
-                                  'Missing file: {}'.format(filename))
+    filename = gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
+    raise atomic_files.not_found_error('Missing file: {}'.format(filename),
+                                       filename)
+  state_digest = (None if journal is None else journal.digest_of(
+      _target(DOPAMINE_PER_STATE_NAME, suffix)))
+  layout = checkpoint_reading.Layout(
+      STORE_FILENAME_PREFIX, DOPAMINE_PER_STATE_NAME, checkpoint_files(memory),
+      _attribute_files(memory))
   with atomic_files.refusing('checkpoint {} in {}'.format(
       suffix, checkpoint_dir)):
-    pending = _read_checkpoint(memory, checkpoint_dir, suffix,
-                               missing_episode_ends)
-  _commit(memory, pending)
+    pending = checkpoint_reading.read(memory, layout, path_of, state_digest,
+                                      missing_episode_ends)
+  checkpoint_reading.install(memory, pending)
 
-
-# Bounds of what each checkpoint file may hold, derived from the memory's
-# configuration, so that a damaged or hostile file is refused after a
-# bounded amount of reading (see file_io).
-
-
-def _attribute_max_bytes(memory: Any) -> int:
-  """The most bytes a public attribute's file may decompress to.
-
-  Generous but finite: 64 MiB more than all storage arrays together.
-  """
-  return (1 << 26) + sum(array.nbytes for array in memory._store.values())
-
-
-def _npy_max_bytes(memory: Any, name: str) -> int:
-  """The most bytes the array of checkpoint file `name` may take."""
-  if name == 'add_count':
-    return 16  # One integer of at most 16 bytes.
-  if name == 'invalid_range':
-    # Room for other configurations' ranges, for a clearer error.
-    return 8 * (memory._stack_size + memory._update_horizon) + (1 << 16)
-  return _attribute_max_bytes(memory)
-
-
-def _pickle_limits(memory: Any, name: str) -> safe_pickle.PickleLimits:
-  """The bounds of the pickle in checkpoint file `name`."""
-  if name == 'episode_end_indices':
-    # At most one int per slot, 5 to 13 bytes each in any protocol.
-    capacity = memory._replay_capacity
-    return safe_pickle.PickleLimits(
-        max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
-        max_depth=4)
-  if name == DOPAMINE_PER_STATE_NAME:
-    # A few flags, a generator state, a (size, sha256) per file.
-    files = len(checkpoint_files(memory))
-    return safe_pickle.PickleLimits(
-        max_bytes=(1 << 20) + 1024 * files,
-        max_elements=(1 << 14) + 8 * files, max_depth=16)
-  max_bytes = _attribute_max_bytes(memory)
-  return safe_pickle.PickleLimits(
-      max_bytes=max_bytes, max_elements=max_bytes // 8,
-      max_depth=safe_pickle.DEFAULT_PICKLE_LIMITS.max_depth)
-
-
-def _read_checkpoint(memory: Any, checkpoint_dir: str, suffix: Any,
-                     missing_episode_ends: bool) -> Dict[str, Any]:
-  """Reads and validates a checkpoint into a dict; changes nothing.
-
-  Raises:
-    atomic_files.CheckpointError: On any corrupt or mismatched file.
-  """
-  def filename(name):
-    return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
-
-  extra = _read_extra_state(memory, filename(DOPAMINE_PER_STATE_NAME))
-  digests = {} if extra is None else extra['files']
-
-  def digest_of(name):
-    digest = digests.get(name)
-    return None if digest is None else atomic_files.FileDigest(*digest)
-
-  capacity = memory._replay_capacity
-  pending = {'store': {}}
-  for element in memory.get_storage_signature():
-    name = STORE_FILENAME_PREFIX + element.name
-    with atomic_files.refusing(filename(name)):
-      pending['store'][element.name] = gzip_files.load_npy_gz(
-          filename(name), shape=(capacity,) + tuple(element.shape),
-          dtype=element.type, expected=digest_of(name))
-  add_count = _read_add_count(memory, filename('add_count'),
-                              digest_of('add_count'))
-  pending['add_count'] = add_count
-  cursor = add_count % capacity
-  _check_invalid_range(memory, filename('invalid_range'),
-                       digest_of('invalid_range'), add_count)
-
-  written = capacity if add_count >= capacity else cursor
-  if missing_episode_ends:
-    terminal = pending['store']['terminal'][:written]
-    episode_ends = set(np.flatnonzero(terminal).tolist())
-  else:
-    episode_ends = _read_episode_ends(
-        memory, filename('episode_end_indices'),
-        digest_of('episode_end_indices'), written)
-  pending['episode_end_indices'] = episode_ends
-  pending['attributes'] = {
-      name: _read_attribute(memory, name, filename(name), file_format,
-                            digest_of(name))
-      for name, file_format in _attribute_files(memory)}
-
-  path = filename(DOPAMINE_PER_STATE_NAME)
-  if extra is not None:
-    pending['episode_start'] = extra['next_experience_is_episode_start']
-  else:
-    # Dopamine does not save this: the next add starts an episode if the
-    # last written transition ended one.
-    logging.info('%s not found (a Dopamine checkpoint?): deriving the '
-                 'episode-start flag from the data.', path)
-    pending['episode_start'] = (
-        add_count == 0 or (cursor - 1) % capacity in episode_ends)
-  pending['rng_state'] = None
-  rng_state = None if extra is None else extra.get('rng_state')
-  if rng_state is not None and memory._rng is not None:
-    # Any error (TypeError, KeyError, OverflowError for a number out of the
-    # generator's range ...) refuses the state file.
-    with atomic_files.refusing(path + ' (generator state)'):
-      type(memory._rng.bit_generator)().state = rng_state
-    pending['rng_state'] = rng_state
-  pending['extensions'] = [
-      (extension, extension.read(memory, filename(extension.name),
-                                 digest_of(extension.name)))
-      for extension in memory._checkpoint_extensions]
-  return pending
-
-
-def _read_add_count(memory: Any, path: str,
-                    expected: Optional[atomic_files.FileDigest]) -> int:
-  """Reads the add_count file: an integer in [0, 2**63).
-
-  Raises:
-    atomic_files.CheckpointError: If the file is corrupt or the value is
-      not such an integer (a uint64 of 2**63 or more, say, would break
-      `add_count` and `save`).
-  """
-  with atomic_files.refusing(path):
-    add_count = gzip_files.load_npy_gz(
-        path, expected=expected,
-        max_bytes=_npy_max_bytes(memory, 'add_count'))
-    value = (int(add_count.reshape(())) if add_count.size == 1 and
-             add_count.dtype.kind in 'iu' else None)
-    if (add_count.shape not in ((), (1,)) or value is None or
-        not 0 <= value <= np.iinfo(np.int64).max):
-      raise atomic_files.CorruptCheckpointError(
-          '{}: add_count must be an integer scalar in [0, 2**63), got {}'
-          .format(path, errors.describe(
-              add_count if value is None else value)))
-  return value
-
-
-def _check_invalid_range(memory: Any, path: str,
-                         expected: Optional[atomic_files.FileDigest],
-                         add_count: int) -> None:
-  """Reads the invalid_range file; it must match add_count.
-
-  Raises:
-    atomic_files.CheckpointError: If the file is corrupt or does not match
-      `add_count` and the memory's configuration.
-  """
-  with atomic_files.refusing(path):
-    loaded_range = gzip_files.load_npy_gz(
-        path, expected=expected,
-        max_bytes=_npy_max_bytes(memory, 'invalid_range'))
-    if add_count == 0:
-      return  # Dopamine saves zeros of some length before the first add.
-    wanted = memory._invalid_range_at(add_count)
-    if (loaded_range.shape != wanted.shape or
-        not np.array_equal(loaded_range, wanted)):
-      raise atomic_files.CorruptCheckpointError(
-          '{}: invalid_range {} does not match add_count {} with '
-          'stack_size {} and update_horizon {}: a checkpoint of a '
-          'differently configured buffer?'.format(
-              path, loaded_range.tolist(), add_count, memory._stack_size,
-              memory._update_horizon))
-
-
-def _read_episode_ends(memory: Any, path: str,
-                       expected: Optional[atomic_files.FileDigest],
-                       written: int) -> set:
-  """Reads the episode_end_indices file: a set of written slots.
-
-  Raises:
-    atomic_files.CheckpointError: If the file is corrupt, too large, or
-      holds anything but ints in [0, written).
-  """
-  with atomic_files.refusing(path):
-    loaded = gzip_files.load_pickle_gz(
-        path, expected=expected,
-        limits=_pickle_limits(memory, 'episode_end_indices'))
-    if not isinstance(loaded, (set, frozenset, list, tuple)):
-      raise atomic_files.CorruptCheckpointError(
-          '{}: episode_end_indices must be a set of ints, got {}'.format(
-              path, type(loaded).__name__))
-    episode_ends = set()
-    for index in loaded:
-      if (isinstance(index, (bool, np.bool_)) or
-          not isinstance(index, (numbers.Integral, np.integer)) or
-          not 0 <= index < written):
-        raise atomic_files.CorruptCheckpointError(
-            '{}: episode end index {} is not a written slot in [0, {})'
-            .format(path, errors.describe(index), written))
-      episode_ends.add(int(index))
-  return episode_ends
-
-
-def _read_attribute(memory: Any, name: str, path: str, file_format: str,
-                    expected: Optional[atomic_files.FileDigest]) -> Any:
-  """Reads the checkpoint file of public attribute `name` (plain data).
-
-  Raises:
-    atomic_files.CheckpointError: If the file is corrupt, unsafe or larger
-      than `_attribute_max_bytes`.
-  """
-  with atomic_files.refusing(path):
-    if file_format == 'npy':
-      return gzip_files.load_npy_gz(
-          path, expected=expected, max_bytes=_npy_max_bytes(memory, name))
-    value = gzip_files.load_pickle_gz(
-        path, expected=expected, limits=_pickle_limits(memory, name))
-    problem = safe_pickle.non_plain_data(value)
-    if problem is not None:
-      raise atomic_files.CorruptCheckpointError(
-          '{}: an attribute must be plain data, found {}.'.format(
-              path, problem))
-  return value
-
-
-def _read_extra_state(memory: Any, path: str) -> Optional[Dict[str, Any]]:
-  """Reads and checks the dopamine_per state file; None if there is none.
-
-  Its structure is checked before any of it is used: `files` must map
-  exactly the memory's checkpoint file names (`checkpoint_files`) to
-  (size, sha256) tuples, so it can name no other file.
-
-  Raises:
-    atomic_files.CheckpointError: If the file is corrupt or malformed.
-  """
-  if not atomic_files.exists(path):
-    return None
-  with atomic_files.refusing(path):
-    extra = gzip_files.load_pickle_gz(
-        path, limits=_pickle_limits(memory, DOPAMINE_PER_STATE_NAME))
-    problem = _extra_state_problem(memory, extra)
-    if problem is not None:
-      raise atomic_files.CorruptCheckpointError(
-          '{}: not a dopamine_per state: {}'.format(path, problem))
-  return extra
-
-
-def _extra_state_problem(memory: Any, extra: Any) -> Optional[str]:
-  """What is wrong with a loaded dopamine_per state, or None."""
-  if type(extra) is not dict:  # pylint: disable=unidiomatic-typecheck
-    return 'a {}, not a dict'.format(type(extra).__name__)
-  version = extra.get('format_version', _STATE_FORMAT_VERSION)
-  if type(version) is not int or version != _STATE_FORMAT_VERSION:  # pylint: disable=unidiomatic-typecheck
-    return 'format_version {} (this version reads {})'.format(
-        errors.describe(version), _STATE_FORMAT_VERSION)
-  if not isinstance(extra.get('next_experience_is_episode_start'), bool):
-    return 'next_experience_is_episode_start is {}, not a bool'.format(
-        errors.describe(extra.get('next_experience_is_episode_start')))
-  if not isinstance(extra.get('rng_state'), (dict, type(None))):
-    return 'rng_state is a {}, not a dict'.format(
-        type(extra['rng_state']).__name__)
-  files = extra.get('files')
-  if type(files) is not dict:  # pylint: disable=unidiomatic-typecheck
-    return 'files is {}, not a dict'.format(errors.describe(files))
-  own = {name for name, _ in checkpoint_files(memory)}
-  if set(files) != own:
-    strange = sorted(errors.describe(name, 40) for name in set(files) - own)
-    missing = sorted(own - set(files))
-    return ('files names {} and lacks {}; it must name exactly this '
-            "memory's checkpoint files".format(strange[:5], missing[:5]))
-  for name, digest in files.items():
-    if not (type(digest) is tuple and len(digest) == 2 and  # pylint: disable=unidiomatic-typecheck
-            type(digest[0]) is int and digest[0] >= 0 and  # pylint: disable=unidiomatic-typecheck
-            type(digest[1]) is str and  # pylint: disable=unidiomatic-typecheck
-            re.fullmatch('[0-9a-f]{64}', digest[1])):
-      return 'the digest of {} is {}, not (size, sha256)'.format(
-          name, errors.describe(digest))
-  return None
-
-
-def _commit(memory: Any, pending: Dict[str, Any]) -> None:
-  """Installs a validated checkpoint. Cannot fail."""
-  for extension, state in pending['extensions']:
-    extension.commit(memory, state)
-  for name, array in pending['store'].items():
-    memory._store[name] = array
-  memory._mappings = []  # The loaded arrays are fully backed.
-  memory._refresh_store_arrays()
-  memory._add_count = pending['add_count']
-  memory.episode_end_indices = pending['episode_end_indices']
-  memory._episode_end[:] = False
-  memory._episode_end[list(memory.episode_end_indices)] = True
-  memory._next_experience_is_episode_start = pending['episode_start']
-  if pending['rng_state'] is not None:
-    memory._rng.bit_generator.state = pending['rng_state']
-  for name, value in pending['attributes'].items():
-    setattr(memory, name, value)

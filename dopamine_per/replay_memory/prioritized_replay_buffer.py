@@ -85,7 +85,7 @@ class OutOfGraphPrioritizedReplayBuffer(
       replay_capacity: int, the number of transitions kept.
       batch_size: int, the default batch size.
       update_horizon: int, the N of N-step returns.
-      gamma: float, the discount factor.
+      gamma: float, the discount factor: a real number in [0, 1].
       max_sample_attempts: int, how many invalid draws `sample_index_batch`
         tolerates before giving up.
       extra_storage_types: list of ReplayElement, extra per-transition
@@ -106,7 +106,8 @@ class OutOfGraphPrioritizedReplayBuffer(
 
     Raises:
       ValueError: If an argument is malformed, or replay_capacity is smaller
-        than update_horizon + stack_size.
+        than update_horizon + stack_size (for observation_shape and gamma a
+        dopamine_per.errors.ArgumentError: see the circular memory).
     """
     super().__init__(
         observation_shape=observation_shape,

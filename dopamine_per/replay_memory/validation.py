@@ -3,15 +3,17 @@
 
 Each check lives here once, so that the tree and the memories refuse the same
 inputs with the same exception types and messages: integers (`check_int`,
-`check_batch_size`), leaf indices (`validate_index`, `validate_indices`) and
-priorities (`validate_priority`, `validate_priorities`). NumPy only: no
-TensorFlow.
+`check_batch_size`), real numbers in a range (`check_real`), a memory's
+generator (`check_rng`) and transition count (`check_add_count`,
+`check_room_to_add`, bounded by `MAX_ADD_COUNT`), leaf indices
+(`validate_index`, `validate_indices`) and priorities (`validate_priority`,
+`validate_priorities`). NumPy only: no TensorFlow.
 """
 
 import functools
 import numbers
 import operator
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -20,8 +22,13 @@ from dopamine_per import errors
 __all__ = [
     'InvalidIndexError',
     'InvalidIndexTypeError',
+    'MAX_ADD_COUNT',
+    'check_add_count',
     'check_batch_size',
     'check_int',
+    'check_real',
+    'check_rng',
+    'check_room_to_add',
     'check_priority_dtype',
     'head',
     'is_scalar',
@@ -89,6 +96,120 @@ def check_batch_size(batch_size: Any, minimum: int, expected: str) -> int:
   except ValueError:
     raise ValueError('batch_size must be {}. Got: {}'.format(
         expected, batch_size)) from None
+
+
+# ---------------------------------------------------------- add counter
+
+# The largest `add_count` (transitions written, padding included) a replay
+# memory accepts or reaches: 2**53. Up to it every count is exact as a
+# float64 (NumPy compares an int64 array with a float, such as a gin-set
+# `min_replay_history`, in float64), and the sum of 1,023 memories' counts
+# (a sharded memory's total) still fits int64; at int64's largest,
+# 2**63 - 1, the next add overflowed. 2**53 adds take 285 years at a
+# million adds per second.
+_ADD_COUNT_BITS = 53
+MAX_ADD_COUNT = 2**_ADD_COUNT_BITS
+
+
+def check_add_count(value: Any, name: str = 'add_count') -> int:
+  """Returns `value` as an int if it is an add count a memory can hold.
+
+  Args:
+    value: an integer (not a bool), or an integer array of one element.
+    name: str, the argument's name, for the error message.
+
+  Returns:
+    int, the count, in [0, MAX_ADD_COUNT].
+
+  Raises:
+    ValueError: If it is not such an integer or is outside
+      [0, MAX_ADD_COUNT].
+  """
+  if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    count = int(value)
+  else:
+    try:
+      array = np.asarray(value)
+    except Exception:  # pylint: disable=broad-except
+      array = np.asarray(None)  # A ragged list, say: not a count.
+    count = (int(array.reshape(())) if array.size == 1 and
+             array.dtype.kind in 'iu' else None)
+  if count is None or not 0 <= count <= MAX_ADD_COUNT:
+    raise ValueError('{} must be an integer in [0, 2**{}], got {}'.format(
+        name, _ADD_COUNT_BITS,
+        errors.describe(value if count is None else count)))
+  return count
+
+
+def check_room_to_add(add_count: int, writes: int) -> None:
+  """Checks that `writes` more transitions keep a count within its bound.
+
+  Args:
+    add_count: int, the memory's add_count.
+    writes: int, the transitions an `add` would write (padding included).
+
+  Raises:
+    OverflowError: If add_count + writes would pass MAX_ADD_COUNT.
+  """
+  if add_count + writes > MAX_ADD_COUNT:
+    raise OverflowError(
+        'add would write {} transition(s) after add_count {}, past its '
+        'bound of 2**{} (validation.MAX_ADD_COUNT); nothing was written. '
+        'To go on, lower add_count by a multiple of replay_capacity (the '
+        'cursor stays).'.format(
+            writes, add_count, _ADD_COUNT_BITS))
+
+
+# ------------------------------------------------------------ real numbers
+
+
+def check_real(name: str, value: Any, minimum: float, maximum: float
+              ) -> float:
+  """Returns `value` as a float if it is a real number in [minimum, maximum].
+
+  A real number is what `validate_priority` takes: a Python or NumPy integer
+  or float (or a 0-d array of one), not a bool, string, bytes or complex
+  number. NaN and infinities are outside any finite range.
+
+  Args:
+    name: str, the argument's name, for the error message.
+    value: the argument.
+    minimum: float, the smallest value accepted.
+    maximum: float, the largest value accepted.
+
+  Returns:
+    float, the value.
+
+  Raises:
+    dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError)
+      If it is not a real number, or is NaN or outside [minimum, maximum].
+  """
+  try:
+    number = _real_scalar(value, name, np.float64)
+  except ValueError:  # Not a real number, or an int beyond any float.
+    number = None
+  if number is None or not minimum <= number <= maximum:  # NaN fails too.
+    raise errors.ArgumentError(
+        '{} must be a real number in [{:g}, {:g}] (not NaN, a bool, a string '
+        'or a complex number), got {}'.format(name, minimum, maximum,
+                                              errors.describe(value)))
+  return number
+
+
+def check_rng(rng: Any) -> Optional[np.random.Generator]:
+  """Returns the generator a memory's `rng` argument gives, or None.
+
+  Args:
+    rng: None (NumPy's global generator), a seed, or a
+      ``numpy.random.Generator`` (returned as it is).
+
+  Raises:
+    ValueError: If `rng` is a bool (or a seed `np.random.default_rng`
+      refuses).
+  """
+  if isinstance(rng, bool):
+    raise ValueError('rng must be None, a seed or a Generator, got bool')
+  return None if rng is None else np.random.default_rng(rng)
 
 
 # ----------------------------------------------------------------- indices

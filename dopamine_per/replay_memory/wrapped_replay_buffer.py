@@ -16,6 +16,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per.replay_memory import validation
+
 __all__ = ['WrappedReplayBufferBase']
 
 
@@ -79,8 +81,10 @@ class WrappedReplayBufferBase(object):
         (e.g. `checkpoint_duration`, `keep_every`, `rng`).
 
     Raises:
-      ValueError: If update_horizon is not positive, gamma is outside [0, 1],
-        or the capacity does not exceed the update horizon.
+      ValueError: If update_horizon is not positive, or the capacity does
+        not exceed the update horizon.
+      dopamine_per.errors.ArgumentError: (a ValueError) If gamma is not a
+        real number in [0, 1] (also with `wrapped_memory`).
     """
     if replay_capacity < update_horizon + 1:
       raise ValueError(
@@ -88,8 +92,7 @@ class WrappedReplayBufferBase(object):
           'than replay capacity ({}).'.format(update_horizon, replay_capacity))
     if not update_horizon >= 1:
       raise ValueError('Update horizon must be positive.')
-    if not 0.0 <= gamma <= 1.0:
-      raise ValueError('Discount factor (gamma) must be in [0, 1].')
+    validation.check_real('gamma', gamma, 0.0, 1.0)
     self.batch_size = batch_size
     if wrapped_memory is None:
       wrapped_memory = self._memory_class()(

@@ -1,0 +1,445 @@
+# coding=utf-8
+"""A sharded memory's checkpoints: a record of their shape, all or nothing.
+
+A sharded memory's checkpoint N is one directory per shard
+(``shard_{k}/``, the single memory's files) and, beside them, the record
+``dopamine_per_shards_ckpt.N``: a small JSON file holding the number of
+shards, each shard's capacity, and each shard's staged files (a
+`transaction.Record`, paths relative to the shard's directory, so the
+checkpoint directory can be moved as a whole). The record is written
+atomically once every shard has staged its part: its appearance is the
+commit point of the whole sharded checkpoint, and a load that finds it
+first completes the shards' commits from it. Loading into a memory of
+another shape is refused from the record alone, before any shard is
+called. `ShardedCheckpointer` runs the protocol (stage, record, commit,
+prune; check, complete, read, swap) over the shards: see
+docs/distributed.md#design, Checkpoints.
+
+Checkpoints written before records existed (legacy: shard directories
+only) are recognized by their shard directories: see `legacy_shards`.
+
+No Ray (the checkpointer reaches the shards through the memory's calls),
+no TensorFlow.
+"""
+
+import json
+import operator
+import os
+import re
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from absl import logging
+
+from dopamine_per import errors
+from dopamine_per.distributed import shard as shard_lib
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.file_io import transaction
+from dopamine_per.replay_memory import memory_checkpoint
+
+__all__ = ['RECORD_NAME', 'RECORD_FORMAT', 'ShardedRecord',
+           'ShardedCheckpointer', 'record_path', 'write_record',
+           'read_record', 'remove_stale_records',
+           'latest_checkpoint_iteration', 'legacy_shards']
+
+# The record's file is ``{RECORD_NAME}_ckpt.{N}``: Dopamine's naming, so the
+# experiment checkpointer counts it among iteration N's files.
+RECORD_NAME = 'dopamine_per_shards'
+RECORD_FORMAT = 'dopamine_per.sharded_checkpoint/1'
+
+# A record lists each shard's files (a few dozen, about 200 bytes each):
+# 16 MiB holds thousands of shards.
+_MAX_RECORD_BYTES = 1 << 24
+
+# Calls a method of several shards at once and waits for all:
+# (method, {shard: args}) -> ({shard: result} of those that answered, the
+# first error or None).
+CallEach = Callable[[str, Dict[int, Tuple[Any, ...]]],
+                    Tuple[Dict[int, Any], Optional[Exception]]]
+
+_RECORD_FILE = re.compile(r'^{}_ckpt\.([0-9]{{1,18}})$'.format(
+    re.escape(RECORD_NAME)))
+
+
+class ShardedRecord(object):
+  """A sharded checkpoint's shape and every shard's staged files.
+
+  Attributes:
+    iteration: int, the checkpoint's number.
+    num_shards: int, the number of shards that saved it.
+    shard_capacity: int, each shard's replay_capacity.
+    shards: list of transaction.Record, shard k's staged files (paths
+      relative to ``shard_{k}/``), in shard order.
+  """
+
+  def __init__(self, iteration: int, num_shards: int, shard_capacity: int,
+               shards: List[transaction.Record]):
+    self.iteration = iteration
+    self.num_shards = num_shards
+    self.shard_capacity = shard_capacity
+    self.shards = list(shards)
+
+  def to_data(self) -> Dict[str, Any]:
+    """Returns the record as JSON-ready plain data."""
+    return {'format': RECORD_FORMAT, 'iteration': self.iteration,
+            'num_shards': self.num_shards,
+            'shard_capacity': self.shard_capacity,
+            'shards': [record.to_data() for record in self.shards]}
+
+  @classmethod
+  def from_data(cls, data: Any, where: str) -> 'ShardedRecord':
+    """Builds a record from `to_data`'s form, checking every part of it.
+
+    Args:
+      data: what `to_data` returned (or a record file held).
+      where: str, what to name in an error (the file).
+
+    Raises:
+      atomic_files.CorruptCheckpointError: If `data` is not such a record
+        (see also `transaction.Record.from_data`, for each shard's part).
+    """
+    def malformed(what):
+      return atomic_files.CorruptCheckpointError(
+          '{} is malformed: {}'.format(where, what))
+
+    if not isinstance(data, dict) or data.get('format') != RECORD_FORMAT:
+      raise malformed('not a {} record'.format(RECORD_FORMAT))
+    numbers = {}
+    for name, minimum in (('iteration', 0), ('num_shards', 1),
+                          ('shard_capacity', 1)):
+      value = data.get(name)
+      if type(value) is not int or value < minimum:  # pylint: disable=unidiomatic-typecheck
+        raise malformed('{} is {}, not an int >= {}'.format(
+            name, errors.describe(value), minimum))
+      numbers[name] = value
+    shards = data.get('shards')
+    if not isinstance(shards, list) or len(shards) != numbers['num_shards']:
+      raise malformed('shards is {}, not a list of num_shards ({}) '
+                      'records'.format(errors.describe(shards),
+                                       numbers['num_shards']))
+    return cls(shards=[
+        transaction.Record.from_data(part, where='{} (shard {})'.format(
+            where, k)) for k, part in enumerate(shards)], **numbers)
+
+
+def record_path(checkpoint_dir: str, iteration_number: Any) -> str:
+  """Returns the path of checkpoint `iteration_number`'s record.
+
+  Args:
+    checkpoint_dir: str, the sharded memory's checkpoint directory.
+    iteration_number: int or str, the checkpoint's number (a str as the
+      memories' `load` takes it).
+
+  Returns:
+    str, ``{checkpoint_dir}/dopamine_per_shards_ckpt.{iteration_number}``.
+  """
+  return os.path.join(checkpoint_dir, '{}_ckpt.{}'.format(
+      RECORD_NAME, iteration_number))
+
+
+def write_record(checkpoint_dir: str, record: ShardedRecord) -> None:
+  """Writes `record` atomically: the commit point of its checkpoint.
+
+  Args:
+    checkpoint_dir: str, an existing directory.
+    record: ShardedRecord.
+  """
+  data = json.dumps(record.to_data(), indent=0, sort_keys=True).encode(
+      'utf-8')
+  atomic_files.atomic_write(record_path(checkpoint_dir, record.iteration),
+                            lambda f: f.write(data))
+
+
+def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
+  """Reads and checks checkpoint `suffix`'s record; None if there is none.
+
+  Args:
+    checkpoint_dir: str, the sharded memory's checkpoint directory.
+    suffix: int or str, the checkpoint's number.
+
+  Returns:
+    ShardedRecord, or None when the directory has no record of `suffix`
+    (nothing saved, or a legacy checkpoint).
+
+  Raises:
+    atomic_files.CheckpointError: If the record is not a bounded regular
+      file holding a well-formed record of checkpoint `suffix`.
+  """
+  path = record_path(checkpoint_dir, suffix)
+  try:
+    content = atomic_files.read_file(path, _MAX_RECORD_BYTES,
+                                     'sharded checkpoint record')
+  except FileNotFoundError:
+    return None
+  with atomic_files.refusing(path):
+    data = json.loads(content.decode('utf-8'))
+  record = ShardedRecord.from_data(data, where=path)
+  if str(record.iteration) != str(suffix):
+    raise atomic_files.CorruptCheckpointError(
+        '{} is malformed: it is the record of checkpoint {}'.format(
+            path, record.iteration))
+  return record
+
+
+def _holds(shard_dir: str, suffix: Any) -> bool:
+  """Whether a shard's directory holds its checkpoint `suffix`: the state
+  file, or the journal of a save committed but not yet finished."""
+  return (atomic_files.exists(gzip_files.checkpoint_filename(
+      shard_dir, memory_checkpoint.DOPAMINE_PER_STATE_NAME, suffix)) or
+          atomic_files.exists(os.path.join(
+              shard_dir, memory_checkpoint.journal_filename(suffix))))
+
+
+def _record_iterations(checkpoint_dir: str) -> List[int]:
+  """The numbers of the checkpoints that have a record, in order."""
+  return sorted(int(match.group(1))
+                for match in map(_RECORD_FILE.match,
+                                 atomic_files.list_directory(checkpoint_dir))
+                if match)
+
+
+def remove_stale_records(checkpoint_dir: str, iteration_number: int,
+                         num_shards: int) -> List[int]:
+  """Deletes records that no longer describe a whole checkpoint.
+
+  After the shards pruned their checkpoints (the single memory's rule),
+  the record of each older checkpoint that one of shards 0 to
+  ``num_shards - 1`` no longer holds is deleted, and so are temporaries of
+  records that killed saves left.
+
+  Args:
+    checkpoint_dir: str, the sharded memory's checkpoint directory.
+    iteration_number: int, the checkpoint just saved (newer ones are kept).
+    num_shards: int, the saving memory's number of shards.
+
+  Returns:
+    list of int, the checkpoints whose record was deleted.
+  """
+  removed = []
+  for iteration in _record_iterations(checkpoint_dir):
+    if iteration < iteration_number and not all(
+        _holds(shard_lib.shard_directory(checkpoint_dir, k), iteration)
+        for k in range(num_shards)):
+      atomic_files.remove_if_exists(record_path(checkpoint_dir, iteration))
+      removed.append(iteration)
+  atomic_files.remove_temporaries(
+      checkpoint_dir, lambda target: _RECORD_FILE.match(target) is not None)
+  return removed
+
+
+def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
+  """Returns the newest sharded checkpoint, by its record; None if none.
+
+  A sharded checkpoint is complete once its record exists: a save writes it
+  after every shard staged its part, and `load` completes the shards'
+  commits from it. (A save's clean-up deletes records of older checkpoints
+  only.) Legacy checkpoints (no record) are not counted.
+
+  Args:
+    checkpoint_dir: str, the directory given to the sharded memory's `save`.
+
+  Returns:
+    int, the number to give `load`, or None.
+  """
+  iterations = _record_iterations(checkpoint_dir)
+  return iterations[-1] if iterations else None
+
+
+def legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
+                 ) -> List[int]:
+  """The shards that hold a complete legacy checkpoint `suffix`.
+
+  A legacy sharded checkpoint (written before records) is one complete
+  single-memory checkpoint (with its `dopamine_per_state` file) in each of
+  ``shard_0/``, ..., ``shard_{K-1}/``. Looks at the first `num_shards`
+  shard directories and at those after them, as long as they exist.
+
+  Args:
+    checkpoint_dir: str, the sharded memory's checkpoint directory.
+    suffix: int or str, the checkpoint's number.
+    num_shards: int, the loading memory's number of shards.
+
+  Returns:
+    list of int, in order.
+  """
+  held = []
+  k = 0
+  while True:
+    directory = shard_lib.shard_directory(checkpoint_dir, k)
+    if k >= num_shards and not atomic_files.exists(directory):
+      return held
+    if _holds(directory, suffix):
+      held.append(k)
+    k += 1
+
+
+class ShardedCheckpointer(object):
+  """Saves and loads a sharded memory's shards as one checkpoint.
+
+  It reaches the shards (`shard.ReplayShard` actors) only through
+  `call_each`; the memory calls it holding its lock, after sending what it
+  had queued for the shards.
+  """
+
+  def __init__(self, num_shards: int, shard_capacity: int,
+               call_each: CallEach):
+    """Creates the checkpointer of a memory of this shape.
+
+    Args:
+      num_shards: int, the number of shards.
+      shard_capacity: int, each shard's replay_capacity.
+      call_each: CallEach, how to call the shards (the memory's).
+    """
+    self._num_shards = num_shards
+    self._shard_capacity = shard_capacity
+    self._call_each = call_each
+
+  def _call_all(self, method: str, *args: Any) -> None:
+    """Calls `method(*args)` on every shard; raises the first error."""
+    _, error = self._call_each(method, {
+        k: args for k in range(self._num_shards)})
+    if error is not None:
+      raise error
+
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Saves every shard as checkpoint `iteration_number`, all or nothing.
+
+    1. Every shard stages its memory's checkpoint files in
+       ``checkpoint_dir/shard_{k}`` (`memory_checkpoint.prepare_save`);
+       nothing visible changes. If one fails (or is dead), what the others
+       staged is deleted and its error raised: every shard's previous
+       checkpoints are as they were.
+    2. The record is written (`write_record`): the commit point. If that
+       fails, what the shards staged is deleted too.
+    3. Every shard moves its files into place (`commit_save`). If one
+       fails, its error is raised: checkpoint N is the record's, and `load`
+       completes the commits.
+    4. Only then does each shard prune (the single memory's
+       checkpoint_duration and keep_every), and the records of older
+       checkpoints that a shard no longer holds are deleted
+       (`remove_stale_records`).
+
+    Args:
+      checkpoint_dir: str, an existing directory (if it does not exist, a
+        warning is logged and nothing is written, as the single memory).
+      iteration_number: int, the checkpoint's number.
+
+    Raises:
+      The shards' errors (`shard.ShardError` for a dead one), and whatever
+      writing the record raises.
+    """
+    iteration_number = operator.index(iteration_number)
+    if not atomic_files.exists(checkpoint_dir):
+      logging.warning('Not saving the sharded replay memory: %s does not '
+                      'exist.', checkpoint_dir)
+      return
+    staged, error = self._call_each('prepare_save', {
+        k: (checkpoint_dir, iteration_number)
+        for k in range(self._num_shards)})
+    try:
+      if error is not None:
+        raise error
+      if any(part is None for part in staged.values()):
+        raise FileNotFoundError('{} disappeared while the shards saved into '
+                                'it'.format(checkpoint_dir))
+      write_record(checkpoint_dir, ShardedRecord(
+          iteration_number, self._num_shards, self._shard_capacity,
+          [transaction.Record.from_data(staged[k])
+           for k in range(self._num_shards)]))
+    except BaseException:
+      _abort_staged(checkpoint_dir, staged)
+      raise
+    # Committed: checkpoint `iteration_number` is the record's from here on.
+    _, error = self._call_each('commit_save', {
+        k: (checkpoint_dir, iteration_number, staged[k])
+        for k in range(self._num_shards)})
+    if error is not None:
+      raise error
+    self._call_all('prune', checkpoint_dir, iteration_number)
+    remove_stale_records(checkpoint_dir, iteration_number, self._num_shards)
+
+  def load(self, checkpoint_dir: str, suffix: Any) -> None:
+    """Restores every shard from checkpoint `suffix`, all or none.
+
+    The record must name this memory's number of shards and shard
+    capacity: a checkpoint of another shape is refused before any shard is
+    called. A save interrupted after its record is first completed (each
+    shard's `commit_save`, which writes nothing when its files are in
+    place). Then each shard reads its files into a new memory, and only
+    when all have succeeded do they swap them in. A legacy checkpoint (no
+    record) loads if exactly shards 0 to num_shards - 1 hold it; its
+    capacity is the shards' own check.
+
+    Args:
+      checkpoint_dir: str, the directory `save` wrote.
+      suffix: int or str, the checkpoint's number.
+
+    Raises:
+      atomic_files.CheckpointError: (a ValueError) If the checkpoint's shape
+        is not this memory's, or its record is malformed.
+      The shards' `load` errors (naming the shard), and `shard.ShardError`
+      if a shard is dead.
+    """
+    record = read_record(checkpoint_dir, suffix)
+    self._check_shape(checkpoint_dir, suffix, record)
+    if record is not None:
+      _, error = self._call_each('commit_save', {
+          k: (checkpoint_dir, record.iteration, record.shards[k].to_data())
+          for k in range(self._num_shards)})
+      if error is not None:
+        raise error
+    _, error = self._call_each('prepare_load', {
+        k: (checkpoint_dir, suffix) for k in range(self._num_shards)})
+    if error is not None:
+      self._call_all('abort_load')
+      raise error
+    self._call_all('commit_load')
+
+  def _check_shape(self, checkpoint_dir: str, suffix: Any,
+                   record: Optional[ShardedRecord]) -> None:
+    """Refuses a checkpoint of another number of shards or shard capacity.
+
+    Raises:
+      atomic_files.CheckpointError: Naming both shapes.
+    """
+    mine = '{} shards of {} slots'.format(self._num_shards,
+                                          self._shard_capacity)
+    if record is not None:
+      if (record.num_shards, record.shard_capacity) != (
+          self._num_shards, self._shard_capacity):
+        raise atomic_files.CheckpointError(
+            'checkpoint {} in {} was saved by a sharded memory of {} shards '
+            'of {} slots; this memory has {}. Load it into a memory of '
+            'num_shards={} and replay_capacity={}.'.format(
+                suffix, checkpoint_dir, record.num_shards,
+                record.shard_capacity, mine, record.num_shards,
+                record.num_shards * record.shard_capacity))
+      return
+    held = legacy_shards(checkpoint_dir, suffix, self._num_shards)
+    if held and held != list(range(self._num_shards)):
+      raise atomic_files.CheckpointError(
+          'checkpoint {} in {} has no record of its shape (saved before '
+          'sharded checkpoints had one) and its shard directories {} hold '
+          'it; this memory has {} (shard_0 to shard_{}), so it is not '
+          'loaded.'.format(suffix, checkpoint_dir,
+                           ['shard_{}'.format(k) for k in held], mine,
+                           self._num_shards - 1))
+
+
+def _abort_staged(checkpoint_dir: str,
+                  staged: Dict[int, Optional[Dict[str, Any]]]) -> None:
+  """Deletes the files the shards staged, from here (a shard may be dead).
+
+  Never raises: the error that failed the save matters more, and the next
+  save's clean-up deletes what is left.
+  """
+  for k, part in staged.items():
+    if part is None:
+      continue
+    try:
+      memory_checkpoint.abort_save(
+          shard_lib.shard_directory(checkpoint_dir, k),
+          transaction.Record.from_data(part))
+    except Exception as error:  # pylint: disable=broad-except
+      logging.warning('Could not delete what shard %d staged in %s: %s', k,
+                      checkpoint_dir, atomic_files.describe_error(error))

@@ -1,0 +1,270 @@
+# coding=utf-8
+"""One trainer per run directory: an exclusive kernel lock on the directory.
+
+A `RunDirectoryLock` holds ``flock(LOCK_EX)`` on the file `LOCK_FILENAME`
+in the run's directory, and writes into it who holds it (pid, host, since
+when). A second lock on the same directory, from this process or any other,
+is refused at once with `RunDirectoryLockedError`, which names the holder.
+
+The lock is the kernel's: it goes away with the process however it ends
+(SIGKILL included), so it can never be stale, unlike a pid file. Its
+descriptor is close-on-exec (Python's default, PEP 446), so processes the
+holder starts (Ray's, any subprocess) do not keep it. A child that the
+holder forks without exec shares the descriptor, and so the lock, until it
+exits.
+
+`release` deletes the file (while still holding the lock) before closing
+it; `acquire` checks after locking that the file it locked is still the one
+under the name, so a trainer that opened the file just before it was
+deleted tries again rather than locking a deleted file. A file left behind
+by a killed holder is locked and reused as it is. Deleting the file by hand
+while a trainer holds it lets a second trainer in.
+
+Where the filesystem cannot lock (``flock`` fails with ENOLCK, ENOTSUP,
+ENOSYS, ...) and for paths with a URL scheme (``gs://``), nothing is locked:
+`acquire` logs one warning saying so and returns False.
+"""
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+from typing import Optional
+
+from absl import logging
+
+from dopamine_per.file_io import atomic_files
+
+__all__ = ['LOCK_FILENAME', 'RunDirectoryLockedError', 'RunDirectoryLock']
+
+# The lock file in the run directory. `experiment_resume.move_run_aside`
+# leaves it in place (it moves the Runner's files only).
+LOCK_FILENAME = '.dopamine_per_lock'
+# What `flock` fails with where the filesystem cannot lock.
+_CANNOT_LOCK = frozenset(
+    code for code in (getattr(errno, name, None) for name in (
+        'ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS', 'EINVAL'))
+    if code is not None)
+# What `flock(LOCK_NB)` fails with while another descriptor holds the lock.
+_HELD = frozenset((errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES))
+# The holder's note is a line of JSON, far shorter than this.
+_MAX_NOTE_BYTES = 4096
+# A holder writes its note just after locking: how long a refused locker
+# waits for it, and how often it looks.
+_NOTE_WAIT_SECONDS = 2.0
+_NOTE_POLL_SECONDS = 0.02
+# Times the lock file may be deleted under `acquire` before it gives up.
+_MAX_ATTEMPTS = 100
+
+
+class RunDirectoryLockedError(RuntimeError):
+  """Another process (or lock object) holds the run directory's lock.
+
+  Attributes:
+    directory: str, the run directory.
+    pid: int or None, the holder's process id (None if it did not say).
+    host: str or None, the holder's host name.
+    since: str or None, when it took the lock (ISO 8601, local time).
+  """
+
+  def __init__(self, directory: str, pid: Optional[int],
+               host: Optional[str], since: Optional[str]):
+    self.directory = directory
+    self.pid = pid
+    self.host = host
+    self.since = since
+    if pid is None:
+      holder = 'another process, which did not say which'
+    else:
+      holder = 'pid {} on host {}{}'.format(
+          pid, host or '(unknown)', ', since {}'.format(since) if since
+          else '')
+    super().__init__(
+        '{} is in use by another trainer ({}); wait for it to end or use '
+        'another directory'.format(directory, holder))
+
+
+def _holder_note() -> bytes:
+  """This process's note for the lock file: one line of JSON."""
+  return (json.dumps({
+      'pid': os.getpid(),
+      'host': socket.gethostname(),
+      'since': datetime.datetime.now().isoformat(timespec='seconds'),
+  }, sort_keys=True) + '\n').encode('utf-8')
+
+
+def _parse_note(data: bytes) -> Optional[dict]:
+  """The holder's note as a dict of pid, host and since; None if unreadable.
+
+  The file is another process's: anything in it is tolerated.
+  """
+  try:
+    note = json.loads(data.decode('utf-8'))
+  except (ValueError, RecursionError):
+    return None
+  if not isinstance(note, dict):
+    return None
+  pid = note.get('pid')
+  if isinstance(pid, bool) or not isinstance(pid, int):
+    return None
+
+  def text(key):
+    value = note.get(key)
+    return value[:200] if isinstance(value, str) else None
+
+  return {'pid': pid, 'host': text('host'), 'since': text('since')}
+
+
+def _read_note(fd: int) -> Optional[dict]:
+  """Reads the holder's note, waiting briefly for a holder that just locked."""
+  deadline = time.monotonic() + _NOTE_WAIT_SECONDS
+  while True:
+    try:
+      note = _parse_note(os.pread(fd, _MAX_NOTE_BYTES, 0))
+    except OSError:
+      note = None
+    if note is not None or time.monotonic() >= deadline:
+      return note
+    time.sleep(_NOTE_POLL_SECONDS)
+
+
+class RunDirectoryLock(object):
+  """An exclusive lock on a run directory, for the life of its holder.
+
+  Use it as a context manager (``with RunDirectoryLock(base_dir):``), or
+  call `acquire` and `release`.
+
+  Attributes:
+    directory: str, the run directory.
+    path: str, the lock file in it.
+  """
+
+  def __init__(self, directory: str):
+    """Names the directory; nothing is created or locked yet.
+
+    Args:
+      directory: str, the run directory (it need not exist yet).
+
+    Raises:
+      ValueError: If directory is empty.
+    """
+    if not directory:
+      raise ValueError('directory must be a non-empty path, got {!r}'.format(
+          directory))
+    self.directory = directory
+    self.path = os.path.join(directory, LOCK_FILENAME)
+    self._fd: Optional[int] = None
+
+  @property
+  def locked(self) -> bool:
+    """Whether this object holds the lock."""
+    return self._fd is not None
+
+  def acquire(self) -> bool:
+    """Creates the directory if needed and takes the lock, without waiting.
+
+    Returns:
+      bool: True if the lock is held; False if the path has a URL scheme or
+      its filesystem cannot lock (one warning logged; nothing is held, and
+      nothing is left in the directory).
+
+    Raises:
+      RunDirectoryLockedError: If another process, or another lock object
+        of this one, holds it (nothing was changed: an existing directory
+        and lock file are only opened).
+      RuntimeError: If this object already holds it.
+      OSError: If the directory cannot be created or the lock file cannot
+        be opened (e.g. it is a directory, or a symbolic link).
+    """
+    if self._fd is not None:
+      raise RuntimeError('{} is already locked by this object'.format(
+          self.directory))
+    if atomic_files.is_url(self.directory):
+      logging.warning('%s cannot be locked (a URL): make sure that no other '
+                      'trainer uses it at the same time.', self.directory)
+      return False
+    os.makedirs(self.directory, exist_ok=True)
+    for _ in range(_MAX_ATTEMPTS):
+      fd = self._open()
+      try:
+        if not self._lock(fd):
+          os.close(fd)
+          atomic_files.remove_if_exists(self.path)
+          return False
+        if self._is_current(fd):
+          os.ftruncate(fd, 0)
+          os.pwrite(fd, _holder_note(), 0)
+          self._fd = fd
+          return True
+      except BaseException:
+        os.close(fd)
+        raise
+      # The holder deleted the file between our open and our lock.
+      os.close(fd)
+    raise OSError(errno.EAGAIN, 'the lock file was replaced {} times while '
+                  'locking it'.format(_MAX_ATTEMPTS), self.path)
+
+  def _open(self) -> int:
+    """Opens (or creates) the lock file; the descriptor is not inherited."""
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC |
+                 getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0),
+                 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      os.close(fd)
+      raise OSError(errno.EINVAL, 'not a regular file', self.path)
+    return fd
+
+  def _lock(self, fd: int) -> bool:
+    """Locks `fd`: True; False (warned) where the filesystem cannot lock.
+
+    Raises:
+      RunDirectoryLockedError: If another descriptor holds the lock.
+    """
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return True
+    except OSError as e:
+      if e.errno in _HELD:
+        note = _read_note(fd) or {}
+        raise RunDirectoryLockedError(self.directory, note.get('pid'),
+                                      note.get('host'),
+                                      note.get('since')) from None
+      if e.errno not in _CANNOT_LOCK:
+        raise
+      logging.warning('%s cannot be locked: its filesystem does not support '
+                      'locks (%s); make sure that no other trainer uses it '
+                      'at the same time.', self.directory,
+                      e.strerror or e)
+      return False
+
+  def _is_current(self, fd: int) -> bool:
+    """Whether the locked `fd` is still the file under the lock's name."""
+    try:
+      named = os.stat(self.path, follow_symlinks=False)
+    except FileNotFoundError:
+      return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+  def release(self) -> None:
+    """Deletes the lock file and releases the lock; idempotent."""
+    if self._fd is None:
+      return
+    fd, self._fd = self._fd, None
+    try:
+      # Deleted while still locked: see the module's docstring.
+      atomic_files.remove_if_exists(self.path)
+    finally:
+      os.close(fd)
+
+  def __enter__(self) -> 'RunDirectoryLock':
+    """Acquires the lock (see `acquire`); returns this object."""
+    self.acquire()
+    return self
+
+  def __exit__(self, *unused_exc_info) -> None:
+    self.release()

@@ -1,0 +1,392 @@
+# coding=utf-8
+"""Several files replaced as one: staged files and a redo journal.
+
+A checkpoint is several files, each written atomically (`atomic_files`).
+That is not enough when a checkpoint is written again under the same
+names: a save that fails half-way would leave some files new and some
+old, and the old checkpoint would be gone. A `Transaction` switches the
+whole set at once:
+
+1. `Transaction.write` (or `Transaction.adopt`) stages each file: written
+   in full and fsync'ed under a temporary name beside its target
+   (`atomic_files.stage_write`'s naming). No target changes.
+2. `Transaction.commit` writes the journal, a small JSON file listing each
+   target with its staged name, size and SHA-256, atomically. Its
+   appearance is the commit point.
+3. `roll_forward` renames each staged file onto its target, in the order
+   staged, then deletes the journal. Run again after a crash, it finishes
+   the renames left (a staged file already renamed is no longer there).
+
+So a failure before the journal exists leaves every target as it was (the
+staged files are deleted, or left as temporaries that
+`atomic_files.remove_temporaries` recognizes), and once it exists the new
+set is the checkpoint. A reader that may meet an interrupted commit either
+rolls it forward first or reads each target through the journal
+(`pending`, then `Record.path_of`). A commit may also be split (two-phase):
+`Transaction.record` is plain data that another process can keep, and
+`commit` writes any such record.
+
+The journal names only files of its directory (subdirectories allowed,
+never ``..``), and each staged name must be a temporary of its target, so
+a crafted journal can rename nothing but staged files.
+"""
+
+import collections
+import json
+import os
+import posixpath
+import re
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+from dopamine_per import errors
+from dopamine_per.file_io import atomic_files
+
+__all__ = ['JOURNAL_FORMAT', 'Entry', 'Record', 'Transaction', 'commit',
+           'abort', 'roll_forward', 'pending', 'read_journal',
+           'is_relative_path']
+
+JOURNAL_FORMAT = 'dopamine_per.journal/1'
+
+# A journal lists a checkpoint's files: a few hundred at most (a sharded
+# memory's), about 200 bytes each.
+_MAX_JOURNAL_BYTES = 1 << 24
+_SHA256 = re.compile(r'[0-9a-f]{64}')
+
+# One staged file: `target` and `staged` are paths relative to the journal's
+# directory ('/'-separated), `digest` the staged file's FileDigest.
+Entry = collections.namedtuple('Entry', ['target', 'staged', 'digest'])
+
+
+class Record(object):
+  """What a transaction staged, as plain data that a journal holds.
+
+  Attributes:
+    entries: list of Entry, in the order the files were staged (and are
+      renamed).
+  """
+
+  def __init__(self, entries: List[Entry]):
+    self.entries = list(entries)
+
+  def to_data(self) -> Dict[str, Any]:
+    """Returns the record as JSON-ready plain data (what a journal holds)."""
+    return {'format': JOURNAL_FORMAT,
+            'files': [[e.target, e.staged, e.digest.size, e.digest.sha256]
+                      for e in self.entries]}
+
+  @classmethod
+  def from_data(cls, data: Any, where: str = 'journal') -> 'Record':
+    """Builds a record from `to_data`'s form, checking every part of it.
+
+    Args:
+      data: what `to_data` returned (or a journal file held).
+      where: str, what to name in an error.
+
+    Raises:
+      atomic_files.CorruptCheckpointError: If `data` is not such a record:
+        a path that is absolute, leaves the directory or is not normalized,
+        a staged name that is not a temporary of its target, a target named
+        twice, or a malformed digest.
+    """
+    def malformed(what):
+      return atomic_files.CorruptCheckpointError(
+          '{} is malformed: {}'.format(where, what))
+
+    if not isinstance(data, dict) or data.get('format') != JOURNAL_FORMAT:
+      raise malformed('not a {} record'.format(JOURNAL_FORMAT))
+    files = data.get('files')
+    if not isinstance(files, list):
+      raise malformed("its 'files' entry is not a list")
+    entries, targets = [], set()
+    for item in files:
+      if not (isinstance(item, list) and len(item) == 4):
+        raise malformed('an entry is {}, not [target, staged, size, '
+                        'sha256]'.format(errors.describe(item)))
+      target, staged, size, sha256 = item
+      for path in (target, staged):
+        if not is_relative_path(path):
+          raise malformed('{} is not a path inside its directory'.format(
+              errors.describe(path)))
+      if (posixpath.dirname(staged) != posixpath.dirname(target) or
+          not atomic_files.is_temporary_of(posixpath.basename(staged),
+                                           posixpath.basename(target))):
+        raise malformed('{} is not a temporary file of {}'.format(
+            errors.describe(staged), errors.describe(target)))
+      if not (type(size) is int and size >= 0 and  # pylint: disable=unidiomatic-typecheck
+              isinstance(sha256, str) and _SHA256.fullmatch(sha256)):
+        raise malformed('the size and SHA-256 of {} are not [int, hex '
+                        'digest]'.format(errors.describe(target)))
+      if target in targets:
+        raise malformed('{} is listed twice'.format(errors.describe(target)))
+      targets.add(target)
+      entries.append(Entry(target, staged,
+                           atomic_files.FileDigest(size, sha256)))
+    return cls(entries)
+
+  def digest_of(self, target: str) -> Optional[atomic_files.FileDigest]:
+    """The digest recorded for `target`, or None if it is not listed."""
+    for entry in self.entries:
+      if entry.target == target:
+        return entry.digest
+    return None
+
+  def path_of(self, directory: str, target: str) -> str:
+    """Where `target`'s recorded content is now: staged, or already moved.
+
+    For readers of a journal not rolled forward: the staged file while it
+    exists, the target once renamed.
+
+    Args:
+      directory: str, the journal's directory.
+      target: str, a listed target.
+
+    Raises:
+      KeyError: If `target` is not listed.
+    """
+    for entry in self.entries:
+      if entry.target == target:
+        staged = _join(directory, entry.staged)
+        return staged if atomic_files.exists(staged) else _join(
+            directory, target)
+    raise KeyError(target)
+
+
+def is_relative_path(path: Any) -> bool:
+  """Whether `path` is a normalized relative path with no '..' or '.' part.
+
+  The paths a journal (or a checkpoint's list of files) may name: '/'
+  separators, no empty part, no backslash or NUL, never leaving the
+  directory.
+
+  Args:
+    path: anything; only a str can pass.
+  """
+  if not isinstance(path, str) or not path or '\\' in path or '\0' in path:
+    return False
+  parts = path.split('/')
+  return all(part not in ('', '.', '..') for part in parts)
+
+
+def _join(directory: str, relative: str) -> str:
+  return os.path.join(directory, *relative.split('/'))
+
+
+class Transaction(object):
+  """Files staged in one directory, to replace their targets all at once.
+
+  Usage::
+
+    transaction = Transaction(directory)
+    try:
+      transaction.write('a_ckpt.3.gz', write_a)
+      transaction.write('b_ckpt.3.gz', write_b)
+    except BaseException:
+      transaction.abort()
+      raise
+    transaction.commit('journal_ckpt.3')  # Writes the journal, renames.
+
+  Not thread-safe; one transaction per directory and journal name at a time
+  (the caller's lock, e.g. the trainer's lock on its run directory).
+  """
+
+  def __init__(self, directory: str):
+    """Starts an empty transaction.
+
+    Args:
+      directory: str, an existing directory; targets are relative to it.
+    """
+    self.directory = directory
+    self._entries = []
+
+  def _check_target(self, target: str) -> str:
+    if not is_relative_path(target):
+      raise ValueError('target must be a path inside {}, got {}'.format(
+          self.directory, errors.describe(target)))
+    if any(entry.target == target for entry in self._entries):
+      raise ValueError('{} is staged twice'.format(target))
+    return _join(self.directory, target)
+
+  def _add(self, target: str, staged_path: str,
+           digest: atomic_files.FileDigest) -> atomic_files.FileDigest:
+    staged = posixpath.join(posixpath.dirname(target),
+                            os.path.basename(staged_path))
+    self._entries.append(Entry(target, staged, digest))
+    return digest
+
+  def write(self, target: str, write: Callable[[BinaryIO], None]
+           ) -> atomic_files.FileDigest:
+    """Stages a file: `write` writes its content (see `atomic_files.stage_write`).
+
+    Args:
+      target: str, the file's path relative to the directory ('/'
+        separators); its directory is created if missing.
+      write: callable taking a writable binary file object.
+
+    Returns:
+      FileDigest of what was written.
+
+    Raises:
+      ValueError: If `target` is not a path inside the directory, or is
+        staged already.
+      Whatever `write` or the filesystem raises (nothing is staged then).
+    """
+    path = self._check_target(target)
+    _make_parent(path)
+    staged = atomic_files.stage_write(path, write)
+    return self._add(target, staged.path, staged.digest)
+
+  def adopt(self, target: str, source: str) -> atomic_files.FileDigest:
+    """Stages an existing file (another writer's, e.g. TensorFlow's saver's).
+
+    `source` is read once for its digest, fsync'ed, and moved to a
+    temporary name beside the target; it must be on the same filesystem.
+
+    Args:
+      target: str, the file's path relative to the directory.
+      source: str, a regular file (local paths only).
+
+    Returns:
+      FileDigest of the file.
+
+    Raises:
+      ValueError: If `target` is not a path inside the directory, or is
+        staged already.
+      FileNotFoundError, atomic_files.CheckpointError: If `source` is
+        missing or not a regular file.
+    """
+    path = self._check_target(target)
+    _make_parent(path)
+    digest = atomic_files.file_digest(source)
+    _fsync_file(source)
+    fd, staged_path = atomic_files.create_temporary(path)
+    os.close(fd)
+    try:
+      os.replace(source, staged_path)
+    except BaseException:
+      atomic_files.remove_if_exists(staged_path)
+      raise
+    return self._add(target, staged_path, digest)
+
+  @property
+  def digests(self) -> Dict[str, atomic_files.FileDigest]:
+    """{target: digest} of the files staged so far."""
+    return {entry.target: entry.digest for entry in self._entries}
+
+  def record(self) -> Record:
+    """What was staged, for `commit` (here or in another process)."""
+    return Record(self._entries)
+
+  def abort(self) -> None:
+    """Deletes the staged files; the targets stay as they were."""
+    abort(self.directory, self.record())
+    self._entries = []
+
+  def commit(self, journal_name: str) -> None:
+    """Writes the journal, then moves every staged file onto its target.
+
+    Args:
+      journal_name: str, the journal's file name in the directory.
+    """
+    commit(self.directory, journal_name, self.record())
+    self._entries = []
+
+
+def _make_parent(path: str) -> None:
+  parent = os.path.dirname(path)
+  if parent and not atomic_files.is_url(path):
+    os.makedirs(parent, exist_ok=True)
+
+
+def _fsync_file(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def commit(directory: str, journal_name: str, record: Record) -> None:
+  """Commits `record`: writes it as the journal, then `roll_forward`.
+
+  Once the journal is written (atomically), the record's files are the new
+  content of their targets, whatever happens next.
+
+  Args:
+    directory: str, the directory of the record's paths.
+    journal_name: str, the journal's file name in `directory`.
+    record: Record, from `Transaction.record` (or `Record.from_data`).
+  """
+  data = json.dumps(record.to_data(), indent=0).encode('utf-8')
+  atomic_files.atomic_write(os.path.join(directory, journal_name),
+                            lambda f: f.write(data))
+  roll_forward(directory, journal_name)
+
+
+def abort(directory: str, record: Record) -> None:
+  """Deletes `record`'s staged files; the targets stay as they were.
+
+  Only for a record not committed: once its journal is written, the staged
+  files are the targets' new content. Files already gone are skipped.
+
+  Args:
+    directory: str, the directory of the record's paths.
+    record: Record, from `Transaction.record` (or `Record.from_data`).
+  """
+  for entry in record.entries:
+    atomic_files.remove_if_exists(_join(directory, entry.staged))
+
+
+def read_journal(directory: str, journal_name: str) -> Record:
+  """Reads and checks a journal file.
+
+  Raises:
+    FileNotFoundError: If there is none.
+    atomic_files.CorruptCheckpointError: If it is not a bounded regular
+      file holding a well-formed record (see `Record.from_data`).
+  """
+  path = os.path.join(directory, journal_name)
+  content = atomic_files.read_file(path, _MAX_JOURNAL_BYTES, 'journal')
+  with atomic_files.refusing(path):
+    data = json.loads(content.decode('utf-8'))
+  return Record.from_data(data, where=path)
+
+
+def pending(directory: str, journal_name: str) -> Optional[Record]:
+  """The record of a journal not yet rolled forward, or None.
+
+  Raises:
+    atomic_files.CorruptCheckpointError: If the journal is malformed.
+  """
+  try:
+    return read_journal(directory, journal_name)
+  except FileNotFoundError:
+    return None
+
+
+def roll_forward(directory: str, journal_name: str) -> bool:
+  """Finishes a committed transaction: staged files onto targets, in order.
+
+  Idempotent: a staged file no longer there was moved already. The journal
+  is deleted last.
+
+  Args:
+    directory: str, the journal's directory.
+    journal_name: str, the journal's file name.
+
+  Returns:
+    bool, whether there was a journal to roll forward.
+
+  Raises:
+    atomic_files.CorruptCheckpointError: If the journal is malformed (it is
+      left in place, and nothing is renamed).
+    OSError: If a rename fails (run it again).
+  """
+  record = pending(directory, journal_name)
+  if record is None:
+    return False
+  for entry in record.entries:
+    staged = _join(directory, entry.staged)
+    if atomic_files.exists(staged):
+      atomic_files.replace(staged, _join(directory, entry.target))
+  atomic_files.remove_if_exists(os.path.join(directory, journal_name))
+  return True

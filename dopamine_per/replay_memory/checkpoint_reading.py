@@ -1,0 +1,366 @@
+# coding=utf-8
+"""Reading a replay memory's checkpoint: bounds, validation, installing.
+
+`memory_checkpoint.load` finds a checkpoint's files (through a pending
+journal, if its save was cut short) and hands them here: `read` reads every
+file and validates it against the memory's configuration, within bounds
+derived from that configuration, and changes nothing; `install` then puts
+what `read` returned into the memory, and cannot fail. The checkpoint's
+layout (`Layout`: its files' names) and saving are `memory_checkpoint`'s;
+how each file is read is `file_io`'s.
+"""
+
+# This module loads the memories' checkpoints for them, so it reads their
+# configuration and installs their private state.
+# pylint: disable=protected-access
+
+import collections
+import numbers
+import re
+from typing import Any, Callable, Dict, Optional
+
+from absl import logging
+import numpy as np
+
+from dopamine_per import errors
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.file_io import safe_pickle
+from dopamine_per.replay_memory import sampling
+from dopamine_per.replay_memory import validation
+
+__all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'install']
+
+# The dopamine_per state's format version: what `memory_checkpoint` writes,
+# and the only one `read` accepts.
+STATE_FORMAT_VERSION = 1
+
+# What `read` needs of the checkpoint's layout (`memory_checkpoint`'s):
+# store_prefix, the prefix of the storage arrays' file names; state_name,
+# the dopamine_per state file's name; files, (name, format) of every file
+# but the state file (`memory_checkpoint.checkpoint_files`); and
+# attribute_files, those of the public attributes among them.
+Layout = collections.namedtuple(
+    'Layout', ['store_prefix', 'state_name', 'files', 'attribute_files'])
+
+
+# Bounds of what each checkpoint file may hold, derived from the memory's
+# configuration, so that a damaged or hostile file is refused after a
+# bounded amount of reading (see file_io).
+
+
+def _attribute_max_bytes(memory: Any) -> int:
+  """The most bytes a public attribute's file may decompress to.
+
+  Generous but finite: 64 MiB more than all storage arrays together.
+  """
+  return (1 << 26) + sum(array.nbytes for array in memory._store.values())
+
+
+def _npy_max_bytes(memory: Any, name: str) -> int:
+  """The most bytes the array of checkpoint file `name` may take."""
+  if name == 'add_count':
+    return 16  # One integer of at most 16 bytes.
+  if name == 'invalid_range':
+    # Room for other configurations' ranges, for a clearer error.
+    return 8 * (memory._stack_size + memory._update_horizon) + (1 << 16)
+  return _attribute_max_bytes(memory)
+
+
+def _pickle_limits(memory: Any, layout: Layout, name: str
+                  ) -> safe_pickle.PickleLimits:
+  """The bounds of the pickle in checkpoint file `name`."""
+  if name == 'episode_end_indices':
+    # At most one int per slot, 5 to 13 bytes each in any protocol.
+    capacity = memory._replay_capacity
+    return safe_pickle.PickleLimits(
+        max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
+        max_depth=4)
+  if name == layout.state_name:
+    # A few flags, a generator state, a (size, sha256) per file.
+    files = len(layout.files)
+    return safe_pickle.PickleLimits(
+        max_bytes=(1 << 20) + 1024 * files,
+        max_elements=(1 << 14) + 8 * files, max_depth=16)
+  max_bytes = _attribute_max_bytes(memory)
+  return safe_pickle.PickleLimits(
+      max_bytes=max_bytes, max_elements=max_bytes // 8,
+      max_depth=safe_pickle.DEFAULT_PICKLE_LIMITS.max_depth)
+
+
+def read(memory: Any, layout: Layout, filename: Callable[[str], str],
+         state_digest: Optional[atomic_files.FileDigest],
+         missing_episode_ends: bool) -> Dict[str, Any]:
+  """Reads and validates a checkpoint into a dict; changes nothing.
+
+  Args:
+    memory: the memory being loaded.
+    layout: Layout, the checkpoint's file names.
+    filename: callable, the path of a checkpoint file given its name.
+    state_digest: the digest the state file must have (a journal's), or
+      None.
+    missing_episode_ends: bool, whether episode_end_indices is missing.
+
+  Returns:
+    dict, for `install`.
+
+  Raises:
+    atomic_files.CheckpointError: On any corrupt or mismatched file.
+  """
+  extra = _read_extra_state(memory, layout, filename(layout.state_name),
+                            state_digest)
+  digests = {} if extra is None else extra['files']
+
+  def digest_of(name):
+    digest = digests.get(name)
+    return None if digest is None else atomic_files.FileDigest(*digest)
+
+  capacity = memory._replay_capacity
+  pending = {'store': {}}
+  for element in memory.get_storage_signature():
+    name = layout.store_prefix + element.name
+    with atomic_files.refusing(filename(name)):
+      pending['store'][element.name] = gzip_files.load_npy_gz(
+          filename(name), shape=(capacity,) + tuple(element.shape),
+          dtype=element.type, expected=digest_of(name))
+  add_count = _read_add_count(memory, filename('add_count'),
+                              digest_of('add_count'))
+  pending['add_count'] = add_count
+  cursor = add_count % capacity
+  _check_invalid_range(memory, filename('invalid_range'),
+                       digest_of('invalid_range'), add_count)
+
+  written = capacity if add_count >= capacity else cursor
+  if missing_episode_ends:
+    terminal = pending['store']['terminal'][:written]
+    episode_ends = set(np.flatnonzero(terminal).tolist())
+  else:
+    episode_ends = _read_episode_ends(
+        memory, layout, filename('episode_end_indices'),
+        digest_of('episode_end_indices'), written)
+  pending['episode_end_indices'] = episode_ends
+  pending['attributes'] = {
+      name: _read_attribute(memory, layout, name, filename(name),
+                            file_format, digest_of(name))
+      for name, file_format in layout.attribute_files}
+
+  path = filename(layout.state_name)
+  if extra is not None:
+    pending['episode_start'] = extra['next_experience_is_episode_start']
+  else:
+    # Dopamine does not save this: the next add starts an episode if the
+    # last written transition ended one.
+    logging.info('%s not found (a Dopamine checkpoint?): deriving the '
+                 'episode-start flag from the data.', path)
+    pending['episode_start'] = (
+        add_count == 0 or (cursor - 1) % capacity in episode_ends)
+  pending['rng_state'] = None
+  rng_state = None if extra is None else extra.get('rng_state')
+  if rng_state is not None and memory._rng is not None:
+    # Any error (TypeError, KeyError, OverflowError for a number out of the
+    # generator's range ...) refuses the state file.
+    with atomic_files.refusing(path + ' (generator state)'):
+      type(memory._rng.bit_generator)().state = rng_state
+    pending['rng_state'] = rng_state
+  pending['extensions'] = [
+      (extension, extension.read(memory, filename(extension.name),
+                                 digest_of(extension.name)))
+      for extension in memory._checkpoint_extensions]
+  return pending
+
+
+def _read_add_count(memory: Any, path: str,
+                    expected: Optional[atomic_files.FileDigest]) -> int:
+  """Reads the add_count file: an integer in [0, validation.MAX_ADD_COUNT].
+
+  Raises:
+    atomic_files.CheckpointError: If the file is corrupt or the value is
+      not such an integer (a count past the bound, say, would break the
+      next `add`, or `add_count` and `save`).
+  """
+  with atomic_files.refusing(path):
+    add_count = gzip_files.load_npy_gz(
+        path, expected=expected,
+        max_bytes=_npy_max_bytes(memory, 'add_count'))
+    if add_count.shape not in ((), (1,)):
+      raise atomic_files.CorruptCheckpointError(
+          '{}: add_count must be an integer scalar, got {}'.format(
+              path, errors.describe(add_count)))
+    try:
+      return validation.check_add_count(add_count)
+    except ValueError as e:
+      raise atomic_files.CorruptCheckpointError('{}: {}'.format(
+          path, e)) from None
+
+
+def _check_invalid_range(memory: Any, path: str,
+                         expected: Optional[atomic_files.FileDigest],
+                         add_count: int) -> None:
+  """Reads the invalid_range file; it must match add_count.
+
+  It must hold the memory's `invalid_range` as it is after `add_count`
+  adds; with `add_count` 0, any array passes.
+
+  Raises:
+    atomic_files.CheckpointError: If the file is corrupt or does not match
+      `add_count` and the memory's configuration.
+  """
+  with atomic_files.refusing(path):
+    loaded_range = gzip_files.load_npy_gz(
+        path, expected=expected,
+        max_bytes=_npy_max_bytes(memory, 'invalid_range'))
+    if add_count == 0:
+      return  # Dopamine saves zeros of some length before the first add.
+    capacity = memory._replay_capacity
+    wanted = sampling.invalid_range(add_count % capacity, capacity,
+                                    memory._stack_size, memory._update_horizon)
+    if (loaded_range.shape != wanted.shape or
+        not np.array_equal(loaded_range, wanted)):
+      raise atomic_files.CorruptCheckpointError(
+          '{}: invalid_range {} does not match add_count {} with '
+          'stack_size {} and update_horizon {}: a checkpoint of a '
+          'differently configured buffer?'.format(
+              path, loaded_range.tolist(), add_count, memory._stack_size,
+              memory._update_horizon))
+
+
+def _read_episode_ends(memory: Any, layout: Layout, path: str,
+                       expected: Optional[atomic_files.FileDigest],
+                       written: int) -> set:
+  """Reads the episode_end_indices file: a set of written slots.
+
+  Raises:
+    atomic_files.CheckpointError: If the file is corrupt, too large, or
+      holds anything but ints in [0, written).
+  """
+  with atomic_files.refusing(path):
+    loaded = gzip_files.load_pickle_gz(
+        path, expected=expected,
+        limits=_pickle_limits(memory, layout, 'episode_end_indices'))
+    if not isinstance(loaded, (set, frozenset, list, tuple)):
+      raise atomic_files.CorruptCheckpointError(
+          '{}: episode_end_indices must be a set of ints, got {}'.format(
+              path, type(loaded).__name__))
+    episode_ends = set()
+    for index in loaded:
+      if (isinstance(index, (bool, np.bool_)) or
+          not isinstance(index, (numbers.Integral, np.integer)) or
+          not 0 <= index < written):
+        raise atomic_files.CorruptCheckpointError(
+            '{}: episode end index {} is not a written slot in [0, {})'
+            .format(path, errors.describe(index), written))
+      episode_ends.add(int(index))
+  return episode_ends
+
+
+def _read_attribute(memory: Any, layout: Layout, name: str, path: str,
+                    file_format: str,
+                    expected: Optional[atomic_files.FileDigest]) -> Any:
+  """Reads the checkpoint file of public attribute `name` (plain data).
+
+  Raises:
+    atomic_files.CheckpointError: If the file is corrupt, unsafe or larger
+      than `_attribute_max_bytes`.
+  """
+  with atomic_files.refusing(path):
+    if file_format == 'npy':
+      return gzip_files.load_npy_gz(
+          path, expected=expected, max_bytes=_npy_max_bytes(memory, name))
+    value = gzip_files.load_pickle_gz(
+        path, expected=expected,
+        limits=_pickle_limits(memory, layout, name))
+    problem = safe_pickle.non_plain_data(value)
+    if problem is not None:
+      raise atomic_files.CorruptCheckpointError(
+          '{}: an attribute must be plain data, found {}.'.format(
+              path, problem))
+  return value
+
+
+def _read_extra_state(memory: Any, layout: Layout, path: str,
+                      expected: Optional[atomic_files.FileDigest]
+                     ) -> Optional[Dict[str, Any]]:
+  """Reads and checks the dopamine_per state file; None if there is none.
+
+  Its structure is checked before any of it is used: `files` must map
+  exactly the memory's checkpoint file names (`layout.files`) to
+  (size, sha256) tuples, so it can name no other file.
+
+  Args:
+    memory: the memory being loaded.
+    layout: Layout, the checkpoint's file names.
+    path: str, the file.
+    expected: the digest a pending journal records for it, or None.
+
+  Raises:
+    atomic_files.CheckpointError: If the file is corrupt or malformed, or
+      missing though a journal lists it.
+  """
+  if expected is None and not atomic_files.exists(path):
+    return None
+  with atomic_files.refusing(path):
+    extra = gzip_files.load_pickle_gz(
+        path, expected=expected,
+        limits=_pickle_limits(memory, layout, layout.state_name))
+    problem = _extra_state_problem(layout, extra)
+    if problem is not None:
+      raise atomic_files.CorruptCheckpointError(
+          '{}: not a dopamine_per state: {}'.format(path, problem))
+  return extra
+
+
+def _extra_state_problem(layout: Layout, extra: Any) -> Optional[str]:
+  """What is wrong with a loaded dopamine_per state, or None."""
+  if type(extra) is not dict:  # pylint: disable=unidiomatic-typecheck
+    return 'a {}, not a dict'.format(type(extra).__name__)
+  version = extra.get('format_version', STATE_FORMAT_VERSION)
+  if type(version) is not int or version != STATE_FORMAT_VERSION:  # pylint: disable=unidiomatic-typecheck
+    return 'format_version {} (this version reads {})'.format(
+        errors.describe(version), STATE_FORMAT_VERSION)
+  if not isinstance(extra.get('next_experience_is_episode_start'), bool):
+    return 'next_experience_is_episode_start is {}, not a bool'.format(
+        errors.describe(extra.get('next_experience_is_episode_start')))
+  if not isinstance(extra.get('rng_state'), (dict, type(None))):
+    return 'rng_state is a {}, not a dict'.format(
+        type(extra['rng_state']).__name__)
+  files = extra.get('files')
+  if type(files) is not dict:  # pylint: disable=unidiomatic-typecheck
+    return 'files is {}, not a dict'.format(errors.describe(files))
+  own = {name for name, _ in layout.files}
+  if set(files) != own:
+    strange = sorted(errors.describe(name, 40) for name in set(files) - own)
+    missing = sorted(own - set(files))
+    return ('files names {} and lacks {}; it must name exactly this '
+            "memory's checkpoint files".format(strange[:5], missing[:5]))
+  for name, digest in files.items():
+    if not (type(digest) is tuple and len(digest) == 2 and  # pylint: disable=unidiomatic-typecheck
+            type(digest[0]) is int and digest[0] >= 0 and  # pylint: disable=unidiomatic-typecheck
+            type(digest[1]) is str and  # pylint: disable=unidiomatic-typecheck
+            re.fullmatch('[0-9a-f]{64}', digest[1])):
+      return 'the digest of {} is {}, not (size, sha256)'.format(
+          name, errors.describe(digest))
+  return None
+
+
+def install(memory: Any, pending: Dict[str, Any]) -> None:
+  """Installs a checkpoint `read` returned. Cannot fail.
+
+  Args:
+    memory: the memory `read` read it for (the caller still holds its lock).
+    pending: what `read` returned.
+  """
+  for extension, state in pending['extensions']:
+    extension.commit(memory, state)
+  for name, array in pending['store'].items():
+    memory._store[name] = array
+  memory._mappings = []  # The loaded arrays are fully backed.
+  memory._refresh_store_arrays()
+  memory._add_count = pending['add_count']
+  memory.episode_end_indices = pending['episode_end_indices']
+  memory._episode_end[:] = False
+  memory._episode_end[list(memory.episode_end_indices)] = True
+  memory._next_experience_is_episode_start = pending['episode_start']
+  if pending['rng_state'] is not None:
+    memory._rng.bit_generator.state = pending['rng_state']
+  for name, value in pending['attributes'].items():
+    setattr(memory, name, value)

@@ -223,9 +223,11 @@ class ShardedPrefetchTest(absltest.TestCase):
     # The batch ready is from shard 1 only.
     ray_util.wait_until(lambda: memory._prefetcher.ready == 1)
     memory.load(checkpoint_dir, 0)
-    # Stratified over two equal masses: the first half goes to shard 0.
+    # Stratified over two equal masses (slots 0-19 of each shard): strata
+    # 0-2 fall on shard 0's slots 0-14. Stratum 3 may hit slot 19, which
+    # the cursor blocks (update_horizon 1), and be redrawn anywhere.
     indices = _sample(memory)['indices']
-    np.testing.assert_array_equal(indices[:4] < capacity, True)
+    np.testing.assert_array_equal(indices[:3] < capacity, True)
 
   def test_set_priority_does_not_wait_for_a_draw_in_progress(self):
     memory = _sharded(prefetch_depth=1)

@@ -16,6 +16,7 @@ from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
+from tests import fault_injection
 
 
 class CheckpointerTest(absltest.TestCase):
@@ -292,30 +293,31 @@ class StagedSaveTest(absltest.TestCase):
     saver = checkpointer.Checkpointer(self.dir)
     self._save(saver, 3, b'old')
     old = {name: self._content(name) for name in self._listing()}
-
-    def failing(real, target):
-      def call(*args):
-        if target in args:
-          raise OSError('injected failure')
-        return real(*args)
-      return call
-
+    failing = fault_injection.failing
+    # (where, what fails, the files left besides the old checkpoint's). The
+    # agent's files are adopted in sorted order: those before the failing
+    # one are deleted with the other staged files, the rest stay staged.
     points = [
         (transaction.Transaction, 'adopt', failing(
-            transaction.Transaction.adopt, 'tf_ckpt-3.index')),
+            transaction.Transaction.adopt, 'tf_ckpt-3.index'),
+         [os.path.join('.ckpt_staging', 'tf_ckpt-3.index')]),
         (transaction.Transaction, 'write', failing(
-            transaction.Transaction.write, 'ckpt.3')),
+            transaction.Transaction.write, 'ckpt.3'), []),
         (transaction.Transaction, 'write', failing(
-            transaction.Transaction.write, 'sentinel_checkpoint_complete.3')),
-        (transaction, 'commit', failing(transaction.commit, 'ckpt_journal')),
-        (checkpointer.pickle, 'dumps', mock.Mock(
-            side_effect=OSError('injected failure'))),
+            transaction.Transaction.write, 'sentinel_checkpoint_complete.3'),
+         []),
+        # The journal: Transaction.commit deletes every staged file.
+        (transaction, 'commit', failing(transaction.commit, 'ckpt_journal'),
+         []),
+        (checkpointer.pickle, 'dumps', failing(checkpointer.pickle.dumps),
+         []),
     ]
-    for owner, name, replacement in points:
+    for owner, name, replacement, left in points:
       with self.subTest(name=name, replacement=replacement):
         with mock.patch.object(owner, name, replacement):
-          with self.assertRaisesRegex(OSError, 'injected failure'):
+          with self.assertRaisesRegex(OSError, fault_injection.INJECTED):
             self._save(saver, 3, b'new')
+        self.assertEqual(self._listing(), sorted(list(old) + left))
         self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'old')
         saver.remove_leftovers()
         self.assertEqual({name: self._content(name)
@@ -396,6 +398,22 @@ class StagedSaveTest(absltest.TestCase):
     self._save(saver, 6)
     self.assertFalse(os.path.exists(os.path.join(self.dir, 'ckpt.4')))
     self.assertTrue(os.path.exists(os.path.join(self.dir, 'tf_ckpt-4.index')))
+
+  def test_abort_checkpoint_drops_the_staged_files(self):
+    saver = checkpointer.Checkpointer(self.dir)
+    self._save(saver, 3)
+    kept = {name: self._content(name) for name in self._listing()}
+    staging = saver.begin_checkpoint(4)
+    self._put(staging, 'shard_0/add_count_ckpt.4.gz', b'staged')
+    saver.abort_checkpoint()
+    self.assertFalse(os.path.exists(staging))
+    self.assertEqual({name: self._content(name)
+                      for name in self._listing()}, kept)
+    with self.assertRaisesRegex(ValueError, r'commit_checkpoint\(4\) without '
+                                r'begin_checkpoint\(4\)'):
+      saver.commit_checkpoint(4, {})
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
+                     [3])
 
   def test_commit_needs_the_iteration_begun(self):
     saver = checkpointer.Checkpointer(self.dir, checkpoint_frequency=2)

@@ -9,7 +9,6 @@ import os
 import pickle
 import shutil
 import tempfile
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -53,6 +52,11 @@ def _write_episodes(writer, stream, steps, episode_length, priorities=None):
   writer.flush()
 
 
+def _get(refs):
+  """`ray.get`, failing after ray_util.DEADLINE_S instead of hanging."""
+  return ray.get(refs, timeout=ray_util.DEADLINE_S)
+
+
 def _kill(handle):
   """Kills an actor and waits until it is dead: `ray.kill` does not wait,
   and a call made meanwhile may still run."""
@@ -60,7 +64,7 @@ def _kill(handle):
 
   def dead():
     try:
-      ray.get(handle.__ray_ready__.remote())
+      _get(handle.__ray_ready__.remote())
     except ray.exceptions.RayActorError:
       return True
     return False
@@ -225,7 +229,7 @@ class ShardedReplayTest(absltest.TestCase):
     self.assertEqual(replay._MAX_QUEUED_UPDATES, 1024)
 
     def seen():  # Bypasses the memory's queue (same caller: in order).
-      return ray.get(shard.get_priority.remote(np.arange(3)))
+      return _get(shard.get_priority.remote(np.arange(3)))
     for update in range(1023):
       memory.set_priority(np.array([update % 3]), [10.0 + update])
     np.testing.assert_array_equal(seen(), [2.0, 2.0, 2.0])
@@ -309,7 +313,7 @@ class ShardedReplayTest(absltest.TestCase):
       _write_episodes(writer, 3, 10, 5)
       return writer.stream_id
 
-    self.assertEqual(ray.get(act.remote(writer)), 3)
+    self.assertEqual(_get(act.remote(writer)), 3)
     self.assertEqual(int(memory.add_count), 10)
     batch = _as_dict(memory, memory.sample_transition_batch(
         indices=np.arange(24, 33)))
@@ -408,8 +412,8 @@ class ShardedReplayTest(absltest.TestCase):
 
   def test_shards_do_not_import_tensorflow(self):
     memory = self._new()
-    self.assertEqual(ray.get([shard.has_tensorflow.remote()
-                              for shard in memory.shard_handles]),
+    self.assertEqual(_get([shard.has_tensorflow.remote()
+                           for shard in memory.shard_handles]),
                      [False, False])
 
   def test_counters_and_empty_memory(self):
@@ -441,18 +445,17 @@ class ShardedReplayTest(absltest.TestCase):
     # starts, where the shards used to wait start_timeout_s (120 s) for
     # CPUs that could never come. An actor started before is untouched.
     bystander = _Bystander.remote()
-    self.assertEqual(ray.get(bystander.ping.remote()), 'pong')
-    start = time.monotonic()
+    self.addCleanup(_kill, bystander)
+    self.assertEqual(_get(bystander.ping.remote()), 'pong')
     with mock.patch.object(replay, '_shard_actor_class',
                            wraps=replay._shard_actor_class) as actor_class:
       with self.assertRaisesRegex(
           ValueError, r"num_cpus_per_shard=1: .*never be placed: 3 shards x "
           r"1 CPU = 3 CPUs > the Ray cluster's 2 CPUs"):
         _memory(num_shards=3, num_cpus_per_shard=1)
-    self.assertLess(time.monotonic() - start, 30.0)
+    # No shard actor was even created: nothing to wait for.
     actor_class.assert_not_called()
-    self.assertEqual(ray.get(bystander.ping.remote()), 'pong')
-    ray.kill(bystander)
+    self.assertEqual(_get(bystander.ping.remote()), 'pong')
 
   def test_three_shards_of_half_a_cpu_start_on_two_cpus(self):
     memory = self._new(num_shards=3, replay_capacity=48,
@@ -464,12 +467,12 @@ class ShardedReplayTest(absltest.TestCase):
     # wait (the actor may end) until start_timeout_s, and only the shards
     # are killed.
     holder = _Bystander.options(num_cpus=2).remote()
-    self.assertEqual(ray.get(holder.ping.remote()), 'pong')
+    self.addCleanup(_kill, holder)
+    self.assertEqual(_get(holder.ping.remote()), 'pong')
     with self.assertRaisesRegex(RuntimeError,
                                 r'shards \[0, 1\] did not start within 2'):
       _memory(num_cpus_per_shard=1, start_timeout_s=2)
-    self.assertEqual(ray.get(holder.ping.remote()), 'pong')
-    ray.kill(holder)
+    self.assertEqual(_get(holder.ping.remote()), 'pong')
 
   def test_bad_num_cpus_per_shard_is_refused(self):
     for value in (-1, float('nan'), '1', True):
@@ -495,26 +498,31 @@ class _FaultyShard(shard_lib.ReplayShard):
     super().__init__(*args)
     self._faults = {}
 
-  def inject(self, method, fault):
-    """Makes `method` fail from now on.
+  def inject(self, method, fault, iteration=None):
+    """Makes `method` fail from now on (or, with fault None, no more).
 
     Args:
       method: str, 'prepare_save' or 'commit_save'.
       fault: str, 'raise' (an OSError, before the method acts) or 'exit'
-        (the process dies once the method has acted, before it answers).
+        (the process dies once the method has acted, before it answers);
+        or None.
+      iteration: int, fail only for this checkpoint (a save first
+        completes the commits of the newest record); None: for any.
     """
-    self._faults[method] = fault
+    self._faults[method] = (fault, iteration)
 
   def add_unsaveable_attribute(self):
     """Gives the memory a public attribute that its `save` refuses."""
     self.memory.unsaveable = object()
 
-  def _run(self, method, *args):
-    fault = self._faults.get(method)
+  def _run(self, method, checkpoint_dir, iteration_number, *args):
+    fault, iteration = self._faults.get(method, (None, None))
+    if iteration not in (None, iteration_number):
+      fault = None
     if fault == 'raise':
       raise OSError('shard {}: simulated failure of {}'.format(self.shard,
                                                                 method))
-    result = getattr(super(), method)(*args)
+    result = getattr(super(), method)(checkpoint_dir, iteration_number, *args)
     if fault == 'exit':
       os._exit(1)  # pylint: disable=protected-access
     return result
@@ -562,6 +570,25 @@ def _files_of(directory, iteration):
                 for name in os.listdir(os.path.join(directory, shard))
                 if '_ckpt.{}.'.format(iteration) in name]
   return sorted(names)
+
+
+def _record_files(directory, iteration, staged=False):
+  """The shards' files that the record of checkpoint `iteration` lists.
+
+  Args:
+    directory: str, the checkpoint directory.
+    iteration: int, the checkpoint.
+    staged: bool, whether to name the staged (temporary) files instead of
+      their targets.
+
+  Returns:
+    sorted list of 'shard_k/name', as `_files_of`.
+  """
+  record = sharded_checkpoint.read_record(directory, iteration)
+  return sorted('shard_{}/{}'.format(k, entry.staged if staged else
+                                     entry.target)
+                for k, part in enumerate(record.shards)
+                for entry in part.entries)
 
 
 class ShardedCheckpointTest(absltest.TestCase):
@@ -615,6 +642,16 @@ class ShardedCheckpointTest(absltest.TestCase):
         (4, 64, r'4 shards of 12 slots; this memory has 4 shards of 16 '
                 r'slots'),
     ]
+
+    def refused_before_any_shard_call(memory, error, message):
+      # The checkpointer reaches the shards through `_call_each` alone.
+      with mock.patch.object(
+          memory._checkpointer, '_call_each',
+          side_effect=AssertionError('a shard was called')) as call_each:
+        with self.assertRaisesRegex(error, message):
+          memory.load(self.directory, 0)
+      call_each.assert_not_called()
+
     for num_shards, replay_capacity, refusal in cases:
       with self.subTest(num_shards=num_shards,
                         replay_capacity=replay_capacity):
@@ -622,8 +659,8 @@ class ShardedCheckpointTest(absltest.TestCase):
                            replay_capacity=replay_capacity)
         _fill(memory, 6, 1000.0)
         before = _contents(memory)
-        with self.assertRaisesRegex(atomic_files.CheckpointError, refusal):
-          memory.load(self.directory, 0)
+        refused_before_any_shard_call(memory, atomic_files.CheckpointError,
+                                      refusal)
         self.assertEqual(_contents(memory), before)
         # Without its record (written before records existed), 4 shard
         # directories hold the checkpoint: refused too.
@@ -631,11 +668,10 @@ class ShardedCheckpointTest(absltest.TestCase):
           record_bytes = f.read()
         os.remove(record)
         if num_shards == 2:  # The shard directories tell.
-          with self.assertRaisesRegex(
-              atomic_files.CheckpointError,
+          refused_before_any_shard_call(
+              memory, atomic_files.CheckpointError,
               r'no record of its shape .* \[.shard_0., .shard_1., '
-              r'.shard_2., .shard_3.\] hold it; this memory has 2 shards'):
-            memory.load(self.directory, 0)
+              r'.shard_2., .shard_3.\] hold it; this memory has 2 shards')
         else:  # The shards' own check refuses the capacity.
           with self.assertRaisesRegex(ValueError, 'shard 0: .*shape'):
             memory.load(self.directory, 0)
@@ -643,9 +679,9 @@ class ShardedCheckpointTest(absltest.TestCase):
         # A malformed record.
         with open(record, 'wb') as f:
           f.write(b'{"format": "dopamine_per.sharded_checkpoint/1"}')
-        with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
-                                    'is malformed: iteration is None'):
-          memory.load(self.directory, 0)
+        refused_before_any_shard_call(memory,
+                                      atomic_files.CorruptCheckpointError,
+                                      'is malformed: iteration is None')
         self.assertEqual(_contents(memory), before)
         with open(record, 'wb') as f:
           f.write(record_bytes)
@@ -686,18 +722,18 @@ class ShardedCheckpointTest(absltest.TestCase):
         saved = _contents(memory)
         _fill(memory, 4, 50.0)
         shard_1 = memory.shard_handles[1]
-        record_writer = sharded_checkpoint.write_record
+        # In this process, atomic_files.write_json writes the record only.
+        record_writer = atomic_files.write_json
         if fault == 'raise':  # The memory's save refuses it (TypeError).
-          ray.get(shard_1.add_unsaveable_attribute.remote())
+          _get(shard_1.add_unsaveable_attribute.remote())
           error, message = TypeError, "'unsaveable'"
         elif fault == 'exit':
-          ray.get(shard_1.inject.remote('prepare_save', 'exit'))
+          _get(shard_1.inject.remote('prepare_save', 'exit'))
           error, message = replay.ShardError, 'replay shard 1 is dead'
         else:
           record_writer = mock.Mock(side_effect=OSError(28, 'No space left'))
           error, message = OSError, 'No space left'
-        with mock.patch.object(sharded_checkpoint, 'write_record',
-                               record_writer):
+        with mock.patch.object(atomic_files, 'write_json', record_writer):
           with self.assertRaisesRegex(error, message):
             memory.save(directory, 2)
           if fault != 'exit':  # Saving checkpoint 1 again fails alike.
@@ -737,7 +773,7 @@ class ShardedCheckpointTest(absltest.TestCase):
     # The record of checkpoint 2 is written, then every shard fails to
     # commit its part (as if the process had died there).
     for shard in memory.shard_handles:
-      ray.get(shard.inject.remote('commit_save', 'raise'))
+      _get(shard.inject.remote('commit_save', 'raise', 2))
     with self.assertRaisesRegex(OSError, 'simulated failure of commit_save'):
       memory.save(self.directory, 2)
     self.assertEqual(
@@ -746,8 +782,67 @@ class ShardedCheckpointTest(absltest.TestCase):
     self.assertEqual(self._loaded(1), saved_1)
     # Loading checkpoint 2 completes the shards' commits.
     self.assertEqual(self._loaded(2), saved_2)
-    self.assertTrue(all(not name.split('/')[1].startswith('.')
-                        for name in _files_of(self.directory, 2)))
+    committed = _files_of(self.directory, 2)
+    self.assertEqual(committed, _record_files(self.directory, 2))
+    for k in range(2):
+      self.assertIn('shard_{}/dopamine_per_state_ckpt.2.gz'.format(k),
+                    committed)
+
+  def test_record_in_place_when_its_write_fails_is_the_checkpoint(self):
+    # Writing the record fails once it is in place (the directory's fsync
+    # fails, or an interrupt comes): it is the commit point all the same,
+    # so nothing the shards staged is deleted, and the checkpoint loads.
+    memory = self._new()
+    _fill(memory, 8, 1.0)
+    saved = _contents(memory)
+    replace = atomic_files.replace
+    for fault in (OSError(5, 'Input/output error'), KeyboardInterrupt()):
+      with self.subTest(fault=type(fault).__name__):
+        directory = _tempdir(self)
+
+        def replace_then_fail(source, destination, fault=fault):
+          replace(source, destination)
+          raise fault
+
+        # In this process, only the record's write replaces a file.
+        with mock.patch.object(atomic_files, 'replace',
+                               side_effect=replace_then_fail):
+          with self.assertRaises(type(fault)):
+            memory.save(directory, 1)
+        self.assertEqual(
+            sharded_checkpoint.latest_checkpoint_iteration(directory), 1)
+        self.assertEqual(_files_of(directory, 1),
+                         _record_files(directory, 1, staged=True))
+        self.assertEqual(self._loaded(1, directory), saved)
+        self.assertEqual(_files_of(directory, 1), _record_files(directory, 1))
+
+  def test_save_after_a_failed_commit_completes_that_commit_first(self):
+    # Shard 1 fails to commit checkpoint 2 after its record is written.
+    # The shards' clean-up in the next save would delete what shard 1
+    # staged, and then the record of 2: the next save first completes the
+    # commit, and stops before staging anything while that fails.
+    memory = self._new(faulty=True)  # checkpoint_duration 4: none pruned.
+    _fill(memory, 8, 1.0)
+    memory.save(self.directory, 1)
+    _fill(memory, 4, 30.0)
+    saved_2 = _contents(memory)
+    shard_1 = memory.shard_handles[1]
+    _get(shard_1.inject.remote('commit_save', 'raise', 2))
+    with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
+      memory.save(self.directory, 2)
+    _fill(memory, 4, 60.0)
+    saved_3 = _contents(memory)
+    with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
+      memory.save(self.directory, 3)
+    self.assertEqual(_files_of(self.directory, 3), [])
+    self.assertEqual(
+        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 2)
+    _get(shard_1.inject.remote('commit_save', None))
+    memory.save(self.directory, 3)
+    self.assertEqual(_files_of(self.directory, 2),
+                     _record_files(self.directory, 2))
+    self.assertEqual(self._loaded(2), saved_2)
+    self.assertEqual(self._loaded(3), saved_3)
 
   def test_pruning_waits_until_every_shard_committed(self):
     memory = self._new(faulty=True, checkpoint_duration=1)
@@ -757,7 +852,7 @@ class ShardedCheckpointTest(absltest.TestCase):
     _fill(memory, 4, 30.0)
     saved_2 = _contents(memory)
     # Shard 0 commits checkpoint 2, shard 1 fails to: neither prunes 1.
-    ray.get(memory.shard_handles[1].inject.remote('commit_save', 'raise'))
+    _get(memory.shard_handles[1].inject.remote('commit_save', 'raise', 2))
     with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
       memory.save(self.directory, 2)
     self.assertIn('shard_0/dopamine_per_state_ckpt.1.gz',

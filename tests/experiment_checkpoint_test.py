@@ -42,23 +42,21 @@ from typing import Any, Dict, List, Optional
 from unittest import mock
 
 from absl.testing import absltest
-import gin
 import numpy as np
 
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import memory_checkpoint
+from tests import fault_injection
 from tests import gin_util
 from tests import tiny_cartpole
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CARTPOLE = tiny_cartpole.GIN_FILE
-_BINDINGS = list(tiny_cartpole.BINDINGS)
-# The template run checkpoints iterations 0, 1 and 2; the save under test
-# resumes from 1 and saves 2 again, with fewer training steps (so the two
-# checkpoints 2 differ in every counter) and a checkpoint_duration of 2 (so
-# it also prunes checkpoint 0, by its marker).
-_TEMPLATE_ITERATIONS = 3
+# The template run checkpoints iterations 0, 1 and 2
+# (tiny_cartpole.TRAINED_ITERATIONS); the save under test resumes from 1 and
+# saves 2 again, with fewer training steps (so the two checkpoints 2 differ
+# in every counter) and a checkpoint_duration of 2 (so it also prunes
+# checkpoint 0, by its marker).
 _RESAVED = 2
 _RESAVE_BINDINGS = [
     'get_latest_checkpoint_number.override_number = {}'.format(_RESAVED - 1),
@@ -75,14 +73,9 @@ _ZYGOTE = ('import sys\n'
            'from tests import experiment_checkpoint_test as t\n'
            't.serve(sys.argv[1], sys.argv[2])\n')
 _ZYGOTE_TIMEOUT = 1800
-
-
-def _runner(base_dir: str, num_iterations: int, extra=()):
-  gin.clear_config()
-  run_experiment.load_gin_configs(
-      [_CARTPOLE], _BINDINGS + ['Runner.num_iterations = {}'.format(
-          num_iterations)] + list(extra))
-  return run_experiment.create_runner(base_dir)
+# A forked job's own bound (SIGALRM kills it): a train job takes ~30 s, a
+# re-save or a resume a few seconds.
+_JOB_TIMEOUT = 300
 
 
 def fingerprint(runner) -> Dict[str, Any]:
@@ -174,7 +167,8 @@ class _Watcher(object):
 
 
 def _train_job(job: Dict[str, Any]) -> None:
-  _runner(job['base_dir'], _TEMPLATE_ITERATIONS).run_experiment()
+  tiny_cartpole.runner(job['base_dir'],
+                       tiny_cartpole.TRAINED_ITERATIONS).run_experiment()
 
 
 def _resave_job(job: Dict[str, Any]) -> None:
@@ -186,7 +180,8 @@ def _resave_job(job: Dict[str, Any]) -> None:
   limits the size of the files it writes from the save's start or from the
   replay memory's save on (when: 'start' or 'memory').
   """
-  runner = _runner(job['base_dir'], _RESAVED + 1, _RESAVE_BINDINGS)
+  runner = tiny_cartpole.runner(job['base_dir'], _RESAVED + 1,
+                                _RESAVE_BINDINGS)
   assert runner._start_iteration == _RESAVED, runner._start_iteration
   original = runner._checkpoint_experiment
   checkpoint_dir = os.path.join(job['base_dir'], 'checkpoints')
@@ -222,7 +217,7 @@ def _resave_job(job: Dict[str, Any]) -> None:
 def _resume_job(job: Dict[str, Any]) -> None:
   """A fresh Runner on job['base_dir']: where it starts, what it loaded."""
   try:
-    runner = _runner(job['base_dir'], _RESAVED + 2)
+    runner = tiny_cartpole.runner(job['base_dir'], _RESAVED + 2)
     result = {'start': runner._start_iteration,
               'fingerprint': fingerprint(runner)}
   except run_experiment.CannotResumeError as e:
@@ -240,7 +235,8 @@ def serve(jobs_path: str, results_path: str) -> None:
 
   A job is a dict with 'op': 'copy' (a directory tree, here) or a key of
   `_JOBS` (in a child, which exits with status 0, or 3 after writing its
-  traceback to job['error']).
+  traceback to job['error'], or is killed by SIGALRM after _JOB_TIMEOUT
+  seconds).
   """
   with open(jobs_path) as f:
     jobs = json.load(f)
@@ -254,6 +250,7 @@ def serve(jobs_path: str, results_path: str) -> None:
     if pid == 0:
       code = 0
       try:
+        signal.alarm(_JOB_TIMEOUT)
         try:
           _JOBS[job['op']](job)
         except BaseException:  # pylint: disable=broad-except
@@ -288,6 +285,15 @@ def _run_jobs(directory: str, jobs: List[Dict[str, Any]]) -> List[int]:
     return json.load(f)
 
 
+def _job_error(job: Dict[str, Any]) -> str:
+  """What a failed job left in job['error'] (its traceback), for messages."""
+  try:
+    with open(job['error']) as f:
+      return '{}:\n{}'.format(job['op'], f.read()[-3000:])
+  except FileNotFoundError:
+    return '{}: no traceback'.format(job['op'])
+
+
 def _read_json(path: str) -> Any:
   with open(path) as f:
     return json.load(f)
@@ -313,7 +319,7 @@ class ResaveKillTest(absltest.TestCase):
     old = os.path.join(cls.dir, 'old')
     cls.recorded = {name: os.path.join(cls.dir, 'recorded_' + name)
                     for name in ('events', 'saved', 'resumed', 'old')}
-    codes = _run_jobs(cls.dir, [
+    jobs = [
         {'op': 'train', 'base_dir': cls.template,
          'error': os.path.join(cls.dir, 'train_error')},
         {'op': 'copy', 'source': cls.template, 'destination': recording},
@@ -326,9 +332,12 @@ class ResaveKillTest(absltest.TestCase):
         {'op': 'resume', 'base_dir': recording,
          'result': cls.recorded['resumed'],
          'error': os.path.join(cls.dir, 'resumed_error')},
-    ])
+    ]
+    codes = _run_jobs(cls.dir, jobs)
     if codes != [0] * len(codes):
-      raise AssertionError('the recording failed: {}'.format(codes))
+      raise AssertionError('the recording failed: {}\n{}'.format(
+          codes, '\n'.join(_job_error(job) for job, code in zip(jobs, codes)
+                           if code)))
     cls.events = _read_events(cls.recorded['events'])
     cls.old = _read_json(cls.recorded['old'])['fingerprint']
     cls.new = _read_json(cls.recorded['saved'])
@@ -399,15 +408,16 @@ class ResaveKillTest(absltest.TestCase):
       files = expected[kill_after]
       event = self.events[kill_after - 1] if kill_after else 'the start'
       with self.subTest(kill_after=kill_after, event=event):
-        self.assertEqual(codes[3 * number + 1], -signal.SIGKILL)
-        self.assertEqual(codes[3 * number + 2], 0)
+        self.assertEqual(codes[3 * number + 1], -signal.SIGKILL,
+                         _job_error(jobs[3 * number + 1]))
+        self.assertEqual(codes[3 * number + 2], 0,
+                         _job_error(jobs[3 * number + 2]))
         self.assertEqual(_read_events(files['events']),
                          self.events[:kill_after])
         resumed = _read_json(files['resumed'])
         self.assertNotIn('error', resumed)
         self.assertEqual(resumed['start'], _RESAVED + 1)
         saved = _read_json(files['saved'])
-        self.assertIn(resumed['fingerprint'], [self.old, saved])
         # The new checkpoint once the journal is in place, not before.
         commit = self._event_number('rename ' + _JOURNAL)
         self.assertEqual(resumed['fingerprint'],
@@ -447,10 +457,12 @@ class ResaveKillTest(absltest.TestCase):
     for number, limit in enumerate(limits):
       base_dir = os.path.join(self.dir, 'full_{}'.format(number))
       with self.subTest(limit=limit):
-        self.assertEqual(codes[3 * number + 1], 3)
+        self.assertEqual(codes[3 * number + 1], 3,
+                         _job_error(jobs[3 * number + 1]))
         with open(base_dir + '_error') as f:
           self.assertRegex(f.read(), r'File too large|EFBIG|errno 27')
-        self.assertEqual(codes[3 * number + 2], 0)
+        self.assertEqual(codes[3 * number + 2], 0,
+                         _job_error(jobs[3 * number + 2]))
         resumed = _read_json(base_dir + '_resumed')
         self.assertEqual(resumed['start'], _RESAVED + 1)
         self.assertEqual(resumed['fingerprint'], self.old)
@@ -465,30 +477,22 @@ class ResaveFailureTest(absltest.TestCase):
     gin_util.hide_dopamine_configurables(self)
     self.dir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-    if not _TEMPLATE:
-      template = tempfile.mkdtemp()
-      _runner(template, _TEMPLATE_ITERATIONS).run_experiment()
-      _TEMPLATE.append(template)
-      _TEMPLATE.append(fingerprint(_runner(_copy(template, self.dir),
-                                           _RESAVED + 2)))
+    # What checkpoint _RESAVED of the trained run restores.
+    self.old = fingerprint(tiny_cartpole.runner(
+        self._trained_run('old'), _RESAVED + 2))
+
+  def _trained_run(self, name: str) -> str:
+    return tiny_cartpole.copy_trained_run(os.path.join(self.dir, name))
 
   def _assert_resumes_the_old_checkpoint(self, base_dir: str) -> None:
-    runner = _runner(base_dir, _RESAVED + 2)
+    runner = tiny_cartpole.runner(base_dir, _RESAVED + 2)
     self.assertEqual(runner._start_iteration, _RESAVED + 1)
-    self.assertEqual(fingerprint(runner), _TEMPLATE[1])
+    self.assertEqual(fingerprint(runner), self.old)
     for path in _listing(os.path.join(base_dir, 'checkpoints')):
       self.assertFalse(os.path.basename(path).startswith('.'), path)
 
   def test_an_exception_at_each_point_leaves_the_old_checkpoint(self):
-
-    def failing(real, target=None):
-      """`real`, raising instead when its target argument is `target`."""
-      def call(*args):
-        if target is None or target in args:
-          raise OSError('injected failure')
-        return real(*args)
-      return call
-
+    failing = fault_injection.failing
     points = {
         # The replay memory's save, after TF wrote its files.
         'memory': (memory_checkpoint, 'save',
@@ -509,28 +513,13 @@ class ResaveFailureTest(absltest.TestCase):
     }
     for point, (owner, name, replacement) in points.items():
       with self.subTest(point=point):
-        base_dir = _copy(_TEMPLATE[0], os.path.join(self.dir, point))
-        runner = _runner(base_dir, _RESAVED + 1, _RESAVE_BINDINGS)
+        base_dir = self._trained_run(point)
+        runner = tiny_cartpole.runner(base_dir, _RESAVED + 1,
+                                      _RESAVE_BINDINGS)
         with mock.patch.object(owner, name, replacement):
-          with self.assertRaisesRegex(OSError, 'injected failure'):
+          with self.assertRaisesRegex(OSError, fault_injection.INJECTED):
             runner.run_experiment()
         self._assert_resumes_the_old_checkpoint(base_dir)
-
-
-# The trained run ResaveFailureTest copies, and its checkpoint 2's
-# fingerprint.
-_TEMPLATE = []
-
-
-def _copy(template: str, directory: str) -> str:
-  base_dir = os.path.join(directory, 'run')
-  shutil.copytree(template, base_dir)
-  return base_dir
-
-
-def tearDownModule():  # pylint: disable=invalid-name
-  if _TEMPLATE:
-    shutil.rmtree(_TEMPLATE[0], ignore_errors=True)
 
 
 if __name__ == '__main__':

@@ -24,7 +24,6 @@ import tempfile
 import textwrap
 
 from absl.testing import absltest
-import gin
 import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
@@ -35,23 +34,15 @@ from tests import tiny_cartpole
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CARTPOLE = tiny_cartpole.GIN_FILE
-_BINDINGS = list(tiny_cartpole.BINDINGS)
-_ITERATIONS = 3
+_ITERATIONS = tiny_cartpole.TRAINED_ITERATIONS
 # Long enough for a cold TensorFlow import and a few agents on a busy
 # machine; a trainer blocked on a FIFO never finishes.
 _SUBPROCESS_TIMEOUT = 300
 
 
-def _bindings(num_iterations, extra=()):
-  return _BINDINGS + ['Runner.num_iterations = {}'.format(num_iterations)
-                     ] + list(extra)
-
-
 def _runner(base_dir, num_iterations=_ITERATIONS + 1, extra=()):
-  gin.clear_config()
-  run_experiment.load_gin_configs([_CARTPOLE],
-                                  _bindings(num_iterations, extra))
-  return run_experiment.create_runner(base_dir)
+  """`tiny_cartpole.runner`, by default one iteration past the trained run."""
+  return tiny_cartpole.runner(base_dir, num_iterations, extra)
 
 
 def _tree(root):
@@ -136,29 +127,16 @@ def _agent_state(agent):
   }
 
 
-# The trained run every test copies, made by the first test that needs it.
-_TEMPLATE = []
-
-
-def tearDownModule():  # pylint: disable=invalid-name
-  for path in _TEMPLATE:
-    shutil.rmtree(path, ignore_errors=True)
-
-
 class _TrainedRunTestCase(absltest.TestCase):
   """Gives each test a copy of one trained run (3 checkpoints)."""
 
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    if not _TEMPLATE:
-      template = tempfile.mkdtemp()
-      _runner(template, _ITERATIONS).run_experiment()
-      _TEMPLATE.append(template)
     self.dir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-    self.base_dir = os.path.join(self.dir, 'run')
-    shutil.copytree(_TEMPLATE[0], self.base_dir)
+    self.base_dir = tiny_cartpole.copy_trained_run(
+        os.path.join(self.dir, 'run'))
     self.checkpoint_dir = _checkpoint_dir(self.base_dir)
     self.assertEqual(
         checkpointer.get_complete_checkpoint_numbers(self.checkpoint_dir),
@@ -248,7 +226,8 @@ class RunnerResumeTest(_TrainedRunTestCase):
   def test_network_of_another_shape_is_refused(self):
     before = _tree(self.base_dir)
     with self.assertRaises(run_experiment.CannotResumeError) as raised:
-      _runner(self.base_dir, extra=['gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)'])
+      _runner(self.base_dir, extra=[
+          'gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)'])
     message = raised.exception.message
     for number in (2, 1, 0):
       self.assertRegex(
@@ -379,7 +358,7 @@ class BlockingFilesTest(_TrainedRunTestCase):
     before = {path: _tree(path) for path in cases}
     result = subprocess.run(
         [sys.executable, '-c', _RESUME_SCRIPT, _CARTPOLE,
-         json.dumps(_bindings(_ITERATIONS + 1))] + list(cases),
+         json.dumps(tiny_cartpole.bindings(_ITERATIONS + 1))] + list(cases),
         env=_environment(), cwd=_REPO_ROOT, capture_output=True, text=True,
         timeout=_SUBPROCESS_TIMEOUT)
     self.assertEqual(result.returncode, 0, result.stderr)
@@ -399,7 +378,8 @@ class TrainerTest(_TrainedRunTestCase):
   def _train(self, *flags, num_iterations=_ITERATIONS + 1):
     command = [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
                '--base_dir=' + self.base_dir, '--gin_files=' + _CARTPOLE]
-    command += ['--gin_bindings=' + b for b in _bindings(num_iterations)]
+    command += ['--gin_bindings=' + b
+                for b in tiny_cartpole.bindings(num_iterations)]
     return subprocess.run(
         command + list(flags), env=_environment(), cwd=_REPO_ROOT,
         capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT)

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import gin
@@ -12,27 +13,9 @@ import numpy as np
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
 from tests import gin_util
+from tests import tiny_cartpole
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CARTPOLE = os.path.join(_REPO_ROOT, 'configs', 'rainbow_cartpole.gin')
-# A few hundred steps per iteration, a small network and memory.
-_SMALL = [
-    'gym_lib.CartpoleRainbowNetwork.hidden_units = (32,)',
-    'RainbowAgent.min_replay_history = 50',
-    'WrappedPrioritizedReplayBuffer.replay_capacity = 2000',
-    'WrappedPrioritizedReplayBuffer.batch_size = 16',
-    'Runner.training_steps = 200',
-    'Runner.evaluation_steps = 50',
-    'Runner.max_steps_per_episode = 100',
-]
-
-
-def _runner(base_dir, num_iterations, extra=()):
-  gin.clear_config()
-  run_experiment.load_gin_configs(
-      [_CARTPOLE], _SMALL + ['Runner.num_iterations = {}'.format(
-          num_iterations)] + list(extra))
-  return run_experiment.create_runner(base_dir)
+_CARTPOLE = tiny_cartpole.GIN_FILE
 
 
 class LoadGinConfigsTest(absltest.TestCase):
@@ -93,7 +76,7 @@ class RunnerTest(absltest.TestCase):
       return [json.loads(line) for line in f]
 
   def test_files_and_resume(self):
-    runner = _runner(self.base_dir, 2)
+    runner = tiny_cartpole.runner(self.base_dir, 2)
     runner.run_experiment()
     records = self._records()
     self.assertEqual([r['iteration'] for r in records], [0, 1])
@@ -114,7 +97,7 @@ class RunnerTest(absltest.TestCase):
     add_count = int(agent._replay.memory.add_count)
     priorities = agent._replay.memory.get_priority(np.arange(add_count))
 
-    resumed = _runner(self.base_dir, 3)
+    resumed = tiny_cartpole.runner(self.base_dir, 3)
     self.assertEqual(resumed._start_iteration, 2)
     self.assertEqual(resumed._agent.training_steps, steps)
     memory = resumed._agent._replay.memory
@@ -125,25 +108,38 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual([r['iteration'] for r in self._records()], [0, 1, 2])
 
   def test_falls_back_to_the_previous_complete_checkpoint(self):
-    _runner(self.base_dir, 2).run_experiment()
+    tiny_cartpole.runner(self.base_dir, 2).run_experiment()
     checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
     with open(os.path.join(checkpoint_dir, 'ckpt.0'), 'rb') as f:
       import pickle  # pylint: disable=g-import-not-at-top
       steps_0 = pickle.load(f)['training_steps']
     # Iteration 1 lost a file after its marker was written.
     os.remove(os.path.join(checkpoint_dir, 'sum_tree_ckpt.1.gz'))
-    resumed = _runner(self.base_dir, 2)
+    resumed = tiny_cartpole.runner(self.base_dir, 2)
     self.assertEqual(resumed._start_iteration, 1)
     self.assertEqual(resumed._agent.training_steps, steps_0)
     # The record of the iteration that will be rerun is dropped.
     self.assertEqual([r['iteration'] for r in self._records()], [0])
 
+  def test_an_iteration_without_a_bundle_is_not_checkpointed(self):
+    runner = tiny_cartpole.runner(self.base_dir, 1)
+    bundle_and_checkpoint = runner._agent.bundle_and_checkpoint
+
+    def no_bundle(directory, iteration):
+      bundle_and_checkpoint(directory, iteration)  # Its files are staged.
+      return None
+
+    with mock.patch.object(runner._agent, 'bundle_and_checkpoint',
+                           side_effect=no_bundle) as saved:
+      runner.run_experiment()
+    saved.assert_called_once()
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    self.assertEqual(os.listdir(checkpoint_dir), [])
+    self.assertEqual([r['iteration'] for r in self._records()], [0])
+
   def test_train_runner(self):
-    gin.clear_config()
-    run_experiment.load_gin_configs(
-        [_CARTPOLE], _SMALL + ['Runner.num_iterations = 1',
-                               "create_runner.schedule = 'continuous_train'"])
-    runner = run_experiment.create_runner(self.base_dir)
+    runner = tiny_cartpole.runner(
+        self.base_dir, 1, ["create_runner.schedule = 'continuous_train'"])
     self.assertIsInstance(runner, run_experiment.TrainRunner)
     runner.run_experiment()
     record = self._records()[0]

@@ -4,7 +4,9 @@ A second lock is refused naming the holder's pid and host; a holder killed
 with SIGKILL leaves no stale lock; the descriptor is not inherited by a
 subprocess (checked against a descriptor made inheritable on purpose, which
 the same check catches); a lock file deleted under a locker is not locked
-twice; a URL or a filesystem without locks gives one warning and no lock.
+twice, and one replaced by hand is not deleted on release; a holder that
+wrote no note is refused at once, as one that did not say which; a URL or
+a filesystem without locks gives one warning and no lock.
 The trainer's side (two trainers on one --base_dir) is in
 tests/train_test.py.
 """
@@ -250,20 +252,36 @@ class RunDirectoryLockTest(absltest.TestCase):
                                 "path, got ''"):
       run_lock.RunDirectoryLock('')
 
-  def test_refused_locker_waits_briefly_for_the_note(self):
-    # A holder that has locked but not yet written who it is.
+  def test_holder_without_a_note_is_reported_at_once(self):
+    # A holder that has locked but written nothing: the refusal reads the
+    # file once and says that the holder did not say which it is.
     os.makedirs(self.base_dir)
     path = os.path.join(self.base_dir, run_lock.LOCK_FILENAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     self.addCleanup(os.close, fd)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     start = time.monotonic()
-    with self.assertRaises(run_lock.RunDirectoryLockedError) as raised:
-      self._lock().acquire()
-    self.assertLess(time.monotonic() - start, 30)
+    with mock.patch.object(run_lock.os, 'pread', wraps=os.pread) as pread:
+      with self.assertRaises(run_lock.RunDirectoryLockedError) as raised:
+        self._lock().acquire()
+    self.assertLess(time.monotonic() - start, 1)
+    self.assertEqual(pread.call_count, 1)
     self.assertIsNone(raised.exception.pid)
     self.assertIn('another process, which did not say which',
                   str(raised.exception))
+    self.assertEqual(os.path.getsize(path), 0)
+
+  def test_release_leaves_a_file_that_replaced_the_locked_one(self):
+    lock = self._lock()
+    lock.acquire()
+    replacement = lock.path + '.new'
+    with open(replacement, 'w') as f:
+      f.write('by hand\n')
+    os.replace(replacement, lock.path)
+    lock.release()
+    self.assertFalse(lock.locked)
+    with open(lock.path) as f:
+      self.assertEqual(f.read(), 'by hand\n')
 
 
 if __name__ == '__main__':

@@ -114,7 +114,9 @@ class ReadRecordsTest(absltest.TestCase):
   def test_long_lines_are_skipped_without_being_held(self):
     with open(self.path, 'wb') as f:
       f.write(b'{"iteration": 0}\n')
-      f.write(b'{"iteration": 1, "pad": "' + b'a' * (40 * 2**20) + b'"}\n')
+      # Eight times the cap: holding it would take twice the bound below.
+      f.write(b'{"iteration": 1, "pad": "' +
+              b'a' * (8 * statistics_file.MAX_LINE_BYTES) + b'"}\n')
       f.write(b'{"iteration": 2}\n')
       f.write(b'x' * (statistics_file.MAX_LINE_BYTES + 1))
     tracemalloc.start()
@@ -125,7 +127,7 @@ class ReadRecordsTest(absltest.TestCase):
       tracemalloc.stop()
     self.assertEqual([r['iteration'] for r in read.records], [0, 2])
     self.assertEqual(read.skipped, 2)
-    # The cap plus a chunk or two, not the 40 MB line.
+    # The cap plus a chunk or two, not the long line.
     self.assertLess(peak, 4 * statistics_file.MAX_LINE_BYTES)
 
   def test_a_line_at_the_cap_is_read(self):

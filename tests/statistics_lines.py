@@ -9,9 +9,15 @@ inject them into a real run's file with `append_odd_lines`.
 
 from typing import List, Tuple
 
+from dopamine_per.discrete_domains import statistics_file
+
 __all__ = ['ODD_LINES', 'BLANK_LINES', 'append_odd_lines']
 
 _DEEP = 100000
+_PAD = b'{"iteration": 1, "pad": "'
+# A record, but a line of statistics_file.MAX_LINE_BYTES + 1 bytes.
+_OVER_THE_CAP = _PAD + b'a' * (
+    statistics_file.MAX_LINE_BYTES + 1 - len(_PAD) - 2) + b'"}'
 # (name, the line's bytes without its newline): none is a statistics record.
 ODD_LINES: List[Tuple[str, bytes]] = [
     ('list', b'[1, 2]'),
@@ -29,7 +35,7 @@ ODD_LINES: List[Tuple[str, bytes]] = [
     ('no iteration', b'{"eval_average_return": 1.0}'),
     ('nested field', b'{"iteration": 1, "x": ' + b'[' * _DEEP + b']' * _DEEP +
      b'}'),
-    ('10 MB line', b'{"iteration": 1, "pad": "' + b'a' * (10 * 2**20) + b'"}'),
+    ('line 1 byte over the cap', _OVER_THE_CAP),
     ('invalid UTF-8', b'{"iteration": 1, "x": "\xff\xfe"}'),
     ('NaN iteration', b'{"iteration": NaN}'),
     ('NaN return', b'{"iteration": 1, "eval_average_return": NaN}'),

@@ -1,9 +1,13 @@
 """Tests for dopamine_per.file_io.transaction: several files replaced as one."""
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 from unittest import mock
 
 from absl.testing import absltest
@@ -13,6 +17,27 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
 
 _JOURNAL = 'journal_ckpt.3'
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Reads the journal argv[2] of directory argv[1] (`transaction.pending`) and
+# prints why it was refused: in a subprocess, as a read that blocks would
+# never return.
+_READ_PENDING = textwrap.dedent("""
+    import sys
+    from dopamine_per.file_io import atomic_files
+    from dopamine_per.file_io import transaction
+    try:
+      transaction.pending(sys.argv[1], sys.argv[2])
+      print('read')
+    except atomic_files.CorruptCheckpointError as e:
+      print('refused: {}'.format(e))
+    """)
+# Long enough for a Python start on a busy machine.
+_SUBPROCESS_TIMEOUT = 60
+
+
+def _digest(data):
+  """The FileDigest of `data`, computed here (not by the code under test)."""
+  return atomic_files.FileDigest(len(data), hashlib.sha256(data).hexdigest())
 
 
 class TransactionTestCase(parameterized.TestCase):
@@ -62,9 +87,9 @@ class CommitTest(TransactionTestCase):
 
   def test_digests_are_those_of_the_bytes_written(self):
     txn = self.staged_transaction({'a': b'xyz'})
-    digest = txn.digests['a']
+    self.assertEqual(txn.digests['a'], _digest(b'xyz'))
     txn.commit(_JOURNAL)
-    self.assertEqual(digest, atomic_files.file_digest(self.path('a')))
+    self.assertEqual(self.content('a'), b'xyz')
 
   def test_abort_keeps_targets_and_deletes_staged_files(self):
     self.put('a', b'old a')
@@ -108,8 +133,7 @@ class CommitTest(TransactionTestCase):
     self.assertEqual(self.content('tf_ckpt-3.index'), b'old index')
     txn.commit(_JOURNAL)
     self.assertEqual(self.content('tf_ckpt-3.index'), b'index')
-    self.assertEqual(digest, atomic_files.file_digest(
-        self.path('tf_ckpt-3.index')))
+    self.assertEqual(digest, _digest(b'index'))
 
   @parameterized.parameters('/etc/passwd', '../x', 'a/../b', './a', 'a//b',
                             '', 'a\\b')
@@ -176,9 +200,7 @@ class InterruptedCommitTest(TransactionTestCase):
     for name in 'abc':
       with open(record.path_of(self.dir, name), 'rb') as f:
         self.assertEqual(f.read(), b'new ' + name.encode())
-      self.assertEqual(record.digest_of(name),
-                       atomic_files.file_digest(record.path_of(self.dir,
-                                                               name)))
+      self.assertEqual(record.digest_of(name), _digest(b'new ' + name.encode()))
 
   @parameterized.parameters(0, 1, 2, 3)
   def test_roll_forward_finishes_and_is_idempotent(self, renames_done):
@@ -256,10 +278,15 @@ class MalformedJournalTest(TransactionTestCase):
       transaction.pending(self.dir, _JOURNAL)
 
   def test_fifo_journal_is_refused_without_blocking(self):
+    # Opening a FIFO for reading waits for a writer: a regression times out
+    # (subprocess.TimeoutExpired) instead of hanging the test.
     os.mkfifo(self.path(_JOURNAL))
-    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
-                                'FIFO'):
-      transaction.pending(self.dir, _JOURNAL)
+    reader = subprocess.run(
+        [sys.executable, '-c', _READ_PENDING, self.dir, _JOURNAL],
+        cwd=_REPO_ROOT, capture_output=True, text=True,
+        timeout=_SUBPROCESS_TIMEOUT, check=False)
+    self.assertEqual(reader.returncode, 0, reader.stderr)
+    self.assertRegex(reader.stdout, r'^refused: .*FIFO')
 
 
 if __name__ == '__main__':

@@ -55,7 +55,6 @@ _MAX_DATA_BYTES = 1 << 28
 # Iteration numbers in marker names: ASCII digits (str.isdigit also takes
 # other scripts' digits), no more than an int64 holds.
 _ITERATION_NUMBER = re.compile(r'[0-9]{1,18}')
-_SHA256 = re.compile(r'[0-9a-f]{64}')
 # Mismatching variables named in one refusal (a network with another width
 # mismatches in every layer and every optimizer slot).
 _MISMATCHES_SHOWN = 2
@@ -186,10 +185,6 @@ def _files_under(directory: str) -> List[str]:
                 for relative, names in _walk(directory) for name in names)
 
 
-def _join(directory: str, path: str) -> str:
-  return os.path.join(directory, *path.split('/'))
-
-
 def _remove_tree(path: str) -> None:
   """Deletes directory `path` and everything in it, if it exists."""
   if atomic_files.is_url(path):
@@ -309,13 +304,10 @@ def _listed_files(marker: Any, iteration_number: int,
             _belongs_to_iteration(name, iteration_number)):
       raise malformed('it lists {!r}, which is not a file name of checkpoint '
                       '{}'.format(name, iteration_number)[:300])
-    if not (isinstance(digest, list) and len(digest) == 2 and
-            isinstance(digest[0], int) and not isinstance(digest[0], bool)
-            and digest[0] >= 0 and
-            isinstance(digest[1], str) and _SHA256.fullmatch(digest[1])):
+    listed[name] = atomic_files.digest_from_data(digest)
+    if listed[name] is None:
       raise malformed('the size and SHA-256 of {} are not [int, hex '
                       'digest]'.format(name))
-    listed[name] = atomic_files.FileDigest(digest[0], digest[1])
   return listed
 
 
@@ -325,9 +317,9 @@ class Checkpointer(object):
 
   Dopamine's save: the agent writes its files in place, then
   `save_checkpoint`. The Runner's: the agent writes into `begin_checkpoint`'s
-  directory, then `commit_checkpoint`. After a killed save (and only while
-  no other process saves here): `finish_interrupted_save`, then
-  `remove_leftovers`.
+  directory, then `commit_checkpoint` (or `abort_checkpoint`). After a
+  killed save (and only while no other process saves here):
+  `finish_interrupted_save`, then `remove_leftovers`.
   """
 
   def __init__(self, base_directory: str, checkpoint_file_prefix: str = 'ckpt',
@@ -451,13 +443,18 @@ class Checkpointer(object):
     try:
       for path in _files_under(self._staging_directory):
         _stage_written_file(staged, path,
-                            _join(self._staging_directory, path))
+                            transaction.join(self._staging_directory, path))
     except BaseException:
       staged.abort()
       raise
     self._commit(iteration_number, data, staged, {})
     _remove_tree(self._staging_directory)
     self._clean_up_old_checkpoints(iteration_number)
+
+  def abort_checkpoint(self) -> None:
+    """Gives up the save `begin_checkpoint` staged: its directory goes."""
+    self._staged_iteration = None
+    _remove_tree(self._staging_directory)
 
   def _commit(self, iteration_number: int, data: Any,
               staged: transaction.Transaction,
@@ -467,7 +464,6 @@ class Checkpointer(object):
     data_name = '{}.{}'.format(self._checkpoint_file_prefix, iteration_number)
     marker_name = '{}.{}'.format(self._sentinel_file_prefix, iteration_number)
     try:
-      self.finish_interrupted_save()  # Its journal is overwritten next.
       payload = pickle.dumps(data, protocol=4)
       staged.write(data_name, lambda f: f.write(payload))
       files = dict(found)
@@ -484,6 +480,7 @@ class Checkpointer(object):
     except BaseException:
       staged.abort()
       raise
+    # Rolls a pending journal forward first; aborts if it writes no journal.
     staged.commit(self._journal_name)
 
   def _clean_up_old_checkpoints(self, iteration_number: int) -> None:
@@ -512,7 +509,8 @@ class Checkpointer(object):
     atomic_files.remove_if_exists(marker_path)
     for path in ['{}.{}'.format(self._checkpoint_file_prefix, stale)] + sorted(
         listed):
-      atomic_files.remove_if_exists(_join(self._base_directory, path))
+      atomic_files.remove_if_exists(
+          transaction.join(self._base_directory, path))
 
   # ------------------------------------------------- after a killed save
 
@@ -539,6 +537,9 @@ class Checkpointer(object):
     (`atomic_files.remove_temporaries`) of names with an iteration number,
     of TF's ``checkpoint`` file and of the journal; nothing else.
 
+    A save killed after its commit point, whose staged files are such
+    temporaries, is finished first (`finish_interrupted_save`, may raise).
+
     Returns:
       list of str, the paths deleted (the staging directory included).
     """
@@ -554,7 +555,7 @@ class Checkpointer(object):
 
     for relative, _ in list(_walk(self._base_directory)):
       removed += atomic_files.remove_temporaries(
-          _join(self._base_directory, relative), is_target)
+          transaction.join(self._base_directory, relative), is_target)
     return removed
 
   # ---------------------------------------------------------------- loading
@@ -599,7 +600,7 @@ class Checkpointer(object):
     """
     listed = self._listed_files_of(iteration_number) or {}
     for name, digest in listed.items():
-      path = _join(self._base_directory, name)
+      path = transaction.join(self._base_directory, name)
       size = _file_size(path)
       if size != digest.size or atomic_files.file_digest(path) != digest:
         raise atomic_files.CheckpointError(

@@ -129,13 +129,15 @@ class StatisticsLog(object):
     """
     self.path = path
     self.records: List[Dict[str, Any]] = []
-    if tf.io.gfile.exists(path):
+    try:
       read = statistics_file.read_records(path)
-      self.records = read.records
-      warning = read.warning()
-      if warning:
-        logging.warning('%s; they are left out when the file is next '
-                        'written.', warning)
+    except FileNotFoundError:
+      return
+    self.records = read.records
+    warning = read.warning()
+    if warning:
+      logging.warning('%s; they are left out when the file is next '
+                      'written.', warning)
 
   def truncate(self, num_iterations: int) -> None:
     """Drops the records of iterations >= num_iterations (not checkpointed).
@@ -143,8 +145,7 @@ class StatisticsLog(object):
     Args:
       num_iterations: int, the first iteration to drop.
     """
-    kept = [r for r in self.records
-            if r.get('iteration', -1) < num_iterations]
+    kept = [r for r in self.records if r['iteration'] < num_iterations]
     if len(kept) != len(self.records) or not tf.io.gfile.exists(self.path):
       self.records = kept
       self._rewrite()
@@ -153,7 +154,8 @@ class StatisticsLog(object):
     """Adds a record and rewrites the file atomically.
 
     Args:
-      record: dict of JSON-ready values (NumPy values are converted).
+      record: dict of JSON-ready values (NumPy values are converted),
+        with its 'iteration'.
     """
     self.records.append(to_json_value(record))
     self._rewrite()

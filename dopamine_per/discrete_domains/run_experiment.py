@@ -636,7 +636,7 @@ class Runner(object):
       return
     bundle = self._agent.bundle_and_checkpoint(staging_dir, iteration)
     if not bundle:
-      self._checkpointer.remove_leftovers()
+      self._checkpointer.abort_checkpoint()
       return
     # Dopamine's layout: the agent's bundle plus the runner's keys.
     data = dict(bundle)

@@ -255,7 +255,7 @@ def read_records(path: str) -> Records:
     was left out (`Records.warning` says it in one line).
 
   Raises:
-    FileNotFoundError: If a local file does not exist.
+    FileNotFoundError: If the file does not exist.
     atomic_files.CheckpointError: If the file is not a regular file or
       cannot be read (the message names it).
   """

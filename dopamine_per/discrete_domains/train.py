@@ -32,6 +32,7 @@ from absl import flags
 from absl import logging
 
 from dopamine_per import configs
+from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import run_lock
 
 flags.DEFINE_string('base_dir', None,
@@ -80,9 +81,10 @@ def _nearest_existing(path: str) -> str:
 def check_base_dir(base_dir: Optional[str]) -> None:
   """Checks that the run's directory exists or can be created, writably.
 
-  Nothing is created (a probe file is deleted at once); `main` creates the
-  directory when it locks it. Paths with a scheme (``gs://...``) are left to
-  ``tf.io.gfile``.
+  This check creates nothing (a probe file is deleted at once); `main`
+  then creates the directory, if missing, and its lock file when it locks
+  it (`run_lock.RunDirectoryLock.acquire`). Paths with a URL scheme
+  (``gs://...``, `atomic_files.is_url`) are left to ``tf.io.gfile``.
 
   Args:
     base_dir: str, the --base_dir flag.
@@ -95,7 +97,7 @@ def check_base_dir(base_dir: Optional[str]) -> None:
   if not base_dir:
     raise ValueError('--base_dir is required: the directory for '
                      'checkpoints, logs and summaries')
-  if '://' in base_dir:
+  if atomic_files.is_url(base_dir):
     return
   path = os.path.abspath(base_dir)
   existing = _nearest_existing(path)
@@ -169,8 +171,10 @@ def main(argv: Sequence[str],
   The lock (`run_lock.RunDirectoryLock`) is taken before the gin files are
   loaded and the runner is created (the distributed trainer starts Ray
   there), and held until training ends, however it ends; a process that
-  dies loses it with its descriptors. Where --base_dir cannot be locked (a
-  ``gs://`` path, a filesystem without locks) one warning says so.
+  dies loses it with its descriptors. Locking creates --base_dir if it is
+  missing, and the lock file in it, which is deleted when the lock is
+  released. Where --base_dir cannot be locked (a ``gs://`` path, a
+  filesystem without locks) one warning says so.
 
   Args:
     argv: the arguments left after absl's flags (the program name only).

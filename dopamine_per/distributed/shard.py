@@ -18,12 +18,15 @@ as a Ray actor. Its module imports NumPy and the TF-free memory only, so a
 shard process never loads TensorFlow.
 """
 
+import contextlib
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    Type)
 
 import numpy as np
 
+from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -124,6 +127,15 @@ class ReplayShard(object):
       except Exception:  # pylint: disable=broad-except
         pass
     return error
+
+  @contextlib.contextmanager
+  def _naming_shard(self, catch: Type[Exception] = Exception
+                   ) -> Iterator[None]:
+    """Re-raises an error of type `catch` with the shard named (`_error`)."""
+    try:
+      yield
+    except catch as error:  # pylint: disable=broad-except
+      raise self._error(error) from None
 
   # ------------------------------------------------------------------ add
 
@@ -289,10 +301,8 @@ class ReplayShard(object):
       ValueError: If a slot is not a valid transition (the message names the
         shard and says why).
     """
-    try:
+    with self._naming_shard(ValueError):
       return self.memory.sample_transition_batch(indices=slots)
-    except ValueError as error:
-      raise self._error(error) from None
 
   # ----------------------------------------------------------- priorities
 
@@ -338,15 +348,13 @@ class ReplayShard(object):
       Whatever writing raises (disk full ...), with the shard named; no
       staged file is left.
     """
-    if not os.path.isdir(checkpoint_dir):
+    if not atomic_files.exists(checkpoint_dir):
       return None
     directory = shard_directory(checkpoint_dir, self.shard)
-    try:
-      os.makedirs(directory, exist_ok=True)
+    with self._naming_shard():
+      atomic_files.make_directories(directory)
       record = memory_checkpoint.prepare_save(self.memory, directory,
                                               iteration_number)
-    except Exception as error:  # pylint: disable=broad-except
-      raise self._error(error) from None
     return None if record is None else record.to_data()
 
   def commit_save(self, checkpoint_dir: str, iteration_number: int,
@@ -367,27 +375,38 @@ class ReplayShard(object):
     Raises:
       The errors of `memory_checkpoint.commit_save`, with the shard named.
     """
-    try:
+    with self._naming_shard():
       memory_checkpoint.commit_save(
           self.memory, shard_directory(checkpoint_dir, self.shard),
           iteration_number, transaction.Record.from_data(staged),
           prune=False)
-    except Exception as error:  # pylint: disable=broad-except
-      raise self._error(error) from None
 
-  def prune(self, checkpoint_dir: str, iteration_number: int) -> None:
+  def prune(self, checkpoint_dir: str, iteration_number: int,
+            iterations: Sequence[int]) -> List[int]:
     """Deletes the stale checkpoint and leftover temporaries of the shard.
 
     The memory's clean-up after its checkpoint `iteration_number`
     (`memory_checkpoint.prune`: checkpoint_duration, keep_every), run once
     every shard committed its part.
+
+    Args:
+      checkpoint_dir: str, the sharded memory's checkpoint directory.
+      iteration_number: int, the checkpoint just saved.
+      iterations: the older checkpoints the learner has records of.
+
+    Returns:
+      list of int, those of `iterations` that the shard no longer holds
+      afterwards (`memory_checkpoint.holds_checkpoint`): their records no
+      longer describe a whole checkpoint.
+
+    Raises:
+      The errors of `memory_checkpoint.prune`, with the shard named.
     """
-    try:
-      memory_checkpoint.prune(self.memory,
-                              shard_directory(checkpoint_dir, self.shard),
-                              iteration_number)
-    except Exception as error:  # pylint: disable=broad-except
-      raise self._error(error) from None
+    directory = shard_directory(checkpoint_dir, self.shard)
+    with self._naming_shard():
+      memory_checkpoint.prune(self.memory, directory, iteration_number)
+      return [iteration for iteration in iterations
+              if not memory_checkpoint.holds_checkpoint(directory, iteration)]
 
   def prepare_load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Reads ``checkpoint_dir/shard_{shard}`` into a new memory, kept aside.
@@ -401,10 +420,8 @@ class ReplayShard(object):
     """
     self._loaded = None
     memory = self._new_memory()
-    try:
+    with self._naming_shard():
       memory.load(shard_directory(checkpoint_dir, self.shard), suffix)
-    except Exception as error:  # pylint: disable=broad-except
-      raise self._error(error) from None
     self._loaded = memory
 
   def commit_load(self) -> None:

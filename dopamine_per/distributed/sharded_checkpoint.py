@@ -9,42 +9,39 @@ shards, each shard's capacity, and each shard's staged files (a
 checkpoint directory can be moved as a whole). The record is written
 atomically once every shard has staged its part: its appearance is the
 commit point of the whole sharded checkpoint, and a load that finds it
-first completes the shards' commits from it. Loading into a memory of
-another shape is refused from the record alone, before any shard is
-called. `ShardedCheckpointer` runs the protocol (stage, record, commit,
+first completes the shards' commits from it (and so does the next save,
+before it stages anything). Loading into a memory of another shape is
+refused from the record alone, before any shard is called.
+`ShardedCheckpointer` runs the protocol (complete, stage, record, commit,
 prune; check, complete, read, swap) over the shards: see
 docs/distributed.md#design, Checkpoints.
 
 Checkpoints written before records existed (legacy: shard directories
-only) are recognized by their shard directories: see `legacy_shards`.
+only) are recognized by their shard directories: see `_legacy_shards`.
 
 No Ray (the checkpointer reaches the shards through the memory's calls),
 no TensorFlow.
 """
 
-import json
 import operator
 import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from absl import logging
 
 from dopamine_per import errors
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.file_io import atomic_files
-from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import memory_checkpoint
 
-__all__ = ['RECORD_NAME', 'RECORD_FORMAT', 'ShardedRecord',
-           'ShardedCheckpointer', 'record_path', 'write_record',
-           'read_record', 'remove_stale_records',
-           'latest_checkpoint_iteration', 'legacy_shards']
+__all__ = ['RECORD_FORMAT', 'ShardedRecord', 'ShardedCheckpointer',
+           'record_path', 'read_record', 'latest_checkpoint_iteration']
 
-# The record's file is ``{RECORD_NAME}_ckpt.{N}``: Dopamine's naming, so the
+# The record's file is ``{_RECORD_NAME}_ckpt.{N}``: Dopamine's naming, so the
 # experiment checkpointer counts it among iteration N's files.
-RECORD_NAME = 'dopamine_per_shards'
+_RECORD_NAME = 'dopamine_per_shards'
 RECORD_FORMAT = 'dopamine_per.sharded_checkpoint/1'
 
 # A record lists each shard's files (a few dozen, about 200 bytes each):
@@ -58,7 +55,7 @@ CallEach = Callable[[str, Dict[int, Tuple[Any, ...]]],
                     Tuple[Dict[int, Any], Optional[Exception]]]
 
 _RECORD_FILE = re.compile(r'^{}_ckpt\.([0-9]{{1,18}})$'.format(
-    re.escape(RECORD_NAME)))
+    re.escape(_RECORD_NAME)))
 
 
 class ShardedRecord(object):
@@ -134,20 +131,7 @@ def record_path(checkpoint_dir: str, iteration_number: Any) -> str:
     str, ``{checkpoint_dir}/dopamine_per_shards_ckpt.{iteration_number}``.
   """
   return os.path.join(checkpoint_dir, '{}_ckpt.{}'.format(
-      RECORD_NAME, iteration_number))
-
-
-def write_record(checkpoint_dir: str, record: ShardedRecord) -> None:
-  """Writes `record` atomically: the commit point of its checkpoint.
-
-  Args:
-    checkpoint_dir: str, an existing directory.
-    record: ShardedRecord.
-  """
-  data = json.dumps(record.to_data(), indent=0, sort_keys=True).encode(
-      'utf-8')
-  atomic_files.atomic_write(record_path(checkpoint_dir, record.iteration),
-                            lambda f: f.write(data))
+      _RECORD_NAME, iteration_number))
 
 
 def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
@@ -167,12 +151,10 @@ def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
   """
   path = record_path(checkpoint_dir, suffix)
   try:
-    content = atomic_files.read_file(path, _MAX_RECORD_BYTES,
-                                     'sharded checkpoint record')
+    data = atomic_files.read_json(path, _MAX_RECORD_BYTES,
+                                  'sharded checkpoint record')
   except FileNotFoundError:
     return None
-  with atomic_files.refusing(path):
-    data = json.loads(content.decode('utf-8'))
   record = ShardedRecord.from_data(data, where=path)
   if str(record.iteration) != str(suffix):
     raise atomic_files.CorruptCheckpointError(
@@ -181,13 +163,20 @@ def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
   return record
 
 
-def _holds(shard_dir: str, suffix: Any) -> bool:
-  """Whether a shard's directory holds its checkpoint `suffix`: the state
-  file, or the journal of a save committed but not yet finished."""
-  return (atomic_files.exists(gzip_files.checkpoint_filename(
-      shard_dir, memory_checkpoint.DOPAMINE_PER_STATE_NAME, suffix)) or
-          atomic_files.exists(os.path.join(
-              shard_dir, memory_checkpoint.journal_filename(suffix))))
+def _written(checkpoint_dir: str, record: ShardedRecord) -> bool:
+  """After writing `record` failed: whether it may be in place all the same.
+
+  True if the record file holds it (the rename happened: the failure came
+  after, an fsync or an interrupt), or cannot be read: then it is, or may
+  be, the commit point, and what the shards staged must stay (if it is
+  not, a later save's clean-up deletes those temporaries). False if there
+  is no record file, or it holds another record.
+  """
+  try:
+    on_disk = read_record(checkpoint_dir, record.iteration)
+  except Exception:  # pylint: disable=broad-except
+    return True
+  return on_disk is not None and on_disk.to_data() == record.to_data()
 
 
 def _record_iterations(checkpoint_dir: str) -> List[int]:
@@ -198,42 +187,23 @@ def _record_iterations(checkpoint_dir: str) -> List[int]:
                 if match)
 
 
-def remove_stale_records(checkpoint_dir: str, iteration_number: int,
-                         num_shards: int) -> List[int]:
-  """Deletes records that no longer describe a whole checkpoint.
-
-  After the shards pruned their checkpoints (the single memory's rule),
-  the record of each older checkpoint that one of shards 0 to
-  ``num_shards - 1`` no longer holds is deleted, and so are temporaries of
-  records that killed saves left.
-
-  Args:
-    checkpoint_dir: str, the sharded memory's checkpoint directory.
-    iteration_number: int, the checkpoint just saved (newer ones are kept).
-    num_shards: int, the saving memory's number of shards.
-
-  Returns:
-    list of int, the checkpoints whose record was deleted.
-  """
-  removed = []
-  for iteration in _record_iterations(checkpoint_dir):
-    if iteration < iteration_number and not all(
-        _holds(shard_lib.shard_directory(checkpoint_dir, k), iteration)
-        for k in range(num_shards)):
-      atomic_files.remove_if_exists(record_path(checkpoint_dir, iteration))
-      removed.append(iteration)
+def _remove_records(checkpoint_dir: str, iterations: Iterable[int]) -> None:
+  """Deletes the records of `iterations` (checkpoints a shard no longer
+  holds), and the temporaries of records that killed saves left."""
+  for iteration in iterations:
+    atomic_files.remove_if_exists(record_path(checkpoint_dir, iteration))
   atomic_files.remove_temporaries(
       checkpoint_dir, lambda target: _RECORD_FILE.match(target) is not None)
-  return removed
 
 
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   """Returns the newest sharded checkpoint, by its record; None if none.
 
   A sharded checkpoint is complete once its record exists: a save writes it
-  after every shard staged its part, and `load` completes the shards'
-  commits from it. (A save's clean-up deletes records of older checkpoints
-  only.) Legacy checkpoints (no record) are not counted.
+  after every shard staged its part, and `load` (or the next save)
+  completes the shards' commits from it. (A save's clean-up deletes records
+  of older checkpoints only.) Legacy checkpoints (no record) are not
+  counted.
 
   Args:
     checkpoint_dir: str, the directory given to the sharded memory's `save`.
@@ -245,8 +215,8 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   return iterations[-1] if iterations else None
 
 
-def legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
-                 ) -> List[int]:
+def _legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
+                  ) -> List[int]:
   """The shards that hold a complete legacy checkpoint `suffix`.
 
   A legacy sharded checkpoint (written before records) is one complete
@@ -268,7 +238,7 @@ def legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
     directory = shard_lib.shard_directory(checkpoint_dir, k)
     if k >= num_shards and not atomic_files.exists(directory):
       return held
-    if _holds(directory, suffix):
+    if memory_checkpoint.holds_checkpoint(directory, suffix):
       held.append(k)
     k += 1
 
@@ -304,20 +274,29 @@ class ShardedCheckpointer(object):
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
+    0. The shards' commits of the newest record are completed
+       (`_complete_commits`; nothing is written when they are in place): a
+       save cut short after its record (step 3) is pending until then, and
+       the shards' clean-up (step 4) would delete its staged files. If that
+       fails, its error is raised before anything is staged.
     1. Every shard stages its memory's checkpoint files in
        ``checkpoint_dir/shard_{k}`` (`memory_checkpoint.prepare_save`);
        nothing visible changes. If one fails (or is dead), what the others
        staged is deleted and its error raised: every shard's previous
        checkpoints are as they were.
-    2. The record is written (`write_record`): the commit point. If that
-       fails, what the shards staged is deleted too.
+    2. The record is written (`atomic_files.write_json`): the commit point.
+       If that fails, what the shards staged is deleted too, unless the
+       record is in place all the same (the failure came after its rename).
     3. Every shard moves its files into place (`commit_save`). If one
        fails, its error is raised: checkpoint N is the record's, and `load`
-       completes the commits.
+       (or the next save, step 0) completes the commits.
     4. Only then does each shard prune (the single memory's
        checkpoint_duration and keep_every), and the records of older
-       checkpoints that a shard no longer holds are deleted
-       (`remove_stale_records`).
+       checkpoints that a shard no longer holds are deleted.
+
+    Pending commits are completed for the newest record only: a save whose
+    number is lower than the newest record's and whose commit fails is
+    lost at the next save.
 
     Args:
       checkpoint_dir: str, an existing directory (if it does not exist, a
@@ -325,50 +304,61 @@ class ShardedCheckpointer(object):
       iteration_number: int, the checkpoint's number.
 
     Raises:
-      The shards' errors (`shard.ShardError` for a dead one), and whatever
-      writing the record raises.
+      The shards' errors (`shard.ShardError` for a dead one), whatever
+      writing the record raises, and `atomic_files.CheckpointError` if the
+      newest record is malformed.
     """
     iteration_number = operator.index(iteration_number)
     if not atomic_files.exists(checkpoint_dir):
       logging.warning('Not saving the sharded replay memory: %s does not '
                       'exist.', checkpoint_dir)
       return
+    iterations = _record_iterations(checkpoint_dir)
+    if iterations:
+      newest = read_record(checkpoint_dir, iterations[-1])
+      if newest is not None:
+        self._complete_commits(checkpoint_dir, newest)
     staged, error = self._call_each('prepare_save', {
         k: (checkpoint_dir, iteration_number)
         for k in range(self._num_shards)})
+    record = None
     try:
       if error is not None:
         raise error
       if any(part is None for part in staged.values()):
         raise FileNotFoundError('{} disappeared while the shards saved into '
                                 'it'.format(checkpoint_dir))
-      write_record(checkpoint_dir, ShardedRecord(
+      record = ShardedRecord(
           iteration_number, self._num_shards, self._shard_capacity,
           [transaction.Record.from_data(staged[k])
-           for k in range(self._num_shards)]))
+           for k in range(self._num_shards)])
+      atomic_files.write_json(record_path(checkpoint_dir, iteration_number),
+                              record.to_data())
     except BaseException:
-      _abort_staged(checkpoint_dir, staged)
+      if record is None or not _written(checkpoint_dir, record):
+        _abort_staged(checkpoint_dir, staged)
       raise
     # Committed: checkpoint `iteration_number` is the record's from here on.
-    _, error = self._call_each('commit_save', {
-        k: (checkpoint_dir, iteration_number, staged[k])
+    self._complete_commits(checkpoint_dir, record)
+    lost, error = self._call_each('prune', {
+        k: (checkpoint_dir, iteration_number,
+            [iteration for iteration in iterations
+             if iteration < iteration_number])
         for k in range(self._num_shards)})
     if error is not None:
       raise error
-    self._call_all('prune', checkpoint_dir, iteration_number)
-    remove_stale_records(checkpoint_dir, iteration_number, self._num_shards)
+    _remove_records(checkpoint_dir, sorted(set().union(*lost.values())))
 
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Restores every shard from checkpoint `suffix`, all or none.
 
     The record must name this memory's number of shards and shard
     capacity: a checkpoint of another shape is refused before any shard is
-    called. A save interrupted after its record is first completed (each
-    shard's `commit_save`, which writes nothing when its files are in
-    place). Then each shard reads its files into a new memory, and only
-    when all have succeeded do they swap them in. A legacy checkpoint (no
-    record) loads if exactly shards 0 to num_shards - 1 hold it; its
-    capacity is the shards' own check.
+    called. A save interrupted after its record is first completed
+    (`_complete_commits`). Then each shard reads its files into a new
+    memory, and only when all have succeeded do they swap them in. A legacy
+    checkpoint (no record) loads if exactly shards 0 to num_shards - 1 hold
+    it; its capacity is the shards' own check.
 
     Args:
       checkpoint_dir: str, the directory `save` wrote.
@@ -383,17 +373,31 @@ class ShardedCheckpointer(object):
     record = read_record(checkpoint_dir, suffix)
     self._check_shape(checkpoint_dir, suffix, record)
     if record is not None:
-      _, error = self._call_each('commit_save', {
-          k: (checkpoint_dir, record.iteration, record.shards[k].to_data())
-          for k in range(self._num_shards)})
-      if error is not None:
-        raise error
+      self._complete_commits(checkpoint_dir, record)
     _, error = self._call_each('prepare_load', {
         k: (checkpoint_dir, suffix) for k in range(self._num_shards)})
     if error is not None:
       self._call_all('abort_load')
       raise error
     self._call_all('commit_load')
+
+  def _complete_commits(self, checkpoint_dir: str,
+                        record: ShardedRecord) -> None:
+    """Has each shard move its part of `record` into place (`commit_save`).
+
+    Idempotent: a shard whose files are in place writes nothing. Only this
+    memory's shards are called (a record of another shape has its other
+    shards' parts left as they are; this memory's saves do not prune
+    them).
+
+    Raises:
+      The first shard's error.
+    """
+    _, error = self._call_each('commit_save', {
+        k: (checkpoint_dir, record.iteration, record.shards[k].to_data())
+        for k in range(min(record.num_shards, self._num_shards))})
+    if error is not None:
+      raise error
 
   def _check_shape(self, checkpoint_dir: str, suffix: Any,
                    record: Optional[ShardedRecord]) -> None:
@@ -415,7 +419,7 @@ class ShardedCheckpointer(object):
                 record.shard_capacity, mine, record.num_shards,
                 record.num_shards * record.shard_capacity))
       return
-    held = legacy_shards(checkpoint_dir, suffix, self._num_shards)
+    held = _legacy_shards(checkpoint_dir, suffix, self._num_shards)
     if held and held != list(range(self._num_shards)):
       raise atomic_files.CheckpointError(
           'checkpoint {} in {} has no record of its shape (saved before '

@@ -117,7 +117,11 @@ def main(argv: Sequence[str]) -> int:
               str(_cause(error)).strip().splitlines()[0]), file=sys.stderr)
     return 1
   finally:
-    _shutdown_ray()  # Also when train.main returned before locking.
+    # Ray starts only while `train.main` holds the lock (in _create_runner),
+    # and `train.main` stops it before unlocking; this stops one it left
+    # running. Ray not imported (e.g. after a flag error): none to stop.
+    if 'ray' in sys.modules:
+      _shutdown_ray()
 
 
 def run():

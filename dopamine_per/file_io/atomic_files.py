@@ -7,8 +7,8 @@
   half-written file under the final name. A writer killed midway leaves its
   temporary file, which `remove_temporaries` finds by name. A new file gets
   the mode a plain ``open`` gives (0666 less the umask). `stage_write` and
-  `replace_staged` are its two halves, for `transaction`, which replaces
-  several files as one.
+  `replace` are its two halves, for `transaction`, which replaces several
+  files as one.
 * Digests (`FileDigest`). `atomic_write` returns the size and SHA-256 of
   what it wrote; `open_for_reading` checks a file against such a digest as
   it is read, so a truncated, corrupted or swapped-in file is refused.
@@ -31,12 +31,13 @@ import collections
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
 import stat
 import sys
-from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from dopamine_per import errors
 
@@ -54,14 +55,16 @@ __all__ = [
     'list_directory',
     'remove_if_exists',
     'FileDigest',
+    'digest_from_data',
     'file_digest',
     'read_file',
+    'read_json',
+    'write_json',
     'open_for_reading',
     'create_temporary',
     'StagedFile',
     'stage_write',
     'replace',
-    'replace_staged',
     'atomic_write',
     'is_temporary_of',
     'remove_temporaries',
@@ -287,6 +290,31 @@ def _fsync_directory(directory: str) -> None:
 # records one per file, and loading verifies them while reading.
 FileDigest = collections.namedtuple('FileDigest', ['size', 'sha256'])
 
+_SHA256 = re.compile('[0-9a-f]{64}')
+
+
+def digest_from_data(value: Any, container: type = list
+                    ) -> Optional[FileDigest]:
+  """A FileDigest from its stored form, or None if `value` is not one.
+
+  The stored form is a `container` (a list in JSON, a tuple in a pickle) of
+  a size (an int >= 0, not a bool) and a SHA-256 (64 lowercase hex digits).
+
+  Args:
+    value: what a marker, journal or state file holds for one file.
+    container: type, the exact type the pair must have.
+  """
+  # Exact types: a bool is an int, and a list where a tuple belongs is not
+  # what this package wrote.
+  # pylint: disable=unidiomatic-typecheck
+  if not (type(value) is container and len(value) == 2):
+    return None
+  size, sha256 = value
+  if (type(size) is not int or size < 0 or not isinstance(sha256, str) or
+      not _SHA256.fullmatch(sha256)):
+    return None
+  return FileDigest(size, sha256)
+
 
 class _HashingWriter(object):
   """A write-only file object that hashes and counts what passes through."""
@@ -442,6 +470,28 @@ def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
   return data
 
 
+def read_json(path: str, limit: int, what: str) -> Any:
+  """Returns the JSON value a file of at most `limit` bytes holds.
+
+  Read as `read_file` reads; invalid UTF-8, invalid JSON and nesting deep
+  enough to exhaust the stack are a `CorruptCheckpointError` too.
+
+  Raises:
+    FileNotFoundError: If the file does not exist.
+    CorruptCheckpointError: If it is not a regular file, is larger than
+      `limit`, or does not hold JSON.
+  """
+  content = read_file(path, limit, what)
+  with refusing(path):
+    return json.loads(content.decode('utf-8'))
+
+
+def write_json(path: str, data: Any) -> FileDigest:
+  """Writes `data` as JSON to `path`, atomically (`atomic_write`)."""
+  encoded = json.dumps(data, indent=0, sort_keys=True).encode('utf-8')
+  return atomic_write(path, lambda f: f.write(encoded))
+
+
 @contextlib.contextmanager
 def open_for_reading(path: str, expected: Optional[FileDigest] = None
                     ) -> Iterator[BinaryIO]:
@@ -510,7 +560,7 @@ def _gfile_temporary(path: str) -> str:
 
 
 def is_temporary_of(name: str, target: str) -> bool:
-  """Whether file name `name` is one of `atomic_write`'s temporaries of `target`.
+  """Whether file name `name` is an `atomic_write` temporary of `target`.
 
   Args:
     name: str, a file name (no directory).
@@ -585,8 +635,8 @@ def create_temporary(path: str) -> Tuple[int, str]:
 
 # A file written in full and flushed to disk under a temporary name beside
 # its target, which it has not replaced yet: `path`, the temporary file;
-# `target`, the file it is meant to replace; `digest`, its FileDigest.
-StagedFile = collections.namedtuple('StagedFile', ['path', 'target', 'digest'])
+# `digest`, its FileDigest.
+StagedFile = collections.namedtuple('StagedFile', ['path', 'digest'])
 
 
 def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
@@ -595,7 +645,7 @@ def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
   The first half of `atomic_write`: `write` receives a binary file object
   for a new temporary file in `path`'s directory (named as
   `remove_temporaries` recognizes), which is then flushed and fsync'ed.
-  `path` is not touched: `replace_staged` (or a `transaction`) moves the
+  `path` is not touched: `atomic_write` (or a `transaction`) moves the
   file into place. If `write` raises, the temporary file is deleted.
 
   Args:
@@ -603,7 +653,7 @@ def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
     write: callable taking a writable binary file object.
 
   Returns:
-    StagedFile: the temporary file, `path`, and the digest of the bytes.
+    StagedFile: the temporary file and the digest of the bytes.
 
   Raises:
     Whatever `write` or the filesystem raises.
@@ -623,7 +673,7 @@ def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
     except OSError:
       pass
     raise
-  return StagedFile(temp_path, path, hashing.digest())
+  return StagedFile(temp_path, hashing.digest())
 
 
 def _stage_write_gfile(path: str, write: Callable[[BinaryIO], None]
@@ -642,7 +692,7 @@ def _stage_write_gfile(path: str, write: Callable[[BinaryIO], None]
     except Exception:  # pylint: disable=broad-except
       pass
     raise
-  return StagedFile(temp_path, path, hashing.digest())
+  return StagedFile(temp_path, hashing.digest())
 
 
 def replace(source: str, destination: str) -> None:
@@ -657,22 +707,6 @@ def replace(source: str, destination: str) -> None:
     return
   os.replace(source, destination)
   _fsync_directory(os.path.dirname(os.path.abspath(destination)))
-
-
-def replace_staged(staged: StagedFile) -> FileDigest:
-  """Moves a `stage_write` file onto its target; returns its digest.
-
-  If the rename fails, the temporary file is deleted.
-  """
-  try:
-    replace(staged.path, staged.target)
-  except BaseException:
-    try:
-      remove_if_exists(staged.path)
-    except Exception:  # pylint: disable=broad-except
-      pass
-    raise
-  return staged.digest
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
@@ -694,4 +728,13 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   Raises:
     Whatever `write` or the filesystem raises.
   """
-  return replace_staged(stage_write(path, write))
+  staged = stage_write(path, write)
+  try:
+    replace(staged.path, path)
+  except BaseException:
+    try:
+      remove_if_exists(staged.path)
+    except Exception:  # pylint: disable=broad-except
+      pass
+    raise
+  return staged.digest

@@ -13,12 +13,13 @@ holder starts (Ray's, any subprocess) do not keep it. A child that the
 holder forks without exec shares the descriptor, and so the lock, until it
 exits.
 
-`release` deletes the file (while still holding the lock) before closing
-it; `acquire` checks after locking that the file it locked is still the one
-under the name, so a trainer that opened the file just before it was
-deleted tries again rather than locking a deleted file. A file left behind
-by a killed holder is locked and reused as it is. Deleting the file by hand
-while a trainer holds it lets a second trainer in.
+`release` deletes the file (while still holding the lock, and only if it
+is still the file locked) before closing it; `acquire` checks after
+locking that the file it locked is still the one under the name, so a
+trainer that opened the file just before it was deleted tries again rather
+than locking a deleted file. A file left behind by a killed holder is
+locked and reused as it is. Deleting the file by hand while a trainer holds
+it lets a second trainer in.
 
 Where the filesystem cannot lock (``flock`` fails with ENOLCK, ENOTSUP,
 ENOSYS, ...) and for paths with a URL scheme (``gs://``), nothing is locked:
@@ -32,7 +33,6 @@ import json
 import os
 import socket
 import stat
-import time
 from typing import Optional
 
 from absl import logging
@@ -49,14 +49,12 @@ _CANNOT_LOCK = frozenset(
     code for code in (getattr(errno, name, None) for name in (
         'ENOLCK', 'EOPNOTSUPP', 'ENOTSUP', 'ENOSYS', 'EINVAL'))
     if code is not None)
-# What `flock(LOCK_NB)` fails with while another descriptor holds the lock.
+# What `flock(LOCK_NB)` fails with while another descriptor holds the lock
+# (EACCES: Python emulates flock with fcntl's F_SETLK where the system has no
+# flock, and POSIX lets F_SETLK fail with it).
 _HELD = frozenset((errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES))
 # The holder's note is a line of JSON, far shorter than this.
 _MAX_NOTE_BYTES = 4096
-# A holder writes its note just after locking: how long a refused locker
-# waits for it, and how often it looks.
-_NOTE_WAIT_SECONDS = 2.0
-_NOTE_POLL_SECONDS = 0.02
 # Times the lock file may be deleted under `acquire` before it gives up.
 _MAX_ATTEMPTS = 100
 
@@ -120,16 +118,15 @@ def _parse_note(data: bytes) -> Optional[dict]:
 
 
 def _read_note(fd: int) -> Optional[dict]:
-  """Reads the holder's note, waiting briefly for a holder that just locked."""
-  deadline = time.monotonic() + _NOTE_WAIT_SECONDS
-  while True:
-    try:
-      note = _parse_note(os.pread(fd, _MAX_NOTE_BYTES, 0))
-    except OSError:
-      note = None
-    if note is not None or time.monotonic() >= deadline:
-      return note
-    time.sleep(_NOTE_POLL_SECONDS)
+  """The holder's note, read once; None if there is none or it is unreadable.
+
+  A `RunDirectoryLock` writes its note right after locking, so there is
+  none only in those microseconds, or where the holder is something else.
+  """
+  try:
+    return _parse_note(os.pread(fd, _MAX_NOTE_BYTES, 0))
+  except OSError:
+    return None
 
 
 class RunDirectoryLock(object):
@@ -251,13 +248,17 @@ class RunDirectoryLock(object):
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
   def release(self) -> None:
-    """Deletes the lock file and releases the lock; idempotent."""
+    """Deletes the lock file and releases the lock; idempotent.
+
+    A file that replaced the locked one under its name (by hand) is left.
+    """
     if self._fd is None:
       return
     fd, self._fd = self._fd, None
     try:
       # Deleted while still locked: see the module's docstring.
-      atomic_files.remove_if_exists(self.path)
+      if self._is_current(fd):
+        atomic_files.remove_if_exists(self.path)
     finally:
       os.close(fd)
 

@@ -32,25 +32,22 @@ a crafted journal can rename nothing but staged files.
 """
 
 import collections
-import json
 import os
 import posixpath
-import re
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 
 __all__ = ['JOURNAL_FORMAT', 'Entry', 'Record', 'Transaction', 'commit',
-           'abort', 'roll_forward', 'pending', 'read_journal',
-           'is_relative_path']
+           'abort', 'abort_uncommitted', 'roll_forward', 'pending',
+           'is_relative_path', 'join']
 
 JOURNAL_FORMAT = 'dopamine_per.journal/1'
 
 # A journal lists a checkpoint's files: a few hundred at most (a sharded
 # memory's), about 200 bytes each.
 _MAX_JOURNAL_BYTES = 1 << 24
-_SHA256 = re.compile(r'[0-9a-f]{64}')
 
 # One staged file: `target` and `staged` are paths relative to the journal's
 # directory ('/'-separated), `digest` the staged file's FileDigest.
@@ -112,15 +109,14 @@ class Record(object):
                                            posixpath.basename(target))):
         raise malformed('{} is not a temporary file of {}'.format(
             errors.describe(staged), errors.describe(target)))
-      if not (type(size) is int and size >= 0 and  # pylint: disable=unidiomatic-typecheck
-              isinstance(sha256, str) and _SHA256.fullmatch(sha256)):
+      digest = atomic_files.digest_from_data([size, sha256])
+      if digest is None:
         raise malformed('the size and SHA-256 of {} are not [int, hex '
                         'digest]'.format(errors.describe(target)))
       if target in targets:
         raise malformed('{} is listed twice'.format(errors.describe(target)))
       targets.add(target)
-      entries.append(Entry(target, staged,
-                           atomic_files.FileDigest(size, sha256)))
+      entries.append(Entry(target, staged, digest))
     return cls(entries)
 
   def digest_of(self, target: str) -> Optional[atomic_files.FileDigest]:
@@ -145,8 +141,8 @@ class Record(object):
     """
     for entry in self.entries:
       if entry.target == target:
-        staged = _join(directory, entry.staged)
-        return staged if atomic_files.exists(staged) else _join(
+        staged = join(directory, entry.staged)
+        return staged if atomic_files.exists(staged) else join(
             directory, target)
     raise KeyError(target)
 
@@ -167,7 +163,12 @@ def is_relative_path(path: Any) -> bool:
   return all(part not in ('', '.', '..') for part in parts)
 
 
-def _join(directory: str, relative: str) -> str:
+def join(directory: str, relative: str) -> str:
+  """Returns the path of `relative` ('/'-separated) below `directory`.
+
+  How the paths a journal or a checkpoint's marker names become the
+  platform's: each part joined with its separator.
+  """
   return os.path.join(directory, *relative.split('/'))
 
 
@@ -204,7 +205,7 @@ class Transaction(object):
           self.directory, errors.describe(target)))
     if any(entry.target == target for entry in self._entries):
       raise ValueError('{} is staged twice'.format(target))
-    return _join(self.directory, target)
+    return join(self.directory, target)
 
   def _add(self, target: str, staged_path: str,
            digest: atomic_files.FileDigest) -> atomic_files.FileDigest:
@@ -215,7 +216,7 @@ class Transaction(object):
 
   def write(self, target: str, write: Callable[[BinaryIO], None]
            ) -> atomic_files.FileDigest:
-    """Stages a file: `write` writes its content (see `atomic_files.stage_write`).
+    """Stages a file; `write` writes its content (`atomic_files.stage_write`).
 
     Args:
       target: str, the file's path relative to the directory ('/'
@@ -231,7 +232,7 @@ class Transaction(object):
       Whatever `write` or the filesystem raises (nothing is staged then).
     """
     path = self._check_target(target)
-    _make_parent(path)
+    atomic_files.make_directories(os.path.dirname(path))
     staged = atomic_files.stage_write(path, write)
     return self._add(target, staged.path, staged.digest)
 
@@ -255,7 +256,7 @@ class Transaction(object):
         missing or not a regular file.
     """
     path = self._check_target(target)
-    _make_parent(path)
+    atomic_files.make_directories(os.path.dirname(path))
     digest = atomic_files.file_digest(source)
     _fsync_file(source)
     fd, staged_path = atomic_files.create_temporary(path)
@@ -284,17 +285,19 @@ class Transaction(object):
   def commit(self, journal_name: str) -> None:
     """Writes the journal, then moves every staged file onto its target.
 
+    If it fails before the journal is written, the staged files are deleted
+    (`abort_uncommitted`) and the targets stay as they were.
+
     Args:
       journal_name: str, the journal's file name in the directory.
     """
-    commit(self.directory, journal_name, self.record())
+    record = self.record()
     self._entries = []
-
-
-def _make_parent(path: str) -> None:
-  parent = os.path.dirname(path)
-  if parent and not atomic_files.is_url(path):
-    os.makedirs(parent, exist_ok=True)
+    try:
+      commit(self.directory, journal_name, record)
+    except BaseException:
+      abort_uncommitted(self.directory, journal_name, record)
+      raise
 
 
 def _fsync_file(path: str) -> None:
@@ -308,18 +311,36 @@ def _fsync_file(path: str) -> None:
 def commit(directory: str, journal_name: str, record: Record) -> None:
   """Commits `record`: writes it as the journal, then `roll_forward`.
 
-  Once the journal is written (atomically), the record's files are the new
-  content of their targets, whatever happens next.
+  A journal of that name still pending (an earlier commit cut short) is
+  rolled forward first, never overwritten. Once the journal is written
+  (atomically), the record's files are the new content of their targets,
+  whatever happens next. A failure leaves the staged files in place: the
+  caller decides (`abort_uncommitted`; a two-phase caller whose commit
+  point is elsewhere keeps them).
 
   Args:
     directory: str, the directory of the record's paths.
     journal_name: str, the journal's file name in `directory`.
     record: Record, from `Transaction.record` (or `Record.from_data`).
   """
-  data = json.dumps(record.to_data(), indent=0).encode('utf-8')
-  atomic_files.atomic_write(os.path.join(directory, journal_name),
-                            lambda f: f.write(data))
   roll_forward(directory, journal_name)
+  atomic_files.write_json(os.path.join(directory, journal_name),
+                          record.to_data())
+  roll_forward(directory, journal_name)
+
+
+def abort_uncommitted(directory: str, journal_name: str,
+                      record: Record) -> None:
+  """After a failed `commit`: deletes `record`'s staged files unless its
+  journal was written (then they are the targets' content). Never raises:
+  the caller re-raises the commit's error.
+  """
+  try:
+    journal = pending(directory, journal_name)
+    if journal is None or journal.to_data() != record.to_data():
+      abort(directory, record)
+  except Exception:  # pylint: disable=broad-except
+    pass  # Left as temporaries, which the next save deletes.
 
 
 def abort(directory: str, record: Record) -> None:
@@ -333,34 +354,22 @@ def abort(directory: str, record: Record) -> None:
     record: Record, from `Transaction.record` (or `Record.from_data`).
   """
   for entry in record.entries:
-    atomic_files.remove_if_exists(_join(directory, entry.staged))
-
-
-def read_journal(directory: str, journal_name: str) -> Record:
-  """Reads and checks a journal file.
-
-  Raises:
-    FileNotFoundError: If there is none.
-    atomic_files.CorruptCheckpointError: If it is not a bounded regular
-      file holding a well-formed record (see `Record.from_data`).
-  """
-  path = os.path.join(directory, journal_name)
-  content = atomic_files.read_file(path, _MAX_JOURNAL_BYTES, 'journal')
-  with atomic_files.refusing(path):
-    data = json.loads(content.decode('utf-8'))
-  return Record.from_data(data, where=path)
+    atomic_files.remove_if_exists(join(directory, entry.staged))
 
 
 def pending(directory: str, journal_name: str) -> Optional[Record]:
   """The record of a journal not yet rolled forward, or None.
 
   Raises:
-    atomic_files.CorruptCheckpointError: If the journal is malformed.
+    atomic_files.CorruptCheckpointError: If the journal is not a bounded
+      regular file holding a well-formed record (see `Record.from_data`).
   """
+  path = os.path.join(directory, journal_name)
   try:
-    return read_journal(directory, journal_name)
+    data = atomic_files.read_json(path, _MAX_JOURNAL_BYTES, 'journal')
   except FileNotFoundError:
     return None
+  return Record.from_data(data, where=path)
 
 
 def roll_forward(directory: str, journal_name: str) -> bool:
@@ -385,8 +394,8 @@ def roll_forward(directory: str, journal_name: str) -> bool:
   if record is None:
     return False
   for entry in record.entries:
-    staged = _join(directory, entry.staged)
+    staged = join(directory, entry.staged)
     if atomic_files.exists(staged):
-      atomic_files.replace(staged, _join(directory, entry.target))
+      atomic_files.replace(staged, join(directory, entry.target))
   atomic_files.remove_if_exists(os.path.join(directory, journal_name))
   return True

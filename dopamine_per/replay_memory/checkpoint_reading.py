@@ -16,7 +16,6 @@ how each file is read is `file_io`'s.
 
 import collections
 import numbers
-import re
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
@@ -333,10 +332,7 @@ def _extra_state_problem(layout: Layout, extra: Any) -> Optional[str]:
     return ('files names {} and lacks {}; it must name exactly this '
             "memory's checkpoint files".format(strange[:5], missing[:5]))
   for name, digest in files.items():
-    if not (type(digest) is tuple and len(digest) == 2 and  # pylint: disable=unidiomatic-typecheck
-            type(digest[0]) is int and digest[0] >= 0 and  # pylint: disable=unidiomatic-typecheck
-            type(digest[1]) is str and  # pylint: disable=unidiomatic-typecheck
-            re.fullmatch('[0-9a-f]{64}', digest[1])):
+    if atomic_files.digest_from_data(digest, container=tuple) is None:
       return 'the digest of {} is {}, not (size, sha256)'.format(
           name, errors.describe(digest))
   return None

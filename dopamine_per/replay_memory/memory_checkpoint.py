@@ -53,6 +53,7 @@ __all__ = [
     'CheckpointExtension',
     'SUM_TREE',
     'latest_checkpoint_iteration',
+    'holds_checkpoint',
     'journal_filename',
     'checkpoint_files',
     'checkpointable_elements',
@@ -207,11 +208,35 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   Returns:
     int, the iteration number to give `load`, or None if there is none.
   """
-  names = atomic_files.list_directory(checkpoint_dir)
-  iterations = [int(match.group(1))
-                for match in map(_STATE_PATTERN.match, names) if match]
-  iterations += _journal_iterations(names)
+  iterations = _complete_iterations(
+      atomic_files.list_directory(checkpoint_dir))
   return max(iterations) if iterations else None
+
+
+def holds_checkpoint(checkpoint_dir: str, iteration_number: Any) -> bool:
+  """Whether `checkpoint_dir` holds complete checkpoint N.
+
+  Complete as `latest_checkpoint_iteration` counts it: its
+  `dopamine_per_state` file or its journal exists. Looks at those two
+  paths only.
+
+  Args:
+    checkpoint_dir: str, a memory's checkpoint directory.
+    iteration_number: int or str, N.
+  """
+  names = [_target(DOPAMINE_PER_STATE_NAME, iteration_number),
+           journal_filename(iteration_number)]
+  return bool(_complete_iterations([
+      name for name in names
+      if atomic_files.exists(os.path.join(checkpoint_dir, name))]))
+
+
+def _complete_iterations(names: Sequence[str]) -> List[int]:
+  """The iterations whose state file or journal is among file names
+  `names`: the complete checkpoints."""
+  states = [int(match.group(1))
+            for match in map(_STATE_PATTERN.match, names) if match]
+  return states + _journal_iterations(names)
 
 
 def journal_filename(iteration_number: Any) -> str:
@@ -422,9 +447,11 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     commit_save(memory, checkpoint_dir, iteration_number, record,
                 prune=False)
   except BaseException:
-    _abort_unless_committed(checkpoint_dir, iteration_number, record)
+    transaction.abort_uncommitted(
+        checkpoint_dir, journal_filename(iteration_number), record)
     raise
-  prune(memory, checkpoint_dir, iteration_number)
+  # prepare_save finished every pending journal; none can have appeared.
+  _clean_up(memory, checkpoint_dir, iteration_number)
 
 
 def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
@@ -537,7 +564,10 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
         'is unchanged; save again.'.format(
             iteration_number, checkpoint_dir, missing[:3], iteration_number))
   if prune:
-    _prune(memory, checkpoint_dir, iteration_number)
+    # The journal of N is finished; others may be pending (a record from
+    # another process): roll them forward before deleting temporaries.
+    roll_forward(checkpoint_dir)
+    _clean_up(memory, checkpoint_dir, iteration_number)
 
 
 def abort_save(checkpoint_dir: str, record: Optional[transaction.Record]
@@ -583,29 +613,15 @@ def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     checkpoint_dir: str, its checkpoint directory.
     iteration_number: int, N.
   """
-  iteration_number = operator.index(iteration_number)
   roll_forward(checkpoint_dir)
-  files = checkpoint_files(memory)
-  _collect_garbage(memory, checkpoint_dir, iteration_number)
-  _remove_temporaries(checkpoint_dir, files)
+  _clean_up(memory, checkpoint_dir, iteration_number)
 
 
-# For `commit_save`, whose `prune` argument hides the function.
-_prune = prune
-
-
-def _abort_unless_committed(checkpoint_dir: str, iteration_number: int,
-                            record: transaction.Record) -> None:
-  """After a failed `commit_save` in `save`: deletes the staged files if the
-  journal was not written. Never raises (the caller re-raises its error)."""
-  try:
-    if transaction.pending(checkpoint_dir,
-                           journal_filename(iteration_number)) is None:
-      abort_save(checkpoint_dir, record)
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning('Could not delete the files staged for checkpoint %d in '
-                    '%s (the next save does): %s', iteration_number,
-                    checkpoint_dir, atomic_files.describe_error(e))
+def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int
+             ) -> None:
+  """`prune` once no journal is pending: stale checkpoint, temporaries."""
+  _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number))
+  _remove_temporaries(checkpoint_dir, checkpoint_files(memory))
 
 
 def _check_record(record: transaction.Record,

@@ -657,13 +657,6 @@ class ShardedPrioritizedReplayBuffer(object):
 
   # ----------------------------------------------------------- priorities
 
-  def _check_indices(self, indices: Any) -> np.ndarray:
-    if np.ndim(indices) == 0:
-      raise errors.ArgumentError(
-          'indices must be an array, got {!r}'.format(indices))
-    return validation.validate_indices(indices, self.replay_capacity,
-                                       'indices')
-
   @locking.synchronized('_priority_lock')
   def set_priority(self, indices: Any, priorities: Any) -> None:
     """Sets the priorities of a batch of global indices.
@@ -688,7 +681,7 @@ class ShardedPrioritizedReplayBuffer(object):
       ShardError: If a shard is dead (at this or a later call).
     """
     self._check_open()
-    indices = self._check_indices(indices)
+    indices = validation.check_index_array(indices, self.replay_capacity)
     if np.ndim(priorities) and np.shape(priorities) != indices.shape:
       raise ValueError(
           'priorities of shape {} do not match indices of shape {}.'.format(
@@ -719,7 +712,7 @@ class ShardedPrioritizedReplayBuffer(object):
       validation.InvalidIndexTypeError: If the indices are not integers.
       ShardError: If a shard is dead.
     """
-    indices = self._check_indices(indices)
+    indices = validation.check_index_array(indices, self.replay_capacity)
     flat = indices.ravel().astype(np.int64)
     self._settle()
     groups = self._split(flat)

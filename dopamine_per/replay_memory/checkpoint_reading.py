@@ -10,10 +10,6 @@ layout (`Layout`: its files' names) and saving are `memory_checkpoint`'s;
 how each file is read is `file_io`'s.
 """
 
-# This module loads the memories' checkpoints for them, so it reads their
-# configuration and installs their private state.
-# pylint: disable=protected-access
-
 import collections
 import numbers
 from typing import Any, Callable, Dict, Optional
@@ -53,7 +49,7 @@ def _attribute_max_bytes(memory: Any) -> int:
 
   Generous but finite: 64 MiB more than all storage arrays together.
   """
-  return (1 << 26) + sum(array.nbytes for array in memory._store.values())
+  return (1 << 26) + memory.storage.nbytes
 
 
 def _npy_max_bytes(memory: Any, name: str) -> int:
@@ -62,7 +58,7 @@ def _npy_max_bytes(memory: Any, name: str) -> int:
     return 16  # One integer of at most 16 bytes.
   if name == 'invalid_range':
     # Room for other configurations' ranges, for a clearer error.
-    return 8 * (memory._stack_size + memory._update_horizon) + (1 << 16)
+    return 8 * (memory.stack_size + memory.update_horizon) + (1 << 16)
   return _attribute_max_bytes(memory)
 
 
@@ -71,7 +67,7 @@ def _pickle_limits(memory: Any, layout: Layout, name: str
   """The bounds of the pickle in checkpoint file `name`."""
   if name == 'episode_end_indices':
     # At most one int per slot, 5 to 13 bytes each in any protocol.
-    capacity = memory._replay_capacity
+    capacity = memory.replay_capacity
     return safe_pickle.PickleLimits(
         max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
         max_depth=4)
@@ -114,7 +110,7 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
     digest = digests.get(name)
     return None if digest is None else atomic_files.FileDigest(*digest)
 
-  capacity = memory._replay_capacity
+  capacity = memory.replay_capacity
   pending = {'store': {}}
   for element in memory.get_storage_signature():
     name = layout.store_prefix + element.name
@@ -155,16 +151,16 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
         add_count == 0 or (cursor - 1) % capacity in episode_ends)
   pending['rng_state'] = None
   rng_state = None if extra is None else extra.get('rng_state')
-  if rng_state is not None and memory._rng is not None:
+  if rng_state is not None and memory.rng is not None:
     # Any error (TypeError, KeyError, OverflowError for a number out of the
     # generator's range ...) refuses the state file.
     with atomic_files.refusing(path + ' (generator state)'):
-      type(memory._rng.bit_generator)().state = rng_state
+      type(memory.rng.bit_generator)().state = rng_state
     pending['rng_state'] = rng_state
   pending['extensions'] = [
       (extension, extension.read(memory, filename(extension.name),
                                  digest_of(extension.name)))
-      for extension in memory._checkpoint_extensions]
+      for extension in memory.checkpoint_extensions]
   return pending
 
 
@@ -210,17 +206,17 @@ def _check_invalid_range(memory: Any, path: str,
         max_bytes=_npy_max_bytes(memory, 'invalid_range'))
     if add_count == 0:
       return  # Dopamine saves zeros of some length before the first add.
-    capacity = memory._replay_capacity
+    capacity = memory.replay_capacity
     wanted = sampling.invalid_range(add_count % capacity, capacity,
-                                    memory._stack_size, memory._update_horizon)
+                                    memory.stack_size, memory.update_horizon)
     if (loaded_range.shape != wanted.shape or
         not np.array_equal(loaded_range, wanted)):
       raise atomic_files.CorruptCheckpointError(
           '{}: invalid_range {} does not match add_count {} with '
           'stack_size {} and update_horizon {}: a checkpoint of a '
           'differently configured buffer?'.format(
-              path, loaded_range.tolist(), add_count, memory._stack_size,
-              memory._update_horizon))
+              path, loaded_range.tolist(), add_count, memory.stack_size,
+              memory.update_horizon))
 
 
 def _read_episode_ends(memory: Any, layout: Layout, path: str,
@@ -347,16 +343,11 @@ def install(memory: Any, pending: Dict[str, Any]) -> None:
   """
   for extension, state in pending['extensions']:
     extension.commit(memory, state)
-  for name, array in pending['store'].items():
-    memory._store[name] = array
-  memory._mappings = []  # The loaded arrays are fully backed.
-  memory._refresh_store_arrays()
-  memory._add_count = pending['add_count']
-  memory.episode_end_indices = pending['episode_end_indices']
-  memory._episode_end[:] = False
-  memory._episode_end[list(memory.episode_end_indices)] = True
-  memory._next_experience_is_episode_start = pending['episode_start']
+  memory.storage.restore({
+      'arrays': pending['store'], 'add_count': pending['add_count'],
+      'episode_end_indices': pending['episode_end_indices'],
+      'episode_start': pending['episode_start']})
   if pending['rng_state'] is not None:
-    memory._rng.bit_generator.state = pending['rng_state']
+    memory.rng.bit_generator.state = pending['rng_state']
   for name, value in pending['attributes'].items():
     setattr(memory, name, value)

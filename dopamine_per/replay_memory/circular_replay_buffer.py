@@ -8,17 +8,20 @@ frame stacks and n-step returns are assembled at sample time (Mnih et al.,
 2015; n-step returns as in Hessel et al., 2018), for a whole batch at once,
 with no Python loop per transition.
 
-The memory's parts live in modules of their own: the checks of `add`
-(`add_checks`), the lazily backed storage (`lazy_storage`), sampling
-(`sampling`), checkpoints (`memory_checkpoint`) and locks (`locking`). It
-is NumPy only: importing this module does not import TensorFlow.
-`WrappedReplayBuffer` (its body is `wrapped_replay_buffer`'s) and
-`as_dataset` load their TensorFlow side, `wrapped_sampling`, when first
-used. What differs from Dopamine: docs/compat.md#circular_replay_buffer.
+The memory owns its storage (`storage.CircularStorage`: arrays, counters,
+episode ends) and its kernels (`kernels.choose`: every per-batch loop);
+sampling is its own method, drawing, checking and gathering through those
+two. The checks of `add` are `add_checks`', the explanations of invalid
+slots `sampling`'s and checkpoints `memory_checkpoint`'s. It is NumPy only:
+importing this module does not import TensorFlow (`WrappedReplayBuffer`
+and `as_dataset` load it when first used). The path of a sampled batch:
+docs/architecture.md#the-path-of-a-sampled-batch. What differs from
+Dopamine: docs/compat.md#circular_replay_buffer.
 """
 
 import collections
 import math
+import operator
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -29,23 +32,18 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import add_checks
-from dopamine_per.replay_memory import frame_stacks
-from dopamine_per.replay_memory import kernels
-from dopamine_per.replay_memory import lazy_storage
-from dopamine_per.replay_memory import locking
+from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import sampling
-from dopamine_per.replay_memory import transition_kernels
+from dopamine_per.replay_memory import storage
 from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory import wrapped_replay_buffer
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-bad-import-order
 
-__all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'DOPAMINE_PER_STATE_NAME',
-           'modulo_range', 'invalid_range', 'OutOfGraphReplayBuffer',
-           'WrappedReplayBuffer', 'latest_checkpoint_iteration',
-           'synchronized']
+__all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'modulo_range',
+           'invalid_range', 'OutOfGraphReplayBuffer', 'WrappedReplayBuffer']
 
 # Describes one stored or returned element: its name, its shape (per
 # transition for storage and add arguments, with the batch dimension for
@@ -53,20 +51,15 @@ __all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'DOPAMINE_PER_STATE_NAME',
 ReplayElement = collections.namedtuple('ReplayElement',
                                        ['name', 'shape', 'type'])
 
-# The checkpoint names, under their Dopamine module (see memory_checkpoint).
+# Dopamine's public names of this module, defined with what uses them: the
+# storage arrays' checkpoint prefix, and the slots the cursor blocks.
 STORE_FILENAME_PREFIX = memory_checkpoint.STORE_FILENAME_PREFIX
-DOPAMINE_PER_STATE_NAME = memory_checkpoint.DOPAMINE_PER_STATE_NAME
-latest_checkpoint_iteration = memory_checkpoint.latest_checkpoint_iteration
+modulo_range = sampling.modulo_range
+invalid_range = sampling.invalid_range
 
 # Default of `add`'s priority keyword: tells "not given" (an error for the
 # prioritized memory, as in Dopamine) from None (its largest priority).
 _OMITTED = object()
-
-# Dopamine's functions of the slots the cursor blocks (see `sampling`), and
-# the memories' lock decorator (see `locking`), where they used to be.
-modulo_range = sampling.modulo_range
-invalid_range = sampling.invalid_range
-synchronized = locking.synchronized
 
 
 @gin.configurable
@@ -87,6 +80,7 @@ class OutOfGraphReplayBuffer(object):
     episode_end_indices: set of int, the slots holding the last transition of
       an episode (terminal or `episode_end`). Maintained by `add`; treat it as
       read-only.
+    storage: storage.CircularStorage, the arrays and counters (read-only).
   """
 
   def __init__(self,
@@ -106,7 +100,8 @@ class OutOfGraphReplayBuffer(object):
                reward_dtype: Any = np.float32,
                checkpoint_duration: int = 4,
                keep_every: Optional[int] = None,
-               rng: Any = None):
+               rng: Any = None,
+               kernels: kernels_lib.KernelsLike = None):
     """Creates an empty replay memory.
 
     Args:
@@ -132,6 +127,9 @@ class OutOfGraphReplayBuffer(object):
       rng: None to draw indices from NumPy's global generator (``np.random``,
         as Dopamine; reproducible with ``np.random.seed``), or a
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
+      kernels: the per-batch loops: 'numpy', 'numba', 'auto' or kernels
+        (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
+        environment variable, else 'auto'. Results are the same.
 
     Raises:
       ValueError: If an argument is malformed, or replay_capacity is smaller
@@ -172,6 +170,7 @@ class OutOfGraphReplayBuffer(object):
                                                      e.shape), e.type)
         for e in (extra_storage_types or [])]
     self._rng = validation.check_rng(rng)
+    self._kernels = kernels_lib.choose(kernels)
 
     logging.info(
         'Creating a %s replay memory: observation_shape=%s (%s), '
@@ -183,38 +182,24 @@ class OutOfGraphReplayBuffer(object):
         self._gamma, np.dtype(terminal_dtype).name, self._checkpoint_duration,
         self._keep_every)
 
-    self._create_storage()
-    self._add_count = 0
+    self._storage = storage.CircularStorage(self.get_storage_signature(),
+                                            self._replay_capacity)
     # Discount factors gamma^0 .. gamma^(N-1), in float32 as Dopamine, so
     # that returns come out bit-identical.
     self._cumulative_discount_vector = np.array(
         [math.pow(self._gamma, j) for j in range(self._update_horizon)],
         dtype=np.float32)
-    self._next_experience_is_episode_start = True
-    self.episode_end_indices = set()
-    # Per-slot mirror of episode_end_indices, for vectorized validity checks.
-    self._episode_end = np.zeros(self._replay_capacity, dtype=bool)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
+    # Guards the storage; every public method that reads or writes it takes
+    # it (TensorFlow samples on several threads while the agent adds).
     self._lock = threading.RLock()
-    # get_transition_elements(batch_size) by batch size, for sampling (see
-    # `sampling.transition_batch`).
+    # get_transition_elements(batch_size) by batch size (see _batch_layout).
     self._batch_layouts = {}
     # Memory for sampled states, reused once the caller has dropped them.
-    self._stack_buffers = frame_stacks.BufferPool()
-    # The loops (compiled or NumPy's) for sampling and the sum tree, chosen
-    # once (see `kernels`).
-    self._kernels = kernels.choose()
+    self._stack_buffers = storage.BufferPool()
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
-
-  def _create_storage(self) -> None:
-    """Allocates one zeroed array per stored element (lazily backed)."""
-    # _mappings: the mapped arrays, backed ahead of the cursor up to slot
-    # _populated (see `_write`).
-    self._store, self._mappings = lazy_storage.allocate(
-        self.get_storage_signature(), self._replay_capacity)
-    self._populated = 0
 
   def _prepare_add(self) -> None:
     """Precomputes the per-argument checks and padding values of `add`."""
@@ -229,18 +214,6 @@ class OutOfGraphReplayBuffer(object):
     overridden = (type(self)._check_add_types is not
                   OutOfGraphReplayBuffer._check_add_types)
     self._add_check_override = self._check_add_types if overridden else None
-    self._refresh_store_arrays()
-
-  def _refresh_store_arrays(self) -> None:
-    store = self._store
-    self._store_arrays = [store[e.name] for e in self.get_storage_signature()]
-    # The sampling loops for this storage, chosen once.
-    self._valid_mask_loop = transition_kernels.valid_mask_function(
-        store['terminal'], kernels=self._kernels)
-    self._transitions_and_states = transition_kernels.TransitionsAndStates(
-        store['observation'], self._stack_size, store['terminal'],
-        store['reward'], self._cumulative_discount_vector,
-        kernels=self._kernels)
 
   def get_add_args_signature(self) -> List[ReplayElement]:
     """Returns the elements `add` takes, in order.
@@ -313,13 +286,31 @@ class OutOfGraphReplayBuffer(object):
     [0, 2**53], or an integer array holding one; anything else raises
     ValueError and changes nothing.
     """
-    return np.array(self._add_count, dtype=np.int64)
+    return np.array(self._storage.add_count, dtype=np.int64)
 
   @add_count.setter
   def add_count(self, value: Any) -> None:
     count = validation.check_add_count(value)
     with self._lock:
-      self._add_count = count
+      self._storage.add_count = count
+
+  @property
+  def _store(self) -> Dict[str, np.ndarray]:
+    """Dopamine's private dict of storage arrays, which its users read."""
+    return self._storage.arrays
+
+  # Read-only views, for the checkpoint code and tests: the storage, its
+  # episode ends (Dopamine's attribute), the generator (None: NumPy's global
+  # one) and the configuration.
+  storage = property(operator.attrgetter('_storage'))
+  episode_end_indices = property(
+      operator.attrgetter('_storage.episode_end_indices'))
+  rng = property(operator.attrgetter('_rng'))
+  replay_capacity = property(operator.attrgetter('_replay_capacity'))
+  stack_size = property(operator.attrgetter('_stack_size'))
+  update_horizon = property(operator.attrgetter('_update_horizon'))
+  checkpoint_duration = property(operator.attrgetter('_checkpoint_duration'))
+  keep_every = property(operator.attrgetter('_keep_every'))
 
   @property
   def invalid_range(self) -> np.ndarray:
@@ -327,22 +318,22 @@ class OutOfGraphReplayBuffer(object):
 
     Before the first add this is ``np.zeros(stack_size)``, as in Dopamine.
     """
-    if self._add_count == 0:
+    if self._storage.add_count == 0:
       return np.zeros(self._stack_size)
     return invalid_range(self.cursor(), self._replay_capacity,
                          self._stack_size, self._update_horizon)
 
   def is_empty(self) -> bool:
     """Returns whether nothing has been added."""
-    return self._add_count == 0
+    return self._storage.add_count == 0
 
   def is_full(self) -> bool:
     """Returns whether every slot has been written at least once."""
-    return self._add_count >= self._replay_capacity
+    return self._storage.add_count >= self._replay_capacity
 
   def cursor(self) -> int:
     """Returns the slot the next transition will be written to."""
-    return self._add_count % self._replay_capacity
+    return self._storage.cursor()
 
   # ------------------------------------------------------------------ add
 
@@ -350,7 +341,6 @@ class OutOfGraphReplayBuffer(object):
   # memory). Without one, `add` ignores a None priority, as Dopamine does.
   _takes_priority = False
 
-  @synchronized('_lock')
   def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
           *args: Any, priority: Any = _OMITTED, episode_end: bool = False
          ) -> None:
@@ -389,20 +379,18 @@ class OutOfGraphReplayBuffer(object):
     if priority is not _OMITTED and (priority is not None or
                                      self._takes_priority):
       values.append(priority)
-    if self._add_check_override is not None:
-      self._add_check_override(*values)
-    values = self._check_add_args(values)
-    ends_episode = bool(episode_end) or bool(values[3])
-    validation.check_room_to_add(
-        self._add_count,
-        self._stack_size if self._next_experience_is_episode_start else 1)
-    if self._next_experience_is_episode_start:
-      for _ in range(self._stack_size - 1):
-        self._write(self._padding_values, False)
-      self._next_experience_is_episode_start = False
-    self._write(values, ends_episode)
-    if ends_episode:
-      self._next_experience_is_episode_start = True
+    with self._lock:
+      if self._add_check_override is not None:
+        self._add_check_override(*values)
+      values = self._check_add_args(values)
+      ends_episode = bool(episode_end) or bool(values[3])
+      starts = self._storage.episode_start
+      validation.check_room_to_add(self._storage.add_count,
+                                   self._stack_size if starts else 1)
+      if starts:
+        for _ in range(self._stack_size - 1):
+          self._write(self._padding_values, False)
+      self._write(values, ends_episode)
 
   def _check_add_args(self, values: List[Any]) -> List[Any]:
     """Checks (and where needed converts) the arguments of `add`.
@@ -452,27 +440,9 @@ class OutOfGraphReplayBuffer(object):
     self._check_add_args(list(args))
 
   def _write(self, values: Sequence[Any], ends_episode: bool) -> None:
-    """Writes one transition at the cursor and advances it.
-
-    Args:
-      values: `add`'s checked values (or the padding), in
-        `get_add_args_signature` order: the storage elements' first.
-      ends_episode: whether the slot holds the last transition of an episode.
-    """
-    cursor = self._add_count % self._replay_capacity
-    if cursor >= self._populated and self._mappings:
-      # Backs the next chunk of slots in one call (see lazy_storage).
-      self._populated = lazy_storage.populate(self._mappings, cursor,
-                                              self._replay_capacity)
-    self._on_write(cursor, values)
-    for array, value in zip(self._store_arrays, values):
-      array[cursor] = value
-    self._episode_end[cursor] = ends_episode
-    if ends_episode:
-      self.episode_end_indices.add(cursor)
-    else:
-      self.episode_end_indices.discard(cursor)
-    self._add_count += 1
+    """Writes `add`'s checked values (or the padding) at the cursor."""
+    self._on_write(self._storage.cursor(), values)
+    self._storage.write(values, ends_episode)
 
   def _on_write(self, slot: int, values: Sequence[Any]) -> None:
     """Hook of `add`, per slot written (padding too), before the storage.
@@ -506,7 +476,7 @@ class OutOfGraphReplayBuffer(object):
         slots not written yet.
     """
     return sampling.slot_range(array, start_index, end_index,
-                               self._add_count, self._replay_capacity)
+                               self._storage.add_count, self._replay_capacity)
 
   def get_observation_stack(self, index: Any) -> np.ndarray:
     """Returns the state ending at slot `index` (frames on the last axis).
@@ -522,11 +492,14 @@ class OutOfGraphReplayBuffer(object):
       dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
         as Dopamine asserts) If an index is out of range or not written yet.
     """
-    indices = sampling.check_stack_indices(index, self._add_count,
-                                           self._replay_capacity)
-    states = frame_stacks.gather_stacks_ending_at(
-        self._store['observation'], indices.reshape(-1), self._stack_size,
-        kernels=self._kernels, pool=self._stack_buffers)
+    with self._lock:
+      indices = sampling.check_stack_indices(index, self._storage.add_count,
+                                             self._replay_capacity)
+      ends = indices.reshape(-1)
+      states = self._stack_buffers.empty((len(ends),) + self._state_shape,
+                                         self._observation_dtype)
+      self._kernels.stacks_ending_at(self._storage.arrays['observation'],
+                                     ends, self._stack_size, states)
     return states.reshape(indices.shape + self._state_shape)
 
   def get_terminal_stack(self, index: Any) -> np.ndarray:
@@ -542,25 +515,21 @@ class OutOfGraphReplayBuffer(object):
       dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
         as Dopamine asserts) If an index is out of range or not written yet.
     """
-    indices = sampling.check_stack_indices(index, self._add_count,
-                                           self._replay_capacity)
-    windows = (indices[..., None] + self._stack_offsets) % self._replay_capacity
-    return self._store['terminal'][windows]
+    with self._lock:
+      indices = sampling.check_stack_indices(index, self._storage.add_count,
+                                             self._replay_capacity)
+      windows = ((indices[..., None] + self._stack_offsets) %
+                 self._replay_capacity)
+      return self._storage.arrays['terminal'][windows]
 
   # ------------------------------------------------------------- sampling
 
   def _valid_mask(self, indices: np.ndarray) -> np.ndarray:
-    """Vectorized validity of a 1-D int64 array of slots (see is_valid...)."""
-    return self._valid_mask_loop(
-        indices, self._replay_capacity, self._add_count,
-        self._update_horizon, self._stack_size, self._episode_end,
-        self._store['terminal'])
-
-  def _invalid_reason(self, index: int) -> str:
-    """Why slot `index` is not a valid transition (for errors)."""
-    return sampling.invalid_reason(
-        index, self._add_count, self._replay_capacity, self._stack_size,
-        self._update_horizon, self._episode_end)
+    """Validity of a 1-D int64 array of slots (see is_valid_transition)."""
+    store = self._storage
+    return self._kernels.valid_mask(
+        indices, self._replay_capacity, store.add_count, self._update_horizon,
+        self._stack_size, store.episode_end, store.arrays['terminal'])
 
   def is_valid_transition(self, index: Any) -> Any:
     """Returns whether slot `index` holds a transition that can be sampled.
@@ -580,17 +549,24 @@ class OutOfGraphReplayBuffer(object):
     Raises:
       ValueError: If an index is not an integer.
     """
-    return sampling.is_valid(index, self._valid_mask)
-
-  def _check_batch_size(self, batch_size: Any) -> int:
-    return validation.check_int('batch_size', batch_size, 1)
+    indices = np.asarray(index)
+    if indices.dtype.kind not in 'iu':
+      raise ValueError('index must be an integer, got {!r}'.format(index))
+    with self._lock:
+      mask = self._valid_mask(indices.reshape(-1).astype(np.int64))
+    return bool(mask[0]) if indices.ndim == 0 else mask.reshape(indices.shape)
 
   def _sampling_range(self) -> Tuple[int, int]:
     """[low, high) of uniform draws (see `sampling.sampling_range`)."""
-    return sampling.sampling_range(self._add_count, self._replay_capacity,
-                                   self._stack_size, self._update_horizon)
+    return sampling.sampling_range(self._storage.add_count,
+                                   self._replay_capacity, self._stack_size,
+                                   self._update_horizon)
 
-  def _draw_uniform(self, count: int) -> np.ndarray:
+  def _draw(self, count: int) -> np.ndarray:
+    """Draws `count` candidate slots (uniformly here; the hook of sampling).
+
+    The prioritized memory draws from its sum tree instead.
+    """
     low, high = self._sampling_range()
     if self._rng is None:
       draws = np.random.randint(low, high, size=count)
@@ -598,9 +574,40 @@ class OutOfGraphReplayBuffer(object):
       draws = self._rng.integers(low, high, size=count)
     return draws.astype(np.int64) % self._replay_capacity
 
-  @synchronized('_lock')
+  def _redraw(self, count: int) -> np.ndarray:
+    """Draws `count` replacements for invalid candidates (see `_draw`)."""
+    return self._draw(count)
+
+  def _sample_indices(self, batch_size: int) -> np.ndarray:
+    """`batch_size` valid slots: drawn, and invalid ones redrawn.
+
+    Every draw that lands on an invalid slot (the first ones included)
+    counts against max_sample_attempts; redraws come in vectorized rounds.
+    """
+    if self._storage.add_count < self._replay_capacity:
+      self._sampling_range()  # Raises if too few transitions were added.
+    candidates = self._draw(batch_size)
+    valid = self._valid_mask(candidates)
+    if np.count_nonzero(valid) == len(valid):  # A third of all()'s cost.
+      return candidates
+    pending = np.flatnonzero(~valid)
+    failures = 0
+    while len(pending):
+      failures += len(pending)
+      if failures >= self._max_sample_attempts:
+        raise sampling.attempts_exhausted(self._max_sample_attempts,
+                                          batch_size - len(pending),
+                                          batch_size)
+      candidates[pending] = self._redraw(len(pending))
+      pending = pending[~self._valid_mask(candidates[pending])]
+    return candidates
+
   def sample_index_batch(self, batch_size: int) -> np.ndarray:
-    """Returns `batch_size` valid slots drawn uniformly (with replacement).
+    """Returns `batch_size` valid slots, drawn with replacement.
+
+    Drawn uniformly here; the prioritized memory draws one slot from each of
+    `batch_size` equal strata of the total priority. Draws that land on
+    invalid slots are redrawn (see `_sample_indices`).
 
     Args:
       batch_size: int, the number of indices.
@@ -611,15 +618,13 @@ class OutOfGraphReplayBuffer(object):
     Raises:
       RuntimeError: If too few transitions have been added, or
         max_sample_attempts draws were invalid before the batch was complete.
-      ValueError: If batch_size is not a positive int.
+      ValueError: If batch_size is not a positive int, or (prioritized)
+        every priority is zero.
     """
-    batch_size = self._check_batch_size(batch_size)
-    self._sampling_range()
-    return sampling.redraw_invalid(self._draw_uniform(batch_size),
-                                   self._valid_mask, self._draw_uniform,
-                                   self._max_sample_attempts)
+    batch_size = validation.check_int('batch_size', batch_size, 1)
+    with self._lock:
+      return self._sample_indices(batch_size)
 
-  @synchronized('_lock')
   def sample_transition_batch(self, batch_size: Optional[int] = None,
                               indices: Any = None) -> Tuple[np.ndarray, ...]:
     """Returns a batch of transitions.
@@ -628,13 +633,13 @@ class OutOfGraphReplayBuffer(object):
     return sum_j gamma^j r_{t+j}, cut after the first terminal; ``terminal``
     says whether it was cut; ``next_state`` is the state after the last step
     of the (cut) trajectory (meaningless for terminal transitions).
-    Elements that this class does not know (added by a subclass) are
-    returned uninitialized, for the subclass to fill.
+    Elements that this class does not know (added by a subclass) come from
+    `_transition_element`.
 
     Args:
       batch_size: int, or None for the buffer's batch size (or the number of
         `indices` when given).
-      indices: None to sample uniformly, or a sequence of valid slots.
+      indices: None to sample, or a sequence of valid slots.
 
     Returns:
       tuple of np.ndarray, one per transition element.
@@ -646,32 +651,88 @@ class OutOfGraphReplayBuffer(object):
         Dopamine asserts).
       RuntimeError: See `sample_index_batch`.
     """
-    return sampling.transition_batch(self, batch_size, indices)
+    if indices is None and batch_size is not None:
+      batch_size = validation.check_int('batch_size', batch_size, 1)
+    with self._lock:
+      if indices is None:
+        batch_size = self._batch_size if batch_size is None else batch_size
+        indices = self._sample_indices(batch_size)
+      else:
+        indices = sampling.check_sample_indices(indices, self._valid_mask,
+                                                self._invalid_reason)
+        batch_size = sampling.batch_size_of(indices, batch_size)
+      elements, names = self._batch_layout(batch_size)
+      values = self._gather(indices, names)
+      batch = []
+      for element in elements:
+        value = values.get(element.name)
+        batch.append(self._transition_element(element, indices)
+                     if value is None else value)
+      return tuple(batch)
+
+  def _invalid_reason(self, index: int) -> str:
+    """Why slot `index` is not a valid transition (for errors)."""
+    return sampling.invalid_reason(
+        index, self._storage.add_count, self._replay_capacity,
+        self._stack_size, self._update_horizon, self._storage.episode_end)
+
+  def _batch_layout(self, batch_size: int) -> Tuple[List[ReplayElement],
+                                                    frozenset]:
+    """The transition elements of a batch and their names (cached).
+
+    Training samples one or two batch sizes; a sweep over many keeps the
+    16 newest.
+    """
+    layout = self._batch_layouts.get(batch_size)
+    if layout is None:
+      if len(self._batch_layouts) >= 16:
+        del self._batch_layouts[next(iter(self._batch_layouts))]
+      elements = self.get_transition_elements(batch_size)
+      layout = self._batch_layouts[batch_size] = (
+          elements, frozenset(e.name for e in elements))
+    return layout
+
+  def _gather(self, indices: np.ndarray, names: frozenset
+             ) -> Dict[str, np.ndarray]:
+    """The elements this class computes for a batch of valid slots."""
+    arrays = self._storage.arrays
+    out = {}
+    if 'state' in names or 'next_state' in names:
+      # One call, states first: the Atari kernel builds each state with its
+      # next state, which shares frames with it.
+      count = len(indices)
+      stacks = self._stack_buffers.empty((2 * count,) + self._state_shape,
+                                         self._observation_dtype)
+      next_indices, is_terminal, returns = (
+          self._kernels.transitions_and_states(
+              arrays['observation'], self._stack_size, arrays['terminal'],
+              arrays['reward'], self._cumulative_discount_vector, indices,
+              stacks))
+      out['state'], out['next_state'] = stacks[:count], stacks[count:]
+    else:
+      next_indices, is_terminal, returns = self._kernels.trajectories(
+          indices, self._replay_capacity, arrays['terminal'],
+          arrays['reward'], self._cumulative_discount_vector)
+    out['reward'] = returns
+    out['next_action'] = arrays['action'][next_indices]
+    out['next_reward'] = arrays['reward'][next_indices]
+    out['terminal'] = is_terminal.astype(self._terminal_dtype)
+    out['indices'] = indices.astype(np.int32)
+    for name in names:
+      if name not in out and name in arrays:
+        out[name] = arrays[name][indices]
+    return out
 
   def _create_batch_arrays(self, batch_size: int) -> Tuple[np.ndarray, ...]:
-    """Dopamine's hook: uninitialized arrays shaped like a batch.
-
-    Args:
-      batch_size: int, or None for the memory's batch size.
-
-    Returns:
-      tuple of np.ndarray, one per `get_transition_elements(batch_size)`.
-    """
+    """Dopamine's hook: uninitialized arrays of `batch_size`'s layout."""
     return tuple(np.empty(element.shape, dtype=element.type)
                  for element in self.get_transition_elements(batch_size))
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
-    """Returns a transition element the base class does not compute.
+    """A batch's `element` that `_gather` does not compute (uninitialized).
 
-    Subclasses override this to fill their own elements.
-
-    Args:
-      element: ReplayElement with the batched shape.
-      indices: int64 array of the sampled slots.
-
-    Returns:
-      np.ndarray of element.shape and element.type (uninitialized here).
+    The hook for a subclass's own elements, given the sampled slots.
     """
     del indices
     return np.empty(element.shape, dtype=element.type)
@@ -696,14 +757,14 @@ class OutOfGraphReplayBuffer(object):
     """
     from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
     batch_size = (self._batch_size if batch_size is None else
-                  self._check_batch_size(batch_size))
+                  validation.check_int('batch_size', batch_size, 1))
     return wrapped_sampling.dataset(self, batch_size, prefetch)
 
   # ---------------------------------------------------------- checkpoints
 
   # Files a memory class adds to the checkpoint (the prioritized memory: its
   # sum tree); see `memory_checkpoint.CheckpointExtension`.
-  _checkpoint_extensions = ()
+  checkpoint_extensions = ()
 
   def _return_checkpointable_elements(self) -> Dict[str, Any]:
     """Returns {file name: value} of what `save` writes, as Dopamine's hook.
@@ -718,61 +779,34 @@ class OutOfGraphReplayBuffer(object):
     """Returns the path of checkpoint file `name` (Dopamine's hook)."""
     return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
 
-  @synchronized('_lock')
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
-    """Writes the memory to `checkpoint_dir` in Dopamine's format.
+    """Writes checkpoint `iteration_number` in Dopamine's format.
 
-    One gzip file per attribute, ``{name}_ckpt.{iteration_number}.gz`` (the
-    storage arrays, the counters and, as in Dopamine, every other public
-    attribute), plus a ``dopamine_per_state`` file for what Dopamine does not
-    save. The checkpoint is replaced as a whole: a save failed or killed at any
-    point leaves all of the previous one or all of the new one. Then the
-    checkpoint `checkpoint_duration` iterations older is deleted (unless a
-    multiple of keep_every), with the temporaries killed saves left. See
-    `memory_checkpoint.save`; what differs from Dopamine:
-    docs/compat.md#memory_checkpoint.
+    Replaced as a whole, then older checkpoints are pruned: see
+    `memory_checkpoint.save` for the files, the guarantees and the errors
+    (TypeError, ValueError or OSError; nothing lost on any of them).
 
     Args:
       checkpoint_dir: str, an existing directory; if it does not exist, a
         warning is logged and nothing is written.
       iteration_number: int, the checkpoint's suffix.
-
-    Raises:
-      TypeError: If a public attribute holds something other than plain data
-        (see `safe_pickle.non_plain_data`); nothing is written then.
-      ValueError: If a public attribute's name cannot name a file.
-      OSError: If writing fails (a full disk ...): the checkpoint of
-        `iteration_number` is then the previous one, or the new one if the
-        failure came after the commit point.
     """
-    memory_checkpoint.save(self, checkpoint_dir, iteration_number)
+    with self._lock:
+      memory_checkpoint.save(self, checkpoint_dir, iteration_number)
 
-  @synchronized('_lock')
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
-    """Restores the memory from a checkpoint written by this class or Dopamine.
+    """Restores a checkpoint written by this class or by Dopamine.
 
-    All-or-nothing: every file is checked to exist, then read and validated
-    against this memory's configuration, and only then assigned; on any
-    error the memory is left exactly as it was. The public attributes this
-    memory has when `load` is called are restored from their files (see
-    `save`), as in Dopamine. See `memory_checkpoint.load`.
+    All-or-nothing: on any error the memory is left as it was. See
+    `memory_checkpoint.load` for what is read and the errors
+    (`atomic_files.CheckpointNotFoundError`, `atomic_files.CheckpointError`).
 
     Args:
       checkpoint_dir: str, the directory.
       suffix: int or str, the checkpoint's iteration number.
-
-    Raises:
-      atomic_files.CheckpointNotFoundError: If an expected file is missing
-        (but episode_end_indices, which old checkpoints lack: episode ends
-        then come from the terminal flags); a FileNotFoundError and a
-        CheckpointError, and a tf.errors.NotFoundError as in Dopamine where
-        TensorFlow is loaded already (it is never imported to raise this).
-      atomic_files.CheckpointError: (a ValueError) If a file is corrupt,
-        unsafe, not a regular file, larger than this memory can need, or
-        does not match this memory's configuration, whatever the underlying
-        error; it names the file where it is known.
     """
-    memory_checkpoint.load(self, checkpoint_dir, suffix)
+    with self._lock:
+      memory_checkpoint.load(self, checkpoint_dir, suffix)
 
 
 @gin.configurable(

@@ -1,61 +1,46 @@
 # coding=utf-8
-"""The one switch between the NumPy loops and the compiled (Numba) ones.
+"""The one place where the replay memory's kernels are chosen: `choose`.
 
-The replay memory's hot loops each exist twice, with bit-identical results:
-compiled with Numba (`numba_loops`; Numba is a requirement of the package,
-so these are the default) and vectorized NumPy, the fallback where Numba
-cannot be imported (e.g. a platform without its wheels), which misses most
-of the speed goals of benchmarks/RESULTS.md (all of those against cpprb at
-batch 32). They are the sum tree's (`sum_tree_kernels`), the sampling checks
-and n-step returns (`transition_kernels`) and the gathering of stacked
-states (`frame_stacks`).
-
-`choose` picks one set for all of them, from an argument or the
-DOPAMINE_PER_KERNELS environment variable, and returns a `Kernels` that each
-of those modules takes (they still accept the names 'numpy', 'numba' and
-'auto'). The first time 'auto' falls back to NumPy it logs one warning
-saying so and how to get Numba's.
+A kernels object carries every per-batch loop of the sum tree and the
+memories (the interface: `numpy_kernels.NumpyKernels`). There are two, with
+bit-identical results: `NUMBA` (compiled with Numba, a requirement of the
+package, so the default) and `NUMPY` (the reference, and the fallback where
+Numba cannot be imported, e.g. a platform without its wheels; it misses
+most of the speed goals of benchmarks/RESULTS.md). `SumTree` and the
+memories take one as their `kernels` argument (gin-configurable on the
+memories: ``OutOfGraphPrioritizedReplayBuffer.kernels = 'numpy'``); without
+one they use the DOPAMINE_PER_KERNELS environment variable, else 'auto'.
+The first time 'auto' falls back to NumPy it logs one warning saying so and
+how to get Numba's.
 """
 
-import dataclasses
 import os
 from typing import List, Union
 
 from absl import logging
 
+from dopamine_per.replay_memory import numpy_kernels
+
 try:
-  from dopamine_per.replay_memory import numba_loops  # pylint: disable=g-import-not-at-top
+  from dopamine_per.replay_memory import numba_kernels  # pylint: disable=g-import-not-at-top
   _NUMBA_MISSING = ''
 except ImportError as e:  # NumPy's loops only.
-  numba_loops = None
+  numba_kernels = None
   _NUMBA_MISSING = str(e)
 
-__all__ = ['ENV', 'FALLBACK_WARNING', 'LEGACY_ENV', 'Kernels', 'KernelsLike',
-           'NUMBA', 'NUMPY', 'available', 'choose']
+__all__ = ['ENV', 'FALLBACK_WARNING', 'Kernels', 'KernelsLike', 'NUMBA',
+           'NUMPY', 'available', 'choose']
 
 # The environment variable that chooses the kernels when no argument does:
 # 'numpy', 'numba' or 'auto' (the default: Numba's, or NumPy's where Numba
 # cannot be imported).
 ENV = 'DOPAMINE_PER_KERNELS'
-# Its name before it chose the memory's loops too; still read, but ENV wins
-# when both are set.
-LEGACY_ENV = 'DOPAMINE_PER_SUM_TREE_KERNELS'
 
+# The interface every kernels object has.
+Kernels = numpy_kernels.NumpyKernels
 
-@dataclasses.dataclass(frozen=True)
-class Kernels(object):
-  """A choice of loops.
-
-  Attributes:
-    name: str, 'numpy' or 'numba'.
-    compiled: bool, whether the loops are Numba's (`numba_loops`).
-  """
-  name: str
-  compiled: bool
-
-
-NUMPY = Kernels('numpy', compiled=False)
-NUMBA = Kernels('numba', compiled=True)
+NUMPY = numpy_kernels.NumpyKernels()
+NUMBA = None if numba_kernels is None else numba_kernels.NumbaKernels()
 
 # The warning that 'auto' logs the first time it falls back to NumPy.
 FALLBACK_WARNING = (
@@ -65,45 +50,42 @@ FALLBACK_WARNING = (
     'gives the compiled ones.')
 _fallback_logged = False
 
-# What the modules that run kernels take: a choice, a name, or None for the
-# environment's choice.
+# What `choose` takes: kernels, a name, or None for the environment's choice.
 KernelsLike = Union[None, str, Kernels]
 
 
 def available() -> List[str]:
   """Names of the kernels that can be used here."""
-  return ['numpy'] + (['numba'] if numba_loops is not None else [])
+  return ['numpy'] + (['numba'] if NUMBA is not None else [])
 
 
 def choose(kernels: KernelsLike = None) -> Kernels:
   """Returns the kernels `kernels` names.
 
   Args:
-    kernels: a `Kernels` (returned as is), 'numpy', 'numba', 'auto' (Numba's
-      when Numba is installed, else NumPy's), or None: the DOPAMINE_PER_KERNELS
-      environment variable, else DOPAMINE_PER_SUM_TREE_KERNELS, else 'auto'.
+    kernels: kernels (returned as they are), 'numpy', 'numba', 'auto'
+      (Numba's when Numba is installed, else NumPy's), or None: the
+      DOPAMINE_PER_KERNELS environment variable, else 'auto'.
 
   Returns:
     `NUMPY` or `NUMBA`.
 
   Raises:
-    ValueError: If the name is unknown, or is 'numba' without Numba installed.
+    ValueError: If the name is unknown, or is 'numba' without Numba
+      installed.
   """
-  if kernels is NUMPY or (kernels is NUMBA and numba_loops is not None):
-    return kernels  # The common case: a memory passing its choice on.
-  source = ''
   if isinstance(kernels, Kernels):
-    kernels = kernels.name
-  elif kernels is None:
-    variable = ENV if ENV in os.environ else LEGACY_ENV
-    kernels = os.environ.get(variable, 'auto')
-    source = ' (from ${})'.format(variable)
+    return kernels
+  source = ''
+  if kernels is None:
+    kernels = os.environ.get(ENV, 'auto')
+    source = ' (from ${})'.format(ENV)
   if kernels == 'auto':
-    return NUMBA if numba_loops is not None else _numpy_fallback()
+    return NUMBA if NUMBA is not None else _numpy_fallback()
   if kernels == 'numpy':
     return NUMPY
   if kernels == 'numba':
-    if numba_loops is None:
+    if NUMBA is None:
       raise ValueError("Kernels 'numba'{} need Numba, which cannot be imported "
                        "({}): pip install numba (or 'dopamine_per[fast]')."
                        .format(source, _NUMBA_MISSING or 'not installed'))

@@ -26,10 +26,6 @@ counts a pending journal as a complete checkpoint, `load` reads through it
 everything before it changes the memory.
 """
 
-# This module does the memories' checkpointing for them, so it reads and
-# installs their private state.
-# pylint: disable=protected-access
-
 import operator
 import os
 import re
@@ -96,8 +92,8 @@ FileSpec = Tuple[str, str]
 class CheckpointExtension(object):
   """A file a memory class adds to the circular memory's checkpoint.
 
-  A memory class lists its extensions in its `_checkpoint_extensions`
-  attribute. `save` writes them after the circular memory's own files (and
+  A memory class lists its extensions in its `checkpoint_extensions`
+  class attribute. `save` writes them after the circular memory's own files (and
   before the public attributes'); `load` reads and validates them after
   everything else, and installs them first.
 
@@ -143,14 +139,13 @@ class _SumTreeExtension(CheckpointExtension):
   file_format = 'sum_tree'
 
   def value(self, memory: Any) -> Dict[str, Any]:
-    with memory._priority_lock:
-      return memory.sum_tree.get_state()
+    return memory.get_sum_tree_state()
 
   def _limits(self, memory: Any) -> safe_pickle.PickleLimits:
     # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes each
     # in any pickle protocol; and a generator state (MT19937's holds 624
     # words).
-    leaves = 1 << max(memory._replay_capacity - 1, 0).bit_length()
+    leaves = 1 << max(memory.replay_capacity - 1, 0).bit_length()
     return safe_pickle.PickleLimits(
         max_bytes=128 * leaves + (1 << 16),
         max_elements=2 * leaves + (1 << 12), max_depth=8)
@@ -174,7 +169,7 @@ class _SumTreeExtension(CheckpointExtension):
       try:
         # A scratch tree of the same priority bounds: set_state validates.
         sum_tree.SumTree(
-            memory._replay_capacity,
+            memory.replay_capacity,
             priority_dtype=memory.sum_tree.priority_dtype).set_state(state)
       except ValueError as e:
         raise atomic_files.CorruptCheckpointError(
@@ -184,8 +179,7 @@ class _SumTreeExtension(CheckpointExtension):
   def commit(self, memory: Any, state: Dict[str, Any]) -> None:
     # Validated in `read`; set_state is all-or-nothing anyway, and runs
     # before the rest is installed, so nothing has changed if it raises.
-    with memory._priority_lock:
-      memory.sum_tree.set_state(state)
+    memory.set_sum_tree_state(state)
 
 
 # The prioritized memory's extension.
@@ -294,7 +288,7 @@ def _layout(memory: Any) -> List[FileSpec]:
   layout += [('add_count', 'npy'), ('invalid_range', 'npy'),
              ('episode_end_indices', 'pickle')]
   layout += [(extension.name, extension.file_format)
-             for extension in memory._checkpoint_extensions]
+             for extension in memory.checkpoint_extensions]
   return layout
 
 
@@ -325,11 +319,11 @@ def checkpoint_files(memory: Any) -> List[FileSpec]:
 
 def _value(memory: Any, name: str) -> Any:
   """Returns what checkpoint file `name` holds."""
-  for extension in memory._checkpoint_extensions:
+  for extension in memory.checkpoint_extensions:
     if name == extension.name:
       return extension.value(memory)
   if name.startswith(STORE_FILENAME_PREFIX):
-    return memory._store[name[len(STORE_FILENAME_PREFIX):]]
+    return memory.storage.arrays[name[len(STORE_FILENAME_PREFIX):]]
   if name == 'add_count':
     return memory.add_count
   if name == 'invalid_range':
@@ -390,9 +384,9 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
   return {
       'format_version': checkpoint_reading.STATE_FORMAT_VERSION,
       'next_experience_is_episode_start':
-          bool(memory._next_experience_is_episode_start),
-      'rng_state': (None if memory._rng is None else
-                    memory._rng.bit_generator.state),
+          bool(memory.storage.episode_start),
+      'rng_state': (None if memory.rng is None else
+                    memory.rng.bit_generator.state),
   }
 
 
@@ -687,10 +681,10 @@ def _collect_garbage(memory: Any, checkpoint_dir: str,
 
   Call it with no journal pending (`prune` rolls them forward first).
   """
-  stale = iteration_number - memory._checkpoint_duration
+  stale = iteration_number - memory.checkpoint_duration
   if stale < 0:
     return
-  if memory._keep_every is not None and stale % memory._keep_every == 0:
+  if memory.keep_every is not None and stale % memory.keep_every == 0:
     return
   # `prune` has finished any pending journal (deleting one instead could
   # leave a mix of old and new files under the old state file). The state

@@ -18,16 +18,13 @@ Dopamine: docs/compat.md#prioritized_replay_buffer.
 """
 
 import threading
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
 
-from dopamine_per import errors
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import locking
 from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
@@ -76,7 +73,8 @@ class OutOfGraphPrioritizedReplayBuffer(
                reward_dtype: Any = np.float32,
                checkpoint_duration: int = 4,
                keep_every: Optional[int] = None,
-               rng: Any = None):
+               rng: Any = None,
+               kernels: Any = None):
     """Creates an empty prioritized replay memory.
 
     Args:
@@ -103,6 +101,8 @@ class OutOfGraphPrioritizedReplayBuffer(
         draws, as Dopamine's sum tree; ``np.random`` otherwise), or a
         ``numpy.random.Generator`` or seed shared by the memory and its sum
         tree and saved with checkpoints.
+      kernels: the per-batch loops of the memory and its sum tree (see the
+        circular memory).
 
     Raises:
       ValueError: If an argument is malformed, or replay_capacity is smaller
@@ -126,7 +126,8 @@ class OutOfGraphPrioritizedReplayBuffer(
         reward_dtype=reward_dtype,
         checkpoint_duration=checkpoint_duration,
         keep_every=keep_every,
-        rng=rng)
+        rng=rng,
+        kernels=kernels)
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
     self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
@@ -190,32 +191,15 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ------------------------------------------------------------- sampling
 
-  @locking.synchronized('_lock', '_priority_lock')
-  def sample_index_batch(self, batch_size: int) -> np.ndarray:
-    """Returns `batch_size` valid slots drawn in proportion to priority.
+  def _draw(self, count: int) -> np.ndarray:
+    # One slot from each of `count` equal strata of the total priority.
+    with self._priority_lock:
+      return self.sum_tree.stratified_sample(count)
 
-    One slot is drawn from each of `batch_size` equal strata of the total
-    priority; draws that land on invalid slots are replaced by independent
-    draws from the whole distribution, in vectorized rounds.
-
-    Args:
-      batch_size: int, the number of indices.
-
-    Returns:
-      np.ndarray of int64 with shape [batch_size], all valid transitions.
-
-    Raises:
-      RuntimeError: If too few transitions have been added, or
-        max_sample_attempts draws were invalid before the batch was complete.
-      ValueError: If batch_size is not a positive int, or every priority is
-        zero.
-    """
-    batch_size = self._check_batch_size(batch_size)
-    self._sampling_range()  # Raises if too few transitions were added.
-    candidates = self.sum_tree.stratified_sample(batch_size)
-    return sampling.redraw_invalid(candidates, self._valid_mask,
-                                   self.sum_tree.sample_batch,
-                                   self._max_sample_attempts)
+  def _redraw(self, count: int) -> np.ndarray:
+    # Replacements: independent draws from the whole distribution.
+    with self._priority_lock:
+      return self.sum_tree.sample_batch(count)
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
@@ -226,14 +210,6 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   # ----------------------------------------------------------- priorities
 
-  def _check_indices(self, indices: Any) -> np.ndarray:
-    if np.ndim(indices) == 0:
-      raise errors.ArgumentError(
-          'indices must be an array, got {!r}'.format(indices))
-    return validation.validate_indices(indices, self._replay_capacity,
-                                       'indices')
-
-  @locking.synchronized('_priority_lock')
   def set_priority(self, indices: Any, priorities: Any) -> None:
     """Sets the priorities of a batch of slots.
 
@@ -258,18 +234,19 @@ class OutOfGraphPrioritizedReplayBuffer(
         if an index is out of range; sum_tree.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
     """
-    if np.ndim(indices) and self.sum_tree.set_if_valid(indices, priorities):
-      return
-    indices = self._check_indices(indices)
-    if np.ndim(priorities) and np.shape(priorities) != indices.shape:
-      raise ValueError(
-          'priorities of shape {} do not match indices of shape {}.'.format(
-              np.shape(priorities), indices.shape))
-    self.sum_tree.set(indices, validation.validate_priorities(
-        priorities, indices.shape, 'priorities',
-        self.sum_tree.priority_dtype))
+    with self._priority_lock:
+      if np.ndim(indices) and self.sum_tree.set_if_valid(indices,
+                                                         priorities):
+        return
+      indices = validation.check_index_array(indices, self._replay_capacity)
+      if np.ndim(priorities) and np.shape(priorities) != indices.shape:
+        raise ValueError(
+            'priorities of shape {} do not match indices of shape {}.'.format(
+                np.shape(priorities), indices.shape))
+      self.sum_tree.set(indices, validation.validate_priorities(
+          priorities, indices.shape, 'priorities',
+          self.sum_tree.priority_dtype))
 
-  @locking.synchronized('_priority_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
     """Returns the priorities of a batch of slots (0 for unused slots).
 
@@ -286,12 +263,24 @@ class OutOfGraphPrioritizedReplayBuffer(
       sum_tree.InvalidIndexError: If an index is out of range.
       sum_tree.InvalidIndexTypeError: If the indices are not integers.
     """
-    return self.sum_tree.get(self._check_indices(indices)).astype(np.float32)
+    with self._priority_lock:
+      return self.sum_tree.get(validation.check_index_array(
+          indices, self._replay_capacity)).astype(np.float32)
 
   # ---------------------------------------------------------- checkpoints
 
   # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.
-  _checkpoint_extensions = (memory_checkpoint.SUM_TREE,)
+  checkpoint_extensions = (memory_checkpoint.SUM_TREE,)
+
+  def get_sum_tree_state(self) -> Dict[str, Any]:
+    """`sum_tree.get_state()`, taken while no priority changes."""
+    with self._priority_lock:
+      return self.sum_tree.get_state()
+
+  def set_sum_tree_state(self, state: Dict[str, Any]) -> None:
+    """`sum_tree.set_state(state)`, while no priority is read or set."""
+    with self._priority_lock:
+      self.sum_tree.set_state(state)
 
 
 @gin.configurable(

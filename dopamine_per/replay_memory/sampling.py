@@ -1,36 +1,26 @@
 # coding=utf-8
-"""Sampling a circular replay memory: which slots, and their transitions.
+"""Which slots a circular replay memory can sample, and why not.
 
 A slot holds a transition that can be sampled once its n-step trajectory
 and next state are written, do not straddle the cursor, and its frame stack
-stays in one episode (the vectorized test is `transition_kernels`'). This
-module holds what the memory's sampling methods do around that test: the
-slots the cursor blocks, the range uniform draws come from, redrawing
-invalid candidates, checking the slots a caller gives (with an error that
-says why one is invalid), and gathering a batch of transitions from the
-storage (`transition_batch`). NumPy only. What differs from Dopamine's
-sampling: docs/compat.md#sampling.
+stays in one episode (the vectorized test is the kernels' `valid_mask`).
+Around that test, for the memory's methods: the slots the cursor blocks
+(Dopamine's `modulo_range` and `invalid_range`), the range uniform draws
+come from, checking the slots a caller gives or asks stacks of (with an
+error that says why one is invalid), and the error of an exhausted
+sample. NumPy only. What differs from Dopamine's sampling:
+docs/compat.md#sampling.
 """
 
-# `transition_batch` is the memory's sampling, so it reads its private
-# state.
-# pylint: disable=protected-access
-
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import transition_kernels
 
-__all__ = ['attempts_exhausted', 'check_sample_indices',
+__all__ = ['attempts_exhausted', 'batch_size_of', 'check_sample_indices',
            'check_stack_indices', 'invalid_range', 'invalid_reason',
-           'is_valid', 'modulo_range', 'redraw_invalid', 'sampling_range',
-           'slot_range', 'transition_batch']
-
-# Batch layouts a memory keeps (see `_batch_layout`). Training samples one
-# or two batch sizes; a sweep over many sizes must not keep one per size.
-_MAX_BATCH_LAYOUTS = 16
+           'modulo_range', 'sampling_range', 'slot_range']
 
 # Tells whether each slot of a 1-D int64 array is valid.
 ValidMask = Callable[[np.ndarray], np.ndarray]
@@ -110,28 +100,6 @@ def sampling_range(add_count: int, replay_capacity: int, stack_size: int,
   return low, high
 
 
-def is_valid(index: Any, valid_mask: ValidMask) -> Any:
-  """`is_valid_transition` of a memory whose validity test is `valid_mask`.
-
-  Args:
-    index: int, or an integer array of slots.
-    valid_mask: the memory's validity test.
-
-  Returns:
-    bool, or a bool array shaped like `index`.
-
-  Raises:
-    ValueError: If an index is not an integer.
-  """
-  indices = np.asarray(index)
-  if indices.dtype.kind not in 'iu':
-    raise ValueError('index must be an integer, got {!r}'.format(index))
-  mask = valid_mask(indices.reshape(-1).astype(np.int64))
-  if indices.ndim == 0:
-    return bool(mask[0])
-  return mask.reshape(indices.shape)
-
-
 def attempts_exhausted(max_sample_attempts: int, num_valid: int,
                        batch_size: int) -> RuntimeError:
   """The error for a batch still incomplete after max_sample_attempts draws.
@@ -142,46 +110,6 @@ def attempts_exhausted(max_sample_attempts: int, num_valid: int,
       'Max sample attempts: Tried {} times but only sampled {} valid '
       'indices. Batch size is {}'.format(max_sample_attempts, num_valid,
                                          batch_size))
-
-
-def redraw_invalid(candidates: np.ndarray, valid_mask: ValidMask,
-                   draw: Callable[[int], np.ndarray],
-                   max_sample_attempts: int) -> np.ndarray:
-  """Replaces invalid candidates with fresh draws, in vectorized rounds.
-
-  Every draw that lands on an invalid slot (the initial ones included)
-  counts as a failed attempt.
-
-  Args:
-    candidates: array of slots, the initial draws.
-    valid_mask: the memory's validity test.
-    draw: callable returning that many new candidates.
-    max_sample_attempts: int, failed draws allowed.
-
-  Returns:
-    int64 np.ndarray, the candidates, all valid.
-
-  Raises:
-    RuntimeError: If max_sample_attempts draws failed before the batch was
-      complete.
-  """
-  candidates = np.asarray(candidates, dtype=np.int64)
-  valid = valid_mask(candidates)
-  # The common case, in one check (count_nonzero: a third of all()'s cost).
-  if np.count_nonzero(valid) == len(valid):
-    return candidates
-  pending = np.flatnonzero(~valid)
-  failures = 0
-  while True:
-    if not len(pending):
-      return candidates
-    failures += len(pending)
-    if failures >= max_sample_attempts:
-      raise attempts_exhausted(max_sample_attempts,
-                               len(candidates) - len(pending),
-                               len(candidates))
-    candidates[pending] = draw(len(pending))
-    pending = pending[~valid_mask(candidates[pending])]
 
 
 def invalid_reason(index: int, add_count: int, replay_capacity: int,
@@ -329,79 +257,3 @@ def batch_size_of(indices: np.ndarray, batch_size: Optional[int]) -> int:
         'batch_size is {} but {} indices were given.'.format(
             batch_size, len(indices)))
   return batch_size
-
-
-def transition_batch(memory: Any, batch_size: Optional[int], indices: Any
-                    ) -> Tuple[np.ndarray, ...]:
-  """`sample_transition_batch` of a circular memory (see there).
-
-  Args:
-    memory: an OutOfGraphReplayBuffer, its lock held.
-    batch_size: int or None.
-    indices: None to sample, or a sequence of valid slots.
-
-  Returns:
-    tuple of np.ndarray, one per `memory.get_transition_elements`.
-  """
-  if indices is None:
-    if batch_size is None:
-      batch_size = memory._batch_size
-    indices = memory.sample_index_batch(batch_size)
-  else:
-    indices = check_sample_indices(indices, memory._valid_mask,
-                                   memory._invalid_reason)
-    batch_size = batch_size_of(indices, batch_size)
-  elements, names = _batch_layout(memory, batch_size)
-  values = _gather_transitions(memory, indices, names)
-  batch = []
-  for element in elements:
-    value = values.get(element.name)
-    if value is None:
-      value = memory._transition_element(element, indices)
-    batch.append(value)
-  return tuple(batch)
-
-
-def _batch_layout(memory: Any, batch_size: int) -> Tuple[List[Any], frozenset]:
-  """The transition elements of a batch and their names (cached)."""
-  layouts = memory._batch_layouts
-  layout = layouts.get(batch_size)
-  if layout is None:
-    if len(layouts) >= _MAX_BATCH_LAYOUTS:
-      del layouts[next(iter(layouts))]
-    elements = memory.get_transition_elements(batch_size)
-    layout = layouts[batch_size] = (elements,
-                                    frozenset(e.name for e in elements))
-  return layout
-
-
-def _gather_transitions(memory: Any, indices: np.ndarray, names: frozenset
-                       ) -> Dict[str, np.ndarray]:
-  """Computes the elements a circular memory knows for a batch of slots."""
-  store = memory._store
-  out = {}
-  if 'state' in names or 'next_state' in names:
-    # One gather, states first: the Atari kernel builds each state with its
-    # next state, which shares frames with it.
-    next_indices, is_terminal, returns, stacks = (
-        memory._transitions_and_states(indices, memory._stack_buffers))
-    out['state'] = stacks[:len(indices)]
-    out['next_state'] = stacks[len(indices):]
-  else:
-    next_indices, is_terminal, returns = transition_kernels.trajectories(
-        indices, memory._replay_capacity, store['terminal'], store['reward'],
-        memory._cumulative_discount_vector, kernels=memory._kernels)
-  if 'reward' in names:
-    out['reward'] = returns
-  if 'next_action' in names:
-    out['next_action'] = store['action'][next_indices]
-  if 'next_reward' in names:
-    out['next_reward'] = store['reward'][next_indices]
-  if 'terminal' in names:
-    out['terminal'] = is_terminal.astype(memory._terminal_dtype)
-  if 'indices' in names:
-    out['indices'] = indices.astype(np.int32)
-  for name in names:
-    if name not in out and name in store:
-      out[name] = store[name][indices]
-  return out

@@ -53,7 +53,7 @@ import numpy as np
 
 from dopamine_per import errors
 from dopamine_per.replay_memory import kernels as kernels_lib
-from dopamine_per.replay_memory import sum_tree_kernels
+from dopamine_per.replay_memory import numpy_kernels
 from dopamine_per.replay_memory import validation
 
 __all__ = [
@@ -88,7 +88,7 @@ def _python_random_words(count: int) -> bytes:
   """Returns the 2 * `count` Mersenne Twister words of `count` random()s.
 
   `random.random()` builds each double from two 32-bit words (see
-  `sum_tree_kernels.uniforms_from_words`). `random.getrandbits(64 * count)`
+  `numpy_kernels.uniforms_from_words`). `random.getrandbits(64 * count)`
   consumes the same words in the same order, so one call reproduces the
   scalar stream exactly, without a Python loop.
 
@@ -105,7 +105,7 @@ def _python_random_words(count: int) -> bytes:
 
 def _python_random_uniforms(count: int) -> np.ndarray:
   """Returns `count` floats equal to `count` calls of `random.random()`."""
-  return sum_tree_kernels.uniforms_from_words(_python_random_words(count))
+  return numpy_kernels.uniforms_from_words(_python_random_words(count))
 
 
 def _cache_aligned_zeros(size: int) -> np.ndarray:
@@ -166,21 +166,6 @@ def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   """
   bounds = np.linspace(0.0, 1.0, batch_size + 1)
   return _read_only(bounds[:-1], bounds[1:] - bounds[:-1])
-
-
-def _unrolled_halving_sum(width: int) -> Callable[[List[float]], float]:
-  """Compiles `sum_tree_kernels`' pairwise sum of `width` Python floats.
-
-  Unrolled into one expression (under 1 us for 16 floats, a third of any
-  loop), in exactly the kernels' order, for the scalar `set`.
-  """
-  terms = ['v[{}]'.format(i) for i in range(width)]
-  while len(terms) > 1:
-    terms = ['({} + {})'.format(a, b) for a, b in zip(terms[0::2], terms[1::2])]
-  return eval('lambda v: ' + terms[0])  # pylint: disable=eval-used
-
-
-_row_sum = _unrolled_halving_sum(FANOUT)
 
 
 def _level_sizes(capacity: int, fanout: int) -> List[int]:
@@ -249,7 +234,7 @@ class SumTree(object):
     self.capacity = int(capacity)
     self.max_recorded_priority = 1.0
     self._rng = None if rng is None else np.random.default_rng(rng)
-    self._kernels = sum_tree_kernels.get_kernels(kernels)
+    self._kernels = kernels_lib.choose(kernels)
     sizes = _level_sizes(self.capacity, FANOUT)
     # All levels, leaves first, in one array; `_offsets[k]` is where level k
     # starts and `_offsets[-1]` the end.
@@ -320,8 +305,7 @@ class SumTree(object):
             node_index, self.capacity, 'node_index')])
       node_index = np.asarray(node_index)
     kind = node_index.dtype.kind
-    if (self._kernels.get_leaves is not None and kind == 'i' and
-        node_index.ndim == 1):
+    if kind == 'i' and node_index.ndim == 1:
       values = self._kernels.get_leaves(self._leaves, node_index)
       if values is not None:
         return values
@@ -402,8 +386,7 @@ class SumTree(object):
     Returns:
       bool, whether the values were written.
     """
-    if (self._kernels.set_leaves is None or
-        self.max_recorded_priority > self._safe_largest):
+    if self.max_recorded_priority > self._safe_largest:
       return False
     indices = np.asarray(node_index)
     if indices.dtype.kind not in 'iu' or not indices.size:
@@ -470,22 +453,27 @@ class SumTree(object):
     self._levels[0][index] = value
     if value > self.max_recorded_priority:
       self.max_recorded_priority = value
-    if self._kernels is not sum_tree_kernels.NumpyKernels:
-      self._total = self._kernels.update_leaf(self._flat, self._offsets,
-                                              FANOUT, index)
-      return
-    for child_blocks, parents in zip(self._blocks, self._levels[1:]):
-      index //= FANOUT
-      parents[index] = _row_sum(child_blocks[index].tolist())
-    self._total = _row_sum(self._blocks[-1][0].tolist())
+    self._total = self._kernels.update_leaf(self._flat, self._offsets,
+                                            FANOUT, index)
 
   def _rebuild(self) -> None:
     """Recomputes every inner node from the leaves. O(capacity)."""
+    self._total = self._sum_levels(self._flat)
+
+  def _sum_levels(self, flat: np.ndarray) -> float:
+    """Recomputes the inner nodes of `flat` (laid out as this tree's).
+
+    Returns:
+      float, the total.
+    """
     level_sums = self._kernels.level_sums
-    for child_blocks, parents in zip(self._blocks, self._levels[1:]):
+    offsets = self._offsets
+    for k in range(len(offsets) - 2):
+      children = flat[offsets[k]:offsets[k + 1]].reshape(-1, FANOUT)
+      parents = flat[offsets[k + 1]:offsets[k + 2]]
       parents[:] = 0.0
-      parents[:len(child_blocks)] = level_sums(child_blocks)
-    self._total = float(level_sums(self._blocks[-1])[0])
+      parents[:len(children)] = level_sums(children)
+    return float(level_sums(flat[offsets[-2]:].reshape(-1, FANOUT))[0])
 
   # --------------------------------------------------------------- sampling
 
@@ -572,8 +560,10 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    validation.check_batch_size(batch_size, 0, 'an integer >= 0')
-    return self._descend_strata(*_whole_range(int(batch_size)))
+    if type(batch_size) is not int or batch_size < 0:  # pylint: disable=unidiomatic-typecheck
+      batch_size = validation.check_batch_size(batch_size, 0,
+                                               'an integer >= 0')
+    return self._descend_strata(*_whole_range(batch_size))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
     """Samples one leaf from each of `batch_size` equal strata of the mass.
@@ -594,8 +584,10 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    validation.check_batch_size(batch_size, 1, 'a positive integer')
-    return self._descend_strata(*_strata(int(batch_size)))
+    if type(batch_size) is not int or batch_size < 1:  # pylint: disable=unidiomatic-typecheck
+      batch_size = validation.check_batch_size(batch_size, 1,
+                                               'a positive integer')
+    return self._descend_strata(*_strata(batch_size))
 
   def _uniforms(self, count: int) -> np.ndarray:
     if self._rng is None:
@@ -623,7 +615,8 @@ class SumTree(object):
 
     Only the leaves are read; inner nodes are recomputed (Dopamine's may have
     drifted). Everything is validated before anything changes: the state
-    must leave the tree as `set` could have (see `_check_state`).
+    must leave the tree as `set` could have (see
+    `validation.check_sum_tree_state`).
 
     Args:
       state: dict with `nodes` (list of levels, leaves last) and
@@ -636,7 +629,9 @@ class SumTree(object):
         summing to inf), a max_recorded_priority that is not such a number
         at least 1.0 and the largest leaf, or an unusable rng_state.
     """
-    leaves, max_priority = self._check_state(state)
+    leaves, max_priority = validation.check_sum_tree_state(
+        state, self.capacity, self.priority_dtype)
+    self._check_finite_total(leaves[:self.capacity])
     rng_state = state.get('rng_state')
     if rng_state is not None:
       # Validate on a scratch generator, then restore in place: the caller
@@ -655,58 +650,6 @@ class SumTree(object):
     self.max_recorded_priority = max_priority
     self._rebuild()
 
-  def _check_state(self, state: Any) -> Tuple[np.ndarray, float]:
-    """Validates a state for `set_state`; returns its leaves and maximum.
-
-    Raises:
-      ValueError: see `set_state`.
-    """
-    if not isinstance(state, dict):
-      raise ValueError('Not a sum tree state: a {}, not a dict.'.format(
-          type(state).__name__))
-    missing = [key for key in ('nodes', 'max_recorded_priority')
-               if key not in state]
-    nodes = state.get('nodes')
-    if missing or type(nodes) not in (list, tuple) or not nodes:
-      raise ValueError('Not a sum tree state: it needs nodes (a non-empty '
-                       'list of levels) and max_recorded_priority.')
-    try:
-      raw = np.asarray(nodes[-1])
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError('Not a sum tree state: its leaves are not an array '
-                       '({}).'.format(type(e).__name__)) from e
-    expected = 1 << max(self.capacity - 1, 0).bit_length()
-    if raw.shape != (expected,):
-      raise ValueError(
-          'Sum tree state has {} leaves; a tree of capacity {} has {}.'.format(
-              raw.shape, self.capacity, expected))
-    if raw.dtype.kind not in 'fiu':
-      # Not complex (the imaginary part would be dropped), strings (they
-      # would be parsed), bools or objects.
-      raise ValueError('Sum tree state leaves must be real numbers, got '
-                       'dtype {}.'.format(raw.dtype))
-    with np.errstate(over='ignore'):  # Wider floats: inf is refused below.
-      leaves = raw.astype(np.float64)
-    validate_priorities(leaves, leaves.shape, 'Sum tree state leaves',
-                        self.priority_dtype)
-    if np.any(leaves[self.capacity:] != 0.0):
-      raise ValueError('Sum tree state has priorities past capacity {}.'.format(
-          self.capacity))
-    self._check_finite_total(leaves[:self.capacity])
-    try:
-      max_priority = validate_priority(state['max_recorded_priority'],
-                                       'max_recorded_priority',
-                                       self.priority_dtype)
-    except ValueError as e:
-      raise ValueError('Invalid max_recorded_priority: {}'.format(e)) from e
-    largest = max(1.0, float(leaves.max()))
-    if max_priority < largest:
-      raise ValueError(
-          'Invalid max_recorded_priority: {!r} is below {!r}, the largest '
-          'priority (or 1.0): it must bound every priority.'.format(
-              max_priority, largest))
-    return leaves, max_priority
-
   def _check_finite_total(self, leaves: np.ndarray) -> None:
     """Raises ValueError if a tree of these leaves had an infinite total.
 
@@ -715,11 +658,11 @@ class SumTree(object):
     """
     if float(leaves.max()) * leaves.size < 2.0 ** 1000:
       return
-    scratch = SumTree(self.capacity, kernels=self._kernels.name)
-    scratch._levels[0][:self.capacity] = leaves  # pylint: disable=protected-access
+    flat = np.zeros_like(self._flat)
+    flat[:self.capacity] = leaves
     with np.errstate(over='ignore', invalid='ignore'):
-      scratch._rebuild()  # pylint: disable=protected-access
-    if not math.isfinite(scratch.total_priority()):
+      total = self._sum_levels(flat)
+    if not math.isfinite(total):
       raise ValueError('Sum tree state leaves sum to more than float64 holds '
                        '(the total priority would be infinite).')
 
@@ -737,7 +680,7 @@ class SumTree(object):
     assert np.all(np.isfinite(leaves)) and np.all(leaves >= 0.0)
     assert np.all(leaves[self.capacity:] == 0.0), 'nonzero padding leaf'
     assert self.max_recorded_priority >= max(1.0, float(leaves.max()))
-    level_sums = sum_tree_kernels.NumpyKernels.level_sums
+    level_sums = kernels_lib.NUMPY.level_sums
     for k, (child_blocks, parents) in enumerate(
         zip(self._blocks, self._levels[1:])):
       expected = np.zeros_like(parents)

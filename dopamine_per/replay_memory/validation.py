@@ -25,9 +25,11 @@ __all__ = [
     'MAX_ADD_COUNT',
     'check_add_count',
     'check_batch_size',
+    'check_index_array',
     'check_int',
     'check_real',
     'check_rng',
+    'check_sum_tree_state',
     'check_room_to_add',
     'check_priority_dtype',
     'head',
@@ -270,6 +272,20 @@ def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
   return array
 
 
+def check_index_array(indices: Any, capacity: int) -> np.ndarray:
+  """`validate_indices` of a memory's `indices` argument, never a scalar.
+
+  Raises:
+    errors.ArgumentError: (a ValueError and an AssertionError, as Dopamine
+      asserts) If `indices` is a scalar.
+    InvalidIndexTypeError, InvalidIndexError: see `validate_indices`.
+  """
+  if np.ndim(indices) == 0:
+    raise errors.ArgumentError(
+        'indices must be an array, got {!r}'.format(indices))
+  return validate_indices(indices, capacity, 'indices')
+
+
 _FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
                            np.float32])
 
@@ -439,3 +455,70 @@ def validate_priorities(values: Any, shape: Tuple[int, ...],
     if not ok.all():
       raise _range_error(name, array[~ok].flat[0].item(), dtype)
   return array
+
+
+def check_sum_tree_state(state: Any, capacity: int, priority_dtype: Any
+                         ) -> Tuple[np.ndarray, float]:
+  """Checks a `SumTree.set_state` state; returns its leaves and maximum.
+
+  The state must leave a tree of `capacity` leaves as `set` could have:
+  Dopamine's binary leaf level (a power of two long, zero past capacity)
+  of valid priorities of `priority_dtype`, and a max_recorded_priority
+  that is one too, at least 1.0 and every leaf. Whether the leaves' sum
+  fits a float64 is the tree's to check (its arithmetic).
+
+  Args:
+    state: what `SumTree.get_state` returns, or a Dopamine tree's state.
+    capacity: int, the tree's capacity.
+    priority_dtype: np.dtype, the tree's priority dtype.
+
+  Returns:
+    (float64 leaves, max_recorded_priority).
+
+  Raises:
+    ValueError: naming what is wrong.
+  """
+  if not isinstance(state, dict):
+    raise ValueError('Not a sum tree state: a {}, not a dict.'.format(
+        type(state).__name__))
+  missing = [key for key in ('nodes', 'max_recorded_priority')
+             if key not in state]
+  nodes = state.get('nodes')
+  if missing or type(nodes) not in (list, tuple) or not nodes:
+    raise ValueError('Not a sum tree state: it needs nodes (a non-empty '
+                     'list of levels) and max_recorded_priority.')
+  try:
+    raw = np.asarray(nodes[-1])
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError('Not a sum tree state: its leaves are not an array '
+                     '({}).'.format(type(e).__name__)) from e
+  expected = 1 << max(capacity - 1, 0).bit_length()
+  if raw.shape != (expected,):
+    raise ValueError(
+        'Sum tree state has {} leaves; a tree of capacity {} has {}.'.format(
+            raw.shape, capacity, expected))
+  if raw.dtype.kind not in 'fiu':
+    # Not complex (the imaginary part would be dropped), strings (they
+    # would be parsed), bools or objects.
+    raise ValueError('Sum tree state leaves must be real numbers, got '
+                     'dtype {}.'.format(raw.dtype))
+  with np.errstate(over='ignore'):  # Wider floats: inf is refused below.
+    leaves = raw.astype(np.float64)
+  validate_priorities(leaves, leaves.shape, 'Sum tree state leaves',
+                      priority_dtype)
+  if np.any(leaves[capacity:] != 0.0):
+    raise ValueError('Sum tree state has priorities past capacity {}.'.format(
+        capacity))
+  try:
+    max_priority = validate_priority(state['max_recorded_priority'],
+                                     'max_recorded_priority',
+                                     priority_dtype)
+  except ValueError as e:
+    raise ValueError('Invalid max_recorded_priority: {}'.format(e)) from e
+  largest = max(1.0, float(leaves.max()))
+  if max_priority < largest:
+    raise ValueError(
+        'Invalid max_recorded_priority: {!r} is below {!r}, the largest '
+        'priority (or 1.0): it must bound every priority.'.format(
+            max_priority, largest))
+  return leaves, max_priority

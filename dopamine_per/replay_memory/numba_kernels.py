@@ -1,13 +1,14 @@
 # coding=utf-8
-"""The replay memory's per-batch loops, compiled with Numba (a requirement).
+"""The kernel interface compiled with Numba: `NumbaKernels`.
 
-Each function here is the compiled twin of a NumPy function with the same
-results: the sum tree's (`sum_tree_kernels.NumpyKernels`), the stack gather
-(`frame_stacks`) and the sampling checks (`transition_kernels`).
-`kernels` imports this module when Numba is installed and chooses between
-the two for all of them. The functions live at module level so that Numba's
-on-disk cache (`cache=True`) finds them again in every new process instead
-of compiling them anew (it cannot for functions defined inside others).
+`NumbaKernels` runs every loop of `numpy_kernels.NumpyKernels` (the
+interface and its reference) as one compiled call, with the same results,
+and falls back to NumPy's for inputs its loops do not cover (returns
+longer than 8 steps, non-scalar rewards, frames that are not a plain
+C-contiguous array). The compiled functions live at module level so that
+Numba's on-disk cache (`cache=True`) finds them again in every new process
+instead of compiling them anew (it cannot for functions defined inside
+others). `kernels.choose` imports this module where Numba is installed.
 """
 
 from absl import logging
@@ -16,6 +17,8 @@ import numba
 from numba.core import cgutils
 from numba.extending import intrinsic
 import numpy as np
+
+from dopamine_per.replay_memory import numpy_kernels
 
 jit = numba.njit(cache=True, nogil=True)
 # Inlined where called, so that a constant fanout unrolls their loops.
@@ -344,3 +347,118 @@ def atari_transitions(frames, terminal, rewards, discounts, indices, out):
   ends[count:] = next_indices
   gather_4x8_ending_at(frames, ends, out)
   return next_indices, is_terminal, returns
+
+
+# ---------------------------------------------------------------- kernels
+
+# NumPy sums fewer than this many numbers one after the other (more are
+# summed pairwise, which `trajectories_loop` does not reproduce).
+_SEQUENTIAL_SUM_LIMIT = 8
+
+
+def _plain(frames: np.ndarray) -> bool:
+  """Whether the gathers compile for these frames (plain, C-contiguous)."""
+  return frames.flags.c_contiguous and frames.dtype.kind in 'uifb'
+
+
+def _packs_4x8(frames: np.ndarray, stack: int) -> bool:
+  """Whether a state's pixel is 4 bytes, one per frame (Atari)."""
+  return (stack == 4 and frames.dtype.itemsize == 1 and np.little_endian and
+          _plain(frames))
+
+
+def _compiled_returns(terminal: np.ndarray, rewards: np.ndarray,
+                      discounts: np.ndarray) -> bool:
+  """Whether `trajectories_loop` gives NumPy's returns for these arrays."""
+  return (terminal.ndim == 1 and rewards.ndim == 1 and
+          rewards.dtype == np.float32 and discounts.dtype == np.float32 and
+          len(discounts) < _SEQUENTIAL_SUM_LIMIT)
+
+
+def _byte_rows(frames: np.ndarray) -> np.ndarray:
+  """The frames as rows of bytes, one per slot."""
+  return frames.reshape(len(frames), -1).view(np.uint8)
+
+
+class NumbaKernels(numpy_kernels.NumpyKernels):
+  """`NumpyKernels`' loops, compiled (see the module docstring)."""
+
+  name = 'numba'
+  compiled = True
+
+  def update_parents(self, flat, offsets, fanout, leaves):
+    return float(update_parents(flat, offsets, fanout,
+                                leaves.astype(np.int64, copy=False)))
+
+  def update_leaf(self, flat, offsets, fanout, leaf):
+    return update_one_leaf(flat, offsets, fanout, leaf)
+
+  def set_leaves(self, flat, offsets, fanout, capacity, leaves, values,
+                 smallest, largest):
+    ok, total, top = set_leaves(flat, offsets, fanout, capacity, leaves,
+                                values, smallest, largest)
+    return (total, top) if ok else None
+
+  def get_leaves(self, leaves, indices):
+    ok, values = get_leaves(leaves, indices)
+    return values if ok else None
+
+  def descend(self, flat, offsets, fanout, targets):
+    return descend(flat, offsets, fanout,
+                   np.ascontiguousarray(targets, dtype=np.float64))
+
+  def descend_uniforms(self, flat, offsets, fanout, uniforms, lower, width,
+                       scale):
+    return uniforms_and_descend(flat, offsets, fanout, uniforms, lower,
+                                width, scale)
+
+  def descend_draws(self, flat, offsets, fanout, words, lower, width, scale):
+    return draws_and_descend(flat, offsets, fanout, words, lower, width,
+                             scale)
+
+  def valid_mask(self, indices, capacity, add_count, horizon, stack,
+                 episode_end, terminal):
+    if terminal.ndim != 1:
+      return super().valid_mask(indices, capacity, add_count, horizon, stack,
+                                episode_end, terminal)
+    return valid_mask_loop(indices, capacity, add_count, horizon, stack,
+                           episode_end, terminal)
+
+  def trajectories(self, indices, capacity, terminal, rewards, discounts):
+    if not _compiled_returns(terminal, rewards, discounts):
+      return super().trajectories(indices, capacity, terminal, rewards,
+                                  discounts)
+    return trajectories_loop(indices, capacity, terminal, rewards, discounts)
+
+  def gather_stacks(self, frames, windows, out):
+    batch = len(windows)
+    if not (batch and _plain(frames)):
+      return super().gather_stacks(frames, windows, out)
+    rows = frames.reshape(len(frames), -1)
+    if _packs_4x8(frames, windows.shape[1]):
+      gather_4x8(rows.view(np.uint8), windows,
+                 out.reshape(batch, -1).view(np.uint32))
+    else:
+      gather_generic(rows, windows, out.reshape(batch, -1))
+    return out
+
+  def stacks_ending_at(self, frames, ends, stack, out):
+    if not (len(ends) and _packs_4x8(frames, stack)):
+      return super().stacks_ending_at(frames, ends, stack, out)
+    gather_4x8_ending_at(_byte_rows(frames), ends,
+                         out.reshape(len(ends), -1).view(np.uint32))
+    return out
+
+  def transitions_and_states(self, frames, stack, terminal, rewards,
+                             discounts, indices, out):
+    if not (len(indices) and _packs_4x8(frames, stack) and
+            _compiled_returns(terminal, rewards, discounts)):
+      # As NumPy's, but on this class's loops (without entering NumPy's).
+      result = self.trajectories(indices, len(frames), terminal, rewards,
+                                 discounts)
+      self.stacks_ending_at(frames, np.concatenate([indices, result[0]]),
+                            stack, out)
+      return result
+    return atari_transitions(_byte_rows(frames), terminal, rewards,
+                             discounts, indices,
+                             out.reshape(len(out), -1).view(np.uint32))

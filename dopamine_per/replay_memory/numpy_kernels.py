@@ -1,0 +1,323 @@
+# coding=utf-8
+"""The kernel interface, and its reference implementation in NumPy.
+
+Every loop of the replay memory that runs once per batch is a method of one
+kernels object: the sum tree's (write leaves and update their ancestors,
+descend to the leaves holding given masses), the validity test of sampled
+slots, n-step trajectories, and the gathering of stacked states. Two
+implementations share this interface and give bit-identical results:
+`NumpyKernels` here (vectorized over the batch; the reference, always
+available) and `numba_kernels.NumbaKernels` (the same loops compiled with
+Numba, several times faster on batches of 32-256). `kernels.choose` picks
+one; the sum tree and the memories take the choice as their `kernels`
+argument and call nothing else.
+
+The arithmetic both share, so that trees and batches are identical:
+
+* A parent in the sum tree is the pairwise ("halving") sum of its `fanout`
+  children: adjacent pairs first, then pairs of those, and so on. The
+  tree's flat layout: docs/architecture.md#the-sum-trees-flat-layout.
+* A descent takes, at each node, the first child whose running
+  (left-to-right) sum exceeds the remaining mass, and subtracts the running
+  sum before it; a mass past the last running sum (rounding) takes the last
+  child with positive mass. A descent never ends on a zero-priority leaf.
+* A slot is valid when its n-step trajectory and next state are written and
+  do not straddle the cursor, no episode ends inside its frame stack before
+  its last frame, and no episode ends without a terminal inside its
+  trajectory before the return is cut at the first terminal.
+* A return is sum_j gamma^j r_{i+j} over the trajectory, computed as
+  Dopamine does (float32 discounts times the rewards, summed by NumPy).
+* A state holds the `stack` frames ending at its slot, frames last.
+"""
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+__all__ = ['NumpyKernels', 'uniforms_from_words']
+
+# (total, largest value written) from `set_leaves`, or None.
+SetResult = Optional[Tuple[float, float]]
+# (next_indices, is_terminal, returns) from `trajectories`.
+Trajectories = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def uniforms_from_words(words: bytes) -> np.ndarray:
+  """Turns pairs of 32-bit Mersenne Twister words into floats in [0, 1).
+
+  `random.random()` builds each double from 27 bits of one word and 26 of
+  the next; given the bytes of `random.getrandbits(64 * count)`
+  (little-endian), this returns the doubles of `count` such calls.
+
+  Args:
+    words: bytes, a whole number of pairs of little-endian 32-bit words.
+
+  Returns:
+    float64 array, one per pair.
+  """
+  words = np.frombuffer(words, dtype='<u4')
+  high = (words[0::2] >> 5).astype(np.float64)
+  low = (words[1::2] >> 6).astype(np.float64)
+  return (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+
+
+def _halving_sums(rows: np.ndarray) -> np.ndarray:
+  """Pairwise sums over the last axis (a power of two long)."""
+  while rows.shape[-1] > 1:
+    rows = rows[..., 0::2] + rows[..., 1::2]
+  return rows[..., 0]
+
+
+def _halving_sum(values: List[float]) -> float:
+  """`_halving_sums` of one row, in Python floats (cheaper for one row)."""
+  while len(values) > 1:
+    values = [values[j] + values[j + 1] for j in range(0, len(values), 2)]
+  return values[0]
+
+
+class NumpyKernels(object):
+  """The kernel interface, vectorized over the batch with NumPy.
+
+  Tree arguments: `flat`, the float64 array of all levels, leaves first;
+  `offsets`, int64, where each level starts (the last is len(flat));
+  `fanout`, children per node (a power of two).
+
+  Attributes:
+    name: str, the name `kernels.choose` knows these kernels by.
+    compiled: bool, whether the loops are compiled.
+  """
+
+  name = 'numpy'
+  compiled = False
+
+  # ------------------------------------------------------------ sum tree
+
+  def level_sums(self, blocks: np.ndarray) -> np.ndarray:
+    """Sums of each row of `blocks` ([rows, fanout]) in the shared order."""
+    return _halving_sums(blocks)
+
+  def update_parents(self, flat: np.ndarray, offsets: np.ndarray,
+                     fanout: int, leaves: np.ndarray) -> float:
+    """Recomputes the ancestors of `leaves` (int64); returns the total."""
+    nodes = leaves
+    for level in range(len(offsets) - 2):
+      children = flat[offsets[level]:offsets[level + 1]].reshape(-1, fanout)
+      parents = flat[offsets[level + 1]:offsets[level + 2]]
+      nodes = nodes // fanout
+      parents[nodes] = _halving_sums(children[nodes])
+    return float(_halving_sums(flat[offsets[-2]:offsets[-1]]))
+
+  def update_leaf(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
+                  leaf: int) -> float:
+    """`update_parents` of one leaf (an int); returns the total."""
+    for level in range(len(offsets) - 2):
+      leaf //= fanout
+      start = offsets[level] + leaf * fanout
+      flat[offsets[level + 1] + leaf] = _halving_sum(
+          flat[start:start + fanout].tolist())
+    return _halving_sum(flat[offsets[-2]:offsets[-1]].tolist())
+
+  def set_leaves(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
+                 capacity: int, leaves: np.ndarray, values: np.ndarray,
+                 smallest: float, largest: float) -> SetResult:
+    """Checks, writes and propagates a batch of leaves.
+
+    Args:
+      flat, offsets, fanout: the tree.
+      capacity: int, leaves must lie in [0, capacity).
+      leaves: 1-D integer array of leaf indices.
+      values: float64 array of the same length; the last of repeated
+        leaves wins.
+      smallest: float, the smallest positive value accepted.
+      largest: float, the largest value accepted.
+
+    Returns:
+      (total, largest value written); None, with nothing written, if an
+      index is out of range or a value is neither 0 nor in [smallest,
+      largest] (negative, NaN, infinite, too small or too large).
+    """
+    if ((leaves < 0) | (leaves >= capacity)).any():
+      return None
+    if not (((values >= smallest) & (values <= largest)) |
+            (values == 0.0)).all():
+      return None
+    flat[leaves] = values
+    return (self.update_parents(flat, offsets, fanout,
+                                leaves.astype(np.int64, copy=False)),
+            max(0.0, float(values.max())))
+
+  def get_leaves(self, leaves: np.ndarray, indices: np.ndarray
+                ) -> Optional[np.ndarray]:
+    """leaves[indices] (float64), or None if an index is out of range."""
+    if len(indices) and (indices.min() < 0 or indices.max() >= len(leaves)):
+      return None
+    return leaves[indices]
+
+  def descend(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
+              targets: np.ndarray) -> np.ndarray:
+    """The leaf (int64) holding each cumulative mass in `targets`."""
+    remaining = np.array(targets, dtype=np.float64)
+    nodes = np.zeros(len(remaining), dtype=np.int64)
+    rows = np.arange(len(remaining))
+    for level in range(len(offsets) - 2, -1, -1):
+      blocks = flat[offsets[level]:offsets[level + 1]].reshape(-1, fanout)
+      children = blocks[nodes]                       # [batch, fanout]
+      running = np.cumsum(children, axis=1)
+      chosen = (running <= remaining[:, None]).sum(axis=1)
+      overflow = chosen == fanout
+      if overflow.any():
+        positive = children[overflow] > 0.0
+        chosen[overflow] = fanout - 1 - np.argmax(positive[:, ::-1], axis=1)
+      before = running[rows, chosen - 1]
+      remaining -= np.where(chosen > 0, before, 0.0)
+      nodes = nodes * fanout + chosen
+    return nodes
+
+  def descend_uniforms(self, flat: np.ndarray, offsets: np.ndarray,
+                       fanout: int, uniforms: np.ndarray, lower: np.ndarray,
+                       width: np.ndarray, scale: float) -> np.ndarray:
+    """`descend` to the masses (lower + width * uniforms) * scale."""
+    return self.descend(flat, offsets, fanout,
+                        (lower + width * uniforms) * scale)
+
+  def descend_draws(self, flat: np.ndarray, offsets: np.ndarray,
+                    fanout: int, words: bytes, lower: np.ndarray,
+                    width: np.ndarray, scale: float) -> np.ndarray:
+    """`descend_uniforms` of `uniforms_from_words(words)`."""
+    return self.descend_uniforms(flat, offsets, fanout,
+                                 uniforms_from_words(words), lower, width,
+                                 scale)
+
+  # ------------------------------------------------------------ sampling
+
+  def valid_mask(self, indices: np.ndarray, capacity: int, add_count: int,
+                 horizon: int, stack: int, episode_end: np.ndarray,
+                 terminal: np.ndarray) -> np.ndarray:
+    """Whether each slot in `indices` (1-D int64, any values) is valid.
+
+    Args:
+      indices: the slots.
+      capacity: int, the memory's capacity.
+      add_count: int, transitions written so far.
+      horizon: int, the update horizon n.
+      stack: int, frames per state.
+      episode_end: bool array [capacity], whether each slot ends an episode.
+      terminal: array [capacity], nonzero where a transition is terminal.
+
+    Returns:
+      bool array shaped like `indices`.
+    """
+    cursor = add_count % capacity
+    valid = (indices >= 0) & (indices < capacity)
+    indices = np.where(valid, indices, 0)
+    if add_count >= capacity:
+      valid &= (indices - (cursor - horizon)) % capacity >= horizon + stack
+    else:
+      valid &= (indices >= stack - 1) & (indices < cursor - horizon)
+    if not valid.any():
+      return valid
+    if stack > 1:
+      prior = (indices[:, None] + np.arange(1 - stack, 0)) % capacity
+      valid &= ~episode_end[prior].any(axis=1)
+    trajectory = (indices[:, None] + np.arange(horizon)) % capacity
+    ends = terminal[trajectory] != 0
+    cut_off = episode_end[trajectory] & ~ends
+    if horizon > 1:
+      cut_off &= ~np.logical_or.accumulate(ends, axis=1)
+    valid &= ~cut_off.any(axis=1)
+    return valid
+
+  def trajectories(self, indices: np.ndarray, capacity: int,
+                   terminal: np.ndarray, rewards: np.ndarray,
+                   discounts: np.ndarray) -> Trajectories:
+    """The n-step trajectories of valid slots.
+
+    Args:
+      indices: 1-D int64 array of valid slots.
+      capacity: int, the memory's capacity.
+      terminal: array [capacity], nonzero where a transition is terminal.
+      rewards: array [capacity, *reward_shape], the stored rewards.
+      discounts: float32 array [n], gamma^j.
+
+    Returns:
+      (next_indices, is_terminal, returns): int64 [batch], the slot after
+      each trajectory (its next state's); bool [batch], whether it was cut
+      at a terminal; [batch, *reward_shape] of the rewards' dtype.
+    """
+    horizon = len(discounts)
+    trajectory = (indices[:, None] + np.arange(horizon)) % capacity
+    ends = terminal[trajectory] != 0
+    is_terminal = ends.any(axis=1)
+    lengths = np.where(is_terminal, np.argmax(ends, axis=1) + 1, horizon)
+    next_indices = (indices + lengths) % capacity
+    return next_indices, is_terminal, _returns(rewards[trajectory], lengths,
+                                               is_terminal, discounts)
+
+  def gather_stacks(self, frames: np.ndarray, windows: np.ndarray,
+                    out: np.ndarray) -> np.ndarray:
+    """Fills `out` [batch, *frame_shape, stack] with frames[windows[b]].
+
+    Args:
+      frames: array [capacity, *observation_shape], C-contiguous.
+      windows: int64 array [batch, stack], each state's slots, oldest first.
+      out: C-contiguous array of frames.dtype to fill.
+
+    Returns:
+      `out`.
+    """
+    for position in range(windows.shape[1]):
+      out[..., position] = frames[windows[:, position]]
+    return out
+
+  def stacks_ending_at(self, frames: np.ndarray, ends: np.ndarray,
+                       stack: int, out: np.ndarray) -> np.ndarray:
+    """`gather_stacks` of the `stack` slots ending at each of `ends`.
+
+    The slots wrap around: the state ending at slot e holds frames
+    e - stack + 1, ..., e (modulo len(frames)).
+    """
+    windows = (ends[:, None] + np.arange(1 - stack, 1)) % len(frames)
+    return self.gather_stacks(frames, windows, out)
+
+  def transitions_and_states(self, frames: np.ndarray, stack: int,
+                             terminal: np.ndarray, rewards: np.ndarray,
+                             discounts: np.ndarray, indices: np.ndarray,
+                             out: np.ndarray) -> Trajectories:
+    """`trajectories`, and fills `out` with the states at both ends.
+
+    Args:
+      frames: the frame storage [capacity, *observation_shape].
+      stack: int, frames per state.
+      terminal, rewards, discounts, indices: see `trajectories`.
+      out: array [2 * batch, *observation_shape, stack] to fill with the
+        states ending at `indices`, then those ending at the next indices.
+
+    Returns:
+      `trajectories`' result.
+    """
+    result = self.trajectories(indices, len(frames), terminal, rewards,
+                               discounts)
+    self.stacks_ending_at(frames, np.concatenate([indices, result[0]]),
+                          stack, out)
+    return result
+
+
+def _returns(rewards: np.ndarray, lengths: np.ndarray,
+             is_terminal: np.ndarray, discounts: np.ndarray) -> np.ndarray:
+  """Discounted sums of [batch, n, *reward_shape] rewards, cut at lengths.
+
+  Per trajectory length, the same NumPy product and reduction as Dopamine.
+  """
+  returns = np.empty((len(lengths),) + rewards.shape[2:], dtype=rewards.dtype)
+  trailing = (1,) * (rewards.ndim - 2)
+  if not is_terminal.any():
+    length = len(discounts)
+    returns[...] = np.sum(
+        discounts.reshape((length,) + trailing) * rewards, axis=1)
+    return returns
+  for length in np.unique(lengths).tolist():  # At most n lengths.
+    rows = np.flatnonzero(lengths == length)
+    returns[rows] = np.sum(
+        discounts[:length].reshape((length,) + trailing) *
+        rewards[rows, :length], axis=1)
+  return returns

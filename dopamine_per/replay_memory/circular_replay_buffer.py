@@ -13,7 +13,7 @@ The memory's parts live in modules of their own: the checks of `add`
 (`sampling`), checkpoints (`memory_checkpoint`) and locks (`locking`). It
 is NumPy only: importing this module does not import TensorFlow.
 `WrappedReplayBuffer` (its body is `wrapped_replay_buffer`'s) and
-`as_dataset` load their TensorFlow side, `wrapped_sampling`, when first
+`as_dataset` reach TensorFlow through `wrapped_replay_buffer`, when first
 used. What differs from Dopamine: docs/compat.md#circular_replay_buffer.
 """
 
@@ -694,10 +694,8 @@ class OutOfGraphReplayBuffer(object):
     Returns:
       tf.data.Dataset.
     """
-    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
-    batch_size = (self._batch_size if batch_size is None else
-                  self._check_batch_size(batch_size))
-    return wrapped_sampling.dataset(self, batch_size, prefetch)
+    return wrapped_replay_buffer.tensorflow_side().dataset(self, batch_size,
+                                                           prefetch)
 
   # ---------------------------------------------------------- checkpoints
 
@@ -785,6 +783,4 @@ class WrappedReplayBuffer(wrapped_replay_buffer.WrappedReplayBufferBase):
   when the first one is built, not by defining or configuring it.
   """
 
-  @staticmethod
-  def _memory_class() -> type:
-    return OutOfGraphReplayBuffer
+  _memory_class = OutOfGraphReplayBuffer

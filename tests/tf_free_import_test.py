@@ -131,6 +131,44 @@ class TensorFlowFreeImportTest(absltest.TestCase):
                 raise AssertionError('loaded without ' + missing)
         """)
 
+  def test_tensorflow_is_reached_through_one_loader(self):
+    # Issue 23: every TensorFlow body of the wrappers and `as_dataset` is
+    # reached through `wrapped_replay_buffer.tensorflow_side`. With it
+    # handing out a stand-in, each goes to the stand-in, and any other way
+    # to TensorFlow would show up in sys.modules.
+    _run("""
+        from dopamine_per.replay_memory import wrapped_replay_buffer
+        calls = []
+
+        class StandIn(object):
+
+          def __getattr__(self, name):
+            def build(memory, *args):
+              calls.append((name, type(memory).__name__))
+              elements = memory.get_transition_elements()
+              return [element.name for element in elements], None
+            return build
+
+        wrapped_replay_buffer.tensorflow_side = StandIn
+        plain = circular_replay_buffer.WrappedReplayBuffer(
+            (4,), 2, replay_capacity=50, batch_size=8)
+        prioritized = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+            (4,), 2, replay_capacity=50, batch_size=8)
+        assert prioritized.indices == 'indices', prioritized.indices
+        prioritized.tf_set_priority([0], [1.0])
+        prioritized.tf_get_priority([0])
+        plain.memory.as_dataset()
+        prioritized.memory.as_dataset(4)
+        plain_name, prioritized_name = (
+            'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer')
+        assert calls == [('sampling_ops', plain_name),
+                         ('sampling_ops', prioritized_name),
+                         ('set_priority_op', prioritized_name),
+                         ('get_priority_tensor', prioritized_name),
+                         ('dataset', plain_name),
+                         ('dataset', prioritized_name)], calls
+        """)
+
   def test_the_tensorflow_side_imports_tensorflow(self):
     # The check above would pass vacuously if TensorFlow hid from
     # sys.modules: its TF side must show up there.

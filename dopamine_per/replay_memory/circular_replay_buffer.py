@@ -216,19 +216,13 @@ class OutOfGraphReplayBuffer(object):
     self._add_check_override = self._check_add_types if overridden else None
 
   def get_add_args_signature(self) -> List[ReplayElement]:
-    """Returns the elements `add` takes, in order.
-
-    Returns:
-      list of ReplayElement.
-    """
+    """Returns the elements `add` takes, in order (list of ReplayElement)."""
     return self.get_storage_signature()
 
   def get_storage_signature(self) -> List[ReplayElement]:
     """Returns the elements stored per transition, in order.
 
-    Returns:
-      list of ReplayElement: observation, action, reward, terminal, then the
-      extra storage types.
+    Observation, action, reward, terminal, then the extra storage types.
     """
     return [
         ReplayElement('observation', self._observation_shape,
@@ -250,29 +244,19 @@ class OutOfGraphReplayBuffer(object):
       next_state, next_action, next_reward, terminal, indices, then the
       extra storage types.
     """
-    batch_size = self._batch_size if batch_size is None else batch_size
-    batch = (batch_size,)
-    elements = [
-        ReplayElement('state', batch + self._state_shape,
-                      self._observation_dtype),
-        ReplayElement('action', batch + self._action_shape,
-                      self._action_dtype),
-        ReplayElement('reward', batch + self._reward_shape,
-                      self._reward_dtype),
-        ReplayElement('next_state', batch + self._state_shape,
-                      self._observation_dtype),
-        ReplayElement('next_action', batch + self._action_shape,
-                      self._action_dtype),
-        ReplayElement('next_reward', batch + self._reward_shape,
-                      self._reward_dtype),
+    batch = (self._batch_size if batch_size is None else batch_size,)
+    state = (batch + self._state_shape, self._observation_dtype)
+    action = (batch + self._action_shape, self._action_dtype)
+    reward = (batch + self._reward_shape, self._reward_dtype)
+    return [
+        ReplayElement('state', *state), ReplayElement('action', *action),
+        ReplayElement('reward', *reward), ReplayElement('next_state', *state),
+        ReplayElement('next_action', *action),
+        ReplayElement('next_reward', *reward),
         ReplayElement('terminal', batch, self._terminal_dtype),
         ReplayElement('indices', batch, np.int32),
-    ]
-    for element in self._extra_storage_types:
-      elements.append(ReplayElement(element.name,
-                                    batch + tuple(element.shape),
-                                    element.type))
-    return elements
+    ] + [ReplayElement(e.name, batch + tuple(e.shape), e.type)
+         for e in self._extra_storage_types]
 
   # ------------------------------------------------------------- counters
 
@@ -409,14 +393,7 @@ class OutOfGraphReplayBuffer(object):
     return add_checks.check_values(self._add_specs, values)
 
   def _check_args_length(self, *args: Any) -> None:
-    """Dopamine's hook: checks the number of arguments of `add`.
-
-    Args:
-      *args: the arguments, in `get_add_args_signature` order.
-
-    Raises:
-      ValueError: 'Add expects N elements (names), received M', as Dopamine.
-    """
+    """Dopamine's hook: 'Add expects N elements ...' (ValueError) unless N."""
     specs = self._add_specs
     if len(args) != len(specs):
       raise ValueError('Add expects {} elements ({}), received {}'.format(
@@ -425,17 +402,10 @@ class OutOfGraphReplayBuffer(object):
   def _check_add_types(self, *args: Any) -> None:
     """Dopamine's hook: checks the arguments of `add` without adding them.
 
-    Runs the same checks as `add` (number, shapes, and values that the
-    storage dtypes hold exactly). A subclass may override it, as in
-    Dopamine: `add` then calls the override first, with the arguments in
-    `get_add_args_signature` order, and runs its own checks after it.
-
-    Args:
-      *args: the arguments, in `get_add_args_signature` order.
-
-    Raises:
-      ValueError: 'Add expects ...' for a wrong number of arguments, or a
-        message naming the argument whose shape or value does not fit.
+    Runs `add`'s checks (number, shapes, values the storage dtypes hold
+    exactly; ValueError naming the argument). A subclass may override it,
+    as in Dopamine: `add` then calls the override first, with the arguments
+    in `get_add_args_signature` order, and runs its own checks after it.
     """
     self._check_add_args(list(args))
 
@@ -445,15 +415,10 @@ class OutOfGraphReplayBuffer(object):
     self._storage.write(values, ends_episode)
 
   def _on_write(self, slot: int, values: Sequence[Any]) -> None:
-    """Hook of `add`, per slot written (padding too), before the storage.
+    """Hook of `add`: `slot` gets checked `values` (padding too), next.
 
     Does nothing here; the prioritized memory writes the slot's priority
     (its last value) to its sum tree. `add` holds `_lock`.
-
-    Args:
-      slot: int, the slot being written.
-      values: `add`'s checked values for it, in `get_add_args_signature`
-        order.
     """
 
   # ---------------------------------------------------------------- reads
@@ -755,10 +720,8 @@ class OutOfGraphReplayBuffer(object):
     Returns:
       tf.data.Dataset.
     """
-    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
-    batch_size = (self._batch_size if batch_size is None else
-                  validation.check_int('batch_size', batch_size, 1))
-    return wrapped_sampling.dataset(self, batch_size, prefetch)
+    return wrapped_replay_buffer.tensorflow_side().dataset(self, batch_size,
+                                                           prefetch)
 
   # ---------------------------------------------------------- checkpoints
 
@@ -819,6 +782,4 @@ class WrappedReplayBuffer(wrapped_replay_buffer.WrappedReplayBufferBase):
   when the first one is built, not by defining or configuring it.
   """
 
-  @staticmethod
-  def _memory_class() -> type:
-    return OutOfGraphReplayBuffer
+  _memory_class = OutOfGraphReplayBuffer

@@ -13,12 +13,12 @@ belong to the agent (Dopamine's Rainbow agent, Hessel et al., 2018), which
 sets ``priority = loss ** alpha`` with `set_priority`.
 
 As the circular memory, it is NumPy only: `WrappedPrioritizedReplayBuffer`
-loads TensorFlow (`wrapped_sampling`) when first built. What differs from
-Dopamine: docs/compat.md#prioritized_replay_buffer.
+(its body is `wrapped_replay_buffer`'s) loads TensorFlow when first built.
+What differs from Dopamine: docs/compat.md#prioritized_replay_buffer.
 """
 
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
@@ -27,10 +27,8 @@ from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory import wrapped_replay_buffer
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
-
-if TYPE_CHECKING:
-  import tensorflow as tf  # pylint: disable=g-bad-import-order
 
 __all__ = ['OutOfGraphPrioritizedReplayBuffer',
            'WrappedPrioritizedReplayBuffer', 'ReplayElement']
@@ -286,39 +284,14 @@ class OutOfGraphPrioritizedReplayBuffer(
 @gin.configurable(
     denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
 class WrappedPrioritizedReplayBuffer(
+    wrapped_replay_buffer.WrappedPrioritizedReplayBufferBase,
     circular_replay_buffer.WrappedReplayBuffer):
   """Graph-mode access to an `OutOfGraphPrioritizedReplayBuffer`.
 
-  Adds `tf_set_priority` and `tf_get_priority` to `WrappedReplayBuffer`; the
-  sampled `transition` ends with `sampling_probabilities` (raw priorities).
-  Every constructor argument reaches the memory.
+  A `WrappedReplayBuffer` with `tf_set_priority` and `tf_get_priority` (see
+  `wrapped_replay_buffer`); the sampled `transition` ends with
+  `sampling_probabilities` (raw priorities). Every constructor argument
+  reaches the memory.
   """
 
-  @staticmethod
-  def _memory_class() -> type:
-    return OutOfGraphPrioritizedReplayBuffer
-
-  def tf_set_priority(self, indices, priorities) -> 'tf.Operation':
-    """Returns an op setting `priorities` at `indices` in the memory.
-
-    Args:
-      indices: int tensor of shape [n], memory indices (e.g. the sampled
-        `transition['indices']`).
-      priorities: float tensor of shape [n], each 0 or in float32's
-        positive range (see the memory's `set_priority`).
-
-    Returns:
-      A tf.Operation; running it writes the priorities, or raises
-      tf.errors.InvalidArgumentError naming the bad value and writes nothing.
-    """
-    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
-    return wrapped_sampling.set_priority_op(self.memory, indices, priorities)
-
-  def tf_get_priority(self, indices) -> 'tf.Tensor':
-    """Returns a float32 tensor of shape [n]: the priorities at `indices`.
-
-    Args:
-      indices: int tensor of shape [n], memory indices.
-    """
-    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
-    return wrapped_sampling.get_priority_tensor(self.memory, indices)
+  _memory_class = OutOfGraphPrioritizedReplayBuffer

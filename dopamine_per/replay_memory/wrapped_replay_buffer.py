@@ -1,24 +1,35 @@
 # coding=utf-8
-"""What the graph-mode replay memories share, without TensorFlow.
+"""The replay memories' one edge with TensorFlow, and the graph-mode bases.
 
 `circular_replay_buffer.WrappedReplayBuffer` and
 `prioritized_replay_buffer.WrappedPrioritizedReplayBuffer` (Dopamine's
-classes and gin names) are this base with their memory class. It holds a
-memory and builds its sampling ops; the ops come from `wrapped_sampling`,
-TensorFlow's side, imported when the first wrapper is built, so that
-defining and configuring the wrappers with gin does not import TensorFlow.
-What differs from Dopamine's Wrapped* classes:
-docs/compat.md#wrapped_replay_buffer.
+classes and gin names) are these bases with their memory class. Every
+TensorFlow op of the wrappers and of the memories' `as_dataset` is built by
+`wrapped_sampling`, which only `tensorflow_side` imports, on first use: so
+defining and configuring the wrappers with gin, or using the NumPy
+memories, does not import TensorFlow. What differs from Dopamine's Wrapped*
+classes: docs/compat.md#wrapped_replay_buffer.
 """
 
 import collections
-from typing import Any, Optional, Sequence, Tuple
+import types
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dopamine_per.replay_memory import validation
 
-__all__ = ['WrappedReplayBufferBase']
+if TYPE_CHECKING:
+  import tensorflow as tf  # pylint: disable=g-bad-import-order
+
+__all__ = ['WrappedReplayBufferBase', 'WrappedPrioritizedReplayBufferBase',
+           'tensorflow_side']
+
+
+def tensorflow_side() -> types.ModuleType:
+  """Returns `wrapped_sampling`, the memories' one way to TensorFlow."""
+  from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
+  return wrapped_sampling
 
 
 class WrappedReplayBufferBase(object):
@@ -30,7 +41,8 @@ class WrappedReplayBufferBase(object):
   staged by the previous run and stages the next one, sampled while the
   graph trains on the current one (see `create_sampling_ops`).
 
-  Subclasses name their memory class in `_memory_class`.
+  Subclasses set `_memory_class`, the class of the memory the constructor
+  creates.
 
   Attributes:
     memory: the out-of-graph replay memory; `add`, `save` and `load` go to it.
@@ -38,6 +50,8 @@ class WrappedReplayBufferBase(object):
     transition: collections.OrderedDict of name -> tf.Tensor, in
       `memory.get_transition_elements()` order, with static shapes.
   """
+
+  _memory_class: type
 
   def __init__(self,
                observation_shape: Tuple[int, ...],
@@ -68,7 +82,7 @@ class WrappedReplayBufferBase(object):
       update_horizon: int, n of the n-step return.
       gamma: float in [0, 1], the discount factor.
       wrapped_memory: an out-of-graph memory to use instead of a new one of
-        `_memory_class()`.
+        `_memory_class`.
       max_sample_attempts: int, failed draws allowed per batch.
       extra_storage_types: list of ReplayElement, extra per-transition data.
       observation_dtype: np.dtype of observations.
@@ -95,7 +109,7 @@ class WrappedReplayBufferBase(object):
     validation.check_real('gamma', gamma, 0.0, 1.0)
     self.batch_size = batch_size
     if wrapped_memory is None:
-      wrapped_memory = self._memory_class()(
+      wrapped_memory = self._memory_class(
           observation_shape, stack_size, replay_capacity, batch_size,
           update_horizon=update_horizon, gamma=gamma,
           max_sample_attempts=max_sample_attempts,
@@ -106,11 +120,6 @@ class WrappedReplayBufferBase(object):
           **memory_kwargs)
     self.memory = wrapped_memory
     self.create_sampling_ops(use_staging)
-
-  @staticmethod
-  def _memory_class() -> type:
-    """Returns the class of the memory the constructor creates."""
-    raise NotImplementedError
 
   def add(self, observation, action, reward, terminal, *args, **kwargs):
     """Adds a transition to the memory (see the memory's `add`)."""
@@ -127,9 +136,8 @@ class WrappedReplayBufferBase(object):
     Args:
       use_staging: bool, prefetch the next batch while the graph trains.
     """
-    from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
-    tensors, self._staging_area = wrapped_sampling.sampling_ops(self.memory,
-                                                                use_staging)
+    tensors, self._staging_area = tensorflow_side().sampling_ops(self.memory,
+                                                                 use_staging)
     self.unpack_transition(tensors, self.memory.get_transition_elements())
 
   def unpack_transition(self, transition_tensors, transition_type) -> None:
@@ -159,3 +167,30 @@ class WrappedReplayBufferBase(object):
     load before training, when nothing is staged.
     """
     self.memory.load(checkpoint_dir, suffix)
+
+
+class WrappedPrioritizedReplayBufferBase(WrappedReplayBufferBase):
+  """Graph-mode access to a prioritized memory: adds the priority ops."""
+
+  def tf_set_priority(self, indices, priorities) -> 'tf.Operation':
+    """Returns an op setting `priorities` at `indices` in the memory.
+
+    Args:
+      indices: int tensor of shape [n], memory indices (e.g. the sampled
+        `transition['indices']`).
+      priorities: float tensor of shape [n], each 0 or in float32's
+        positive range (see the memory's `set_priority`).
+
+    Returns:
+      A tf.Operation; running it writes the priorities, or raises
+      tf.errors.InvalidArgumentError naming the bad value and writes nothing.
+    """
+    return tensorflow_side().set_priority_op(self.memory, indices, priorities)
+
+  def tf_get_priority(self, indices) -> 'tf.Tensor':
+    """Returns a float32 tensor of shape [n]: the priorities at `indices`.
+
+    Args:
+      indices: int tensor of shape [n], memory indices.
+    """
+    return tensorflow_side().get_priority_tensor(self.memory, indices)

@@ -5,9 +5,9 @@ The out-of-graph memories are NumPy only, so that a process that only
 stores transitions never imports TensorFlow. This module builds what the
 `Wrapped*` classes and `as_dataset` hand to TensorFlow: `tf.numpy_function`
 ops that sample a batch (with or without a staging area), that set and get
-priorities, and a `tf.data.Dataset` of batches. The classes import it when
-they first need it. What differs from Dopamine's Wrapped* classes:
-docs/compat.md#wrapped_replay_buffer.
+priorities, and a `tf.data.Dataset` of batches. They reach it through
+`wrapped_replay_buffer.tensorflow_side`, when they first need it. What
+differs from Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -117,22 +117,28 @@ def get_priority_tensor(memory: Any, indices: Any) -> tf.Tensor:
   return priorities
 
 
-def dataset(memory: Any, batch_size: int, prefetch: int) -> tf.data.Dataset:
+def dataset(memory: Any, batch_size: Optional[int], prefetch: int
+           ) -> tf.data.Dataset:
   """Returns an endless dataset of batches sampled from `memory`.
 
-  Each element is a dict mapping the names of
-  `memory.get_transition_elements(batch_size)` to tensors of their shapes
-  and dtypes, sampled by `memory.sample_transition_batch` on tf.data's
-  threads.
+  The body of the memories' `as_dataset` (see there). Each element is a dict
+  mapping the names of `memory.get_transition_elements(batch_size)` to
+  tensors of their shapes and dtypes, sampled by
+  `memory.sample_transition_batch` on tf.data's threads.
 
   Args:
     memory: an out-of-graph replay memory.
-    batch_size: int, a checked batch size.
+    batch_size: int, or None for the memory's batch size.
     prefetch: int >= 0, batches sampled ahead.
 
   Returns:
     tf.data.Dataset.
+
+  Raises:
+    ValueError: If batch_size is not a positive int.
   """
+  if batch_size is not None:
+    batch_size = memory._check_batch_size(batch_size)  # pylint: disable=protected-access
   elements = memory.get_transition_elements(batch_size)
   names = [element.name for element in elements]
 

@@ -7,26 +7,12 @@ cumulative position x?". Sampling a slot with probability proportional to its
 priority is then a descent from the root (Schaul et al., 2015, "Prioritized
 Experience Replay", appendix B.2.1).
 
-Layout. Dopamine keeps a binary tree and walks it one index and one level at a
-time in Python. This tree is *wide*: every inner node sums ``FANOUT`` (16)
-children, so a tree over 2**20 leaves has five levels, not twenty-one. A
-batch of updates or queries is a handful of NumPy operations per level,
-whatever the batch size, or one call of a compiled loop when Numba is
-installed (a requirement; chosen by `kernels`; bit-identical results).
-
-All levels live in one flat float64 array, leaves first, each level padded
-with zeros to whole rows of 16 siblings. For capacity 1000:
-
-  flat:     | level 0: 63 rows | level 1: 4 rows | level 2: 1 row |
-  offsets:  0                  1008              1072             1088
-
-  level 2   [a0 a1 a2 a3 0 .. 0]                 the total is its sum
-  level 1   [b0 .. b15][b16 .. b31][b32 .. b47][b48 .. b62 0]
-  level 0   [p0 .. p15][p16 .. p31] ... [p992 .. p999 0 .. 0]
-
-Node i of level k is flat[offsets[k] + i]. Node j sums row j of the level
-below (a1 = b16 + ... + b31), so the parent of node i is node i // 16 of
-level k + 1. Leaves 1000 to 1007 and the other trailing zeros are padding.
+Layout. Dopamine keeps a binary tree and walks it one index and one level
+at a time in Python. This tree is *wide*: every inner node sums ``FANOUT``
+(16) children, so a tree over 2**20 leaves has five levels, not twenty-one,
+all in one flat float64 array (docs/architecture.md#the-sum-trees-flat-layout).
+A batch of updates or queries is one call of the kernels (`kernels.choose`)
+whatever the batch size.
 
 Exactness. Every inner node is recomputed from its children when one of them
 changes, never updated by adding a delta, so rounding errors cannot accumulate:
@@ -39,8 +25,7 @@ on demand), ``max_recorded_priority``, ``set``, ``get``, ``sample`` and
 ``stratified_sample``, with the same exception types. Without an ``rng`` the
 tree draws from Python's ``random`` module exactly as Dopamine does, so
 ``random.seed`` reproduces Dopamine's query values. What differs from
-Dopamine's tree: docs/compat.md#sum_tree; the flat layout:
-docs/architecture.md#the-sum-trees-flat-layout.
+Dopamine's tree: docs/compat.md#sum_tree.
 """
 
 import functools

@@ -13,13 +13,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['ArgumentError', 'describe']
+__all__ = ['ArgumentError', 'InvalidIndexError', 'InvalidIndexTypeError',
+           'describe']
 
 
 class ArgumentError(ValueError, AssertionError):
   """A bad argument where Dopamine asserts: a ValueError and an AssertionError.
 
   The message names the argument and the value given.
+  """
+
+
+class InvalidIndexError(IndexError, ValueError):
+  """An index outside [0, capacity). Catchable as IndexError or ValueError."""
+
+
+class InvalidIndexTypeError(TypeError, ArgumentError):
+  """A non-integer index: a TypeError, a ValueError and an AssertionError.
+
+  Dopamine's prioritized memory asserts that indices are integers.
   """
 
 

@@ -638,7 +638,7 @@ class ShardedPrioritizedReplayBuffer(object):
     if array.ndim != 1:
       raise ValueError('indices must be a 1-D sequence of ints, got shape {}'
                        .format(array.shape))
-    return validation.validate_indices(array, self.replay_capacity,
+    return validation.check_indices(array, self.replay_capacity,
                                        'indices').astype(np.int64)
 
   def _assemble(self, batch_size: int, indices: np.ndarray,
@@ -675,8 +675,8 @@ class ShardedPrioritizedReplayBuffer(object):
 
     Raises:
       ValueError: If the shapes differ or a priority is not one;
-        validation.InvalidIndexError (an IndexError and ValueError) if an
-        index is out of range; validation.InvalidIndexTypeError (a
+        errors.InvalidIndexError (an IndexError and ValueError) if an
+        index is out of range; errors.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
       ShardError: If a shard is dead (at this or a later call).
     """
@@ -686,7 +686,7 @@ class ShardedPrioritizedReplayBuffer(object):
       raise ValueError(
           'priorities of shape {} do not match indices of shape {}.'.format(
               np.shape(priorities), indices.shape))
-    priorities = validation.validate_priorities(
+    priorities = validation.check_priorities(
         priorities, indices.shape, 'priorities', np.float32).ravel()
     indices = indices.ravel().astype(np.int64)
     for k, where in self._split(indices).items():
@@ -708,8 +708,8 @@ class ShardedPrioritizedReplayBuffer(object):
 
     Raises:
       AssertionError: (also a ValueError) If `indices` is a scalar.
-      validation.InvalidIndexError: If an index is out of range.
-      validation.InvalidIndexTypeError: If the indices are not integers.
+      errors.InvalidIndexError: If an index is out of range.
+      errors.InvalidIndexTypeError: If the indices are not integers.
       ShardError: If a shard is dead.
     """
     indices = validation.check_index_array(indices, self.replay_capacity)

@@ -176,7 +176,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     if len(values) == len(self._add_specs):
       priority = values[-1]
       values[-1] = (self.sum_tree.max_recorded_priority if priority is None
-                    else validation.validate_priority(
+                    else validation.check_priority(
                         priority, 'priority', self.sum_tree.priority_dtype))
     return super()._check_add_args(values)
 
@@ -228,8 +228,8 @@ class OutOfGraphPrioritizedReplayBuffer(
 
     Raises:
       ValueError: If the shapes differ, or a priority is not one (see
-        above); sum_tree.InvalidIndexError (an IndexError and ValueError)
-        if an index is out of range; sum_tree.InvalidIndexTypeError (a
+        above); errors.InvalidIndexError (an IndexError and ValueError)
+        if an index is out of range; errors.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
     """
     with self._priority_lock:
@@ -241,7 +241,7 @@ class OutOfGraphPrioritizedReplayBuffer(
         raise ValueError(
             'priorities of shape {} do not match indices of shape {}.'.format(
                 np.shape(priorities), indices.shape))
-      self.sum_tree.set(indices, validation.validate_priorities(
+      self.sum_tree.set(indices, validation.check_priorities(
           priorities, indices.shape, 'priorities',
           self.sum_tree.priority_dtype))
 
@@ -258,8 +258,8 @@ class OutOfGraphPrioritizedReplayBuffer(
     Raises:
       AssertionError: (also a ValueError) If `indices` is a scalar, as in
         Dopamine.
-      sum_tree.InvalidIndexError: If an index is out of range.
-      sum_tree.InvalidIndexTypeError: If the indices are not integers.
+      errors.InvalidIndexError: If an index is out of range.
+      errors.InvalidIndexTypeError: If the indices are not integers.
     """
     with self._priority_lock:
       return self.sum_tree.get(validation.check_index_array(

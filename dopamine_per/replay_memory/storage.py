@@ -13,7 +13,7 @@ Large arrays cost nothing until written (see `zeros`): a million-slot Atari
 memory holds about 7 GB of frames and is constructed in milliseconds. The
 memory's sampled states are written into a `BufferPool`'s memory. NumPy and
 the standard library only. What differs from Dopamine's storage:
-docs/compat.md#lazy_storage.
+docs/compat.md#storage.
 """
 
 import math

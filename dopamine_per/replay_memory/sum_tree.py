@@ -43,12 +43,7 @@ from dopamine_per.replay_memory import validation
 
 __all__ = [
     'SumTree',
-    'InvalidIndexError',
-    'InvalidIndexTypeError',
     'FANOUT',
-    'validate_indices',
-    'validate_priorities',
-    'validate_priority',
 ]
 
 # Children per inner node. Measured (benchmarks/sum_tree_benchmark.py) at
@@ -61,12 +56,6 @@ RngLike = Union[None, int, np.random.Generator]
 
 _FLOAT64 = np.dtype(np.float64)
 
-# The memories, agents and tests take these from here.
-InvalidIndexError = validation.InvalidIndexError
-InvalidIndexTypeError = validation.InvalidIndexTypeError
-validate_indices = validation.validate_indices
-validate_priorities = validation.validate_priorities
-validate_priority = validation.validate_priority
 
 
 def _python_random_words(count: int) -> bytes:
@@ -173,7 +162,7 @@ class SumTree(object):
   bools, strings, bytes or complex numbers), and each is 0 or lies between
   the smallest positive value of `priority_dtype` and its largest, so that
   it reads back in that dtype as itself, rounded, never as 0 or inf
-  (`validate_priority`). An update that would make the float64 total
+  (`check_priority`). An update that would make the float64 total
   infinite is refused too.
 
   Attributes:
@@ -281,12 +270,12 @@ class SumTree(object):
       A float for a scalar index, else a float64 array shaped like the input.
 
     Raises:
-      InvalidIndexTypeError: If an index is not an integer.
-      InvalidIndexError: If an index is outside [0, capacity).
+      errors.InvalidIndexTypeError: If an index is not an integer.
+      errors.InvalidIndexError: If an index is outside [0, capacity).
     """
     if type(node_index) is not np.ndarray or not node_index.ndim:
       if validation.is_scalar(node_index):
-        return float(self._levels[0][validation.validate_index(
+        return float(self._levels[0][validation.check_index(
             node_index, self.capacity, 'node_index')])
       node_index = np.asarray(node_index)
     kind = node_index.dtype.kind
@@ -301,7 +290,7 @@ class SumTree(object):
         return self._leaves.take(node_index)
       except IndexError:
         pass
-    return self._levels[0][validate_indices(  # Raises.
+    return self._levels[0][validation.check_indices(  # Raises.
         node_index, self.capacity, 'node_index')]
 
   # ---------------------------------------------------------------- writing
@@ -318,21 +307,21 @@ class SumTree(object):
       node_index: an int or an integer array-like of leaf indices.
       value: a real number, or an array-like of them broadcastable to
         `node_index`'s shape; each 0 or in [smallest positive, largest]
-        value of `priority_dtype` (see `validate_priority`). Zero means
+        value of `priority_dtype` (see `check_priority`). Zero means
         "never sample".
 
     Raises:
-      InvalidIndexTypeError: If an index is not an integer.
-      InvalidIndexError: If an index is outside [0, capacity).
+      errors.InvalidIndexTypeError: If an index is not an integer.
+      errors.InvalidIndexError: If an index is outside [0, capacity).
       ValueError: If a value is not a real number (a string, bytes, a bool,
         a complex number, an int beyond any float), is negative, NaN,
         infinite or outside `priority_dtype`'s range, if the shapes do not
         match, or if the update would make the total priority infinite.
     """
     if validation.is_scalar(node_index) and validation.is_scalar(value):
-      index = validation.validate_index(node_index, self.capacity,
+      index = validation.check_index(node_index, self.capacity,
                                         'node_index')
-      number = validate_priority(value, 'value', self.priority_dtype)
+      number = validation.check_priority(value, 'value', self.priority_dtype)
       if (number > self._safe_largest or
           self.max_recorded_priority > self._safe_largest):
         self._check_total(np.array([index]), np.array([number]))
@@ -340,9 +329,9 @@ class SumTree(object):
       return
     if self.set_if_valid(node_index, value):
       return
-    indices = validate_indices(node_index, self.capacity,
+    indices = validation.check_indices(node_index, self.capacity,
                                'node_index').ravel()
-    values = validate_priorities(value, np.shape(node_index), 'value',
+    values = validation.check_priorities(value, np.shape(node_index), 'value',
                                  self.priority_dtype).ravel()
     if indices.size == 0:
       return
@@ -428,11 +417,11 @@ class SumTree(object):
     A scalar `set` without its checks or array overhead, O(FANOUT * depth),
     for a caller on a hot path that has already checked both (the
     prioritized memory's `add`: the slot is its cursor, the priority went
-    through `validate_priority`). Unchecked arguments corrupt the tree.
+    through `check_priority`). Unchecked arguments corrupt the tree.
 
     Args:
       index: int in [0, capacity).
-      value: float, a valid priority (see `validate_priority`) that keeps
+      value: float, a valid priority (see `check_priority`) that keeps
         the total finite.
     """
     self._levels[0][index] = value

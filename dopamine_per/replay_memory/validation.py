@@ -6,8 +6,8 @@ inputs with the same exception types and messages: integers (`check_int`,
 `check_batch_size`), real numbers in a range (`check_real`), a memory's
 generator (`check_rng`) and transition count (`check_add_count`,
 `check_room_to_add`, bounded by `MAX_ADD_COUNT`), leaf indices
-(`validate_index`, `validate_indices`) and priorities (`validate_priority`,
-`validate_priorities`). NumPy only: no TensorFlow.
+(`check_index`, `check_indices`) and priorities (`check_priority`,
+`check_priorities`). NumPy only: no TensorFlow.
 """
 
 import functools
@@ -20,8 +20,6 @@ import numpy as np
 from dopamine_per import errors
 
 __all__ = [
-    'InvalidIndexError',
-    'InvalidIndexTypeError',
     'MAX_ADD_COUNT',
     'check_add_count',
     'check_batch_size',
@@ -35,22 +33,11 @@ __all__ = [
     'head',
     'is_scalar',
     'priority_bounds',
-    'validate_index',
-    'validate_indices',
-    'validate_priorities',
-    'validate_priority',
+    'check_index',
+    'check_indices',
+    'check_priorities',
+    'check_priority',
 ]
-
-
-class InvalidIndexError(IndexError, ValueError):
-  """An index outside [0, capacity). Catchable as IndexError or ValueError."""
-
-
-class InvalidIndexTypeError(TypeError, errors.ArgumentError):
-  """A non-integer index: a TypeError, a ValueError and an AssertionError.
-
-  Dopamine's prioritized memory asserts that indices are integers.
-  """
 
 
 # ---------------------------------------------------------------- integers
@@ -169,7 +156,7 @@ def check_real(name: str, value: Any, minimum: float, maximum: float
               ) -> float:
   """Returns `value` as a float if it is a real number in [minimum, maximum].
 
-  A real number is what `validate_priority` takes: a Python or NumPy integer
+  A real number is what `check_priority` takes: a Python or NumPy integer
   or float (or a 0-d array of one), not a bool, string, bytes or complex
   number. NaN and infinities are outside any finite range.
 
@@ -217,7 +204,7 @@ def check_rng(rng: Any) -> Optional[np.random.Generator]:
 # ----------------------------------------------------------------- indices
 
 
-def validate_index(index: Any, capacity: int, name: str) -> int:
+def check_index(index: Any, capacity: int, name: str) -> int:
   """Checks one leaf index; returns it as an int.
 
   Args:
@@ -229,21 +216,21 @@ def validate_index(index: Any, capacity: int, name: str) -> int:
     int, the index.
 
   Raises:
-    InvalidIndexTypeError: If the index is not an integer.
-    InvalidIndexError: If it is outside [0, capacity).
+    errors.InvalidIndexTypeError: If the index is not an integer.
+    errors.InvalidIndexError: If it is outside [0, capacity).
   """
   try:
     checked = operator.index(index)
   except TypeError:
-    raise InvalidIndexTypeError('{} must be an integer. Got: {!r}'.format(
+    raise errors.InvalidIndexTypeError('{} must be an integer. Got: {!r}'.format(
         name, index)) from None
   if not 0 <= checked < capacity:
-    raise InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
+    raise errors.InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
         name, capacity, checked))
   return checked
 
 
-def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
+def check_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
   """Checks an array-like of leaf indices; returns it as an integer array.
 
   Args:
@@ -255,35 +242,35 @@ def validate_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
     np.ndarray of the input's integer dtype (int64 if it is empty).
 
   Raises:
-    InvalidIndexTypeError: If the indices are not integers.
-    InvalidIndexError: If an index is outside [0, capacity).
+    errors.InvalidIndexTypeError: If the indices are not integers.
+    errors.InvalidIndexError: If an index is outside [0, capacity).
   """
   array = np.asarray(indices)
   if array.dtype.kind not in 'iu':
     if array.size == 0:
       return array.astype(np.int64)
-    raise InvalidIndexTypeError(
+    raise errors.InvalidIndexTypeError(
         '{} must be integers. Got dtype {}: {!r}'.format(name, array.dtype,
                                                          array.flat[0]))
   if array.size and (array.min() < 0 or array.max() >= capacity):
     bad = array[(array < 0) | (array >= capacity)].flat[0]
-    raise InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
+    raise errors.InvalidIndexError('{} must be in [0, {}). Got: {}'.format(
         name, capacity, bad))
   return array
 
 
 def check_index_array(indices: Any, capacity: int) -> np.ndarray:
-  """`validate_indices` of a memory's `indices` argument, never a scalar.
+  """`check_indices` of a memory's `indices` argument, never a scalar.
 
   Raises:
     errors.ArgumentError: (a ValueError and an AssertionError, as Dopamine
       asserts) If `indices` is a scalar.
-    InvalidIndexTypeError, InvalidIndexError: see `validate_indices`.
+    errors.InvalidIndexTypeError, errors.InvalidIndexError: see `check_indices`.
   """
   if np.ndim(indices) == 0:
     raise errors.ArgumentError(
         'indices must be an array, got {!r}'.format(indices))
-  return validate_indices(indices, capacity, 'indices')
+  return check_indices(indices, capacity, 'indices')
 
 
 _FAST_SCALARS = frozenset([int, float, np.int64, np.float64, np.int32,
@@ -372,7 +359,7 @@ def _real_scalar(value: Any, name: str, dtype: Any) -> float:
   raise _type_error(name, value)
 
 
-def validate_priority(value: Any, name: str = 'value',
+def check_priority(value: Any, name: str = 'value',
                       dtype: Any = np.float64) -> float:
   """Checks one priority; returns it as a float.
 
@@ -421,12 +408,12 @@ def _real_array(values: Any, name: str, dtype: Any) -> np.ndarray:
                     else array.flat[0])
 
 
-def validate_priorities(values: Any, shape: Tuple[int, ...],
+def check_priorities(values: Any, shape: Tuple[int, ...],
                         name: str = 'value', dtype: Any = np.float64
                        ) -> np.ndarray:
   """Checks a batch of priorities and broadcasts it to `shape`.
 
-  Each priority must pass `validate_priority`.
+  Each priority must pass `check_priority`.
 
   Args:
     values: a real number or an array-like of them, broadcastable to
@@ -504,13 +491,13 @@ def check_sum_tree_state(state: Any, capacity: int, priority_dtype: Any
                      'dtype {}.'.format(raw.dtype))
   with np.errstate(over='ignore'):  # Wider floats: inf is refused below.
     leaves = raw.astype(np.float64)
-  validate_priorities(leaves, leaves.shape, 'Sum tree state leaves',
+  check_priorities(leaves, leaves.shape, 'Sum tree state leaves',
                       priority_dtype)
   if np.any(leaves[capacity:] != 0.0):
     raise ValueError('Sum tree state has priorities past capacity {}.'.format(
         capacity))
   try:
-    max_priority = validate_priority(state['max_recorded_priority'],
+    max_priority = check_priority(state['max_recorded_priority'],
                                      'max_recorded_priority',
                                      priority_dtype)
   except ValueError as e:

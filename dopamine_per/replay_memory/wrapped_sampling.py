@@ -16,6 +16,7 @@ import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
 from dopamine_per.replay_memory import numpy_function
+from dopamine_per.replay_memory import validation
 
 __all__ = ['dataset', 'get_priority_tensor', 'sampling_ops',
            'set_priority_op']
@@ -138,7 +139,7 @@ def dataset(memory: Any, batch_size: Optional[int], prefetch: int
     ValueError: If batch_size is not a positive int.
   """
   if batch_size is not None:
-    batch_size = memory._check_batch_size(batch_size)  # pylint: disable=protected-access
+    batch_size = validation.check_int('batch_size', batch_size, 1)
   elements = memory.get_transition_elements(batch_size)
   names = [element.name for element in elements]
 

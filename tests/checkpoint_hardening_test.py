@@ -32,6 +32,7 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import validation
 from tests import replay_cases
@@ -58,13 +59,14 @@ def path_of(directory, name):
 
 
 def read_state(directory):
-  with gzip.open(path_of(directory, crb.DOPAMINE_PER_STATE_NAME)) as f:
+  with gzip.open(path_of(directory,
+                         memory_checkpoint.DOPAMINE_PER_STATE_NAME)) as f:
     return pickle.load(f)
 
 
 def write_state(directory, state):
   gzip_files.save_pickle_gz(
-      path_of(directory, crb.DOPAMINE_PER_STATE_NAME), state)
+      path_of(directory, memory_checkpoint.DOPAMINE_PER_STATE_NAME), state)
 
 
 def craft(directory, name, data):
@@ -78,7 +80,7 @@ def craft(directory, name, data):
     os.rmdir(path)
   with open(path, 'wb') as f:
     f.write(data)
-  if name != crb.DOPAMINE_PER_STATE_NAME:
+  if name != memory_checkpoint.DOPAMINE_PER_STATE_NAME:
     state = read_state(directory)
     state['files'][name] = tuple(atomic_files.file_digest(path))
     write_state(directory, state)
@@ -192,7 +194,7 @@ class DamagedFilesTest(HardeningTestCase):
     state = read_state(self.directory)
     state['rng_state']['state']['state'] = 2**200
     write_state(self.directory, state)
-    self.assert_refused(crb.DOPAMINE_PER_STATE_NAME,
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
                         r'\(generator state\): unusable: OverflowError')
 
   def test_deeply_nested_list(self):
@@ -217,7 +219,7 @@ class DamagedFilesTest(HardeningTestCase):
       state = read_state(self.directory)
       state['files'][other] = (0, 'e3b0c442' * 8)
       write_state(self.directory, state)
-      self.assert_refused(crb.DOPAMINE_PER_STATE_NAME,
+      self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
                           "must name exactly this memory's checkpoint files")
       make().save(self.directory, _SUFFIX)
 
@@ -226,7 +228,7 @@ class DamagedFilesTest(HardeningTestCase):
     state = read_state(self.directory)
     del state['files']['$store$_action']
     write_state(self.directory, state)
-    self.assert_refused(crb.DOPAMINE_PER_STATE_NAME,
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
                         r"lacks \['\$store\$_action'\]")
 
   @parameterized.named_parameters(
@@ -240,7 +242,7 @@ class DamagedFilesTest(HardeningTestCase):
     state = read_state(self.directory)
     state['files'] = change(state['files'])
     write_state(self.directory, state)
-    self.assert_refused(crb.DOPAMINE_PER_STATE_NAME, message)
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME, message)
 
   def test_fifo_store_file_does_not_block(self):
     # Was a load that waited forever for a writer.
@@ -367,7 +369,8 @@ class GzipBombTest(HardeningTestCase):
         # Pickles of 2 MB that inflate to 2 GiB: were decompressed whole.
         'sum_tree': gzip_bomb(binbytes8, two_gib),
         'episode_end_indices': gzip_bomb(binbytes8, two_gib),
-        crb.DOPAMINE_PER_STATE_NAME: gzip_bomb(binbytes8, two_gib),
+        memory_checkpoint.DOPAMINE_PER_STATE_NAME: gzip_bomb(binbytes8,
+                                                             two_gib),
         # A version-2 .npy header declaring 4 GiB: NumPy reads it all.
         'add_count': gzip_bomb(b'\x93NUMPY\x02\x00\xf0\xff\xff\xff',
                                two_gib),

@@ -151,7 +151,7 @@ class AddTest(absltest.TestCase):
     for _ in range(4):
       buffer.add(np.ones(2, np.uint8), 1, 1.0, False)
     self.assertEqual(buffer.episode_end_indices, set())
-    self.assertFalse(buffer._episode_end.any())
+    self.assertFalse(buffer.storage.episode_end.any())
 
   def test_counters(self):
     buffer = self._buffer(stack_size=1, replay_capacity=3)
@@ -321,7 +321,7 @@ class BadInputTest(parameterized.TestCase):
     with self.assertRaises(ValueError):
       buffer.add(np.zeros(3, np.uint8), 0, 0.0, False)
     self.assertTrue(buffer.is_empty())
-    self.assertTrue(buffer._next_experience_is_episode_start)
+    self.assertTrue(buffer.storage.episode_start)
 
   def test_sampling_too_early(self):
     buffer = self._buffer(update_horizon=2)
@@ -489,7 +489,7 @@ class DopamineEquivalenceTest(parameterized.TestCase):
     horizon = buffer._update_horizon
     slots = crb.modulo_range(index, horizon, buffer._replay_capacity)
     terminal = buffer._store['terminal'][slots] != 0
-    time_limit_ends = buffer._episode_end[slots] & ~terminal
+    time_limit_ends = buffer.storage.episode_end[slots] & ~terminal
     self.assertTrue(terminal.any())
     self.assertTrue(time_limit_ends.any())
     self.assertGreater(np.flatnonzero(time_limit_ends).min(),
@@ -527,11 +527,11 @@ class CheckpointTest(parameterized.TestCase):
         sorted('{}_ckpt.7.gz'.format(name) for name in [
             '$store$_observation', '$store$_action', '$store$_reward',
             '$store$_terminal', 'add_count', 'invalid_range',
-            'episode_end_indices', crb.DOPAMINE_PER_STATE_NAME]))
+            'episode_end_indices', memory_checkpoint.DOPAMINE_PER_STATE_NAME]))
     restored = _filled(steps=3, seed=9, rng=4)
     restored.load(directory, 7)
     assert_same_snapshot(self, snapshot(buffer), snapshot(restored))
-    self.assertFalse(restored._next_experience_is_episode_start)
+    self.assertFalse(restored.storage.episode_start)
     for x, y in zip(buffer.sample_transition_batch(),
                     restored.sample_transition_batch()):
       np.testing.assert_array_equal(x, y)
@@ -570,7 +570,7 @@ class CheckpointTest(parameterized.TestCase):
     ours = _filled(steps=3)
     ours.load(directory, 4)
     self._assert_same_as_dopamine(ours, theirs)
-    self.assertTrue(ours._next_experience_is_episode_start)
+    self.assertTrue(ours.storage.episode_start)
     for i in range(5):
       for buffer in (ours, theirs):
         buffer.add(np.full(2, i, np.uint8), 1, 0.5, i == 3)
@@ -602,7 +602,7 @@ class CheckpointTest(parameterized.TestCase):
     theirs.save(directory, 0)
     ours = _filled(steps=0, update_horizon=1)
     ours.load(directory, 0)
-    self.assertFalse(ours._next_experience_is_episode_start)
+    self.assertFalse(ours.storage.episode_start)
 
   def test_missing_episode_end_indices_is_tolerated(self):
     directory = _temp_dir(self)
@@ -650,7 +650,7 @@ class CheckpointTest(parameterized.TestCase):
       ('flipped_byte', '$store$_action',
        lambda data: data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1])
        + data[len(data) // 2 + 1:], 'corrupt|CRC|invalid|malformed'),
-      ('bad_state', crb.DOPAMINE_PER_STATE_NAME,
+      ('bad_state', memory_checkpoint.DOPAMINE_PER_STATE_NAME,
        lambda data: gzip.compress(pickle.dumps({'a': 1})),
        'not a dopamine_per state'),
   )
@@ -658,13 +658,14 @@ class CheckpointTest(parameterized.TestCase):
     # With our state file, its recorded checksums catch any change; without
     # it (a Dopamine checkpoint), the file's own checks must.
     for with_manifest in (True, False):
-      if not with_manifest and name == crb.DOPAMINE_PER_STATE_NAME:
+      if (not with_manifest and
+          name == memory_checkpoint.DOPAMINE_PER_STATE_NAME):
         continue
       directory = _temp_dir(self)
       _filled().save(directory, 3)
       if not with_manifest:
         os.remove(os.path.join(directory, '{}_ckpt.3.gz'.format(
-            crb.DOPAMINE_PER_STATE_NAME)))
+            memory_checkpoint.DOPAMINE_PER_STATE_NAME)))
       path = os.path.join(directory, '{}_ckpt.3.gz'.format(name))
       with open(path, 'rb') as f:
         data = f.read()
@@ -673,7 +674,7 @@ class CheckpointTest(parameterized.TestCase):
       buffer = _filled(steps=5, seed=2)
       before = snapshot(buffer)
       expected = message
-      if with_manifest and name != crb.DOPAMINE_PER_STATE_NAME:
+      if with_manifest and name != memory_checkpoint.DOPAMINE_PER_STATE_NAME:
         # Whichever check reads the bad bytes first.
         expected = '({}|checksum differs)'.format(message)
       with self.assertRaisesRegex(atomic_files.CheckpointError,
@@ -693,7 +694,7 @@ class CheckpointTest(parameterized.TestCase):
     buffer = _filled()
     buffer.save(directory, 3)
     os.remove(os.path.join(directory, '{}_ckpt.3.gz'.format(
-        crb.DOPAMINE_PER_STATE_NAME)))  # As a Dopamine checkpoint.
+        memory_checkpoint.DOPAMINE_PER_STATE_NAME)))  # As Dopamine's.
     with open(os.path.join(directory, 'episode_end_indices_ckpt.3.gz'),
               'wb') as f:
       f.write(gzip.compress(pickle.dumps(Exploit())))
@@ -870,7 +871,8 @@ class AtomicResaveTest(_ResaveTestCase):
     self._interrupt_after_journal(renames)
     self.assertIn(memory_checkpoint.journal_filename(4),
                   os.listdir(self.directory))
-    self.assertEqual(crb.latest_checkpoint_iteration(self.directory), 4)
+    self.assertEqual(
+        memory_checkpoint.latest_checkpoint_iteration(self.directory), 4)
     before = self.digests()
     self.assert_loads(self.new)  # Read through the journal.
     self.assertEqual(self.digests(), before)  # Without writing anything.
@@ -948,7 +950,8 @@ class AtomicResaveTest(_ResaveTestCase):
     self.old.save(directory, 4)
     self.directory = directory
     self._interrupt_after_journal(2)
-    self.assertEqual(crb.latest_checkpoint_iteration(directory), 4)
+    self.assertEqual(
+        memory_checkpoint.latest_checkpoint_iteration(directory), 4)
     self.assert_loads(self.new)
     self.old.save(directory, 4)
     self.assertEqual(
@@ -1037,7 +1040,8 @@ class TwoPhaseSaveTest(_ResaveTestCase):
     record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
     with self.assertRaisesRegex(ValueError, 'Not a record of checkpoint 5'):
       memory_checkpoint.commit_save(self.new, self.directory, 5, record)
-    self.assertEqual(crb.latest_checkpoint_iteration(self.directory), 4)
+    self.assertEqual(
+        memory_checkpoint.latest_checkpoint_iteration(self.directory), 4)
     self.assert_loads(self.old)
 
   def test_prune_alone_deletes_the_stale_checkpoint(self):

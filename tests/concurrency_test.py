@@ -14,26 +14,24 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import prioritized_replay_buffer
 
 _CAPACITY = 500
 _ADDS = 3000
 
 
-def _memory():
+def _memory(kernels):
   return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
       observation_shape=(8, 8), stack_size=4, replay_capacity=_CAPACITY,
-      batch_size=32, update_horizon=3, max_sample_attempts=100000)
+      batch_size=32, update_horizon=3, max_sample_attempts=100000,
+      kernels=kernels)
 
 
 class ConcurrencyTest(parameterized.TestCase):
 
   @parameterized.parameters('numpy', 'numba')
   def test_invariants_hold_under_concurrent_use(self, kernels):
-    with absltest.mock.patch.dict(
-        'os.environ', {kernels_lib.ENV: kernels}):
-      memory = _memory()
+    memory = _memory(kernels)
     self.assertEqual(memory.sum_tree._kernels.name, kernels)
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (100, 8, 8), dtype=np.uint8)

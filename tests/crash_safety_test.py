@@ -36,14 +36,13 @@ from typing import List, Optional, Sequence, Set, Tuple
 from absl.testing import absltest
 import numpy as np
 
-from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests import replay_cases
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DURATION = 3  # checkpoint_duration: save 3 deletes iteration 0's files.
-_MARKER = circular_replay_buffer.DOPAMINE_PER_STATE_NAME
+_MARKER = memory_checkpoint.DOPAMINE_PER_STATE_NAME
 _JOURNAL = memory_checkpoint.JOURNAL_NAME
 # A temporary file a killed save left, planted before the last save of a
 # plan that asks for it: that save's clean-up deletes it.
@@ -260,7 +259,7 @@ class CrashTestCase(absltest.TestCase):
     self.assertEqual(listing(directory), files_after(events))
 
     self.assertEqual(
-        circular_replay_buffer.latest_checkpoint_iteration(directory), latest)
+        memory_checkpoint.latest_checkpoint_iteration(directory), latest)
     restored = make()
     restored.load(directory, latest)
     replay_cases.assert_same_snapshot(
@@ -271,7 +270,7 @@ class CrashTestCase(absltest.TestCase):
     advance(restored, 99)
     restored.save(directory, self.number)
     self.assertEqual(
-        circular_replay_buffer.latest_checkpoint_iteration(directory),
+        memory_checkpoint.latest_checkpoint_iteration(directory),
         self.number)
     self.assertEqual([name for name in listing(directory)
                       if is_temporary(name) or name.startswith(_JOURNAL)],

@@ -15,13 +15,13 @@ from absl.testing import absltest
 import numpy as np
 import ray
 
+from dopamine_per import errors
 from dopamine_per.distributed import placement
 from dopamine_per.distributed import replay
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.distributed import sharded_checkpoint
 from dopamine_per.file_io import atomic_files
 from dopamine_per.replay_memory import sampling
-from dopamine_per.replay_memory import validation
 from tests import ray_util
 from tests import stats_util
 
@@ -340,11 +340,11 @@ class ShardedReplayTest(absltest.TestCase):
     before = memory.get_priority(everything)
     good = np.array([1, 30])  # One index on each shard.
     cases = [
-        (np.array([1, 30, 48]), [1.0, 1.0, 1.0], validation.InvalidIndexError,
+        (np.array([1, 30, 48]), [1.0, 1.0, 1.0], errors.InvalidIndexError,
          'indices must be in \\[0, 48\\). Got: 48'),
-        (np.array([1, 30, -1]), [1.0, 1.0, 1.0], validation.InvalidIndexError,
+        (np.array([1, 30, -1]), [1.0, 1.0, 1.0], errors.InvalidIndexError,
          'Got: -1'),
-        (np.array([1.0, 30.0]), [1.0, 1.0], validation.InvalidIndexTypeError,
+        (np.array([1.0, 30.0]), [1.0, 1.0], errors.InvalidIndexTypeError,
          'indices must be integers'),
         (good, [1.0, np.nan], ValueError, 'priorities .*nan'),
         (good, [1.0, -2.0], ValueError, 'priorities .*-2'),

@@ -29,7 +29,6 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import prioritized_replay_buffer
-from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 from tests import replay_cases
 
@@ -88,7 +87,7 @@ class AddValuesTest(parameterized.TestCase):
     self.assert_refused(memory, r"'reward'.*10\*\*400", reward=10**400)
     self.assert_refused(memory, r"'exact'.*10\*\*400.*overflows float64",
                         exact=10**400)
-    self.assertTrue(memory._next_experience_is_episode_start)
+    self.assertTrue(memory.storage.episode_start)
     memory.add(*_args())
     self.assertEqual(int(memory.add_count), 4)
 
@@ -130,8 +129,7 @@ class CacheBoundTest(absltest.TestCase):
     for batch_size in range(1, 60):
       self.assertLen(memory.sample_transition_batch(batch_size)[0],
                      batch_size)
-    self.assertLessEqual(len(memory._batch_layouts),
-                         sampling._MAX_BATCH_LAYOUTS)
+    self.assertLessEqual(len(memory._batch_layouts), 16)  # The 16 newest.
 
   def test_resident_memory_of_many_large_batch_sizes(self):
     # 24 batch sizes of ~150,000 from a prioritized memory. Before the fix

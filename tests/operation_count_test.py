@@ -33,15 +33,15 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import sum_tree_kernels
 
 SMALL, LARGE = 32, 2048
 # Allowed growth from SMALL to LARGE: (LARGE - SMALL) / 10 = 201 lines.
 _LINES_PER_ELEMENT_BOUND = 10
 _DEPTH_GROWTH_BOUND = 100
-_KERNELS = sum_tree_kernels.available()
+_KERNELS = kernels_lib.available()
 
 
 def count_lines(function):
@@ -185,16 +185,8 @@ def _filled_memory(kernels, capacity=4096, transitions=3000):
   redraws (redraw rounds are random, and bounded, but not what this test
   is about).
   """
-  previous = os.environ.get(sum_tree_kernels.KERNELS_ENV)
-  os.environ[sum_tree_kernels.KERNELS_ENV] = kernels
-  try:
-    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-        (8, 8), 4, capacity, 32, update_horizon=3, rng=0)
-  finally:
-    if previous is None:
-      del os.environ[sum_tree_kernels.KERNELS_ENV]
-    else:
-      os.environ[sum_tree_kernels.KERNELS_ENV] = previous
+  memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+      (8, 8), 4, capacity, 32, update_horizon=3, rng=0, kernels=kernels)
   frames = np.random.default_rng(0).integers(0, 256, (100, 8, 8),
                                              dtype=np.uint8)
   for t in range(transitions):

@@ -36,7 +36,6 @@ from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
 from dopamine_per.replay_memory import kernels
 from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import sum_tree_kernels
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIGS = sorted(os.path.basename(path) for path in glob.glob(
@@ -61,9 +60,9 @@ def _temporary_directory(test):
 
 
 def _run(command, cwd, pythonpath=None, **kwargs):
-  """Runs `command` in `cwd` (kernel choices unset); returns the result."""
+  """Runs `command` in `cwd` (kernel choice unset); returns the result."""
   env = {k: v for k, v in os.environ.items()
-         if k not in (kernels.ENV, kernels.LEGACY_ENV, 'PYTHONPATH')}
+         if k not in (kernels.ENV, 'PYTHONPATH')}
   if pythonpath:
     env['PYTHONPATH'] = pythonpath
   env['TF_CPP_MIN_LOG_LEVEL'] = '2'
@@ -223,27 +222,28 @@ class WheelTest(absltest.TestCase):
   def test_installed_kernels_are_numba_s(self):
     result = self._installed(
         '-c', 'from dopamine_per.replay_memory import kernels, sum_tree\n'
-        'print(kernels.__file__, kernels.choose().name,\n'
-        '      type(sum_tree.SumTree(8)._kernels).__name__)')
+        'print(kernels.__file__, kernels.choose("auto").name,\n'
+        '      type(sum_tree.SumTree(8, kernels="auto")._kernels).__name__)')
     self.assertEqual(result.returncode, 0, result.stderr)
-    path, name, _ = result.stdout.split()
+    path, name, tree_kernels = result.stdout.split()
     self.assertTrue(path.startswith(self.site), path)
     self.assertEqual(name, 'numba')
+    self.assertEqual(tree_kernels, 'NumbaKernels')
 
 
 class KernelsTest(absltest.TestCase):
   """Numba's loops are the default; NumPy's warn once when they stand in."""
 
   def test_numba_is_the_default(self):
-    environ = {k: v for k, v in os.environ.items()
-               if k not in (kernels.ENV, kernels.LEGACY_ENV)}
-    with mock.patch.dict(os.environ, environ, clear=True):
-      self.assertIs(kernels.choose(), kernels.NUMBA)
-      self.assertIs(sum_tree.SumTree(8)._kernels,
-                    sum_tree_kernels.NumbaKernels)
+    # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
+    # (kernels_test), is Numba's: Numba is a requirement.
+    self.assertEqual(kernels.available(), ['numpy', 'numba'])
+    self.assertIs(kernels.choose('auto'), kernels.NUMBA)
+    self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
+                  kernels.NUMBA)
 
   def test_the_fallback_warns_once(self):
-    with mock.patch.object(kernels, 'numba_loops', None), \
+    with mock.patch.object(kernels, 'NUMBA', None), \
         mock.patch.object(kernels, '_fallback_logged', False), \
         mock.patch.object(kernels.logging, 'warning') as warning:
       for _ in range(3):
@@ -262,7 +262,7 @@ class KernelsTest(absltest.TestCase):
         '  memory = prioritized_replay_buffer.'
         'OutOfGraphPrioritizedReplayBuffer(\n'
         '      observation_shape=(4,), stack_size=1, replay_capacity=100,\n'
-        '      batch_size=4, observation_dtype=np.float32)\n'
+        '      batch_size=4, observation_dtype=np.float32, kernels="auto")\n'
         'assert not memory._kernels.compiled\n')
     result = _run([sys.executable, '-c', script], cwd=_REPO_ROOT,
                   pythonpath=os.pathsep.join(p for p in sys.path if p))

@@ -4,18 +4,16 @@ import os
 import random
 import shutil
 import tempfile
-from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 from dopamine.tf.replay_memory import prioritized_replay_buffer as dopamine_prb
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
-from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import sum_tree_kernels
 from tests import replay_cases
 from tests import stats_util
 
@@ -106,7 +104,7 @@ class AddTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, 'priority'):
         buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, priority=bad)
       self.assertTrue(buffer.is_empty())
-      self.assertTrue(buffer._next_experience_is_episode_start)
+      self.assertTrue(buffer.storage.episode_start)
       self.assertEqual(buffer.sum_tree.total_priority(), 0.0)
 
   def test_too_many_arguments(self):
@@ -123,9 +121,7 @@ class InputValuesTest(parameterized.TestCase):
   """
 
   def _buffer(self, kernels, **kwargs):
-    with mock.patch.dict(os.environ,
-                         {sum_tree_kernels.KERNELS_ENV: kernels}):
-      buffer = _buffer(**kwargs)
+    buffer = _buffer(kernels=kernels, **kwargs)
     self.assertEqual(buffer.sum_tree._kernels.name, kernels)
     return buffer
 
@@ -276,7 +272,7 @@ class PriorityTest(parameterized.TestCase):
       buffer.get_priority(3)  # As Dopamine; also a ValueError.
     with self.assertRaises(ValueError):
       buffer.set_priority(3, 1.0)
-    with self.assertRaisesRegex(sum_tree.InvalidIndexError, '16'):
+    with self.assertRaisesRegex(errors.InvalidIndexError, '16'):
       buffer.get_priority(np.array([16]))
     with self.assertRaises(ValueError):
       buffer.get_priority(np.array([0.5]))

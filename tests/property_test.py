@@ -323,16 +323,16 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
       names = [name for name, _ in
                memory_checkpoint.checkpoint_files(self.memory)]
       if keep_state_file:
-        names.append(circular_replay_buffer.DOPAMINE_PER_STATE_NAME)
+        names.append(memory_checkpoint.DOPAMINE_PER_STATE_NAME)
       else:
-        os.remove(path(circular_replay_buffer.DOPAMINE_PER_STATE_NAME))
+        os.remove(path(memory_checkpoint.DOPAMINE_PER_STATE_NAME))
       if damage == 'remove':
         # Without these a checkpoint is Dopamine's (the state file) or an
         # old Dopamine's (episode ends taken from the terminal flags): not
         # a damage.
         names = [name for name in names if name not in (
             'episode_end_indices',
-            circular_replay_buffer.DOPAMINE_PER_STATE_NAME)]
+            memory_checkpoint.DOPAMINE_PER_STATE_NAME)]
       target = path(data.draw(st.sampled_from(names)))
       if damage == 'remove':
         os.remove(target)

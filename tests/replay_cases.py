@@ -226,8 +226,8 @@ def snapshot(buffer):
       'store': {k: v.copy() for k, v in buffer._store.items()},
       'add_count': int(buffer.add_count),
       'episode_end_indices': set(buffer.episode_end_indices),
-      'episode_end': buffer._episode_end.copy(),
-      'start': buffer._next_experience_is_episode_start,
+      'episode_end': buffer.storage.episode_end.copy(),
+      'start': buffer.storage.episode_start,
       'rng': None if buffer._rng is None else buffer._rng.bit_generator.state,
   }
   if hasattr(buffer, 'sum_tree'):

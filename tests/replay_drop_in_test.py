@@ -27,6 +27,7 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
 from tests import replay_cases
@@ -386,7 +387,7 @@ class PublicAttributesTest(absltest.TestCase):
         r"_thread.lock at \['lock'\]"):
       memory.save(path, 2)
     self.assertEqual(sorted(os.listdir(path)), before)
-    self.assertEqual(crb.latest_checkpoint_iteration(path), 1)
+    self.assertEqual(memory_checkpoint.latest_checkpoint_iteration(path), 1)
 
   def test_other_non_plain_values_are_refused(self):
     memory = _counting()

@@ -1,7 +1,6 @@
 """Tests for dopamine_per.replay_memory.sum_tree."""
 
 import math
-import os
 import pickle
 import random
 from unittest import mock
@@ -11,8 +10,9 @@ from absl.testing import parameterized
 from dopamine.tf.replay_memory import sum_tree as dopamine_sum_tree
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import sum_tree_kernels
+from dopamine_per.replay_memory import validation
 from tests import stats_util
 
 
@@ -266,7 +266,7 @@ class BadInputTest(parameterized.TestCase):
       self.tree.set([0, index], [9.0, 9.0])
     with self.assertRaises(IndexError):
       self.tree.get(index)
-    with self.assertRaises(sum_tree.InvalidIndexError):
+    with self.assertRaises(errors.InvalidIndexError):
       self.tree.get(np.array([index]))
 
   @parameterized.parameters(1.5, 2.0, '3', None)
@@ -278,14 +278,14 @@ class BadInputTest(parameterized.TestCase):
 
   def test_validators_name_the_argument(self):
     with self.assertRaisesRegex(IndexError, r'indices must be in \[0, 5\). Got: 5'):
-      sum_tree.validate_indices([0, 5], 5, 'indices')
+      validation.check_indices([0, 5], 5, 'indices')
     with self.assertRaisesRegex(ValueError, 'priorities should be.*nan'):
-      sum_tree.validate_priorities([1.0, float('nan')], (2,), 'priorities')
+      validation.check_priorities([1.0, float('nan')], (2,), 'priorities')
 
   def test_non_integer_index_array(self):
     with self.assertRaisesRegex(TypeError, r'integers.*float64.*1\.5'):
       self.tree.set(np.array([1.5, 2.0]), [1.0, 1.0])
-    with self.assertRaises(sum_tree.InvalidIndexTypeError):
+    with self.assertRaises(errors.InvalidIndexTypeError):
       self.tree.set(np.array([True, False]), [1.0, 1.0])
 
   def test_shape_mismatch(self):
@@ -591,11 +591,16 @@ class StrataCacheTest(absltest.TestCase):
 
 
 def _run_with_kernels(test_class, kernels):
-  """A copy of `test_class` whose sum trees use `kernels` by default."""
+  """A copy of `test_class` whose sum trees get `kernels` as argument."""
+
+  class Tree(sum_tree.SumTree):
+
+    def __init__(self, *args, **kwargs):
+      kwargs.setdefault('kernels', kernels)
+      super().__init__(*args, **kwargs)
 
   def set_up(self):
-    patcher = mock.patch.dict(os.environ,
-                              {sum_tree_kernels.KERNELS_ENV: kernels})
+    patcher = mock.patch.object(sum_tree, 'SumTree', Tree)
     patcher.start()
     self.addCleanup(patcher.stop)
     self.assertEqual(sum_tree.SumTree(1)._kernels.name, kernels)

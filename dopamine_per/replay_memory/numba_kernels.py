@@ -357,8 +357,12 @@ _SEQUENTIAL_SUM_LIMIT = 8
 
 
 def _plain(frames: np.ndarray) -> bool:
-  """Whether the gathers compile for these frames (plain, C-contiguous)."""
-  return frames.flags.c_contiguous and frames.dtype.kind in 'uifb'
+  """Whether the gathers compile for these frames (plain, C-contiguous).
+
+  Numba has no float16: such frames take NumPy's gathers.
+  """
+  return (frames.flags.c_contiguous and frames.dtype.kind in 'uifb' and
+          frames.dtype != np.float16)
 
 
 def _packs_4x8(frames: np.ndarray, stack: int) -> bool:

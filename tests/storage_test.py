@@ -1,0 +1,341 @@
+"""Tests for dopamine_per.replay_memory.storage.
+
+`CircularStorage` (writes at the cursor, episode ends, state and restore),
+the lazily backed arrays behind it (`zeros`, `allocate`, `populate`) and the
+`BufferPool` that sampled states are written into.
+"""
+
+import mmap
+import tracemalloc
+from unittest import mock
+
+from absl.testing import absltest
+import numpy as np
+
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import numba_kernels
+from dopamine_per.replay_memory import storage
+
+Element = circular_replay_buffer.ReplayElement
+
+# An array of this many bytes or more is mapped lazily.
+_LAZY_BYTES = 64 << 20
+
+
+def _elements(observation_shape=(2,)):
+  return [Element('observation', observation_shape, np.uint8),
+          Element('action', (), np.int32),
+          Element('reward', (), np.float32),
+          Element('terminal', (), np.uint8)]
+
+
+def _write(store, t, ends_episode=False):
+  """Writes transition `t`: observation t, action 10 t, reward t / 2."""
+  return store.write([np.full(store.arrays['observation'].shape[1:], t),
+                      10 * t, t / 2, int(ends_episode)], ends_episode)
+
+
+def _assert_episode_ends_in_step(test, store):
+  test.assertEqual(set(np.flatnonzero(store.episode_end).tolist()),
+                   store.episode_end_indices)
+
+
+class CircularStorageTest(absltest.TestCase):
+
+  def test_a_new_storage(self):
+    store = storage.CircularStorage(_elements((3, 2)), 5)
+    self.assertEqual(store.capacity, 5)
+    self.assertEqual(list(store.arrays), ['observation', 'action', 'reward',
+                                          'terminal'])
+    self.assertEqual(store.arrays['observation'].shape, (5, 3, 2))
+    self.assertEqual(store.arrays['reward'].dtype, np.float32)
+    for array in store.arrays.values():
+      self.assertFalse(array.any())
+    self.assertEqual((store.add_count, store.cursor()), (0, 0))
+    self.assertEqual(store.episode_end.tolist(), [False] * 5)
+    self.assertEqual(store.episode_end_indices, set())
+    self.assertTrue(store.episode_start)
+
+  def test_duplicate_names_are_refused(self):
+    with self.assertRaisesRegex(ValueError, r"names: \['reward'\]"):
+      storage.CircularStorage(_elements() + [Element('reward', (), int)], 5)
+
+  def test_write_advances_the_cursor_and_wraps(self):
+    store = storage.CircularStorage(_elements(), 3)
+    slots = [_write(store, t) for t in range(1, 8)]
+    self.assertEqual(slots, [0, 1, 2, 0, 1, 2, 0])
+    self.assertEqual((store.add_count, store.cursor()), (7, 1))
+    # Slot s holds the last transition written there: 7, 5, 6.
+    np.testing.assert_array_equal(store.arrays['observation'],
+                                  [[7, 7], [5, 5], [6, 6]])
+    np.testing.assert_array_equal(store.arrays['action'], [70, 50, 60])
+    np.testing.assert_array_equal(store.arrays['reward'], [3.5, 2.5, 3.0])
+
+  def test_extra_trailing_values_are_ignored(self):
+    # The prioritized memory passes its priority last.
+    store = storage.CircularStorage(_elements(), 3)
+    store.write([np.ones(2), 1, 1.0, 0, 'priority'], False)
+    self.assertEqual(store.add_count, 1)
+    self.assertEqual(store.arrays['action'][0], 1)
+
+  def test_the_cursor_follows_an_assigned_count(self):
+    store = storage.CircularStorage(_elements(), 4)
+    store.add_count = 10  # As the memory's `add_count` setter does.
+    self.assertEqual(store.cursor(), 2)
+    self.assertEqual(_write(store, 1), 2)
+    self.assertEqual(store.add_count, 11)
+
+  def test_episode_ends_are_kept_in_step(self):
+    store = storage.CircularStorage(_elements(), 4)
+    _write(store, 0)
+    self.assertFalse(store.episode_start)  # Mid-episode.
+    _write(store, 1, ends_episode=True)
+    self.assertTrue(store.episode_start)  # The next one starts an episode.
+    self.assertEqual(store.episode_end_indices, {1})
+    self.assertEqual(store.episode_end.tolist(), [False, True, False, False])
+    _write(store, 2, ends_episode=True)
+    for t in range(3, 6):  # Overwrites slot 1 without an ending.
+      _write(store, t)
+      _assert_episode_ends_in_step(self, store)
+    self.assertEqual(store.episode_end_indices, {2})
+    self.assertFalse(store.episode_start)
+    rng = np.random.default_rng(0)
+    for t in range(100):
+      _write(store, t, ends_episode=bool(rng.random() < 0.3))
+      _assert_episode_ends_in_step(self, store)
+
+  def test_nbytes(self):
+    store = storage.CircularStorage(_elements((3, 5)), 7)
+    self.assertEqual(store.nbytes, 7 * (15 + 4 + 4 + 1))
+    self.assertEqual(store.nbytes,
+                     sum(array.nbytes for array in store.arrays.values()))
+
+  def test_state(self):
+    store = storage.CircularStorage(_elements(), 4)
+    for t in range(6):
+      _write(store, t, ends_episode=t == 4)
+    state = store.state()
+    self.assertEqual(set(state), {'arrays', 'add_count',
+                                  'episode_end_indices', 'episode_start'})
+    for name, array in store.arrays.items():
+      self.assertIs(state['arrays'][name], array)  # Not copies.
+    self.assertEqual(state['add_count'], 6)
+    self.assertEqual(state['episode_end_indices'], {0})
+    self.assertFalse(state['episode_start'])
+    state['episode_end_indices'].add(3)  # A copy of the set.
+    self.assertEqual(store.episode_end_indices, {0})
+
+  def test_state_and_restore_round_trip(self):
+    source = storage.CircularStorage(_elements(), 5)
+    for t in range(8):
+      _write(source, t, ends_episode=t in (2, 7))
+    target = storage.CircularStorage(_elements(), 5)
+    for t in range(4):  # Ends that the restore must clear.
+      _write(target, 100 + t, ends_episode=True)
+    target.restore(source.state())
+    for name, array in source.arrays.items():
+      self.assertIs(target.arrays[name], array)  # Adopted.
+    self.assertEqual(target.add_count, 8)
+    self.assertEqual(target.cursor(), 3)
+    self.assertEqual(target.episode_end_indices, {2})
+    self.assertEqual(target.episode_end.tolist(),
+                     [False, False, True, False, False])
+    self.assertTrue(target.episode_start)
+    self.assertEqual(target.state().keys(), source.state().keys())
+    # Writes go on at the restored cursor, into the adopted arrays.
+    self.assertEqual(_write(target, 42), 3)
+    self.assertEqual(source.arrays['action'][3], 420)
+    self.assertFalse(target.episode_start)
+    _assert_episode_ends_in_step(self, target)
+
+  def test_restore_takes_the_arrays_in_the_storage_s_order(self):
+    source = storage.CircularStorage(_elements(), 3)
+    state = source.state()
+    state['arrays'] = dict(reversed(list(state['arrays'].items())))
+    target = storage.CircularStorage(_elements(), 3)
+    target.restore(state)
+    self.assertEqual(list(target.arrays), ['observation', 'action', 'reward',
+                                           'terminal'])
+    _write(target, 3)
+    self.assertEqual(source.arrays['action'][0], 30)
+    np.testing.assert_array_equal(source.arrays['observation'][0], [3, 3])
+
+
+class LazyArraysTest(absltest.TestCase):
+
+  def test_small_arrays_are_plain_zeros(self):
+    array, mapping = storage.zeros((10, 3), np.float32)
+    self.assertIsNone(mapping)
+    self.assertEqual((array.shape, array.dtype), ((10, 3), np.float32))
+    self.assertFalse(array.any())
+
+  def test_large_arrays_are_mapped(self):
+    array, mapping = storage.zeros((_LAZY_BYTES // 4,), np.int32)
+    self.assertIsInstance(mapping, mmap.mmap)
+    self.assertEqual(array.shape, (_LAZY_BYTES // 4,))
+    self.assertTrue(array.flags.writeable)
+    self.assertEqual((array[0], array[-1]), (0, 0))
+    array[-1] = 7
+    self.assertEqual(mapping[-4:], np.int32(7).tobytes())
+
+  def test_object_arrays_are_never_mapped(self):
+    array, mapping = storage.zeros((_LAZY_BYTES // 8,), object)
+    self.assertIsNone(mapping)
+    self.assertEqual(array.dtype, object)
+
+  def test_allocate(self):
+    frame = (256, 1024)  # 256 KiB per slot: 256 slots are lazy.
+    elements = [Element('observation', frame, np.uint8),
+                Element('terminal', (), np.uint8)]
+    arrays, mappings = storage.allocate(elements, 256)
+    self.assertEqual(list(arrays), ['observation', 'terminal'])
+    self.assertEqual(arrays['observation'].shape, (256,) + frame)
+    self.assertLen(mappings, 1)  # The terminal flags are small.
+    self.assertEqual(mappings[0][1], 256 * 1024)  # Bytes per slot.
+    with self.assertRaisesRegex(ValueError, 'Duplicate'):
+      storage.allocate(elements + elements[:1], 4)
+
+  def test_populate_backs_the_next_chunk(self):
+    # 8 MiB per call: 32 slots of 256 KiB, up to the capacity.
+    for start, end in ((0, 32), (100, 132), (250, 256)):
+      arrays, mappings = storage.allocate(
+          [Element('observation', (256, 1024), np.uint8)], 256)
+      self.assertEqual(storage.populate(mappings, start, 256), end)
+      arrays['observation'][end - 1] = 1  # Backed or not, writable.
+      self.assertEqual(arrays['observation'][end - 1].sum(), 256 * 1024)
+
+  def test_populate_gives_up_where_madvise_fails(self):
+    failing = mock.Mock()
+    failing.__len__ = mock.Mock(return_value=1 << 20)
+    failing.madvise.side_effect = OSError('EINVAL')
+    mappings = [(failing, 4096)]
+    self.assertEqual(storage.populate(mappings, 0, 1000), 1000)
+    self.assertEqual(mappings, [])  # Not tried again.
+
+  def test_a_large_storage_backs_chunks_ahead_until_restored(self):
+    elements = [Element('observation', (256, 1024), np.uint8),
+                Element('terminal', (), np.uint8)]
+    store = storage.CircularStorage(elements, 256)
+    with mock.patch.object(
+        storage, 'populate',
+        side_effect=lambda mappings, start, capacity: start + 32) as populate:
+      for _ in range(33):
+        store.write([1, 0], False)
+    # Slot 0, then slot 32: the storage asks for each chunk once.
+    self.assertEqual([c.args[1:] for c in populate.call_args_list],
+                     [(0, 256), (32, 256)])
+    self.assertLen(populate.call_args.args[0], 1)  # The frames' mapping.
+    source = storage.CircularStorage(elements, 256)
+    store.restore(source.state())
+    with mock.patch.object(storage, 'populate') as populate:
+      for _ in range(100):  # Past the chunks asked for before.
+        store.write([2, 0], False)
+    populate.assert_not_called()  # The restored arrays are backed already.
+    self.assertEqual(source.arrays['observation'][99, 0, 0], 2)
+
+
+class BufferPoolTest(absltest.TestCase):
+
+  def test_memory_is_reused_only_once_released(self):
+    pool = storage.BufferPool(size=2)
+    first = pool.empty((3, 5), np.float32)
+    self.assertEqual(first.ctypes.data % 64, 0)
+    address = first.ctypes.data
+    view = first[1:]
+    del first
+    second = pool.empty((3, 5), np.float32)  # `view` still holds the first.
+    self.assertNotEqual(second.ctypes.data, address)
+    del view
+    third = pool.empty((3, 5), np.float32)
+    self.assertEqual(third.ctypes.data, address)
+    self.assertEqual(third.shape, (3, 5))
+    self.assertEqual(third.dtype, np.float32)
+    self.assertTrue(third.flags.c_contiguous)
+
+  def test_outputs_are_aligned(self):
+    pool = storage.BufferPool(size=8)
+    held = [pool.empty((n, 3), dtype)
+            for n in (1, 7, 33) for dtype in (np.uint8, np.float64, bool)]
+    for array in held:
+      self.assertEqual(array.ctypes.data % 64, 0)
+      self.assertTrue(array.flags.c_contiguous)
+
+  def test_full_pool_still_gives_distinct_memory(self):
+    pool = storage.BufferPool(size=1)
+    held = [pool.empty((4,), np.int64) for _ in range(3)]
+    self.assertLen({a.ctypes.data for a in held}, 3)
+
+  def test_gathered_batches_stay_intact(self):
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (40, 84, 84), dtype=np.uint8)
+    kernels = numba_kernels.NumbaKernels()
+    pool = storage.BufferPool()
+    kept = []
+
+    def gather(windows):
+      return kernels.gather_stacks(
+          frames, windows, pool.empty((len(windows), 84, 84, 4), np.uint8))
+
+    for _ in range(6):
+      windows = rng.integers(0, 40, (8, 4))
+      kept.append((windows, gather(windows)))
+      gather(windows)  # Dropped.
+    for windows, out in kept:
+      np.testing.assert_array_equal(out, np.moveaxis(frames[windows], 1, -1))
+
+  def test_many_sizes_keep_at_most_max_bytes(self):
+    # Issue 12: the pool kept its last buffers whatever their size (3 x
+    # 500k-state batches, then 750 MB with the sum tree's strata). Measured
+    # with tracemalloc, which sees NumPy's data buffers.
+    pool = storage.BufferPool(size=3, max_bytes=3 << 20)
+    tracemalloc.start()
+    self.addCleanup(tracemalloc.stop)
+    start = tracemalloc.get_traced_memory()[0]
+    for size in range(1 << 20, 5 << 20, 65536):  # 64 sizes of 1 to 5 MB.
+      out = pool.empty((size,), np.uint8)
+      self.assertEqual(out.ctypes.data % 64, 0)
+      del out
+      self.assertLessEqual(pool.held_bytes, 3 << 20)
+    held = tracemalloc.get_traced_memory()[0] - start
+    self.assertLessEqual(held, (3 << 20) + 65536)
+    del pool
+    self.assertLess(tracemalloc.get_traced_memory()[0] - start, 65536)
+
+  def test_free_buffers_of_another_size_go_first(self):
+    pool = storage.BufferPool(size=2, max_bytes=1 << 20)
+    pool.empty((1000,), np.uint8)  # Dropped by the caller at once.
+    held = pool.empty((2000,), np.uint8)
+    pool.empty((3000,), np.uint8)  # Replaces the free 1000-byte buffer.
+    self.assertEqual(pool.held_bytes, 2000 + 3000 + 2 * 64)
+    also_held = pool.empty((4000,), np.uint8)  # Replaces the free one.
+    self.assertEqual(pool.held_bytes, 2000 + 4000 + 2 * 64)
+    pool.empty((5000,), np.uint8)  # All in use: replaces the newest.
+    self.assertEqual(pool.held_bytes, 2000 + 5000 + 2 * 64)
+    del held, also_held
+
+  def test_outputs_over_the_budget_are_not_kept(self):
+    pool = storage.BufferPool(size=3, max_bytes=1000)
+    small = pool.empty((100,), np.uint8)
+    large = pool.empty((2000,), np.uint8)
+    self.assertEqual(large.shape, (2000,))
+    self.assertEqual(pool.held_bytes, 100 + 64)
+    del small, large
+
+  def test_the_default_budget(self):
+    self.assertEqual(storage.DEFAULT_POOL_BYTES, 256 << 20)
+    pool = storage.BufferPool()
+    kept = pool.empty((storage.DEFAULT_POOL_BYTES - 64,), np.uint8)
+    self.assertEqual(pool.held_bytes, storage.DEFAULT_POOL_BYTES)
+    too_large = pool.empty((storage.DEFAULT_POOL_BYTES,), np.uint8)
+    self.assertEqual(pool.held_bytes, storage.DEFAULT_POOL_BYTES)
+    del kept, too_large
+
+  def test_a_pool_of_size_zero_keeps_nothing(self):
+    pool = storage.BufferPool(size=0)
+    for _ in range(2):
+      self.assertEqual(pool.empty((10,), np.uint8).shape, (10,))
+      self.assertEqual(pool.held_bytes, 0)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -9,12 +9,13 @@ docs/compat.md#errors).
 """
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
 
 __all__ = ['ArgumentError', 'InvalidIndexError', 'InvalidIndexTypeError',
-           'describe']
+           'describe', 'print_error']
 
 
 class ArgumentError(ValueError, AssertionError):
@@ -66,3 +67,17 @@ def describe(value: Any, limit: int = 60) -> str:
   except Exception:  # pylint: disable=broad-except
     text = 'a {}'.format(kind.__name__)
   return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def print_error(program: str, message: Any) -> int:
+  """Prints a command-line tool's one-line ``program: error: message``.
+
+  Args:
+    program: str, the tool's name (``train``, ``plot``).
+    message: what went wrong (an exception prints its message).
+
+  Returns:
+    int, 1: the tool's exit status.
+  """
+  print('{}: error: {}'.format(program, message), file=sys.stderr)
+  return 1

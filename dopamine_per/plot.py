@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.discrete_domains import learning_curve
 from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
@@ -398,12 +399,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.stdout.write(format_tables(groups))
     plot_groups(args.out, groups, args.title)
   except RunError as e:
-    print('plot: error: {}'.format(e), file=sys.stderr)
-    return 1
+    return errors.print_error('plot', e)
   except OSError as e:
-    print('plot: error: cannot write {}: {}'.format(
-        args.out, e.strerror or e), file=sys.stderr)
-    return 1
+    return errors.print_error('plot', 'cannot write {}: {}'.format(
+        args.out, e.strerror or e))
   return 0
 
 

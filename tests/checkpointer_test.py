@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import tf_checkpoint
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
@@ -504,8 +505,8 @@ class TfCheckpointTest(absltest.TestCase):
 
   def test_matching_variables_pass(self):
     _, _, variables = self._graph({'net/bias': (8,), 'net/kernel': (4, 8)})
-    checkpointer.check_tf_checkpoint(self.prefix, variables)
-    checkpointer.check_tf_checkpoint(
+    tf_checkpoint.check_tf_checkpoint(self.prefix, variables)
+    tf_checkpoint.check_tf_checkpoint(
         self.prefix, {'net/kernel': variables[1], 'net/bias': variables[0]})
 
   def test_mismatches_name_the_variable_and_both_shapes(self):
@@ -527,7 +528,7 @@ class TfCheckpointTest(absltest.TestCase):
     for shapes, dtype, reason in cases:
       _, _, variables = self._graph(shapes, dtype)
       with self.assertRaisesRegex(atomic_files.CheckpointError, reason):
-        checkpointer.check_tf_checkpoint(self.prefix, variables)
+        tf_checkpoint.check_tf_checkpoint(self.prefix, variables)
 
   def test_damaged_or_missing_files_are_refused(self):
     _, _, variables = self._graph({'net/kernel': (4, 8), 'net/bias': (8,)})
@@ -536,27 +537,27 @@ class TfCheckpointTest(absltest.TestCase):
       f.write(b'\xff' * 8)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'cannot be read: .*Checksum does not match'):
-      checkpointer.check_tf_checkpoint(self.prefix, variables)
+      tf_checkpoint.check_tf_checkpoint(self.prefix, variables)
     os.remove(data)
     os.mkfifo(data)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'data-00000-of-00001:? is .*not a regular file'):
-      checkpointer.check_tf_checkpoint(self.prefix, variables)
+      tf_checkpoint.check_tf_checkpoint(self.prefix, variables)
     with open(self.prefix + '.index', 'wb') as f:
       f.write(b'garbage')
     os.remove(data)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'tf_ckpt-1\.index cannot be read'):
-      checkpointer.check_tf_checkpoint(self.prefix, variables)
+      tf_checkpoint.check_tf_checkpoint(self.prefix, variables)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'tf_ckpt-7\.index is missing'):
-      checkpointer.check_tf_checkpoint(
+      tf_checkpoint.check_tf_checkpoint(
           os.path.join(self.dir, 'tf_ckpt-7'), variables)
 
   def test_variable_snapshot_restores_values(self):
     graph, session, variables = self._graph({'a': (3,), 'b': (2, 2)})
     before = session.run(variables)
-    snapshot = checkpointer.VariableSnapshot(session, variables)
+    snapshot = tf_checkpoint.VariableSnapshot(session, variables)
     with graph.as_default():
       session.run([v.assign(v + 1.0) for v in variables])
     snapshot.restore()

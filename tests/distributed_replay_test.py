@@ -485,7 +485,7 @@ class ShardedReplayTest(absltest.TestCase):
     memory = self._new()
     _write_episodes(memory.writer(1), 1, 10, 5)
     _kill(memory.shard_handles[1])
-    with self.assertRaisesRegex(replay.ShardError, 'replay shard 1 is dead'):
+    with self.assertRaisesRegex(shard_lib.ShardError, 'replay shard 1 is dead'):
       memory.sample_index_batch(4)
     with self.assertRaisesRegex(RuntimeError, 'replay shard 1 is dead'):
       memory.get_priority(np.array([30]))
@@ -699,7 +699,7 @@ class ShardedCheckpointTest(absltest.TestCase):
     saved = _contents(memory)
     _fill(memory, 4, 50.0)
     _kill(memory.shard_handles[1])
-    with self.assertRaisesRegex(replay.ShardError, 'replay shard 1 is dead'):
+    with self.assertRaisesRegex(shard_lib.ShardError, 'replay shard 1 is dead'):
       memory.save(self.directory, 2)
     # Shard 0 neither wrote checkpoint 2 nor pruned checkpoint 1.
     self.assertEqual(_files_of(self.directory, 2), [])
@@ -729,7 +729,7 @@ class ShardedCheckpointTest(absltest.TestCase):
           error, message = TypeError, "'unsaveable'"
         elif fault == 'exit':
           _get(shard_1.inject.remote('prepare_save', 'exit'))
-          error, message = replay.ShardError, 'replay shard 1 is dead'
+          error, message = shard_lib.ShardError, 'replay shard 1 is dead'
         else:
           record_writer = mock.Mock(side_effect=OSError(28, 'No space left'))
           error, message = OSError, 'No space left'

@@ -164,6 +164,32 @@ class DQNAgentTest(absltest.TestCase):
     self.assertFalse(all(np.array_equal(a, b)
                          for a, b in zip(before, restored)))
 
+  def test_public_routes_for_runners(self):
+    sess = tf.compat.v1.Session(graph=tf.Graph())
+    agent = _make_agent(sess)
+    self.assertIs(agent.session, sess)
+    self.assertIs(agent.replay_memory, agent._replay.memory)
+    agent.begin_episode(np.zeros(4))
+    for _ in range(21):
+      agent.replay_memory.add(np.ones((4, 1)), 0, 1.0, False)
+    self.assertTrue(agent.holds_min_replay_history())
+    steps = agent.training_steps
+    agent.train_step()
+    self.assertEqual(agent.training_steps, steps + 1)
+
+    class Overriding(dqn_agent.DQNAgent):
+      calls = 0
+
+      def _train_step(self):  # Dopamine's name, overridden by a subclass.
+        Overriding.calls += 1
+
+    overriding = Overriding(None, 2, observation_shape=(4, 1),
+                            observation_dtype=tf.float64, stack_size=1,
+                            network=lambda n, name: gym_lib.CartpoleDQNNetwork(
+                                n, name=name, hidden_units=(4,)))
+    overriding.train_step()
+    self.assertEqual(Overriding.calls, 1)
+
 
 class NetworkTest(absltest.TestCase):
 

@@ -44,7 +44,7 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from dopamine_per.discrete_domains import run_experiment
+from dopamine_per.discrete_domains import experiment_resume
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import memory_checkpoint
 from tests import fault_injection
@@ -220,7 +220,7 @@ def _resume_job(job: Dict[str, Any]) -> None:
     runner = tiny_cartpole.runner(job['base_dir'], _RESAVED + 2)
     result = {'start': runner._start_iteration,
               'fingerprint': fingerprint(runner)}
-  except run_experiment.CannotResumeError as e:
+  except experiment_resume.CannotResumeError as e:
     result = {'error': e.message}
   result['files'] = _listing(os.path.join(job['base_dir'], 'checkpoints'))
   with open(job['result'], 'w') as f:

@@ -27,6 +27,7 @@ from absl.testing import absltest
 import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import experiment_resume
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.file_io import atomic_files
 from tests import gin_util
@@ -165,7 +166,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
   def test_every_checkpoint_damaged_is_refused_changing_nothing(self):
     reasons = self._damage_every_checkpoint()
     before = _tree(self.base_dir)
-    with self.assertRaises(run_experiment.CannotResumeError) as raised:
+    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
       _runner(self.base_dir)
     error = raised.exception
     self.assertEqual([number for number, _ in error.refusals], [2, 1, 0])
@@ -186,7 +187,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
     _truncate(self._path('sum_tree_ckpt.1.gz'))
     _truncate(self._path('sum_tree_ckpt.0.gz'))
     before = _tree(self.base_dir)
-    with self.assertRaises(run_experiment.CannotResumeError) as raised:
+    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
       _runner(self.base_dir)
     message = raised.exception.message
     self.assertRegex(message, r'checkpoint 2: .*tf_ckpt-2: variable \S+ '
@@ -225,7 +226,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
 
   def test_network_of_another_shape_is_refused(self):
     before = _tree(self.base_dir)
-    with self.assertRaises(run_experiment.CannotResumeError) as raised:
+    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
       _runner(self.base_dir, extra=[
           'gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)'])
     message = raised.exception.message
@@ -287,7 +288,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
     with open(os.path.join(self.base_dir, 'notes.txt'), 'w') as f:
       f.write('kept in place')
     before = _tree(self.base_dir)
-    moved_to = run_experiment.move_run_aside(self.base_dir)
+    moved_to = experiment_resume.move_run_aside(self.base_dir)
     self.assertRegex(os.path.basename(moved_to),
                      r'^previous_run_\d{8}-\d{6}$')
     self.assertEqual(os.path.dirname(moved_to), self.base_dir)
@@ -298,10 +299,10 @@ class RunnerResumeTest(_TrainedRunTestCase):
     runner = _runner(self.base_dir, 1)
     self.assertEqual(runner._start_iteration, 0)
     runner.run_experiment()
-    again = run_experiment.move_run_aside(self.base_dir)
+    again = experiment_resume.move_run_aside(self.base_dir)
     self.assertNotEqual(again, moved_to)
     self.assertEqual(_tree(moved_to), before)
-    self.assertIsNone(run_experiment.move_run_aside(
+    self.assertIsNone(experiment_resume.move_run_aside(
         os.path.join(self.dir, 'missing')))
 
 
@@ -309,6 +310,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
 _RESUME_SCRIPT = textwrap.dedent('''
     import json, sys
     import gin
+    from dopamine_per.discrete_domains import experiment_resume
     from dopamine_per.discrete_domains import run_experiment
     config, bindings = sys.argv[1], json.loads(sys.argv[2])
     for base_dir in sys.argv[3:]:
@@ -317,7 +319,7 @@ _RESUME_SCRIPT = textwrap.dedent('''
       try:
         start = run_experiment.create_runner(base_dir)._start_iteration
         print(json.dumps([base_dir, start]), flush=True)
-      except run_experiment.CannotResumeError as e:
+      except experiment_resume.CannotResumeError as e:
         print(json.dumps([base_dir, e.message]), flush=True)
     ''')
 
@@ -491,7 +493,7 @@ class CheckpointFilesTest(_TrainedRunTestCase):
     with open(self._path('ckpt_journal'), 'w') as f:
       f.write('{"format": "dopamine_per.journal/1", "files": [["../x", ')
     before = _tree(self.base_dir)
-    with self.assertRaises(run_experiment.CannotResumeError) as raised:
+    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
       _runner(self.base_dir)
     self.assertRegex(raised.exception.message,
                      r'the journal of an interrupted checkpoint save is '

@@ -24,6 +24,7 @@ import gin
 import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import experiment_resume
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
 from dopamine_per.file_io import run_lock
@@ -346,7 +347,7 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
     for name in ('checkpoints', 'logs'):
       os.makedirs(os.path.join(self.base_dir, name))
     with run_lock.RunDirectoryLock(self.base_dir) as lock:
-      moved_to = run_experiment.move_run_aside(self.base_dir)
+      moved_to = experiment_resume.move_run_aside(self.base_dir)
       self.assertEqual(sorted(os.listdir(moved_to)), ['checkpoints', 'logs'])
       self.assertTrue(os.path.isfile(lock.path))
       with self.assertRaises(run_lock.RunDirectoryLockedError):

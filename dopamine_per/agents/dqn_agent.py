@@ -31,7 +31,7 @@ from dopamine_per import errors
 from dopamine_per import external_configurables  # pylint: disable=unused-import
 from dopamine_per.agents import network_variables
 from dopamine_per.discrete_domains import atari_lib
-from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import tf_checkpoint
 from dopamine_per.replay_memory import circular_replay_buffer
 
 __all__ = [
@@ -99,6 +99,8 @@ def fast_callable(sess, fetches, feeds=(), targets=()):
     targets: list of ops (or tensors) to run without returning them.
   """
   fetches, feeds, targets = list(fetches), list(feeds), list(targets)
+  # TensorFlow's private method, its only fast route with feeds: the public
+  # `Session.make_callable` calls `Session.run` when given a feed list.
   make = getattr(sess, '_make_callable_from_options', None)
   if make is not None:
     options = config_pb2.CallableOptions()
@@ -412,13 +414,20 @@ class DQNAgent(object):
       return random.randint(0, self.num_actions - 1)
     return int(self._select_greedy(self.state)[0])
 
+  def train_step(self) -> None:
+    """Runs `step`'s training step alone, for a learner others act for.
+
+    It calls `_train_step` (Dopamine's name), which subclasses override.
+    """
+    self._train_step()
+
   def _train_step(self) -> None:
     """Trains every update_period steps once min_replay_history is stored.
 
     Also writes summaries every summary_writing_frequency steps and syncs
     the target network every target_update_period steps.
     """
-    if self._holds_min_replay_history():
+    if self.holds_min_replay_history():
       if self.training_steps % self.update_period == 0:
         self._run_train()
         if (self.summary_writer is not None and
@@ -430,7 +439,7 @@ class DQNAgent(object):
         self._run_sync()
     self.training_steps += 1
 
-  def _holds_min_replay_history(self) -> bool:
+  def holds_min_replay_history(self) -> bool:
     """Whether the memory holds more than min_replay_history transitions.
 
     A memory's add_count only grows until a checkpoint is loaded, so a True
@@ -441,6 +450,16 @@ class DQNAgent(object):
       self._min_replay_history_held = bool(
           self._replay.memory.add_count > self.min_replay_history)
     return self._min_replay_history_held
+
+  @property
+  def session(self) -> tf.compat.v1.Session:
+    """The session the agent's graph runs in (`sess`, or the agent's own)."""
+    return self._sess
+
+  @property
+  def replay_memory(self) -> Any:
+    """The memory the agent stores into and trains on (its wrapper's)."""
+    return self._replay.memory
 
   def _record_observation(self, observation) -> None:
     """Pushes `observation` as the newest frame of the state."""
@@ -528,10 +547,10 @@ class DQNAgent(object):
       return False
     with self._sess.graph.as_default():
       variables = tf.compat.v1.global_variables()
-      checkpointer.check_tf_checkpoint(
+      tf_checkpoint.check_tf_checkpoint(
           prefix,
           atari_lib.maybe_transform_variable_names(variables) or variables)
-      snapshot = checkpointer.VariableSnapshot(self._sess, variables)
+      snapshot = tf_checkpoint.VariableSnapshot(self._sess, variables)
       try:
         self._saver.restore(self._sess, prefix)
         self._min_replay_history_held = False  # The memory may shrink.

@@ -16,9 +16,8 @@ staging directory, and `Checkpointer.commit_checkpoint` moves those files,
 `transaction`, so saving N again leaves all of the old N or all of the new
 one. Stale iterations lose their marker, then every file it lists. Markers
 and ``ckpt.N`` are read only if bounded regular files, ``ckpt.N`` as plain
-data (`safe_pickle.restricted_loads`). `check_tf_checkpoint` and
-`VariableSnapshot` make an agent's TF restore all-or-nothing. What differs
-from Dopamine: docs/compat.md#checkpointer.
+data (`safe_pickle.restricted_loads`). An agent's TF restore is checked
+by `tf_checkpoint`. What differs from Dopamine: docs/compat.md#checkpointer.
 """
 
 import json
@@ -28,8 +27,7 @@ import posixpath
 import re
 import shutil
 import stat
-from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from absl import logging
 import gin
@@ -40,8 +38,8 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 
 __all__ = ['get_latest_checkpoint_number', 'get_complete_checkpoint_numbers',
-           'iteration_files', 'Checkpointer', 'check_tf_checkpoint',
-           'VariableSnapshot', 'error_summary']
+           'iteration_files', 'Checkpointer', 'error_summary',
+           'regular_file_size']
 
 _MARKER_FORMAT = 'dopamine_per.checkpoint_complete/2'
 
@@ -55,9 +53,6 @@ _MAX_DATA_BYTES = 1 << 28
 # Iteration numbers in marker names: ASCII digits (str.isdigit also takes
 # other scripts' digits), no more than an int64 holds.
 _ITERATION_NUMBER = re.compile(r'[0-9]{1,18}')
-# Mismatching variables named in one refusal (a network with another width
-# mismatches in every layer and every optimizer slot).
-_MISMATCHES_SHOWN = 2
 # Lines of TF's graph-error messages that locate the error but do not say
 # what it is.
 _TF_CONTEXT_LINES = ('Detected at node', 'File "', 'Node:', '[[',
@@ -101,8 +96,14 @@ def error_summary(error: BaseException) -> str:
   return line if len(line) <= 500 else line[:497] + '...'
 
 
-def _file_size(path: str) -> int:
+def regular_file_size(path: str) -> int:
   """Returns the size of the regular file at `path`, without opening it.
+
+  Args:
+    path: str, a local path or a tf.io.gfile URL.
+
+  Returns:
+    int, the size in bytes.
 
   Raises:
     atomic_files.CheckpointError: If nothing is there, or something other
@@ -601,7 +602,7 @@ class Checkpointer(object):
     listed = self._listed_files_of(iteration_number) or {}
     for name, digest in listed.items():
       path = transaction.join(self._base_directory, name)
-      size = _file_size(path)
+      size = regular_file_size(path)
       if size != digest.size or atomic_files.file_digest(path) != digest:
         raise atomic_files.CheckpointError(
             '{} changed since the checkpoint was written ({} bytes, '
@@ -668,132 +669,3 @@ class Checkpointer(object):
     """
     self.verify(iteration_number)
     return self._load_data(iteration_number)
-
-
-# ------------------------------------------------- the agents' TF checkpoints
-
-
-def _shape_text(shape: Sequence[Optional[int]]) -> str:
-  return '({})'.format(', '.join(str(d) for d in shape) +
-                       (',' if len(shape) == 1 else ''))
-
-
-def _check_regular_tf_files(prefix: str) -> None:
-  """Refuses a TF checkpoint's index or data file that is not a regular file.
-
-  TF would block forever opening a FIFO.
-  """
-  _file_size(prefix + '.index')
-  directory, base = os.path.split(prefix)
-  for name in tf.io.gfile.listdir(directory or '.'):
-    if name.startswith(base + '.data-'):
-      _file_size(os.path.join(directory, name))
-
-
-def _variables_by_name(
-    variables: Union[Mapping[str, tf.Variable], Sequence[tf.Variable]]
-) -> Dict[str, tf.Variable]:
-  if isinstance(variables, Mapping):
-    return dict(variables)
-  return {variable.op.name: variable for variable in variables}
-
-
-def check_tf_checkpoint(
-    prefix: str,
-    variables: Union[Mapping[str, tf.Variable], Sequence[tf.Variable]]
-) -> None:
-  """Checks that a TF checkpoint holds exactly `variables`, shapes and dtypes.
-
-  Call it before `tf.compat.v1.train.Saver.restore`: the saver restores
-  resource variables without checking their shapes, so an agent configured
-  with another network would silently run with the checkpoint's. Every
-  value is read once too (TF checks each one's checksum), so a damaged data
-  file is found before anything is restored.
-
-  Args:
-    prefix: str, the checkpoint's path prefix (``.../tf_ckpt-N``).
-    variables: what the Saver was given: {checkpoint name: variable}, or a
-      list of graph-mode variables (named by their op names, as the Saver
-      names them).
-
-  Raises:
-    atomic_files.CheckpointError: If an index or data file is missing or
-      not a regular file, the index cannot be read, a variable is missing,
-      extra, or of another shape or dtype (the message names the variables,
-      up to two, and both shapes), or a value does not read back.
-  """
-  _check_regular_tf_files(prefix)
-  try:
-    reader = tf.train.load_checkpoint(prefix)
-    saved_shapes = reader.get_variable_to_shape_map()
-    saved_dtypes = reader.get_variable_to_dtype_map()
-  except tf.errors.OpError as e:
-    raise atomic_files.CheckpointError('{}.index cannot be read: {}'.format(
-        prefix, error_summary(e))) from e
-  expected = _variables_by_name(variables)
-  problems = []
-  # Shortest names first: a layer's variables before their optimizer slots.
-  for name in sorted(set(expected) | set(saved_shapes),
-                     key=lambda n: (len(n), n)):
-    if name not in saved_shapes:
-      problems.append('variable {} of the configured network is not in the '
-                      'checkpoint'.format(name))
-      continue
-    if name not in expected:
-      problems.append('variable {} of the checkpoint is not in the '
-                      'configured network'.format(name))
-      continue
-    variable = expected[name]
-    shape = tuple(variable.shape.as_list())
-    if tuple(saved_shapes[name]) != shape:
-      problems.append('variable {} has shape {} in the checkpoint, {} in the '
-                      'configured network'.format(
-                          name, _shape_text(saved_shapes[name]),
-                          _shape_text(shape)))
-    elif saved_dtypes[name] != variable.dtype.base_dtype:
-      problems.append('variable {} has dtype {} in the checkpoint, {} in the '
-                      'configured network'.format(
-                          name, saved_dtypes[name].name,
-                          variable.dtype.base_dtype.name))
-  if problems:
-    more = len(problems) - _MISMATCHES_SHOWN
-    raise atomic_files.CheckpointError(
-        '{} does not match the configured network: {}{}'.format(
-            prefix, '; '.join(problems[:_MISMATCHES_SHOWN]),
-            ' (and {} more)'.format(more) if more > 0 else ''))
-  for name in saved_shapes:
-    try:
-      reader.get_tensor(name)
-    except tf.errors.OpError as e:
-      raise atomic_files.CheckpointError('{}: variable {} cannot be read: '
-                                          '{}'.format(prefix, name,
-                                                      error_summary(e))) from e
-
-
-class VariableSnapshot(object):
-  """The values of some TF variables, to put back after a failed restore."""
-
-  def __init__(self, sess: tf.compat.v1.Session,
-               variables: Sequence[tf.Variable]):
-    """Reads the variables' values.
-
-    Args:
-      sess: the session holding the variables.
-      variables: graph-mode variables of sess's graph.
-    """
-    self._sess = sess
-    self._variables = list(variables)
-    self._values = sess.run(self._variables)
-
-  def restore(self) -> None:
-    """Assigns the values read at construction back to the variables.
-
-    The assign ops are built here, in the session's graph: only the failure
-    path pays for them.
-    """
-    with self._sess.graph.as_default():
-      placeholders = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape)
-                      for v in self._variables]
-      assign = tf.group(*[v.assign(p) for v, p in zip(self._variables,
-                                                      placeholders)])
-    self._sess.run(assign, feed_dict=dict(zip(placeholders, self._values)))

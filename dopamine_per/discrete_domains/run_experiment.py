@@ -42,16 +42,7 @@ from dopamine_per.discrete_domains import logger
 from dopamine_per.file_io import atomic_files
 
 __all__ = ['load_gin_configs', 'create_agent', 'create_runner', 'Runner',
-           'TrainRunner', 'StatusLine', 'CannotResumeError', 'move_run_aside']
-
-# Re-exported: resuming is in `experiment_resume`.
-CannotResumeError = experiment_resume.CannotResumeError
-move_run_aside = experiment_resume.move_run_aside
-STATISTICS_FILENAME = experiment_resume.STATISTICS_FILENAME
-LEARNING_CURVE_FILENAME = experiment_resume.LEARNING_CURVE_FILENAME
-CHECKPOINT_DIRNAME = experiment_resume.CHECKPOINT_DIRNAME
-LOGGING_DIRNAME = experiment_resume.LOGGING_DIRNAME
-PREVIOUS_RUN_PREFIX = experiment_resume.PREVIOUS_RUN_PREFIX
+           'TrainRunner', 'StatusLine']
 
 
 def load_gin_configs(gin_files: Sequence[str],
@@ -263,8 +254,10 @@ class Runner(object):
     self._fine_grained_print_to_console = fine_grained_print_to_console
     self._seed = seed
     self._status = StatusLine(enabled=fine_grained_print_to_console)
-    self._checkpoint_dir = os.path.join(base_dir, CHECKPOINT_DIRNAME)
-    self._logging_dir = os.path.join(base_dir, LOGGING_DIRNAME)
+    self._checkpoint_dir = os.path.join(base_dir,
+                                        experiment_resume.CHECKPOINT_DIRNAME)
+    self._logging_dir = os.path.join(base_dir,
+                                     experiment_resume.LOGGING_DIRNAME)
     logging.info('Runner: base_dir %s, num_iterations %d, training_steps %d, '
                  'evaluation_steps %d, max_steps_per_episode %s, '
                  'clip_rewards %s, seed %s', base_dir, num_iterations,
@@ -288,7 +281,7 @@ class Runner(object):
       # FileWriter refuses to be created while executing eagerly.
       self._agent = create_agent_fn(sess, self._environment,
                                     summary_writer=self._base_dir)
-    self._sess = getattr(self._agent, '_sess', sess)
+    self._sess = getattr(self._agent, 'session', sess)
     self._agent_takes_terminal = _accepts_terminal(self._agent.end_episode)
     self._summary_writer = getattr(self._agent, 'summary_writer', None)
     if self._summary_writer is None:
@@ -304,7 +297,7 @@ class Runner(object):
     atomic_files.make_directories(self._logging_dir)
     self._logger = logger.Logger(self._logging_dir)
     self._statistics_log = logger.StatisticsLog(
-        os.path.join(self._logging_dir, STATISTICS_FILENAME))
+        os.path.join(self._logging_dir, experiment_resume.STATISTICS_FILENAME))
 
   def _initialize_checkpointer_and_maybe_resume(
       self, checkpoint_file_prefix: str) -> None:
@@ -319,13 +312,14 @@ class Runner(object):
     iterations that will be rerun dropped.
 
     Raises:
-      CannotResumeError: If checkpoints exist but none loads, the journal of
-        an interrupted save is malformed, or the statistics file is not a
-        regular file; no file was changed (but for finishing a committed
-        save).
+      experiment_resume.CannotResumeError: If checkpoints exist but none
+        loads, the journal of an interrupted save is malformed, or the
+        statistics file is not a regular file; no file was changed (but for
+        finishing a committed save).
     """
     experiment_resume.check_statistics_file(
-        self._base_dir, os.path.join(self._logging_dir, STATISTICS_FILENAME))
+        self._base_dir,
+        os.path.join(self._logging_dir, experiment_resume.STATISTICS_FILENAME))
     self._checkpointer = checkpointer.Checkpointer(self._checkpoint_dir,
                                                    checkpoint_file_prefix)
     experiment_resume.finish_interrupted_save(self._base_dir,
@@ -333,7 +327,7 @@ class Runner(object):
     version, data, refusals = experiment_resume.newest_loadable_checkpoint(
         self._checkpoint_dir, self._load_checkpoint)
     if data is None and refusals:
-      raise CannotResumeError(
+      raise experiment_resume.CannotResumeError(
           self._base_dir, 'none of its {} checkpoint{} loads'.format(
               len(refusals), 's' if len(refusals) > 1 else ''), refusals)
     self._create_directories()
@@ -615,7 +609,8 @@ class Runner(object):
 
   @property
   def learning_curve_path(self) -> str:
-    return os.path.join(self._base_dir, LEARNING_CURVE_FILENAME)
+    return os.path.join(self._base_dir,
+                        experiment_resume.LEARNING_CURVE_FILENAME)
 
   @property
   def statistics_path(self) -> str:

@@ -32,6 +32,7 @@ from absl import flags
 from absl import logging
 
 from dopamine_per import configs
+from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import run_lock
 
@@ -139,6 +140,7 @@ def _train(base_dir: str, gin_files: Sequence[str],
   # import and logs to stderr, which would bury a one-line flag error.
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
+  from dopamine_per.discrete_domains import experiment_resume
   from dopamine_per.discrete_domains import run_experiment
   # pylint: enable=g-import-not-at-top
   if not FLAGS['verbosity'].present:
@@ -150,15 +152,14 @@ def _train(base_dir: str, gin_files: Sequence[str],
   except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(str(e)) from e
   if restart_from_scratch:
-    moved_to = run_experiment.move_run_aside(base_dir)
+    moved_to = experiment_resume.move_run_aside(base_dir)
     if moved_to:
       print('train: moved the earlier run in {} to {}'.format(
           base_dir, moved_to))
   try:
     runner = (create_runner_fn or run_experiment.create_runner)(base_dir)
-  except run_experiment.CannotResumeError as e:
-    print('train: error: {}'.format(e.message), file=sys.stderr)
-    return 1
+  except experiment_resume.CannotResumeError as e:
+    return errors.print_error('train', e.message)
   runner.run_experiment()
   return 0
 
@@ -206,8 +207,7 @@ def main(argv: Sequence[str],
   try:
     check_base_dir(FLAGS.base_dir)
   except ValueError as e:
-    print('train: error: {}'.format(e), file=sys.stderr)
-    return 1
+    return errors.print_error('train', e)
   if not FLAGS['verbosity'].present:
     # The runner's status line and summaries are the console output; absl's
     # INFO messages (--verbosity=0) would interleave with them.
@@ -215,18 +215,15 @@ def main(argv: Sequence[str],
   try:
     gin_files = [configs.resolve(gin_file) for gin_file in FLAGS.gin_files]
   except FileNotFoundError as e:
-    print('train: error: {}'.format(e), file=sys.stderr)
-    return 1
+    return errors.print_error('train', e)
   lock = run_lock.RunDirectoryLock(FLAGS.base_dir)
   try:
     lock.acquire()
   except run_lock.RunDirectoryLockedError as e:
-    print('train: error: {}'.format(e), file=sys.stderr)
-    return 1
+    return errors.print_error('train', e)
   except OSError as e:
-    print('train: error: cannot lock --base_dir={}: {}'.format(
-        FLAGS.base_dir, e.strerror or e), file=sys.stderr)
-    return 1
+    return errors.print_error('train', 'cannot lock --base_dir={}: {}'.format(
+        FLAGS.base_dir, e.strerror or e))
   try:
     return _train(FLAGS.base_dir, gin_files, FLAGS.gin_bindings,
                   FLAGS.restart_from_scratch, create_runner_fn)

@@ -36,9 +36,7 @@ from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 
-__all__ = ['ShardedPrioritizedReplayBuffer', 'ShardError', 'route_targets']
-
-ShardError = shard_lib.ShardError
+__all__ = ['ShardedPrioritizedReplayBuffer', 'route_targets']
 
 # Priority updates (set_priority calls) a shard's queue holds before they are
 # sent on their own; normally the next draw takes them well before (the
@@ -165,7 +163,7 @@ class ShardedPrioritizedReplayBuffer(object):
         than update_horizon + stack_size, or the cluster's nodes could never
         place the shards (`placement.check_placeable`); checked before any
         actor starts.
-      ShardError: If a shard actor fails to start.
+      shard.ShardError: If a shard actor fails to start.
       RuntimeError: If the shards do not start within start_timeout_s (the
         shard actors are then killed).
     """
@@ -238,7 +236,7 @@ class ShardedPrioritizedReplayBuffer(object):
     """Waits until every shard answers; kills them all if one does not.
 
     Raises:
-      ShardError: If a shard's actor died while starting.
+      shard.ShardError: If a shard's actor died while starting.
       RuntimeError: If a shard did not start within `timeout_s` (Ray could
         not place it: too few CPUs for num_cpus_per_shard, say).
     """
@@ -269,7 +267,7 @@ class ShardedPrioritizedReplayBuffer(object):
     try:
       return ray.get(ref)
     except ray.exceptions.RayActorError as error:
-      raise ShardError(shard, error) from None
+      raise shard_lib.ShardError(shard, error) from None
 
   def _call_each(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
                  ) -> Tuple[Dict[int, Any], Optional[Exception]]:
@@ -564,7 +562,7 @@ class ShardedPrioritizedReplayBuffer(object):
         max_sample_attempts draws were invalid.
       ValueError: If batch_size is not a positive int, or every priority is
         zero.
-      ShardError: If a shard is dead.
+      shard.ShardError: If a shard is dead.
     """
     batch_size = validation.check_int('batch_size', batch_size, 1)
     return self._draw(batch_size, gather=False)[0]
@@ -592,8 +590,8 @@ class ShardedPrioritizedReplayBuffer(object):
       ValueError: If an index is not an integer, out of range or not a valid
         transition (the message names the shard), or batch_size does not
         match len(indices) (an errors.ArgumentError).
-      RuntimeError, ShardError: See `sample_index_batch`; RuntimeError also
-        if the memory is closed.
+      RuntimeError, shard.ShardError: See `sample_index_batch`;
+        RuntimeError also if the memory is closed.
     """
     if (self._prefetcher is not None and indices is None and
         (batch_size is None or validation.check_int(
@@ -678,7 +676,7 @@ class ShardedPrioritizedReplayBuffer(object):
         errors.InvalidIndexError (an IndexError and ValueError) if an
         index is out of range; errors.InvalidIndexTypeError (a
         TypeError and ValueError) if the indices are not integers.
-      ShardError: If a shard is dead (at this or a later call).
+      shard.ShardError: If a shard is dead (at this or a later call).
     """
     self._check_open()
     indices = validation.check_index_array(indices, self.replay_capacity)
@@ -710,7 +708,7 @@ class ShardedPrioritizedReplayBuffer(object):
       AssertionError: (also a ValueError) If `indices` is a scalar.
       errors.InvalidIndexError: If an index is out of range.
       errors.InvalidIndexTypeError: If the indices are not integers.
-      ShardError: If a shard is dead.
+      shard.ShardError: If a shard is dead.
     """
     indices = validation.check_index_array(indices, self.replay_capacity)
     flat = indices.ravel().astype(np.int64)

@@ -21,7 +21,7 @@ samples-per-insert limiter): the learner waits for actors rather than train
 more, and trains on after they stop until it has made its share, so the
 number of gradient steps per environment step does not depend on how fast
 each side happens to run. An actor that dies is restarted by Ray and given
-work again; a shard that dies ends the run with `replay.ShardError` naming
+work again; a shard that dies ends the run with `shard.ShardError` naming
 it (shards are not restarted: run the trainer again to resume from the last
 checkpoint). See docs/distributed.md#the-trainer.
 """
@@ -96,7 +96,7 @@ class ApexRunner(run_experiment.Runner):
       actor_steps_per_call: int >= 1, agent steps an actor plays per remote
         call (its transitions reach the memory by the call's end).
       learner_steps_per_actor_step: float > 0 or None; the learner makes
-        this many training steps (agent `_train_step` calls) per agent step
+        this many training steps (agent `train_step` calls) per agent step
         the actors played, waiting for them when ahead and catching up at
         the phase's end (0.25 with update_period 1 trains as often as a
         single-machine agent with update_period 4). None: as many as it can
@@ -129,8 +129,7 @@ class ApexRunner(run_experiment.Runner):
     self._memory = None
     super().__init__(base_dir, create_agent_fn,
                      create_environment_fn=create_environment_fn)
-    self._memory = getattr(getattr(self._agent, '_replay', None), 'memory',
-                           None)
+    self._memory = getattr(self._agent, 'replay_memory', None)
     if not isinstance(self._memory, replay.ShardedPrioritizedReplayBuffer):
       raise ValueError(
           'ApexRunner needs an agent on a sharded memory: bind '
@@ -178,8 +177,7 @@ class ApexRunner(run_experiment.Runner):
   def _learner_may_train(self, learner_steps: int, actor_steps: int) -> bool:
     """Whether the memory can be sampled and the learner is not ahead."""
     # The agent's own test, which asks the shards until it first holds.
-    # pylint: disable-next=protected-access
-    if not self._agent._holds_min_replay_history():
+    if not self._agent.holds_min_replay_history():
       return False
     return (self._learner_ratio is None or
             learner_steps < self._learner_ratio * actor_steps)
@@ -187,7 +185,7 @@ class ApexRunner(run_experiment.Runner):
   def _learner_step(self, learner_steps: int) -> int:
     """One agent training step; publishes weights every few. Returns count."""
     # The agent's own step (its update_period, target syncs, summaries).
-    self._agent._train_step()  # pylint: disable=protected-access
+    self._agent.train_step()
     learner_steps += 1
     if learner_steps % self._publish_period == 0:
       self._publish_weights()
@@ -210,7 +208,7 @@ class ApexRunner(run_experiment.Runner):
     Each process reports its own ``incarnation``, which counts restarts.
 
     Raises:
-      replay.ShardError: If the actor's shard died (it names the shard).
+      shard.ShardError: If the actor's shard died (it names the shard).
       ActorFailedError: If the actor died and Ray may not restart it again.
     """
     try:

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 from absl import app
 from absl import flags
 
+from dopamine_per import errors
 from dopamine_per.discrete_domains import train
 
 flags.DEFINE_string(
@@ -112,10 +113,9 @@ def main(argv: Sequence[str]) -> int:
     # pylint: enable=g-import-not-at-top
     if not isinstance(error, (shard.ShardError, runner.ActorFailedError)):
       raise
-    print('train: error: {} (run the same command again to resume from the '
-          'last checkpoint)'.format(
-              str(_cause(error)).strip().splitlines()[0]), file=sys.stderr)
-    return 1
+    return errors.print_error(
+        'train', '{} (run the same command again to resume from the last '
+        'checkpoint)'.format(str(_cause(error)).strip().splitlines()[0]))
   finally:
     # Ray starts only while `train.main` holds the lock (in _create_runner),
     # and `train.main` stops it before unlocking; this stops one it left

@@ -202,6 +202,8 @@ def _allowed_globals() -> Dict[Tuple[str, str], Any]:
     allowed[(module, 'bytearray')] = _bytearray
   allowed[('_codecs', 'encode')] = _latin1_encode
   # NumPy arrays, scalars and dtypes, under NumPy 1.x and 2.x module names.
+  # Their pickles name NumPy's private `_reconstruct` and `_frombuffer` (and
+  # NumPy 2 keeps them in `numpy._core`): the allowlist must map those names.
   core = getattr(np, '_core', None) or np.core
   allowed[('numpy', 'ndarray')] = _NDARRAY
   allowed[('numpy', 'dtype')] = np.dtype
@@ -225,6 +227,7 @@ def _tuple_opcode(load: Callable[[Any], None]) -> Callable[[Any], None]:
   return bounded_load
 
 
+# `pickle._Unpickler` is private, but the public (C) one has no opcode table.
 class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-access
   """An unpickler that builds plain data only (see the module docstring).
 

@@ -262,7 +262,7 @@ def _learner(memory: str, capacity: int, stream: _Stream) -> Any:
     session = tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
         allow_soft_placement=True))
     agent = rainbow_agent.RainbowAgent(session, num_actions=2)
-  replay_memory = agent._replay.memory  # pylint: disable=protected-access
+  replay_memory = agent.replay_memory
   transition = _agent_stream(stream)
   if memory == SINGLE:
     writers = [replay_memory]
@@ -394,9 +394,9 @@ def _time_steps(capacity: int, rounds: int, steps: int, seed: int,
                                         np.random.default_rng(1), progress):
     samples[name].append(run(agents[name]))
   for name, agent in agents.items():
-    agent._sess.close()  # pylint: disable=protected-access
+    agent.session.close()
     if name != SINGLE:
-      agent._replay.memory.close()  # pylint: disable=protected-access
+      agent.replay_memory.close()
   results = {name: timing.median(values) for name, values in samples.items()}
   results['fetch-ahead settings'] = fetch_ahead
   return results

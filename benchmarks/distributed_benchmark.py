@@ -381,12 +381,12 @@ def _time_steps(capacity: int, rounds: int, steps: int, seed: int,
   gin.clear_config()
   for agent in agents.values():
     for _ in range(steps):  # Warm up (and fill the stage).
-      agent._train_step()  # pylint: disable=protected-access
+      agent.train_step()
 
   def run(agent):
     start = time.perf_counter()
     for _ in range(steps):
-      agent._train_step()  # pylint: disable=protected-access
+      agent.train_step()
     return (time.perf_counter() - start) * 1e3 / steps
 
   samples = {name: [] for name in agents}

@@ -24,7 +24,7 @@ import textwrap
 from absl.testing import absltest
 from absl.testing import parameterized
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import fixtures
 
 # Per agent: Dopamine's import lines, the agent's gin name, its replay
 # memory's gin name, the create_agent name, and agent-specific bindings.
@@ -168,7 +168,7 @@ def _env():
   env = dict(os.environ)
   env['TF_CPP_MIN_LOG_LEVEL'] = '2'
   env['PYTHONPATH'] = os.pathsep.join(
-      [_REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
+      [fixtures.REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
   return env
 
 

@@ -13,8 +13,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from dopamine_per import port_gin
+from tests.support import fixtures
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (Dopamine import line, the line port_gin writes for it).
 _REWRITES = (
@@ -244,21 +244,23 @@ class MainTest(absltest.TestCase):
 
   def test_command_line(self):
     path = self._write('a.gin', _DOPAMINE_GIN)
-    env = dict(os.environ, PYTHONPATH=_REPO_ROOT)
+    env = dict(os.environ, PYTHONPATH=fixtures.REPO_ROOT)
     command = [sys.executable, '-m', 'dopamine_per.port_gin']
     result = subprocess.run(command + [path], capture_output=True, text=True,
-                            env=env, cwd=_REPO_ROOT, timeout=120)
+                            env=env, cwd=fixtures.REPO_ROOT, timeout=120)
     self.assertEqual((result.returncode, result.stderr), (0, ''))
     self.assertEqual(result.stdout, port_gin.port(_DOPAMINE_GIN))
 
     result = subprocess.run(command + [path + '.missing'], capture_output=True,
-                            text=True, env=env, cwd=_REPO_ROOT, timeout=120)
+                            text=True, env=env, cwd=fixtures.REPO_ROOT,
+                            timeout=120)
     self.assertEqual(result.returncode, 2)
     self.assertLen(result.stderr.splitlines(), 1)
     self.assertIn('a.gin.missing', result.stderr)
 
     result = subprocess.run(command + ['--help'], capture_output=True,
-                            text=True, env=env, cwd=_REPO_ROOT, timeout=120)
+                            text=True, env=env, cwd=fixtures.REPO_ROOT,
+                            timeout=120)
     self.assertEqual(result.returncode, 0)
     self.assertIn('usage: python -m dopamine_per.port_gin', result.stdout)
     self.assertIn('--in_place', result.stdout)

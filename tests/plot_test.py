@@ -5,10 +5,8 @@ import io
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -17,7 +15,6 @@ from matplotlib import image as image_lib
 from dopamine_per import plot
 from tests.support import fixtures
 from tests.support import statistics_lines
-
 
 
 def write_run(run_dir, evals, speeds=None, extra_lines=()):
@@ -41,8 +38,7 @@ class PlotTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.directory, ignore_errors=True)
+    self.directory = fixtures.temp_dir(self)
     self.runs = os.path.join(self.directory, 'runs')
     # Two seeds of two configurations; 7 iterations, so "last 5" differs
     # from "all".

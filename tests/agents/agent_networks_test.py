@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -286,13 +285,6 @@ class AgentNetworksTest(parameterized.TestCase):
       gin.bind_parameter(memory + '.replay_capacity', 100)
       gin.bind_parameter(memory + '.batch_size', 4)
 
-  def _temp_dir(self):
-    # (tempfile rather than absltest's create_tempdir, which needs absl
-    # flags parsed, as they are not under pytest.)
-    directory = tempfile.TemporaryDirectory()
-    self.addCleanup(directory.cleanup)
-    return directory.name
-
   def _agent(self, row, case, summary_dir=None):
     agent = _make_agent(row, case, summary_dir)
     self.addCleanup(agent._sess.close)
@@ -302,7 +294,7 @@ class AgentNetworksTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*_CASES)
   def test_trains_syncs_and_restores(self, row, case):
-    summary_dir = self._temp_dir()
+    summary_dir = fixtures.temp_dir(self)
     agent = self._agent(row, case, summary_dir)
     rng = np.random.default_rng(0)
     agent.begin_episode(_observation(rng, case.inputs))
@@ -324,7 +316,7 @@ class AgentNetworksTest(parameterized.TestCase):
         any(tag.startswith('Losses/') for tag in _summary_tags(summary_dir)),
         _summary_tags(summary_dir))
 
-    checkpoint_dir = self._temp_dir()
+    checkpoint_dir = fixtures.temp_dir(self)
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 1)
     fresh = self._agent(row, case)
     self.assertFalse(_all_equal(_weights(fresh, fresh.online_convnet),
@@ -355,13 +347,11 @@ class LegacyKerasTest(absltest.TestCase):
   """Runs the table again under tf-keras, in one subprocess."""
 
   def test_table_under_tf_keras(self):
-    env = dict(os.environ, TF_USE_LEGACY_KERAS='1', TF_CPP_MIN_LOG_LEVEL='2')
-    env['PYTHONPATH'] = os.pathsep.join(
-        [fixtures.REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
     result = subprocess.run(
         [sys.executable, '-m', 'tests.agents.agent_networks_test',
          'AgentNetworksTest', 'KerasVersionTest'],
-        env=env, cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
+        env=fixtures.subprocess_env(TF_USE_LEGACY_KERAS='1'),
+        cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
         timeout=900)
     output = result.stdout + result.stderr
     self.assertEqual(result.returncode, 0, output[-5000:])

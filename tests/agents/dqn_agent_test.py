@@ -1,7 +1,5 @@
 """Tests for dqn_agent: epsilon schedules, acting, training, checkpoints."""
 
-import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,6 +12,7 @@ from dopamine_per import errors
 from dopamine_per.agents import dqn_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
+from tests.support import fixtures
 from tests.support import gin_util
 
 
@@ -113,8 +112,7 @@ class DQNAgentTest(absltest.TestCase):
     np.testing.assert_array_equal(agent.state[0, 0], [0.0, 1.0, 2.0])
 
   def test_partial_reload(self):
-    checkpoint_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
     agent.begin_episode(np.zeros(4))
     for _ in range(30):
@@ -130,8 +128,7 @@ class DQNAgentTest(absltest.TestCase):
     self.assertEqual(fresh.training_steps, agent.training_steps)
 
   def test_min_replay_history_is_read_until_reached_and_after_a_load(self):
-    checkpoint_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
     agent.begin_episode(np.zeros(4))
     for _ in range(5):

@@ -13,7 +13,6 @@ long, and a policy no better than chance passes with probability below 1e-3.
 """
 
 import inspect
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -194,14 +193,6 @@ def _weights(agent, network):
   return agent._sess.run(network.trainable_variables)
 
 
-def _temp_dir(test_case) -> str:
-  # (tempfile rather than absltest's create_tempdir, which needs absl flags
-  # parsed, as they are not under pytest.)
-  directory = tempfile.TemporaryDirectory()
-  test_case.addCleanup(directory.cleanup)
-  return directory.name
-
-
 class ImplicitQuantileAgentTest(parameterized.TestCase):
 
   def setUp(self):
@@ -361,7 +352,7 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
     self.assertGreater(np.count_nonzero(priorities), 30)
 
   def test_bundle_and_unbundle(self):
-    checkpoint_dir = _temp_dir(self)
+    checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
     _play(agent, 40)
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 2)
@@ -385,7 +376,7 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
         restored._replay.memory.get_priority(np.arange(40)), priorities)
 
   def test_summary_has_dopamine_tag(self):
-    agent = _make_agent(summary_writer=_temp_dir(self),
+    agent = _make_agent(summary_writer=fixtures.temp_dir(self),
                         summary_writing_frequency=1)
     self.addCleanup(agent.summary_writer.close)
     _play(agent, 25)
@@ -436,7 +427,7 @@ class LearningTest(absltest.TestCase):
         [fixtures.repo_path('configs', 'implicit_quantile_cartpole.gin')],
         ['Runner.num_iterations = 2', 'Runner.evaluation_steps = 1000',
          'Runner.fine_grained_print_to_console = False'])
-    runner = run_experiment.create_runner(_temp_dir(self))
+    runner = run_experiment.create_runner(fixtures.temp_dir(self))
     runner.run_experiment()
     record = runner._statistics_log.records[-1]
     self.assertGreaterEqual(record['eval_average_return'], _LEARNING_BOUND,

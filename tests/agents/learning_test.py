@@ -11,9 +11,6 @@ with probability below 1e-3 (at most a handful of evaluation episodes, each
 below 3e-4).
 """
 
-import shutil
-import tempfile
-
 from absl.testing import absltest
 import gin
 import numpy as np
@@ -48,8 +45,7 @@ class LearningTest(absltest.TestCase):
     self.assertLess(max(lengths), _BOUND)
 
   def test_rainbow_learns_cartpole(self):
-    base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, base_dir, ignore_errors=True)
+    base_dir = fixtures.temp_dir(self)
     gin.clear_config()
     run_experiment.load_gin_configs(
         [fixtures.repo_path('configs', 'rainbow_cartpole.gin')],

@@ -1,8 +1,6 @@
 """Tests for rainbow_agent: project_distribution, PER exponents, the agent."""
 
 import os
-import shutil
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -14,6 +12,7 @@ from dopamine_per import errors
 from dopamine_per.agents import dqn_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import gym_lib
+from tests.support import fixtures
 from tests.support import gin_util
 
 
@@ -266,8 +265,7 @@ class RainbowAgentTest(parameterized.TestCase):
     self.assertIn(1, memory.episode_end_indices)
 
   def test_bundle_and_unbundle(self):
-    checkpoint_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
     _play(agent, 60)
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 3)

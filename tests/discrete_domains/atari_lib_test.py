@@ -7,8 +7,6 @@ the ``test`` extra (it ships the ROMs), so nothing here is skipped.
 
 import json
 import os
-import shutil
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,7 +19,6 @@ from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
 from tests.support import fixtures
 from tests.support import gin_util
-
 
 
 def _brute_force_area_resize(image, size):
@@ -157,8 +154,7 @@ class PongTest(absltest.TestCase):
     self.assertGreater(int(observation.max()), int(observation.min()))
 
   def test_rainbow_gin_on_pong_runs_and_checkpoints(self):
-    base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, base_dir, ignore_errors=True)
+    base_dir = fixtures.temp_dir(self)
     gin.clear_config()
     run_experiment.load_gin_configs(
         [fixtures.repo_path('configs', 'rainbow.gin')],

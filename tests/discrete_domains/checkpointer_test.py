@@ -17,14 +17,14 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 from tests.support import fault_injection
+from tests.support import fixtures
 
 
 class CheckpointerTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
 
   def _touch(self, name, content=b'x'):
     with open(os.path.join(self.dir, name), 'wb') as f:
@@ -111,8 +111,7 @@ class MarkerAndDataFileTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.saver = checkpointer.Checkpointer(self.dir)
     self.saver.save_checkpoint(3, {'current_iteration': 3})
     self.marker_path = os.path.join(self.dir,
@@ -214,8 +213,7 @@ class StagedSaveTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
 
   def _put(self, root, name, content):
     path = os.path.join(root, *name.split('/'))
@@ -484,8 +482,7 @@ class TfCheckpointTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.prefix = os.path.join(self.dir, 'tf_ckpt-1')
     graph, session, _ = self._graph({'net/kernel': (4, 8), 'net/bias': (8,)})
     with graph.as_default():

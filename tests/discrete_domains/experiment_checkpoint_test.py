@@ -476,8 +476,7 @@ class ResaveFailureTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     # What checkpoint _RESAVED of the trained run restores.
     self.old = fingerprint(tiny_cartpole.runner(
         self._trained_run('old'), _RESAVED + 2))

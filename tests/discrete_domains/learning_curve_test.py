@@ -1,10 +1,8 @@
 """Tests for learning_curve: the PNG, its panels, and one per iteration."""
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,7 +12,6 @@ import numpy as np
 
 from dopamine_per.discrete_domains import learning_curve
 from tests.support import fixtures
-
 
 
 def read_png(path):
@@ -40,8 +37,7 @@ class LearningCurveTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.directory, ignore_errors=True)
+    self.directory = fixtures.temp_dir(self)
     self.path = os.path.join(self.directory, 'curve.png')
 
   def test_both_returns_in_both_panels(self):
@@ -116,8 +112,7 @@ class RunnerDrawsEveryIterationTest(absltest.TestCase):
     from tests.support import gin_util
     # pylint: enable=g-import-not-at-top
     gin_util.hide_dopamine_configurables(self)
-    base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, base_dir, ignore_errors=True)
+    base_dir = fixtures.temp_dir(self)
     gin.clear_config()
     self.addCleanup(gin.clear_config)
     run_experiment.load_gin_configs(

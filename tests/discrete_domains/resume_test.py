@@ -20,7 +20,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 from absl.testing import absltest
@@ -133,8 +132,7 @@ class _TrainedRunTestCase(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.base_dir = tiny_cartpole.copy_trained_run(
         os.path.join(self.dir, 'run'))
     self.checkpoint_dir = _checkpoint_dir(self.base_dir)

@@ -2,8 +2,6 @@
 
 import json
 import os
-import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -12,6 +10,7 @@ import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
+from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import tiny_cartpole
 
@@ -68,8 +67,7 @@ class RunnerTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+    self.base_dir = fixtures.temp_dir(self)
 
   def _records(self):
     with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:

@@ -11,8 +11,6 @@ AttributeError and the run was stuck.
 
 import json
 import os
-import shutil
-import tempfile
 import tracemalloc
 
 from absl.testing import absltest
@@ -21,6 +19,7 @@ import gin
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
+from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import statistics_lines
 from tests.support import tiny_cartpole
@@ -80,8 +79,7 @@ class ReadRecordsTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.path = os.path.join(self.dir, 'statistics.jsonl')
 
   def _write(self, records):
@@ -154,8 +152,7 @@ class ResumeWithOddLinesTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+    self.base_dir = fixtures.temp_dir(self)
 
   def _runner(self, num_iterations):
     gin.clear_config()

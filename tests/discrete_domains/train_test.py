@@ -10,7 +10,6 @@ replay memory and its priorities as they were at that checkpoint.
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,8 +55,7 @@ class BaseDirTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.file = os.path.join(self.dir, 'a_file')
     with open(self.file, 'w') as f:
       f.write('not a directory')
@@ -139,8 +137,7 @@ class TrainTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+    self.base_dir = fixtures.temp_dir(self)
 
   def _run(self, gin_files, bindings, timeout=300):
     return subprocess.run(
@@ -246,8 +243,7 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+    self.base_dir = fixtures.temp_dir(self)
 
   def _assert_refused(self, stderr, pid):
     """One line on stderr naming the directory and the holder's pid."""

@@ -7,7 +7,6 @@ loopback only, 4-8 s to start) for the module: the sharded memory's
 staging, and RainbowAgent training steps from a sharded memory built by gin.
 """
 
-import tempfile
 import threading
 import time
 
@@ -23,10 +22,9 @@ from dopamine_per.discrete_domains import gym_lib
 from dopamine_per.distributed import prefetch
 from dopamine_per.distributed import replay
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import ray_util
-
-_DEADLINE_S = ray_util.DEADLINE_S
 
 
 def setUpModule():  # pylint: disable=invalid-name
@@ -79,7 +77,7 @@ class BatchPrefetcherTest(absltest.TestCase):
     self.assertEqual(counter.calls, 0)  # Nothing before the first get.
     self.assertEqual(prefetcher.get(), 0)
     # One batch returned, three waiting, the thread waiting for a slot.
-    ray_util.wait_until(lambda: prefetcher.ready == 3)
+    fixtures.wait_until(lambda: prefetcher.ready == 3)
     time.sleep(0.1)
     self.assertEqual(counter.calls, 4)
     self.assertEqual([prefetcher.get() for _ in range(5)], [1, 2, 3, 4, 5])
@@ -91,13 +89,13 @@ class BatchPrefetcherTest(absltest.TestCase):
     counter = _Counter(per_call=3)
     prefetcher = self._new(counter, depth=1)
     self.assertEqual(prefetcher.get(), 0)
-    ray_util.wait_until(lambda: prefetcher.ready == 5)  # 1 and 2; 3, 4 and 5.
+    fixtures.wait_until(lambda: prefetcher.ready == 5)  # 1 and 2; 3, 4 and 5.
     time.sleep(0.1)
     self.assertEqual(counter.calls, 2)
     self.assertEqual([prefetcher.get() for _ in range(2)], [1, 2])
     self.assertEqual(counter.calls, 2)  # List 2 not started yet.
     self.assertEqual(prefetcher.get(), 3)
-    ray_util.wait_until(lambda: counter.calls == 3)
+    fixtures.wait_until(lambda: counter.calls == 3)
     self.assertEqual([prefetcher.get() for _ in range(5)], [4, 5, 6, 7, 8])
     self.assertEqual(prefetcher.batches_sampled % 3, 0)
 
@@ -111,7 +109,7 @@ class BatchPrefetcherTest(absltest.TestCase):
   def test_discard_drops_earlier_batches(self):
     prefetcher = self._new(_Counter(), depth=2)
     self.assertEqual(prefetcher.get(), 0)
-    ray_util.wait_until(lambda: prefetcher.ready == 2)
+    fixtures.wait_until(lambda: prefetcher.ready == 2)
     prefetcher.discard()
     self.assertGreater(prefetcher.get(), 2)  # Batches 1 and 2 were dropped.
 
@@ -128,7 +126,7 @@ class BatchPrefetcherTest(absltest.TestCase):
 
   def test_close_wakes_a_waiting_get(self):
     release = threading.Event()
-    prefetcher = self._new(lambda: [release.wait(_DEADLINE_S)], depth=1)
+    prefetcher = self._new(lambda: [release.wait(fixtures.DEADLINE_S)], depth=1)
     raised = []
 
     def waiting_get():
@@ -143,8 +141,8 @@ class BatchPrefetcherTest(absltest.TestCase):
     closer = threading.Thread(target=prefetcher.close)
     closer.start()
     release.set()  # Lets the sample call in progress return.
-    closer.join(_DEADLINE_S)
-    getter.join(_DEADLINE_S)
+    closer.join(fixtures.DEADLINE_S)
+    getter.join(fixtures.DEADLINE_S)
     self.assertLen(raised, 1)
     self.assertFalse(_thread_alive('test_prefetch'))
 
@@ -182,13 +180,13 @@ class ShardedPrefetchTest(absltest.TestCase):
     prefetcher = memory._prefetcher
     batch = _sample(memory)
     np.testing.assert_array_equal(batch['state'][:, 1, 0], batch['action'])
-    ray_util.wait_until(lambda: prefetcher.ready == 2)
+    fixtures.wait_until(lambda: prefetcher.ready == 2)
     sampled = prefetcher.batches_sampled  # 3: the one returned, 2 ready.
     self.assertEqual(sampled, 3)
     for _ in range(4):
       memory.sample_transition_batch()
       memory.sample_transition_batch(batch_size=8)  # The default: prefetched.
-    ray_util.wait_until(lambda: prefetcher.batches_sampled == sampled + 8)
+    fixtures.wait_until(lambda: prefetcher.batches_sampled == sampled + 8)
     # Other sizes and explicit indices are sampled there and then.
     self.assertLen(memory.sample_transition_batch(batch_size=3)[0], 3)
     memory.sample_transition_batch(indices=batch['indices'])
@@ -212,16 +210,14 @@ class ShardedPrefetchTest(absltest.TestCase):
     memory = _sharded(prefetch_depth=1)
     self.addCleanup(memory.close)
     _write(memory)
-    directory = tempfile.TemporaryDirectory()
-    self.addCleanup(directory.cleanup)
-    checkpoint_dir = directory.name
+    checkpoint_dir = fixtures.temp_dir(self)
     memory.save(checkpoint_dir, 0)  # Both shards hold mass 20.
     shard0 = np.arange(memory.shard_capacity)
     memory.set_priority(shard0, np.zeros(len(shard0)))
     capacity = memory.shard_capacity
     self.assertTrue(np.all(_sample(memory)['indices'] >= capacity))
     # The batch ready is from shard 1 only.
-    ray_util.wait_until(lambda: memory._prefetcher.ready == 1)
+    fixtures.wait_until(lambda: memory._prefetcher.ready == 1)
     memory.load(checkpoint_dir, 0)
     # Stratified over two equal masses (slots 0-19 of each shard): strata
     # 0-2 fall on shard 0's slots 0-14. Stratum 3 may hit slot 19, which
@@ -238,16 +234,16 @@ class ShardedPrefetchTest(absltest.TestCase):
     def draw_in_progress():  # Holds the memory's lock, as a draw does.
       with memory._lock:
         drawing.set()
-        done.wait(_DEADLINE_S)
+        done.wait(fixtures.DEADLINE_S)
 
     holder = threading.Thread(target=draw_in_progress)
     holder.start()
-    drawing.wait(_DEADLINE_S)
+    drawing.wait(fixtures.DEADLINE_S)
     started = time.monotonic()
     memory.set_priority(np.array([0, memory.shard_capacity]), [2.0, 3.0])
-    self.assertLess(time.monotonic() - started, _DEADLINE_S / 2)
+    self.assertLess(time.monotonic() - started, fixtures.DEADLINE_S / 2)
     done.set()
-    holder.join(_DEADLINE_S)
+    holder.join(fixtures.DEADLINE_S)
     np.testing.assert_allclose(
         memory.get_priority(np.array([0, memory.shard_capacity])), [2.0, 3.0])
 

@@ -22,6 +22,7 @@ from dopamine_per.distributed import sharded_checkpoint
 from dopamine_per.file_io import atomic_files
 from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
+from tests.support import fixtures
 from tests.support import ray_util
 from tests.support import stats_util
 
@@ -53,8 +54,8 @@ def _write_episodes(writer, stream, steps, episode_length, priorities=None):
 
 
 def _get(refs):
-  """`ray.get`, failing after ray_util.DEADLINE_S instead of hanging."""
-  return ray.get(refs, timeout=ray_util.DEADLINE_S)
+  """`ray.get`, failing after fixtures.DEADLINE_S instead of hanging."""
+  return ray.get(refs, timeout=fixtures.DEADLINE_S)
 
 
 def _kill(handle):
@@ -69,7 +70,7 @@ def _kill(handle):
       return True
     return False
 
-  ray_util.wait_until(dead)
+  fixtures.wait_until(dead)
 
 
 def _as_dict(memory, batch):
@@ -210,7 +211,7 @@ class ShardedReplayTest(absltest.TestCase):
     first = _as_dict(memory, memory.sample_transition_batch())
     self.assertTrue((first['indices'] < 24).any())  # 80% of the mass.
     prefetcher = memory._prefetcher
-    ray_util.wait_until(lambda: prefetcher.ready == 7)
+    fixtures.wait_until(lambda: prefetcher.ready == 7)
     memory.set_priority(np.arange(24), np.zeros(24))
     for _ in range(7):  # Batches 2-8: drawn before the update.
       memory.sample_transition_batch()
@@ -537,13 +538,6 @@ class _FaultyShard(shard_lib.ReplayShard):
 _FAULTY_SHARD = ray.remote(_FaultyShard)
 
 
-def _tempdir(test):
-  """A new temporary directory, deleted after `test`."""
-  directory = tempfile.mkdtemp()
-  test.addCleanup(shutil.rmtree, directory, ignore_errors=True)
-  return directory
-
-
 def _contents(memory):
   """What a sharded memory holds: each shard's add_count, every priority."""
   return (memory.shard_add_counts(),
@@ -597,7 +591,7 @@ class ShardedCheckpointTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.memories = []
-    self.directory = _tempdir(self)
+    self.directory = fixtures.temp_dir(self)
 
   def tearDown(self):
     for memory in self.memories:
@@ -715,7 +709,7 @@ class ShardedCheckpointTest(absltest.TestCase):
     # failing alike) loads on every shard as first saved.
     for fault in ('raise', 'exit', 'record'):
       with self.subTest(fault=fault):
-        directory = self.directory = _tempdir(self)
+        directory = self.directory = fixtures.temp_dir(self)
         memory = self._new(faulty=True, checkpoint_duration=1)
         _fill(memory, 8, 1.0)
         memory.save(directory, 1)
@@ -798,7 +792,7 @@ class ShardedCheckpointTest(absltest.TestCase):
     replace = atomic_files.replace
     for fault in (OSError(5, 'Input/output error'), KeyboardInterrupt()):
       with self.subTest(fault=type(fault).__name__):
-        directory = _tempdir(self)
+        directory = fixtures.temp_dir(self)
 
         def replace_then_fail(source, destination, fault=fault):
           replace(source, destination)
@@ -902,7 +896,7 @@ class ShardedRecordTest(absltest.TestCase):
             '../a_ckpt.5.gz', '../.a_ckpt.5.gz.abcd1234.tmp', 3, 'f' * 64]])]),
          r'\(shard 0\) is malformed: .*not a path inside'),
     ]
-    directory = _tempdir(self)
+    directory = fixtures.temp_dir(self)
     self._write(directory, json.dumps(good).encode('utf-8'))
     record = sharded_checkpoint.read_record(directory, 5)
     self.assertEqual((record.num_shards, record.shard_capacity), (1, 10))

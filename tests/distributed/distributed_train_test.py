@@ -14,12 +14,9 @@ import io
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -74,8 +71,7 @@ class ApexRunnerTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.base_dir, ignore_errors=True)
+    self.base_dir = fixtures.temp_dir(self)
 
   def _runner(self, num_iterations, extra=()):
     gin.clear_config()
@@ -220,8 +216,7 @@ class ApexLearningTest(absltest.TestCase):
     gin_util.hide_dopamine_configurables(self)
 
   def test_apex_cartpole_learns(self):
-    base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, base_dir, ignore_errors=True)
+    base_dir = fixtures.temp_dir(self)
     gin.clear_config()
     run_experiment.load_gin_configs([_CONFIG], [
         'Runner.num_iterations = 5', 'Runner.evaluation_steps = 1000',
@@ -256,16 +251,6 @@ class TrainerErrorTest(absltest.TestCase):
     ray_util.start_local_ray()
 
 
-def _environment():
-  env = dict(os.environ)
-  env['PYTHONPATH'] = os.pathsep.join(
-      [fixtures.REPO_ROOT] + [p for p in sys.path if p])
-  env['TF_CPP_MIN_LOG_LEVEL'] = '2'
-  # This process's Ray (ray.init sets RAY_ADDRESS): the trainer would join it.
-  env.pop('RAY_ADDRESS', None)
-  return env
-
-
 class TrainerKillAndResumeTest(absltest.TestCase):
   """The command line, killed with SIGKILL mid-run, then started again."""
 
@@ -278,28 +263,26 @@ class TrainerKillAndResumeTest(absltest.TestCase):
             ['--gin_bindings=' + b for b in bindings])
 
   def test_killed_run_resumes_after_its_last_checkpoint(self):
-    base_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, base_dir, ignore_errors=True)
+    base_dir = fixtures.temp_dir(self)
     marker = os.path.join(base_dir, 'checkpoints',
                           'sentinel_checkpoint_complete.0')
     process = subprocess.Popen(
-        self._command(base_dir, 3), env=_environment(), cwd=fixtures.REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    deadline = time.monotonic() + 240
+        self._command(base_dir, 3), env=fixtures.subprocess_env(),
+        cwd=fixtures.REPO_ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-      while not os.path.exists(marker):
-        self.assertIsNone(process.poll(), 'the trainer ended early')
-        self.assertLess(time.monotonic(), deadline, 'no checkpoint in time')
-        time.sleep(0.2)
+      fixtures.wait_until(
+          lambda: os.path.exists(marker) or process.poll() is not None,
+          timeout_s=240, message='no checkpoint 0 and no exit')
+      self.assertTrue(os.path.exists(marker), 'the trainer ended early')
     finally:
       # The whole session: the trainer and the local Ray it started.
       if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
       process.wait(60)
     result = subprocess.run(
-        self._command(base_dir, 2), env=_environment(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=300)
+        self._command(base_dir, 2), env=fixtures.subprocess_env(),
+        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=300)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertIn('Resumed from the checkpoint of iteration 0',
                   result.stdout)

@@ -12,7 +12,6 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 from absl.testing import absltest
@@ -38,8 +37,6 @@ def _npy_bytes(array):
   raw = io.BytesIO()
   np.save(raw, array, allow_pickle=True)
   return raw.getvalue()
-
-
 
 
 def _npy_with_header(header, version=1, data=b''):
@@ -109,8 +106,7 @@ class IoTestCase(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
 
   def path(self, name='f.gz'):
     return os.path.join(self.dir, name)
@@ -691,7 +687,6 @@ class RemoveTemporariesTest(IoTestCase):
                                          lambda name: name == 'a_ckpt.3.gz'),
         [self.path(leftover[0])])
     self.assertEqual(os.listdir(self.dir), [])
-
 
 
 class ImportTest(absltest.TestCase):

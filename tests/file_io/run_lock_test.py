@@ -16,12 +16,10 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from unittest import mock
@@ -45,17 +43,11 @@ _HOLDER = textwrap.dedent('''
 _SLEEPER = 'import sys; print("started", flush=True); sys.stdin.read()'
 
 
-def _environment():
-  env = dict(os.environ)
-  env['PYTHONPATH'] = os.pathsep.join(
-      [fixtures.REPO_ROOT] + [p for p in sys.path if p])
-  return env
-
-
 def _start(script, *args, close_fds=True):
   process = subprocess.Popen(
-      [sys.executable, '-c', script] + list(args), env=_environment(),
-      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=close_fds)
+      [sys.executable, '-c', script] + list(args),
+      env=fixtures.subprocess_env(), stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE, close_fds=close_fds)
   return process
 
 
@@ -80,8 +72,7 @@ class RunDirectoryLockTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
     self.base_dir = os.path.join(self.dir, 'runs', 'cartpole')
 
   def _lock(self):

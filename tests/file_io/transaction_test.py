@@ -3,10 +3,8 @@
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from unittest import mock
 
@@ -44,8 +42,7 @@ class TransactionTestCase(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = fixtures.temp_dir(self)
 
   def path(self, *names):
     return os.path.join(self.dir, *names)

@@ -10,7 +10,6 @@ import pickle
 import random
 import re
 import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -24,6 +23,7 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import memory_checkpoint
+from tests.support import fixtures
 from tests.support import replay_cases
 from tests.support import stats_util
 
@@ -36,13 +36,6 @@ def _npy_gz(array):
   raw = io.BytesIO()
   np.save(raw, array)
   return gzip.compress(raw.getvalue())
-
-
-def _temp_dir(test_case):
-  path = tempfile.mkdtemp()
-  test_case.addCleanup(shutil.rmtree, path, ignore_errors=True)
-  return path
-
 
 
 def _resident_bytes():
@@ -518,7 +511,7 @@ def _filled(cls=crb.OutOfGraphReplayBuffer, steps=30, seed=0, **kwargs):
 class CheckpointTest(parameterized.TestCase):
 
   def test_round_trip(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled(rng=3)
     buffer.add(np.zeros(2, np.uint8), 0, 0.0, False)  # Mid-episode.
     buffer.save(directory, 7)
@@ -537,7 +530,7 @@ class CheckpointTest(parameterized.TestCase):
       np.testing.assert_array_equal(x, y)
 
   def test_files_match_dopamine_format(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled()
     buffer.save(directory, 1)
     with gzip.open(os.path.join(directory, 'add_count_ckpt.1.gz')) as f:
@@ -549,7 +542,7 @@ class CheckpointTest(parameterized.TestCase):
       self.assertEqual(pickle.load(f), buffer.episode_end_indices)
 
   def test_ours_to_dopamine(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     ours = _filled(steps=40)
     ours.add(np.ones(2, np.uint8), 1, 1.0, True)  # End on an episode end.
     ours.save(directory, 2)
@@ -563,7 +556,7 @@ class CheckpointTest(parameterized.TestCase):
     self._assert_same_as_dopamine(ours, theirs)
 
   def test_dopamine_to_ours(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     theirs = _filled(dopamine_crb.OutOfGraphReplayBuffer, steps=40, seed=5)
     theirs.add(np.ones(2, np.uint8), 1, 1.0, True)
     theirs.save(directory, 4)
@@ -593,7 +586,7 @@ class CheckpointTest(parameterized.TestCase):
       np.testing.assert_array_equal(a, b)
 
   def test_dopamine_checkpoint_derives_episode_start(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     theirs = dopamine_crb.OutOfGraphReplayBuffer(
         observation_shape=(2,), stack_size=2, replay_capacity=16,
         batch_size=4)
@@ -605,7 +598,7 @@ class CheckpointTest(parameterized.TestCase):
     self.assertFalse(ours._next_experience_is_episode_start)
 
   def test_missing_episode_end_indices_is_tolerated(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled()
     buffer.save(directory, 3)
     os.remove(os.path.join(directory, 'episode_end_indices_ckpt.3.gz'))
@@ -617,7 +610,7 @@ class CheckpointTest(parameterized.TestCase):
     self.assertEqual(restored.episode_end_indices, terminals)
 
   def test_missing_file_raises_not_found_and_changes_nothing(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     _filled().save(directory, 3)
     os.remove(os.path.join(directory, '$store$_reward_ckpt.3.gz'))
     buffer = _filled(steps=5, seed=2)
@@ -660,7 +653,7 @@ class CheckpointTest(parameterized.TestCase):
     for with_manifest in (True, False):
       if not with_manifest and name == crb.DOPAMINE_PER_STATE_NAME:
         continue
-      directory = _temp_dir(self)
+      directory = fixtures.temp_dir(self)
       _filled().save(directory, 3)
       if not with_manifest:
         os.remove(os.path.join(directory, '{}_ckpt.3.gz'.format(
@@ -682,7 +675,7 @@ class CheckpointTest(parameterized.TestCase):
       assert_same_snapshot(self, before, snapshot(buffer))
 
   def test_pickle_that_would_run_code_is_refused(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     marker = os.path.join(directory, 'code_ran')
 
     class Exploit(object):
@@ -708,7 +701,7 @@ class CheckpointTest(parameterized.TestCase):
   def test_file_from_another_checkpoint_is_refused(self):
     # Well-formed, right shape and dtype, but not the file this checkpoint
     # wrote: only the recorded checksum can tell.
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled()
     buffer.save(directory, 3)
     _filled(steps=7, seed=5).save(directory, 4)
@@ -721,7 +714,7 @@ class CheckpointTest(parameterized.TestCase):
     assert_same_snapshot(self, before, snapshot(buffer))
 
   def test_checkpoint_of_other_capacity_is_refused(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     _filled(replay_capacity=20).save(directory, 1)
     buffer = _filled()
     before = snapshot(buffer)
@@ -730,21 +723,21 @@ class CheckpointTest(parameterized.TestCase):
     assert_same_snapshot(self, before, snapshot(buffer))
 
   def test_save_to_missing_directory_warns(self):
-    directory = os.path.join(_temp_dir(self), 'missing')
+    directory = os.path.join(fixtures.temp_dir(self), 'missing')
     with self.assertLogs('absl', level='WARNING') as logs:
       _filled().save(directory, 0)
     self.assertIn('does not exist', '\n'.join(logs.output))
     self.assertFalse(os.path.exists(directory))
 
   def test_no_temporary_files_left(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled()
     for iteration in range(3):
       buffer.save(directory, iteration)
     self.assertFalse([f for f in os.listdir(directory) if 'tmp' in f])
 
   def test_garbage_collection(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled(checkpoint_duration=2, keep_every=3)
     for iteration in range(7):
       buffer.save(directory, iteration)
@@ -756,7 +749,7 @@ class CheckpointTest(parameterized.TestCase):
     self.assertLen(os.listdir(directory), 4 * 8)
 
   def test_garbage_collection_without_keep_every(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _filled()
     for iteration in range(7):
       buffer.save(directory, iteration)
@@ -768,7 +761,7 @@ class CheckpointTest(parameterized.TestCase):
     # iteration is a multiple of keep_every; we write everything.
     config = dict(observation_shape=(2,), stack_size=2, replay_capacity=16,
                   batch_size=4, checkpoint_duration=2, keep_every=2)
-    dopamine_dir, our_dir = _temp_dir(self), _temp_dir(self)
+    dopamine_dir, our_dir = fixtures.temp_dir(self), fixtures.temp_dir(self)
     theirs = dopamine_crb.OutOfGraphReplayBuffer(**config)
     ours = crb.OutOfGraphReplayBuffer(**config)
     for buffer in (theirs, ours):
@@ -787,7 +780,6 @@ class CheckpointTest(parameterized.TestCase):
     restored = _filled(steps=0)
     restored.load(directory, 1)
     assert_same_snapshot(self, snapshot(buffer), snapshot(restored))
-
 
 
 def _memory(steps=30, seed=0, **kwargs):
@@ -812,7 +804,7 @@ class _ResaveTestCase(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = _temp_dir(self)
+    self.directory = fixtures.temp_dir(self)
     self.old = _memory(seed=0)
     self.old.save(self.directory, 4)
     self.new = _memory(seed=1, steps=41)
@@ -960,7 +952,7 @@ class AtomicResaveTest(_ResaveTestCase):
   def test_resave_writes_the_bytes_of_a_first_save(self):
     # Dopamine's bytes (gzip with mtime 0): the same whether checkpoint 4
     # is new or written over an older one.
-    first = _temp_dir(self)
+    first = fixtures.temp_dir(self)
     self.new.save(first, 4)
     self.new.save(self.directory, 4)
     for name in os.listdir(first):
@@ -1073,7 +1065,7 @@ class MissingFileErrorTest(absltest.TestCase):
   """Issue 22, point 9, where TensorFlow is loaded (see tf_free_import_test)."""
 
   def test_both_tensorflows_and_ours(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     _memory().save(directory, 3)
     path = os.path.join(directory, '$store$_reward_ckpt.3.gz')
     os.remove(path)

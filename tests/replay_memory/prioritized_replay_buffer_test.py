@@ -2,8 +2,6 @@
 
 import os
 import random
-import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -16,6 +14,7 @@ from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import sum_tree_kernels
+from tests.support import fixtures
 from tests.support import replay_cases
 from tests.support import stats_util
 
@@ -38,12 +37,6 @@ def _add(buffer, count, seed=0, priorities=None, terminal_rate=0.15):
             rs.rand() < terminal_rate]
     args.append(None if priorities is None else priorities[i])
     buffer.add(*args)
-
-
-def _temp_dir(test_case):
-  path = tempfile.mkdtemp()
-  test_case.addCleanup(shutil.rmtree, path, ignore_errors=True)
-  return path
 
 
 class AddTest(absltest.TestCase):
@@ -448,7 +441,7 @@ class DopamineCompatibilityTest(absltest.TestCase):
       np.testing.assert_array_equal(a, b)
 
   def test_ours_to_dopamine(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     ours = Buffer(**self.CONFIG)
     self._fill(ours, 1)
     ours.save(directory, 3)
@@ -465,7 +458,7 @@ class DopamineCompatibilityTest(absltest.TestCase):
     self._assert_same(ours, theirs)
 
   def test_dopamine_to_ours(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     theirs = dopamine_prb.OutOfGraphPrioritizedReplayBuffer(**self.CONFIG)
     self._fill(theirs, 2)
     theirs.set_priority(np.array([4, 6], np.int32), np.array([3.5, 0.0]))
@@ -483,7 +476,7 @@ class DopamineCompatibilityTest(absltest.TestCase):
 class CheckpointTest(absltest.TestCase):
 
   def test_round_trip_restores_priorities_and_rng(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _buffer(rng=np.random.default_rng(8))
     _add(buffer, 30, priorities=np.arange(30) % 5 * 0.5)
     buffer.save(directory, 1)
@@ -496,7 +489,7 @@ class CheckpointTest(absltest.TestCase):
         np.testing.assert_array_equal(a, b)
 
   def test_bad_sum_tree_changes_nothing(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     source = _buffer(replay_capacity=16)
     _add(source, 20)
     source.save(directory, 2)
@@ -517,7 +510,7 @@ class CheckpointTest(absltest.TestCase):
     assert_same_snapshot(self, before, snapshot(buffer))
 
   def test_negative_priority_in_checkpoint_changes_nothing(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     source = _buffer()
     _add(source, 20)
     source.save(directory, 2)
@@ -533,7 +526,7 @@ class CheckpointTest(absltest.TestCase):
     assert_same_snapshot(self, before, snapshot(buffer))
 
   def test_missing_sum_tree(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     source = _buffer()
     _add(source, 20)
     source.save(directory, 2)
@@ -543,7 +536,7 @@ class CheckpointTest(absltest.TestCase):
       _buffer().load(directory, 2)
 
   def test_garbage_collects_sum_tree(self):
-    directory = _temp_dir(self)
+    directory = fixtures.temp_dir(self)
     buffer = _buffer(checkpoint_duration=1)
     _add(buffer, 10)
     buffer.save(directory, 0)

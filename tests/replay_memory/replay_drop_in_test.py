@@ -10,8 +10,6 @@ exist, and every public attribute is checkpointed.
 import gzip
 import os
 import pickle
-import shutil
-import tempfile
 import threading
 import warnings
 
@@ -29,6 +27,7 @@ from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
+from tests.support import fixtures
 from tests.support import replay_cases
 
 _SHAPE = (3, 3)
@@ -40,12 +39,6 @@ def _memory(cls=crb.OutOfGraphReplayBuffer, **kwargs):
   kwargs.setdefault('replay_capacity', 20)
   kwargs.setdefault('batch_size', 4)
   return cls(**kwargs)
-
-
-def _temp_dir(test_case):
-  path = tempfile.mkdtemp()
-  test_case.addCleanup(shutil.rmtree, path, ignore_errors=True)
-  return path
 
 
 class ExactValuesTest(parameterized.TestCase):
@@ -330,7 +323,7 @@ class PublicAttributesTest(absltest.TestCase):
       self.assertEqual(getattr(a, name), getattr(b, name), name)
 
   def test_round_trip(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     saved = self._changed()
     saved.save(path, 3)
     for name in ('visits', 'episodes', 'name', 'blob', 'last', 'enabled',
@@ -354,7 +347,7 @@ class PublicAttributesTest(absltest.TestCase):
         self.episodes = 0
         self.history = {}
 
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     ours = self._changed()
     ours.save(path, 1)
     theirs = DopamineCounting()
@@ -376,7 +369,7 @@ class PublicAttributesTest(absltest.TestCase):
     self.assertEqual(loaded.history, {'k': [1, 2]})
 
   def test_object_attribute_is_refused_and_nothing_written(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     memory = self._changed()
     memory.save(path, 1)
     before = sorted(os.listdir(path))
@@ -394,22 +387,22 @@ class PublicAttributesTest(absltest.TestCase):
                   np.ma.masked_array([1])):
       memory.last = value
       with self.assertRaisesRegex(TypeError, "attribute 'last'"):
-        memory.save(_temp_dir(self), 1)
+        memory.save(fixtures.temp_dir(self), 1)
 
   def test_reserved_name_is_refused(self):
     memory = _counting()
     setattr(memory, 'dopamine_per_state', 1)
     with self.assertRaisesRegex(ValueError, "'dopamine_per_state'"):
-      memory.save(_temp_dir(self), 1)
+      memory.save(fixtures.temp_dir(self), 1)
     delattr(memory, 'dopamine_per_state')
     setattr(memory, '../escape', 1)
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     with self.assertRaisesRegex(ValueError, "'../escape'"):
       memory.save(path, 1)
     self.assertEqual(os.listdir(path), [])
 
   def test_missing_attribute_file_is_not_found_and_changes_nothing(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     self._changed().save(path, 1)
     os.remove(os.path.join(path, 'episodes_ckpt.1.gz'))
     memory = _counting()
@@ -419,7 +412,7 @@ class PublicAttributesTest(absltest.TestCase):
     self.assertEqual(int(memory.add_count), 0)
 
   def test_tampered_attribute_file_is_refused_and_changes_nothing(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     self._changed().save(path, 1)
     with gzip.open(os.path.join(path, 'episodes_ckpt.1.gz'), 'wb') as f:
       pickle.dump(99, f)  # Plain data, but not what the state file records.
@@ -430,7 +423,7 @@ class PublicAttributesTest(absltest.TestCase):
     self.assertEqual(int(memory.add_count), 0)
 
   def test_attribute_pickle_must_be_plain_data(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     memory = self._changed()
     memory.save(path, 1)
     # A Dopamine-written checkpoint (no state file) whose attribute is a
@@ -445,7 +438,7 @@ class PublicAttributesTest(absltest.TestCase):
     self.assertIsNone(fresh.last)
 
   def test_garbage_collection_removes_attribute_files(self):
-    path = _temp_dir(self)
+    path = fixtures.temp_dir(self)
     memory = _counting(checkpoint_duration=1)
     _fill(memory)
     memory.save(path, 0)

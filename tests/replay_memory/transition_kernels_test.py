@@ -5,8 +5,6 @@ slot: validity exactly, returns bit for bit with Dopamine's formula.
 """
 
 import os
-import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -16,6 +14,7 @@ import numpy as np
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree_kernels
 from dopamine_per.replay_memory import transition_kernels
+from tests.support import fixtures
 
 
 def _rule(slot, capacity, add_count, horizon, stack, episode_end, terminal):
@@ -117,7 +116,6 @@ class TrajectoriesTest(parameterized.TestCase):
         np.testing.assert_array_equal(returns[b], expected[2])
 
 
-
 class MemoryKernelsTest(absltest.TestCase):
   """A memory with NumPy's loops and one with Numba's give the same batches."""
 
@@ -162,8 +160,7 @@ class MemoryKernelsTest(absltest.TestCase):
       for t in range(150):
         source.add(np.full((6, 6), (t + offset) % 256, np.uint8), t % 3,
                    float(rng.random()), int(t % 40 == 39), None)
-    checkpoint_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    checkpoint_dir = fixtures.temp_dir(self)
     saved.save(checkpoint_dir, 0)
     loaded.load(checkpoint_dir, 0)
     self.assertTrue(loaded._transitions_and_states.compiled)

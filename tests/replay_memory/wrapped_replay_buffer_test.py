@@ -7,10 +7,8 @@ concurrency, errors and gin. Eager mode for `as_dataset`.
 """
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 
 from absl.testing import absltest
@@ -322,8 +320,7 @@ class StagingTest(GraphTestCase):
     # samples the loaded contents.
     replay = self.wrapper(use_staging=True, batch_size=16)
     _fill(replay, 90)
-    checkpoint_dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, checkpoint_dir, ignore_errors=True)
+    checkpoint_dir = fixtures.temp_dir(self)
     only = int(np.flatnonzero(
         replay.memory.is_valid_transition(np.arange(100)))[5])
     priorities = np.zeros(100)

@@ -20,7 +20,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -147,8 +146,7 @@ class HardeningTestCase(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.directory, ignore_errors=True)
+    self.directory = fixtures.temp_dir(self)
     make().save(self.directory, _SUFFIX)
 
   def assert_refused(self, name, pattern='', directory=None):

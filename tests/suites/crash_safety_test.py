@@ -27,7 +27,6 @@ child, SIGXFSZ ignored) at each file it writes.
 import errno
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,8 +251,7 @@ class CrashTestCase(absltest.TestCase):
       expected_iterations: the iterations the memory loaded from it must
         have been advanced through.
     """
-    directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+    directory = fixtures.temp_dir(self)
     events, child = run_child(directory, self.PLAN, kill_after, self.PLANT)
     self.assertEqual(child.returncode, -9, child.stderr)
     self.assertEqual(events, self.recorded[:kill_after])
@@ -429,8 +427,7 @@ class DiskFullResaveTest(absltest.TestCase):
   """A re-save of checkpoint 5 that runs out of file size (EFBIG)."""
 
   def _resave(self, fail_at: int, limit: int) -> str:
-    directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+    directory = fixtures.temp_dir(self)
     child = subprocess.run(
         [sys.executable, '-c', _DISK_FULL_CHILD, directory, str(fail_at),
          str(limit)],

@@ -14,10 +14,8 @@ import fractions
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import warnings
 
@@ -253,8 +251,7 @@ class AddCountBoundTest(parameterized.TestCase):
     batch = memory.sample_transition_batch()
     self.assertTrue(memory.is_valid_transition(batch[7]).all())
     self.assertLen(memory.invalid_range, 6)
-    directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+    directory = fixtures.temp_dir(self)
     memory.save(directory, 0)
     restored = _counting_memory(memory_class, room=20)
     restored.load(directory, 0)

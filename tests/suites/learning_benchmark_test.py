@@ -8,14 +8,13 @@ import contextlib
 import io
 import json
 import os
-import shutil
-import tempfile
 
 from absl.testing import absltest
 from matplotlib import image as image_lib
 
 from benchmarks import learning
 from dopamine_per import plot
+from tests.support import fixtures
 from tests.support import statistics_lines
 
 # One short iteration on a small network (the learning itself is not
@@ -36,8 +35,7 @@ class LearningBenchmarkTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.directory, ignore_errors=True)
+    self.directory = fixtures.temp_dir(self)
     self.runs_dir = os.path.join(self.directory, 'runs')
 
   def _main(self, *args):

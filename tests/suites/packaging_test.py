@@ -53,13 +53,6 @@ _SCRIPTS = {
 }
 
 
-def _temporary_directory(test):
-  """A new directory that `test` removes when it ends."""
-  directory = tempfile.mkdtemp()
-  test.addCleanup(shutil.rmtree, directory, ignore_errors=True)
-  return directory
-
-
 def _run(command, cwd, pythonpath=None, **kwargs):
   """Runs `command` in `cwd` (kernel choices unset); returns the result."""
   env = {k: v for k, v in os.environ.items()
@@ -292,7 +285,7 @@ class ConfigsTest(absltest.TestCase):
     self.assertEqual(configs.resolve(expected), expected)
 
   def test_a_file_wins_over_a_shipped_name(self):
-    directory = _temporary_directory(self)
+    directory = fixtures.temp_dir(self)
     with open(os.path.join(directory, 'rainbow_cartpole.gin'), 'w') as f:
       f.write('Runner.num_iterations = 1\n')
     cwd = os.getcwd()
@@ -339,7 +332,7 @@ class TrainerTest(absltest.TestCase):
   """The trainer loads a shipped config by name, on every entry point."""
 
   def test_names_are_resolved_before_loading(self):
-    base_dir = _temporary_directory(self)
+    base_dir = fixtures.temp_dir(self)
     runner = mock.Mock()
     create_runner = mock.Mock(return_value=runner)
     if not train.FLAGS.is_parsed():  # Under pytest; absltest parses them.

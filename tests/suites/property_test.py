@@ -69,8 +69,6 @@ _bad_indices = st.sampled_from([-1, _CAPACITY, 2**40])
 _HUGE = [2.0**1020, 2.0**1022, 2.0**1023, 1.5 * 2.0**1023]
 
 
-
-
 class _RunsCode(object):
   """Pickles as a call of os.system: loading it must never run it."""
 

@@ -1,14 +1,8 @@
 """A local Ray for the distributed tests: loopback only, two CPUs."""
 
 import gc
-import time
-from typing import Callable
 
 import ray
-
-# The longest a test waits for a background thread or actor to reach a
-# state.
-DEADLINE_S = 30.0
 
 
 def start_local_ray() -> None:
@@ -23,13 +17,3 @@ def start_local_ray() -> None:
   gc.collect()
   ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
            _node_ip_address='127.0.0.1')
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-  """Polls `condition` until it holds; fails after DEADLINE_S seconds."""
-  deadline = time.monotonic() + DEADLINE_S
-  while not condition():
-    if time.monotonic() > deadline:
-      raise AssertionError('condition not met within {} s'.format(
-          DEADLINE_S))
-    time.sleep(0.01)

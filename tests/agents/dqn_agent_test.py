@@ -4,7 +4,6 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import gin
 import numpy as np
 import tensorflow as tf
 
@@ -13,19 +12,17 @@ from dopamine_per.agents import dqn_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
 from tests.support import fixtures
-from tests.support import gin_util
+from tests.support import small_agents
 
 
 def _make_agent(sess=None, **kwargs):
+  """A small CartPole-shaped DQN agent."""
   defaults = dict(
-      observation_shape=(4, 1), observation_dtype=tf.float64, stack_size=1,
       network=lambda n, name: gym_lib.CartpoleDQNNetwork(
           n, name=name, hidden_units=(16,)),
-      min_replay_history=20, update_period=2, target_update_period=10,
-      epsilon_fn=dqn_agent.identity_epsilon,
-      optimizer=tf.compat.v1.train.AdamOptimizer(0.01))
+      update_period=2, target_update_period=10)
   defaults.update(kwargs)
-  return dqn_agent.DQNAgent(sess, 2, **defaults)
+  return small_agents.cartpole_agent(dqn_agent.DQNAgent, sess, **defaults)
 
 
 class EpsilonTest(parameterized.TestCase):
@@ -52,10 +49,7 @@ class DQNAgentTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    gin_util.hide_dopamine_configurables(self)
-    gin.clear_config()
-    gin.bind_parameter('WrappedReplayBuffer.replay_capacity', 500)
-    gin.bind_parameter('WrappedReplayBuffer.batch_size', 8)
+    small_agents.bind_small_memory(self, 'WrappedReplayBuffer')
 
   def test_observation_shape_must_be_a_tuple(self):
     # Dopamine asserts: the error is an AssertionError and a ValueError.

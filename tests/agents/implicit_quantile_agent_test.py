@@ -12,6 +12,7 @@ is below 3e-4; an average of 150 needs at least one evaluation episode that
 long, and a policy no better than chance passes with probability below 1e-3.
 """
 
+import functools
 import inspect
 from unittest import mock
 
@@ -21,13 +22,13 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from dopamine_per.agents import dqn_agent
 from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
 from dopamine_per.discrete_domains import run_experiment
 from tests.support import fixtures
 from tests.support import gin_util
+from tests.support import small_agents
 
 # tests/agents/learning_test.py's bound (see its module docstring).
 _LEARNING_BOUND = 150.0
@@ -168,25 +169,16 @@ def _make_agent(**kwargs):
   """A small CartPole-shaped IQN agent that trains from its 21st step."""
   arguments = dict(
       network=_small_network, num_tau_samples=4, num_tau_prime_samples=5,
-      num_quantile_samples=3, quantile_embedding_dim=8,
-      observation_shape=(4, 1), observation_dtype=tf.float64, stack_size=1,
-      gamma=0.9, update_horizon=1, min_replay_history=20, update_period=1,
-      target_update_period=5, epsilon_fn=dqn_agent.identity_epsilon,
-      optimizer=tf.compat.v1.train.AdamOptimizer(0.01))
+      num_quantile_samples=3, quantile_embedding_dim=8, gamma=0.9,
+      update_horizon=1, update_period=1, target_update_period=5)
   arguments.update(kwargs)
-  return implicit_quantile_agent.ImplicitQuantileAgent(None, 2, **arguments)
+  return small_agents.cartpole_agent(
+      implicit_quantile_agent.ImplicitQuantileAgent, **arguments)
 
 
-def _play(agent, steps, seed=0):
-  """Feeds `steps` transitions in episodes of 10, rewards 0, 1, 2, ..."""
-  rng = np.random.default_rng(seed)
-  agent.begin_episode(rng.normal(size=4))
-  for i in range(steps):
-    if i % 10 == 9:
-      agent.end_episode(1.0)
-      agent.begin_episode(rng.normal(size=4))
-    else:
-      agent.step(float(i % 10), rng.normal(size=4))
+# Feeds transitions in episodes of 10, rewards 0, 1, 2, ...
+_play = functools.partial(small_agents.play, episode_length=10,
+                          count_rewards=True)
 
 
 def _weights(agent, network):
@@ -197,11 +189,8 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    gin_util.hide_dopamine_configurables(self)
-    gin.clear_config()
-    gin.bind_parameter('WrappedPrioritizedReplayBuffer.replay_capacity', 500)
-    gin.bind_parameter('WrappedPrioritizedReplayBuffer.batch_size',
-                       _BATCH_SIZE)
+    small_agents.bind_small_memory(self, 'WrappedPrioritizedReplayBuffer',
+                                   batch_size=_BATCH_SIZE)
 
   def test_dopamine_defaults(self):
     defaults = {

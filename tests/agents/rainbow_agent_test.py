@@ -1,19 +1,18 @@
 """Tests for rainbow_agent: project_distribution, PER exponents, the agent."""
 
+import functools
 import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import gin
 import numpy as np
 import tensorflow as tf
 
 from dopamine_per import errors
-from dopamine_per.agents import dqn_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import gym_lib
 from tests.support import fixtures
-from tests.support import gin_util
+from tests.support import small_agents
 
 
 def _reference_projection(supports, weights, target_support):
@@ -128,35 +127,22 @@ def _make_agent(sess=None, **kwargs):
   network = kwargs.pop('network', None) or (
       lambda *a, **k: gym_lib.CartpoleRainbowNetwork(*a, hidden_units=(16,),
                                                      **k))
-  defaults = dict(
-      observation_shape=(4, 1), observation_dtype=tf.float64, stack_size=1,
-      network=network, num_atoms=11, vmax=10.0, update_horizon=3,
-      min_replay_history=20, update_period=1, target_update_period=5,
-      epsilon_fn=dqn_agent.identity_epsilon,
-      optimizer=tf.compat.v1.train.AdamOptimizer(0.01))
+  defaults = dict(network=network, num_atoms=11, vmax=10.0, update_horizon=3,
+                  update_period=1, target_update_period=5)
   defaults.update(kwargs)
-  return rainbow_agent.RainbowAgent(sess, 2, **defaults)
+  return small_agents.cartpole_agent(rainbow_agent.RainbowAgent, sess,
+                                     **defaults)
 
 
-def _play(agent, steps, seed=0):
-  rng = np.random.default_rng(seed)
-  agent.begin_episode(rng.normal(size=4))
-  for i in range(steps):
-    if i % 25 == 24:
-      agent.end_episode(1.0)
-      agent.begin_episode(rng.normal(size=4))
-    else:
-      agent.step(1.0, rng.normal(size=4))
+# Feeds transitions in episodes of 25, rewards 1.
+_play = functools.partial(small_agents.play, episode_length=25)
 
 
 class RainbowAgentTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
-    gin_util.hide_dopamine_configurables(self)
-    gin.clear_config()
-    gin.bind_parameter('WrappedPrioritizedReplayBuffer.replay_capacity', 500)
-    gin.bind_parameter('WrappedPrioritizedReplayBuffer.batch_size', 8)
+    small_agents.bind_small_memory(self, 'WrappedPrioritizedReplayBuffer')
 
   def test_invalid_replay_scheme(self):
     with self.assertRaisesRegex(ValueError, 'Invalid replay scheme: ranked'):

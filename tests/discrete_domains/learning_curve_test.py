@@ -6,7 +6,6 @@ import sys
 from unittest import mock
 
 from absl.testing import absltest
-import gin
 from matplotlib import image as image_lib
 import numpy as np
 
@@ -110,22 +109,10 @@ class RunnerDrawsEveryIterationTest(absltest.TestCase):
     # pylint: disable=g-import-not-at-top
     from dopamine_per.discrete_domains import run_experiment
     from tests.support import gin_util
+    from tests.support import tiny_cartpole
     # pylint: enable=g-import-not-at-top
     gin_util.hide_dopamine_configurables(self)
-    base_dir = fixtures.temp_dir(self)
-    gin.clear_config()
-    self.addCleanup(gin.clear_config)
-    run_experiment.load_gin_configs(
-        [fixtures.repo_path('configs', 'rainbow_cartpole.gin')],
-        ['gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)',
-         'RainbowAgent.min_replay_history = 50',
-         'WrappedPrioritizedReplayBuffer.replay_capacity = 1000',
-         'WrappedPrioritizedReplayBuffer.batch_size = 8',
-         'Runner.training_steps = 100',
-         'Runner.evaluation_steps = 20',
-         'Runner.max_steps_per_episode = 50',
-         'Runner.num_iterations = 2'])
-    runner = run_experiment.create_runner(base_dir)
+    runner = tiny_cartpole.runner(fixtures.temp_dir(self), 2)
     drawn = []
     draw = learning_curve.plot_learning_curve
 

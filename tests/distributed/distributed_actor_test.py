@@ -21,6 +21,7 @@ from dopamine_per.distributed import replay
 from dopamine_per.distributed import weights as weights_lib
 from tests.support import gin_util
 from tests.support import ray_util
+from tests.support import sharded_memories
 
 # The learner's configuration, which the actors parse: a small Rainbow agent
 # for CartPole-v1.
@@ -142,10 +143,6 @@ def _memory(replay_capacity=4000):
       observation_dtype=np.float64, rng=0)  # gym_lib's CartPole constants.
 
 
-def _as_dict(memory, batch):
-  return dict(zip([e.name for e in memory.get_transition_elements()], batch))
-
-
 def _create_actors(memory, store, **kwargs):
   kwargs.setdefault('num_actors', 2)
   return actor_lib.create_actors(
@@ -189,7 +186,7 @@ class ActorTest(absltest.TestCase):
     self.assertEqual(memory.shard_add_counts(),
                      [int(sum(stats0['episode_returns'])),
                       int(sum(stats1['episode_returns']))])
-    batch = _as_dict(memory, memory.sample_transition_batch())
+    batch = sharded_memories.as_dict(memory, memory.sample_transition_batch())
     self.assertEqual(batch['state'].shape, (32, 4, 1, 1))
     states = batch['state'][:, :, 0, 0]
     # CartPole's observations: cart position in [-2.4, 2.4] and pole angle
@@ -228,7 +225,7 @@ class ActorTest(absltest.TestCase):
     for value in ray.get(actors[0].weights.remote()):
       np.testing.assert_array_equal(value, 0.0)
     # All-zero weights: equal Q-values, so the greedy action is always 0.
-    batch = _as_dict(memory, memory.sample_transition_batch())
+    batch = sharded_memories.as_dict(memory, memory.sample_transition_batch())
     np.testing.assert_array_equal(batch['action'], 0)
     self.assertEqual(weights_lib.publish_weights(store, learner_weights), 2)
     stats = ray.get(actors[0].run.remote(10))

@@ -24,7 +24,12 @@ from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 from tests.support import fixtures
 from tests.support import ray_util
+from tests.support import sharded_memories
 from tests.support import stats_util
+
+_memory = sharded_memories.small_memory
+_write_episodes = sharded_memories.write_episodes
+_as_dict = sharded_memories.as_dict
 
 
 def setUpModule():  # pylint: disable=invalid-name
@@ -33,24 +38,6 @@ def setUpModule():  # pylint: disable=invalid-name
 
 def tearDownModule():  # pylint: disable=invalid-name
   ray.shutdown()
-
-
-def _memory(num_shards=2, replay_capacity=48, batch_size=8, **kwargs):
-  kwargs.setdefault('num_cpus_per_shard', 0.25)
-  kwargs.setdefault('observation_shape', (2,))
-  kwargs.setdefault('stack_size', 1)
-  kwargs.setdefault('observation_dtype', np.float32)
-  return replay.ShardedPrioritizedReplayBuffer(
-      num_shards, replay_capacity, batch_size, flush_every=4, **kwargs)
-
-
-def _write_episodes(writer, stream, steps, episode_length, priorities=None):
-  """Writes `steps` transitions: observation (stream, step), action step."""
-  for step in range(steps):
-    priority = None if priorities is None else float(priorities[step])
-    writer.add(np.array([stream, step], np.float32), step, 1.0,
-               int(step % episode_length == episode_length - 1), priority)
-  writer.flush()
 
 
 def _get(refs):
@@ -71,10 +58,6 @@ def _kill(handle):
     return False
 
   fixtures.wait_until(dead)
-
-
-def _as_dict(memory, batch):
-  return dict(zip([e.name for e in memory.get_transition_elements()], batch))
 
 
 class RouteTargetsTest(absltest.TestCase):

@@ -16,19 +16,7 @@ from benchmarks import learning
 from dopamine_per import plot
 from tests.support import fixtures
 from tests.support import statistics_lines
-
-# One short iteration on a small network (the learning itself is not
-# checked here).
-_TINY = [
-    'gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)',
-    'RainbowAgent.min_replay_history = 50',
-    'WrappedPrioritizedReplayBuffer.replay_capacity = 1000',
-    'WrappedPrioritizedReplayBuffer.batch_size = 8',
-    'Runner.num_iterations = 1',
-    'Runner.training_steps = 100',
-    'Runner.evaluation_steps = 20',
-    'Runner.max_steps_per_episode = 50',
-]
+from tests.support import tiny_cartpole
 
 
 class LearningBenchmarkTest(absltest.TestCase):
@@ -41,7 +29,8 @@ class LearningBenchmarkTest(absltest.TestCase):
   def _main(self, *args):
     argv = ['--seeds', '1', '--output_dir', self.directory,
             '--runs_dir', self.runs_dir]
-    for binding in _TINY:
+    # One short iteration (the learning itself is not checked here).
+    for binding in tiny_cartpole.bindings(1):
       argv += ['--gin_bindings', binding]
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(

@@ -17,16 +17,21 @@ import gin
 
 from tests.support import fixtures
 
-__all__ = ['GIN_FILE', 'BINDINGS', 'TRAINED_ITERATIONS', 'bindings', 'runner',
-           'copy_trained_run']
+__all__ = ['GIN_FILE', 'REPLAY_CAPACITY', 'BATCH_SIZE', 'BINDINGS',
+           'TRAINED_ITERATIONS', 'bindings', 'runner', 'copy_trained_run']
 
 GIN_FILE = fixtures.repo_path('configs', 'rainbow_cartpole.gin')
+
+# The replay memory's size.
+REPLAY_CAPACITY = 500
+BATCH_SIZE = 8
 
 BINDINGS = (
     'gym_lib.CartpoleRainbowNetwork.hidden_units = (8,)',
     'RainbowAgent.min_replay_history = 20',
-    'WrappedPrioritizedReplayBuffer.replay_capacity = 500',
-    'WrappedPrioritizedReplayBuffer.batch_size = 8',
+    'WrappedPrioritizedReplayBuffer.replay_capacity = {}'.format(
+        REPLAY_CAPACITY),
+    'WrappedPrioritizedReplayBuffer.batch_size = {}'.format(BATCH_SIZE),
     'Runner.training_steps = 100',
     'Runner.evaluation_steps = 10',
     'Runner.max_steps_per_episode = 50',

@@ -10,6 +10,9 @@ replay memory and its priorities as they were at that checkpoint.
 import errno
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -29,17 +32,15 @@ from dopamine_per.file_io import run_lock
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
 from tests.support import gin_util
+from tests.support import tiny_cartpole
 
-_CARTPOLE = fixtures.repo_path('configs', 'rainbow_cartpole.gin')
-_SMALL = [
-    'gym_lib.CartpoleRainbowNetwork.hidden_units = (32,)',
-    'RainbowAgent.min_replay_history = 50',
-    'WrappedPrioritizedReplayBuffer.replay_capacity = 3000',
-    'WrappedPrioritizedReplayBuffer.batch_size = 16',
-    'Runner.training_steps = 300',
-    'Runner.evaluation_steps = 50',
-    'Runner.max_steps_per_episode = 100',
-]
+_CARTPOLE = tiny_cartpole.GIN_FILE
+# The console lines (tiny_cartpole turns them off), which say where a run
+# resumed and, on a terminal, what the trainer is doing.
+_CONSOLE = 'Runner.fine_grained_print_to_console = True'
+# The trainer's status line while it trains, e.g. 'iteration 3/100 train
+# steps 57/100 ...' (iterations counted from 0).
+_TRAINING = re.compile(r'iteration (\d+)/\d+ train\s+steps (\d+)/')
 
 
 def _command(base_dir, gin_files, bindings):
@@ -165,32 +166,59 @@ class TrainTest(absltest.TestCase):
     self.assertNotEqual(result.returncode, 0)
     self.assertIn('base_dir', result.stderr)
 
-  def test_sigkill_and_resume(self):
-    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
-    bindings = _SMALL + ['Runner.num_iterations = 100']
-    # stderr goes to a file: a full pipe would stall the trainer.
-    stderr = tempfile.TemporaryFile(mode='w+')
-    process = subprocess.Popen(
-        _command(self.base_dir, [_CARTPOLE], bindings),
-        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-    try:
-      deadline = time.monotonic() + 240
-      while (checkpointer.get_latest_checkpoint_number(checkpoint_dir) < 2 and
-             process.poll() is None and time.monotonic() < deadline):
-        time.sleep(0.05)
-      # Into the next iteration, then kill without warning.
-      time.sleep(0.3)
+  def _wait_for_training(self, process, terminal, stderr, iteration):
+    """Returns once `process` says it trains in `iteration` or a later one.
+
+    Args:
+      process: the trainer's Popen.
+      terminal: the master side of the pseudo-terminal that is its stdout.
+      stderr: the file its stderr goes to, shown if it exits first.
+      iteration: the first iteration that will do.
+    """
+    deadline = time.monotonic() + 240
+    shown = ''
+    while True:
+      for match in _TRAINING.finditer(shown):
+        if int(match.group(1)) >= iteration and int(match.group(2)) > 0:
+          return
       if process.poll() is not None:
         stderr.seek(0)
         self.fail('the trainer exited early: ' + stderr.read())
+      self.assertLess(time.monotonic(), deadline,
+                      'no training in iteration {} within 240 s; the '
+                      'console showed: {!r}'.format(iteration, shown[-500:]))
+      if select.select([terminal], [], [], 0.1)[0]:
+        try:
+          shown = (shown + os.read(terminal, 4096).decode(
+              'utf-8', 'replace'))[-4096:]
+        except OSError:  # EIO: the trainer closed its side.
+          pass
+
+  def test_sigkill_and_resume(self):
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    bindings = tiny_cartpole.bindings(100, [_CONSOLE])
+    # stdout is a terminal, so that the trainer shows its status line;
+    # stderr goes to a file: a full pipe would stall the trainer.
+    stderr = tempfile.TemporaryFile(mode='w+')
+    self.addCleanup(stderr.close)
+    terminal, trainer_terminal = pty.openpty()
+    self.addCleanup(os.close, terminal)
+    try:
+      process = subprocess.Popen(
+          _command(self.base_dir, [_CARTPOLE], bindings),
+          env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
+          stdout=trainer_terminal, stderr=stderr)
+    finally:
+      os.close(trainer_terminal)
+    try:
+      # Killed without warning while it trains, after checkpoint 2.
+      self._wait_for_training(process, terminal, stderr, 3)
       process.send_signal(signal.SIGKILL)
       process.wait(timeout=60)
     finally:
       if process.poll() is None:
         process.kill()
         process.wait()
-      stderr.close()
     self.assertEqual(process.returncode, -signal.SIGKILL)
     last = checkpointer.get_latest_checkpoint_number(checkpoint_dir)
     self.assertGreaterEqual(last, 2)
@@ -200,10 +228,12 @@ class TrainTest(absltest.TestCase):
 
     # The replay memory as the checkpoint saved it, read independently.
     saved = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-        (4, 1), 1, 3000, 16, update_horizon=3, observation_dtype=np.float64)
+        (4, 1), 1, tiny_cartpole.REPLAY_CAPACITY, tiny_cartpole.BATCH_SIZE,
+        update_horizon=3, observation_dtype=np.float64)
     saved.load(checkpoint_dir, last)
     count = int(saved.add_count)
-    saved_priorities = saved.get_priority(np.arange(min(count, 3000)))
+    stored = np.arange(min(count, tiny_cartpole.REPLAY_CAPACITY))
+    saved_priorities = saved.get_priority(stored)
     self.assertGreater(len(np.unique(saved_priorities)), 10)
 
     # Restarting builds a runner that resumes from that checkpoint.
@@ -218,15 +248,15 @@ class TrainTest(absltest.TestCase):
     self.assertEqual(int(memory.add_count), steps_at_checkpoint)
     self.assertEqual(int(memory.add_count), count)
     np.testing.assert_array_equal(
-        memory.get_priority(np.arange(min(count, 3000))), saved_priorities)
+        memory.get_priority(stored), saved_priorities)
     self.assertEqual(memory.sum_tree.max_recorded_priority,
                      saved.sum_tree.max_recorded_priority)
     del runner, agent, memory
     gin.clear_config()
 
     # The restarted trainer finishes the run without repeating iterations.
-    result = self._run([_CARTPOLE], _SMALL + [
-        'Runner.num_iterations = {}'.format(last + 3)])
+    result = self._run([_CARTPOLE],
+                       tiny_cartpole.bindings(last + 3, [_CONSOLE]))
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn('Resumed from the checkpoint of iteration {}'.format(last),
                   result.stdout)
@@ -235,6 +265,15 @@ class TrainTest(absltest.TestCase):
     self.assertEqual(iterations, list(range(last + 3)))
     self.assertEqual(checkpointer.get_latest_checkpoint_number(checkpoint_dir),
                      last + 2)
+
+
+def _holder(lock_path):
+  """The pid the note of the lock at `lock_path` names, or None."""
+  try:
+    with open(lock_path) as f:
+      return json.loads(f.read()).get('pid')
+  except (OSError, ValueError):
+    return None
 
 
 class OneTrainerPerBaseDirTest(absltest.TestCase):
@@ -253,8 +292,7 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
                                                            pid))
 
   def test_second_trainer_is_refused_and_the_first_loses_nothing(self):
-    command = _command(self.base_dir, [_CARTPOLE],
-                       _SMALL + ['Runner.num_iterations = 3'])
+    command = _command(self.base_dir, [_CARTPOLE], tiny_cartpole.bindings(3))
     lock_path = os.path.join(self.base_dir, run_lock.LOCK_FILENAME)
     stderr = tempfile.TemporaryFile(mode='w+')
     self.addCleanup(stderr.close)
@@ -264,20 +302,19 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
                              text=True)
     try:
       # Until the first trainer holds the lock: its note names it.
-      deadline = time.monotonic() + 120
-      holder = None
-      while holder != first.pid:
-        self.assertIsNone(first.poll(), 'the first trainer exited early')
-        self.assertLess(time.monotonic(), deadline, 'no lock after 120 s')
-        time.sleep(0.01)
-        try:
-          with open(lock_path) as f:
-            holder = json.loads(f.read()).get('pid')
-        except (OSError, ValueError):
-          pass
-      second = subprocess.run(command, env=fixtures.subprocess_env(),
-                              cwd=fixtures.REPO_ROOT, capture_output=True,
-                              text=True, timeout=120)
+      fixtures.wait_until(
+          lambda: first.poll() is not None or _holder(lock_path) == first.pid,
+          timeout_s=120, message='the first trainer took no lock')
+      self.assertIsNone(first.poll(), 'the first trainer exited early')
+      # Stopped while the second one runs, so that it holds the lock
+      # throughout, however fast its run.
+      first.send_signal(signal.SIGSTOP)
+      try:
+        second = subprocess.run(command, env=fixtures.subprocess_env(),
+                                cwd=fixtures.REPO_ROOT, capture_output=True,
+                                text=True, timeout=120)
+      finally:
+        first.send_signal(signal.SIGCONT)
       first.wait(timeout=300)
     finally:
       if first.poll() is None:

@@ -25,6 +25,7 @@ from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import ray_util
+from tests.support import sharded_memories
 
 
 def setUpModule():  # pylint: disable=invalid-name
@@ -59,6 +60,36 @@ class _Counter(object):
     return list(range(call * self.per_call, (call + 1) * self.per_call))
 
 
+class _SlotWatch(object):
+  """Stands in for a prefetcher's slot semaphore; notes when none is free.
+
+  The background thread takes a slot before each `sample()` call, trying for
+  at most `prefetch._POLL_S` at a time, and a `get()` frees one. A refusal
+  means that the thread found every slot taken: until a `get()`, it cannot
+  sample again.
+  """
+
+  def __init__(self, prefetcher):
+    self._slots = prefetcher._slots  # pylint: disable=protected-access
+    self._refused = threading.Event()
+    prefetcher._slots = self  # pylint: disable=protected-access
+
+  def acquire(self, *args, **kwargs):
+    taken = self._slots.acquire(*args, **kwargs)
+    if not taken:
+      self._refused.set()
+    return taken
+
+  def release(self):
+    self._slots.release()
+
+  def wait_for_refusal(self, test_case):
+    """Returns once the thread is refused a slot after this call."""
+    self._refused.clear()
+    test_case.assertTrue(self._refused.wait(fixtures.DEADLINE_S),
+                         'the prefetch thread never waited for a slot')
+
+
 class BatchPrefetcherTest(absltest.TestCase):
 
   def _new(self, sample, depth):
@@ -73,12 +104,14 @@ class BatchPrefetcherTest(absltest.TestCase):
   def test_starts_at_first_get_and_keeps_depth_batches_ready(self):
     counter = _Counter()
     prefetcher = self._new(counter, depth=3)
-    time.sleep(0.1)
-    self.assertEqual(counter.calls, 0)  # Nothing before the first get.
+    slots = _SlotWatch(prefetcher)
+    # Nothing before the first get: no thread to sample.
+    self.assertFalse(_thread_alive('test_prefetch'))
+    self.assertEqual(counter.calls, 0)
     self.assertEqual(prefetcher.get(), 0)
     # One batch returned, three waiting, the thread waiting for a slot.
     fixtures.wait_until(lambda: prefetcher.ready == 3)
-    time.sleep(0.1)
+    slots.wait_for_refusal(self)
     self.assertEqual(counter.calls, 4)
     self.assertEqual([prefetcher.get() for _ in range(5)], [1, 2, 3, 4, 5])
     self.assertGreaterEqual(prefetcher.batches_sampled, 6)
@@ -88,9 +121,10 @@ class BatchPrefetcherTest(absltest.TestCase):
     # ready; the thread samples the third list when the second is started.
     counter = _Counter(per_call=3)
     prefetcher = self._new(counter, depth=1)
+    slots = _SlotWatch(prefetcher)
     self.assertEqual(prefetcher.get(), 0)
     fixtures.wait_until(lambda: prefetcher.ready == 5)  # 1 and 2; 3, 4 and 5.
-    time.sleep(0.1)
+    slots.wait_for_refusal(self)
     self.assertEqual(counter.calls, 2)
     self.assertEqual([prefetcher.get() for _ in range(2)], [1, 2])
     self.assertEqual(counter.calls, 2)  # List 2 not started yet.
@@ -125,8 +159,13 @@ class BatchPrefetcherTest(absltest.TestCase):
     prefetcher.close()  # Idempotent.
 
   def test_close_wakes_a_waiting_get(self):
-    release = threading.Event()
-    prefetcher = self._new(lambda: [release.wait(fixtures.DEADLINE_S)], depth=1)
+    sampling, release = threading.Event(), threading.Event()
+
+    def sample():
+      sampling.set()
+      return [release.wait(fixtures.DEADLINE_S)]
+
+    prefetcher = self._new(sample, depth=1)
     raised = []
 
     def waiting_get():
@@ -137,7 +176,8 @@ class BatchPrefetcherTest(absltest.TestCase):
 
     getter = threading.Thread(target=waiting_get)
     getter.start()
-    time.sleep(0.1)
+    # The get started the thread, whose sample call blocks: the get waits.
+    self.assertTrue(sampling.wait(fixtures.DEADLINE_S))
     closer = threading.Thread(target=prefetcher.close)
     closer.start()
     release.set()  # Lets the sample call in progress return.
@@ -147,37 +187,26 @@ class BatchPrefetcherTest(absltest.TestCase):
     self.assertFalse(_thread_alive('test_prefetch'))
 
 
-def _sharded(prefetch_depth=0, observation_shape=(2,), batch_size=8,
-             **kwargs):
-  return replay.ShardedPrioritizedReplayBuffer(
-      2, 48, batch_size, num_cpus_per_shard=0.25, flush_every=4,
-      prefetch=prefetch_depth, observation_shape=observation_shape,
-      stack_size=1, observation_dtype=np.float32, **kwargs)
-
-
-def _write(memory, steps=20, episode_length=5):
-  """Two streams (one per shard): observation (stream, step), action step."""
+def _write(memory):
+  """Two streams (one per shard) of 20 steps, in episodes of 5."""
   for stream in (0, 1):
-    writer = memory.writer(stream)
-    for step in range(steps):
-      writer.add(np.array([stream, step], np.float32), step, 1.0,
-                 int(step % episode_length == episode_length - 1), None)
-    writer.flush()
+    sharded_memories.write_episodes(memory.writer(stream), stream, 20, 5)
 
 
 def _sample(memory, **kwargs):
   """memory.sample_transition_batch(**kwargs) as {element name: array}."""
-  batch = memory.sample_transition_batch(**kwargs)
-  return dict(zip([e.name for e in memory.get_transition_elements()], batch))
+  return sharded_memories.as_dict(memory,
+                                  memory.sample_transition_batch(**kwargs))
 
 
 class ShardedPrefetchTest(absltest.TestCase):
 
   def test_batches_come_from_the_prefetcher(self):
-    memory = _sharded(prefetch_depth=2)
+    memory = sharded_memories.small_memory(prefetch=2)
     self.addCleanup(memory.close)
     _write(memory)
     prefetcher = memory._prefetcher
+    slots = _SlotWatch(prefetcher)
     batch = _sample(memory)
     np.testing.assert_array_equal(batch['state'][:, 1, 0], batch['action'])
     fixtures.wait_until(lambda: prefetcher.ready == 2)
@@ -190,11 +219,11 @@ class ShardedPrefetchTest(absltest.TestCase):
     # Other sizes and explicit indices are sampled there and then.
     self.assertLen(memory.sample_transition_batch(batch_size=3)[0], 3)
     memory.sample_transition_batch(indices=batch['indices'])
-    time.sleep(0.1)
+    slots.wait_for_refusal(self)  # Still every slot taken: nothing drawn.
     self.assertEqual(prefetcher.batches_sampled, sampled + 8)
 
   def test_errors_reach_the_learner_and_close_stops_the_thread(self):
-    memory = _sharded(prefetch_depth=1)
+    memory = sharded_memories.small_memory(prefetch=1)
     self.addCleanup(memory.close)
     with self.assertRaisesRegex(RuntimeError, 'no shard holds'):
       memory.sample_transition_batch()  # Empty: raised from the thread.
@@ -207,7 +236,7 @@ class ShardedPrefetchTest(absltest.TestCase):
       memory.sample_transition_batch()
 
   def test_load_discards_the_batches_fetched_before_it(self):
-    memory = _sharded(prefetch_depth=1)
+    memory = sharded_memories.small_memory(prefetch=1)
     self.addCleanup(memory.close)
     _write(memory)
     checkpoint_dir = fixtures.temp_dir(self)
@@ -226,7 +255,7 @@ class ShardedPrefetchTest(absltest.TestCase):
     np.testing.assert_array_equal(indices[:3] < capacity, True)
 
   def test_set_priority_does_not_wait_for_a_draw_in_progress(self):
-    memory = _sharded(prefetch_depth=1)
+    memory = sharded_memories.small_memory(prefetch=1)
     self.addCleanup(memory.close)
     _write(memory)
     drawing, done = threading.Event(), threading.Event()
@@ -249,7 +278,7 @@ class ShardedPrefetchTest(absltest.TestCase):
 
   def test_prefetch_must_be_non_negative(self):
     with self.assertRaisesRegex(ValueError, 'prefetch'):
-      _sharded(prefetch_depth=-1)
+      sharded_memories.small_memory(prefetch=-1)
 
 
 class WrappedShardedMemoryTest(absltest.TestCase):
@@ -257,7 +286,7 @@ class WrappedShardedMemoryTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
-    self.memory = _sharded(prefetch_depth=2)
+    self.memory = sharded_memories.small_memory(prefetch=2)
     self.addCleanup(self.memory.close)
     _write(self.memory)
 

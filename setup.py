@@ -144,7 +144,7 @@ setuptools.setup(
             # The sharded memory's tests start a local Ray (tests must not
             # skip when it is missing), as the 'distributed' extra.
             'ray>=2.9',
-            # tests/packaging_test.py builds the sdist and the wheel with
+            # tests/suites/packaging_test.py builds the sdist and the wheel with
             # the environment's own setuptools (python -m build
             # --no-isolation: no network), which venvs of Python 3.12+ lack;
             # before 70.1 (Python 3.11's venv brings 65.5) setuptools needs

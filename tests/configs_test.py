@@ -16,10 +16,10 @@ from dopamine_per.agents import dqn_agent
 from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import run_experiment
-from tests import gin_util
+from tests.support import fixtures
+from tests.support import gin_util
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CONFIGS = sorted(glob.glob(os.path.join(_REPO_ROOT, 'configs', '*.gin')))
+_CONFIGS = sorted(glob.glob(fixtures.repo_path('configs', '*.gin')))
 _EXPECTED = {
     'dqn.gin': dqn_agent.DQNAgent,
     'c51.gin': rainbow_agent.RainbowAgent,

@@ -7,8 +7,8 @@ every test of such a file carries the `slow` marker, so
   bash scripts/test.sh -m "not slow"
 
 runs the fast subset, while `bash scripts/test.sh` still runs everything
-(tests/markers_test.py checks both). Bazel runs each file as a program and
-does not read this file.
+(tests/suites/markers_test.py checks both). Bazel runs each file as a
+program and does not read this file.
 """
 
 import ast
@@ -17,12 +17,12 @@ from typing import FrozenSet, List
 
 import pytest
 
-REPO_ROOT = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from tests.support import fixtures
+
 SLOW = 'slow'
 
 
-def slow_test_files(build_path: str = os.path.join(REPO_ROOT, 'BUILD')
+def slow_test_files(build_path: str = fixtures.repo_path('BUILD')
                     ) -> FrozenSet[str]:
   """The sources of BUILD's py_test targets tagged slow.
 
@@ -33,7 +33,7 @@ def slow_test_files(build_path: str = os.path.join(REPO_ROOT, 'BUILD')
     build_path: path of the BUILD file.
 
   Returns:
-    Repository-relative paths, e.g. 'tests/learning_test.py'.
+    Repository-relative paths, e.g. 'tests/agents/learning_test.py'.
   """
   with open(build_path, encoding='utf-8') as build:
     tree = ast.parse(build.read(), filename=build_path)
@@ -60,5 +60,5 @@ def pytest_collection_modifyitems(config: pytest.Config,
   del config
   slow = slow_test_files()
   for item in items:
-    if os.path.relpath(str(item.path), REPO_ROOT) in slow:
+    if os.path.relpath(str(item.path), fixtures.REPO_ROOT) in slow:
       item.add_marker(SLOW)

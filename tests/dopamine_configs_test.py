@@ -15,16 +15,13 @@ statistics.
 import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import textwrap
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import fixtures
 
 # Per agent: Dopamine's import lines, the agent's gin name, its replay
 # memory's gin name, the create_agent name, and agent-specific bindings.
@@ -164,14 +161,6 @@ def dopamine_style_config(agent_kind, domain):
                    [''] + lines) + '\n'
 
 
-def _env():
-  env = dict(os.environ)
-  env['TF_CPP_MIN_LOG_LEVEL'] = '2'
-  env['PYTHONPATH'] = os.pathsep.join(
-      [_REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p])
-  return env
-
-
 def port_and_train(agent_kind, domain, directory):
   """Writes, ports and trains one config; returns (record, log)."""
   original = os.path.join(directory, 'dopamine.gin')
@@ -179,7 +168,8 @@ def port_and_train(agent_kind, domain, directory):
     f.write(dopamine_style_config(agent_kind, domain))
   ported = subprocess.run(
       [sys.executable, '-m', 'dopamine_per.port_gin', original],
-      capture_output=True, text=True, env=_env(), cwd=directory, timeout=120)
+      capture_output=True, text=True, env=fixtures.subprocess_env(),
+      cwd=directory, timeout=120)
   if ported.returncode:
     return None, 'port_gin failed:\n' + ported.stderr
   ported_path = os.path.join(directory, 'ported.gin')
@@ -189,7 +179,8 @@ def port_and_train(agent_kind, domain, directory):
   trained = subprocess.run(
       [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
        '--base_dir=' + base_dir, '--gin_files=' + ported_path],
-      capture_output=True, text=True, env=_env(), cwd=directory, timeout=600)
+      capture_output=True, text=True, env=fixtures.subprocess_env(),
+      cwd=directory, timeout=600)
   log = 'stdout:\n{}\nstderr:\n{}'.format(trained.stdout[-3000:],
                                          trained.stderr[-6000:])
   if trained.returncode:
@@ -213,8 +204,7 @@ class DopamineConfigsTest(parameterized.TestCase):
 
   def test_every_agent_on_every_domain(self):
     cases = [(agent, domain) for domain in _DOMAINS for agent in _AGENTS]
-    root = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    root = fixtures.temp_dir(self)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
       futures = {}
       for agent, domain in cases:

@@ -5,19 +5,16 @@ import io
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
 from matplotlib import image as image_lib
 
 from dopamine_per import plot
-from tests import statistics_lines
-
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import fixtures
+from tests.support import statistics_lines
 
 
 def write_run(run_dir, evals, speeds=None, extra_lines=()):
@@ -41,8 +38,7 @@ class PlotTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.directory, ignore_errors=True)
+    self.directory = fixtures.temp_dir(self)
     self.runs = os.path.join(self.directory, 'runs')
     # Two seeds of two configurations; 7 iterations, so "last 5" differs
     # from "all".
@@ -167,7 +163,7 @@ class PlotTest(absltest.TestCase):
     result = subprocess.run(
         [sys.executable, '-m', 'dopamine_per.plot', '--out', self.out,
          os.path.join(self.runs, 'per_s0'), empty],
-        cwd=_REPO_ROOT, capture_output=True, text=True, timeout=120,
+        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=120,
         check=False)
     self.assertEqual(result.returncode, 1)
     self.assertEqual(result.stderr.splitlines(), [
@@ -202,8 +198,9 @@ class PlotTest(absltest.TestCase):
       plot.main(['--out', self.out, self.runs, '--label', '=x'])
     self.assertEqual(exit_.exception.code, 2)
     result = subprocess.run(
-        [sys.executable, '-m', 'dopamine_per.plot', '--help'], cwd=_REPO_ROOT,
-        capture_output=True, text=True, timeout=120, check=False)
+        [sys.executable, '-m', 'dopamine_per.plot', '--help'],
+        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=120,
+        check=False)
     self.assertEqual(result.returncode, 0)
     for flag in ('--out', '--label', 'NAME=GLOB', 'RUN_DIR'):
       self.assertIn(flag, result.stdout)

@@ -7,14 +7,13 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
 from dopamine_per import port_gin
+from tests.support import fixtures
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (Dopamine import line, the line port_gin writes for it).
 _REWRITES = (
@@ -163,15 +162,8 @@ class PortTest(parameterized.TestCase):
 
 class MainTest(absltest.TestCase):
 
-  def _temp_dir(self):
-    # (tempfile rather than absltest's create_tempdir, which needs absl flags
-    # parsed, as they are not under pytest.)
-    directory = tempfile.TemporaryDirectory()
-    self.addCleanup(directory.cleanup)
-    return directory.name
-
   def _write(self, name, text, directory=None):
-    directory = directory or self._temp_dir()
+    directory = directory or fixtures.temp_dir(self)
     path = os.path.join(directory, name)
     with open(path, 'w', encoding='utf-8', newline='') as f:
       f.write(text)
@@ -198,7 +190,7 @@ class MainTest(absltest.TestCase):
     self.assertEqual(self._read(first), _DOPAMINE_GIN)  # Not modified.
 
   def test_in_place(self):
-    directory = self._temp_dir()
+    directory = fixtures.temp_dir(self)
     first = self._write('a.gin', _DOPAMINE_GIN, directory)
     ported_already = 'import dopamine_per.agents.dqn_agent\n'
     second = self._write('b.gin', ported_already, directory)
@@ -234,7 +226,7 @@ class MainTest(absltest.TestCase):
 
   def test_missing_file(self):
     first = self._write('a.gin', _DOPAMINE_GIN)
-    missing = os.path.join(self._temp_dir(), 'missing.gin')
+    missing = os.path.join(fixtures.temp_dir(self), 'missing.gin')
     for flags in ([], ['--in_place']):
       status, stdout, stderr = self._main(flags + [first, missing])
       self.assertEqual((status, stdout), (2, ''))
@@ -244,21 +236,23 @@ class MainTest(absltest.TestCase):
 
   def test_command_line(self):
     path = self._write('a.gin', _DOPAMINE_GIN)
-    env = dict(os.environ, PYTHONPATH=_REPO_ROOT)
+    env = fixtures.subprocess_env()
     command = [sys.executable, '-m', 'dopamine_per.port_gin']
     result = subprocess.run(command + [path], capture_output=True, text=True,
-                            env=env, cwd=_REPO_ROOT, timeout=120)
+                            env=env, cwd=fixtures.REPO_ROOT, timeout=120)
     self.assertEqual((result.returncode, result.stderr), (0, ''))
     self.assertEqual(result.stdout, port_gin.port(_DOPAMINE_GIN))
 
     result = subprocess.run(command + [path + '.missing'], capture_output=True,
-                            text=True, env=env, cwd=_REPO_ROOT, timeout=120)
+                            text=True, env=env, cwd=fixtures.REPO_ROOT,
+                            timeout=120)
     self.assertEqual(result.returncode, 2)
     self.assertLen(result.stderr.splitlines(), 1)
     self.assertIn('a.gin.missing', result.stderr)
 
     result = subprocess.run(command + ['--help'], capture_output=True,
-                            text=True, env=env, cwd=_REPO_ROOT, timeout=120)
+                            text=True, env=env, cwd=fixtures.REPO_ROOT,
+                            timeout=120)
     self.assertEqual(result.returncode, 0)
     self.assertIn('usage: python -m dopamine_per.port_gin', result.stdout)
     self.assertIn('--in_place', result.stdout)

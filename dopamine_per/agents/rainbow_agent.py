@@ -35,7 +35,7 @@ What differs from Dopamine (these exponents, ``vmin``):
 docs/compat.md#rainbow_agent.
 """
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Tuple
 
 import gin
 import numpy as np

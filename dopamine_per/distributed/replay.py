@@ -24,7 +24,6 @@ import gin
 import numpy as np
 import ray
 
-from dopamine_per import errors
 from dopamine_per.distributed import placement
 from dopamine_per.distributed import prefetch as prefetch_lib
 from dopamine_per.distributed import shard as shard_lib

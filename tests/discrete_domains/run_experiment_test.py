@@ -1,0 +1,149 @@
+"""Tests for run_experiment: gin loading, agents, the Runner's files, resume."""
+
+import json
+import os
+from unittest import mock
+
+from absl.testing import absltest
+import gin
+import numpy as np
+
+from dopamine_per.discrete_domains import checkpointer
+from dopamine_per.discrete_domains import run_experiment
+from tests.support import fixtures
+from tests.support import gin_util
+from tests.support import tiny_cartpole
+
+_CARTPOLE = tiny_cartpole.GIN_FILE
+
+
+class LoadGinConfigsTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+
+  def test_missing_file(self):
+    with self.assertRaisesRegex(FileNotFoundError,
+                                'gin file not found: .*nope.gin'):
+      run_experiment.load_gin_configs(['nope.gin'], [])
+
+  def test_unknown_configurable(self):
+    with self.assertRaisesRegex(ValueError,
+                                r"Invalid gin binding 'Nope.x = 1'.*Nope"):
+      run_experiment.load_gin_configs([], ['Nope.x = 1'])
+
+  def test_unknown_parameter(self):
+    with self.assertRaisesRegex(ValueError, 'num_iteration'):
+      run_experiment.load_gin_configs([], ['Runner.num_iteration = 1'])
+
+  def test_bindings_override_files(self):
+    run_experiment.load_gin_configs([_CARTPOLE],
+                                    ['Runner.num_iterations = 3'])
+    self.assertEqual(gin.query_parameter('Runner.num_iterations'), 3)
+
+
+class CreateAgentTest(absltest.TestCase):
+
+  def test_unknown_agent(self):
+
+    class Env(object):
+
+      class action_space(object):  # pylint: disable=invalid-name
+        n = 2
+
+    with self.assertRaisesRegex(ValueError, 'Unknown agent: sarsa'):
+      run_experiment.create_agent(None, Env(), agent_name='sarsa')
+    with self.assertRaisesRegex(ValueError, 'agent_name'):
+      run_experiment.create_agent(None, Env())
+
+  def test_unknown_schedule(self):
+    with self.assertRaisesRegex(ValueError, 'Unknown schedule'):
+      run_experiment.create_runner('/tmp/x', schedule='forever')
+
+
+class RunnerTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    gin_util.hide_dopamine_configurables(self)
+    self.base_dir = fixtures.temp_dir(self)
+
+  def _records(self):
+    with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
+      return [json.loads(line) for line in f]
+
+  def test_files_and_resume(self):
+    runner = tiny_cartpole.runner(self.base_dir, 2)
+    runner.run_experiment()
+    records = self._records()
+    self.assertEqual([r['iteration'] for r in records], [0, 1])
+    for key in ('train_average_return', 'eval_average_return',
+                'train_average_steps_per_second', 'train_episodes',
+                'eval_episodes', 'training_steps'):
+      self.assertIn(key, records[0])
+    files = os.listdir(self.base_dir)
+    self.assertIn('learning_curve.png', files)
+    self.assertTrue(any(f.startswith('events.out.tfevents') for f in files))
+    with open(os.path.join(self.base_dir, 'logs', 'log_1')) as f:
+      self.assertEqual(sorted(json.load(f)), ['iteration_0', 'iteration_1'])
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    self.assertEqual(
+        checkpointer.get_complete_checkpoint_numbers(checkpoint_dir), [1, 0])
+    agent = runner._agent
+    steps = agent.training_steps
+    add_count = int(agent._replay.memory.add_count)
+    priorities = agent._replay.memory.get_priority(np.arange(add_count))
+
+    resumed = tiny_cartpole.runner(self.base_dir, 3)
+    self.assertEqual(resumed._start_iteration, 2)
+    self.assertEqual(resumed._agent.training_steps, steps)
+    memory = resumed._agent._replay.memory
+    self.assertEqual(int(memory.add_count), add_count)
+    np.testing.assert_array_equal(memory.get_priority(np.arange(add_count)),
+                                  priorities)
+    resumed.run_experiment()
+    self.assertEqual([r['iteration'] for r in self._records()], [0, 1, 2])
+
+  def test_falls_back_to_the_previous_complete_checkpoint(self):
+    tiny_cartpole.runner(self.base_dir, 2).run_experiment()
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    with open(os.path.join(checkpoint_dir, 'ckpt.0'), 'rb') as f:
+      import pickle  # pylint: disable=g-import-not-at-top
+      steps_0 = pickle.load(f)['training_steps']
+    # Iteration 1 lost a file after its marker was written.
+    os.remove(os.path.join(checkpoint_dir, 'sum_tree_ckpt.1.gz'))
+    resumed = tiny_cartpole.runner(self.base_dir, 2)
+    self.assertEqual(resumed._start_iteration, 1)
+    self.assertEqual(resumed._agent.training_steps, steps_0)
+    # The record of the iteration that will be rerun is dropped.
+    self.assertEqual([r['iteration'] for r in self._records()], [0])
+
+  def test_an_iteration_without_a_bundle_is_not_checkpointed(self):
+    runner = tiny_cartpole.runner(self.base_dir, 1)
+    bundle_and_checkpoint = runner._agent.bundle_and_checkpoint
+
+    def no_bundle(directory, iteration):
+      bundle_and_checkpoint(directory, iteration)  # Its files are staged.
+      return None
+
+    with mock.patch.object(runner._agent, 'bundle_and_checkpoint',
+                           side_effect=no_bundle) as saved:
+      runner.run_experiment()
+    saved.assert_called_once()
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    self.assertEqual(os.listdir(checkpoint_dir), [])
+    self.assertEqual([r['iteration'] for r in self._records()], [0])
+
+  def test_train_runner(self):
+    runner = tiny_cartpole.runner(
+        self.base_dir, 1, ["create_runner.schedule = 'continuous_train'"])
+    self.assertIsInstance(runner, run_experiment.TrainRunner)
+    runner.run_experiment()
+    record = self._records()[0]
+    self.assertIn('train_average_return', record)
+    self.assertNotIn('eval_average_return', record)
+
+
+if __name__ == '__main__':
+  absltest.main()

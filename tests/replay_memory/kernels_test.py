@@ -1,0 +1,181 @@
+"""Tests for dopamine_per.replay_memory.kernels: `choose`, the one switch.
+
+Only `EnvironmentDefaultTest` sets $DOPAMINE_PER_KERNELS: it tests that
+`choose` reads it when no argument is given. Every other test (here and in
+the other files) chooses kernels by argument.
+"""
+
+import os
+import subprocess
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+import gin
+import numpy as np
+
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import kernels
+from dopamine_per.replay_memory import numba_kernels
+from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sum_tree
+from tests.support import fixtures
+
+
+
+class ChooseTest(absltest.TestCase):
+
+  def test_names_and_choices(self):
+    self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+    self.assertIs(kernels.choose('numba'), kernels.NUMBA)
+    self.assertIs(kernels.choose('auto'), kernels.NUMBA)
+    self.assertIs(kernels.choose(kernels.NUMPY), kernels.NUMPY)
+    self.assertIs(kernels.choose(kernels.NUMBA), kernels.NUMBA)
+    self.assertIs(kernels.Kernels, numpy_kernels.NumpyKernels)
+    self.assertIs(type(kernels.NUMPY), numpy_kernels.NumpyKernels)
+    self.assertIs(type(kernels.NUMBA), numba_kernels.NumbaKernels)
+    self.assertIsInstance(kernels.NUMBA, kernels.Kernels)
+    self.assertEqual((kernels.NUMPY.name, kernels.NUMPY.compiled),
+                     ('numpy', False))
+    self.assertEqual((kernels.NUMBA.name, kernels.NUMBA.compiled),
+                     ('numba', True))
+    self.assertEqual(kernels.available(), ['numpy', 'numba'])
+
+  def test_kernels_are_returned_as_they_are(self):
+    own = numba_kernels.NumbaKernels()
+    self.assertIs(kernels.choose(own), own)
+
+  def test_unknown_names(self):
+    for name in ('fortran', 'Numba', '', 'NUMPY'):
+      with self.assertRaisesRegex(
+          ValueError, "Unknown kernels '{}': use 'numpy', 'numba' or "
+          "'auto'".format(name)):
+        kernels.choose(name)
+
+  def test_missing_numba(self):
+    with mock.patch.object(kernels, 'NUMBA', None), \
+        mock.patch.object(kernels, '_NUMBA_MISSING', 'No module numba'), \
+        mock.patch.object(kernels, '_fallback_logged', True):
+      self.assertEqual(kernels.available(), ['numpy'])
+      self.assertIs(kernels.choose('auto'), kernels.NUMPY)
+      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+      with self.assertRaisesRegex(
+          ValueError, r"Kernels 'numba' need Numba, which cannot be imported "
+          r"\(No module numba\): .*dopamine_per\[fast\]"):
+        kernels.choose('numba')
+
+  def test_auto_falls_back_where_numba_cannot_be_imported(self):
+    # The import itself fails here (not a patched attribute).
+    script = (
+        'import sys\n'
+        'sys.modules["numba"] = None\n'
+        'from dopamine_per.replay_memory import kernels\n'
+        'assert kernels.NUMBA is None and kernels.numba_kernels is None\n'
+        'assert kernels.available() == ["numpy"], kernels.available()\n'
+        'assert kernels.choose("auto") is kernels.NUMPY\n'
+        'try:\n'
+        '  kernels.choose("numba")\n'
+        'except ValueError as e:\n'
+        '  print(e)\n')
+    result = subprocess.run([sys.executable, '-c', script],
+                            cwd=fixtures.REPO_ROOT,
+                            env=fixtures.subprocess_env(), capture_output=True,
+                            text=True, timeout=300, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("Kernels 'numba' need Numba", result.stdout)
+    self.assertIn('Numba cannot be imported', result.stderr)  # Warned.
+
+
+class EnvironmentDefaultTest(absltest.TestCase):
+  """Without an argument, `choose` reads $DOPAMINE_PER_KERNELS."""
+
+  def _environment(self, value=None):
+    """Patches os.environ to hold the variable with `value` (None: unset)."""
+    environ = {k: v for k, v in os.environ.items() if k != kernels.ENV}
+    if value is not None:
+      environ[kernels.ENV] = value
+    return mock.patch.dict(os.environ, environ, clear=True)
+
+  def test_the_variable_chooses_when_no_argument_does(self):
+    self.assertEqual(kernels.ENV, 'DOPAMINE_PER_KERNELS')
+    with self._environment():
+      self.assertIs(kernels.choose(), kernels.NUMBA)  # 'auto'.
+      self.assertIs(kernels.choose(None), kernels.NUMBA)
+    for value, expected in (('numpy', kernels.NUMPY),
+                            ('numba', kernels.NUMBA),
+                            ('auto', kernels.NUMBA)):
+      with self._environment(value):
+        self.assertIs(kernels.choose(), expected)
+    with self._environment('numpy'):
+      # An argument wins over the variable.
+      self.assertIs(kernels.choose('numba'), kernels.NUMBA)
+      self.assertIs(kernels.choose(kernels.NUMBA), kernels.NUMBA)
+
+  def test_errors_name_the_variable(self):
+    with self._environment('Numba'):
+      with self.assertRaisesRegex(
+          ValueError,
+          r"Unknown kernels 'Numba' \(from \$DOPAMINE_PER_KERNELS\)"):
+        kernels.choose()
+    with self._environment('numba'), \
+        mock.patch.object(kernels, 'NUMBA', None):
+      with self.assertRaisesRegex(
+          ValueError,
+          r"Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\) need Numba"):
+        kernels.choose()
+
+
+class OneChoiceForEveryLoopTest(absltest.TestCase):
+  """The tree's, the sampling checks' and the gathers' loops follow it."""
+
+  def test_the_tree(self):
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA)):
+      self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
+      self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
+    with self.assertRaisesRegex(ValueError, "Unknown kernels 'fortran'"):
+      sum_tree.SumTree(4, kernels='fortran')
+
+  def test_the_memories_and_their_trees(self):
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA)):
+      plain = circular_replay_buffer.OutOfGraphReplayBuffer(
+          (3, 3), 4, 20, 2, kernels=name)
+      self.assertIs(plain._kernels, chosen)
+      memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+          (3, 3), 4, 20, 2, kernels=name)
+      self.assertIs(memory._kernels, chosen)
+      self.assertIs(memory.sum_tree._kernels, chosen)
+    with self.assertRaisesRegex(ValueError, "Unknown kernels 'fortran'"):
+      circular_replay_buffer.OutOfGraphReplayBuffer((3,), 1, 20, 2,
+                                                    kernels='fortran')
+
+  def test_the_memory_runs_its_loops_on_its_kernels(self):
+    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        (3, 3), 4, 20, 2, kernels='numpy')
+    for t in range(12):
+      memory.add(np.full((3, 3), t, np.uint8), 0, 1.0, 0, 1.0)
+    numpy = kernels.NUMPY
+    with mock.patch.object(numpy, 'transitions_and_states',
+                           wraps=numpy.transitions_and_states) as gather, \
+        mock.patch.object(numpy, 'valid_mask',
+                          wraps=numpy.valid_mask) as valid_mask, \
+        mock.patch.object(numpy, 'descend_draws',
+                          wraps=numpy.descend_draws) as descend:
+      memory.sample_transition_batch(2)
+    gather.assert_called_once()
+    valid_mask.assert_called()
+    descend.assert_called()
+
+  def test_gin_configures_the_memories(self):
+    self.addCleanup(gin.clear_config)
+    gin.bind_parameter(
+        'dopamine_per.replay_memory.prioritized_replay_buffer.'
+        'OutOfGraphPrioritizedReplayBuffer.kernels', 'numpy')
+    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        (3,), 1, 20, 2)
+    self.assertIs(memory._kernels, kernels.NUMPY)
+    self.assertIs(memory.sum_tree._kernels, kernels.NUMPY)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,488 @@
+"""Tests for dopamine_per.replay_memory.numba_kernels: NumPy's, compiled.
+
+`NumbaKernels` must give `NumpyKernels`' results bit for bit, method by
+method: on the inputs its loops compile for (checked to be compiled) and on
+those it hands back to NumPy's (returns longer than 8 steps, rewards that
+are not float32 scalars, frames that are not plain C-contiguous arrays).
+A sum tree and a memory on either kernels then hold the same trees and give
+the same batches. numpy_kernels_test checks NumPy's against the rules.
+"""
+
+import random
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numba
+import numpy as np
+
+from dopamine_per.replay_memory import numba_kernels
+from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory import sum_tree
+from tests.support import fixtures
+
+NUMPY = numpy_kernels.NumpyKernels()
+NUMBA = numba_kernels.NumbaKernels()
+
+
+def _layout(capacity, fanout):
+  """An all-zero tree: (flat, offsets), as `sum_tree.SumTree` lays it out."""
+  sizes = [-(-capacity // fanout) * fanout]
+  while sizes[-1] > fanout:
+    sizes.append(-(-(sizes[-1] // fanout) // fanout) * fanout)
+  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  return np.zeros(int(offsets[-1])), offsets
+
+
+def _priorities(rng, size):
+  """Twelve decades and zeros: a different order of sums would show."""
+  return 10.0**rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
+
+
+def _twin_trees(capacity, fanout, seed):
+  """The same random tree twice (flat arrays), and its offsets."""
+  rng = np.random.default_rng(seed)
+  flat, offsets = _layout(capacity, fanout)
+  flat[:capacity] = _priorities(rng, capacity)
+  NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
+  return flat, flat.copy(), offsets
+
+
+def _assert_same(test, mine, theirs):
+  """Same values, dtypes and shapes (tuples element by element)."""
+  if isinstance(theirs, tuple):
+    test.assertIsInstance(mine, tuple)
+    test.assertLen(mine, len(theirs))
+    for a, b in zip(mine, theirs):
+      _assert_same(test, a, b)
+    return
+  if isinstance(theirs, np.ndarray):
+    test.assertEqual(mine.dtype, theirs.dtype)
+  np.testing.assert_array_equal(mine, theirs)
+
+
+_FANOUTS = (2, 4, 16, 32)  # 16 has its own unrolled loops.
+
+
+class TreeKernelsTest(parameterized.TestCase):
+
+  @parameterized.parameters(*_FANOUTS)
+  def test_update_parents(self, fanout):
+    ours, theirs, offsets = _twin_trees(fanout**3 + 5, fanout, fanout)
+    np.testing.assert_array_equal(ours, theirs)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+      size = int(rng.integers(1, 300))
+      leaves = rng.integers(0, fanout**3 + 5, size)  # With repeats.
+      values = _priorities(rng, size)
+      ours[leaves] = theirs[leaves] = values
+      if step % 2:
+        leaves = leaves.astype(np.int32)
+      self.assertEqual(NUMBA.update_parents(ours, offsets, fanout, leaves),
+                       NUMPY.update_parents(theirs, offsets, fanout, leaves))
+      np.testing.assert_array_equal(ours, theirs)
+
+  @parameterized.parameters(*_FANOUTS)
+  def test_update_leaf(self, fanout):
+    ours, theirs, offsets = _twin_trees(1000, fanout, 2)
+    rng = np.random.default_rng(2)
+    for leaf in rng.integers(0, 1000, 100).tolist():
+      ours[leaf] = theirs[leaf] = float(_priorities(rng, 1)[0])
+      total = NUMBA.update_leaf(ours, offsets, fanout, leaf)
+      self.assertEqual(total, NUMPY.update_leaf(theirs, offsets, fanout,
+                                                leaf))
+      np.testing.assert_array_equal(ours, theirs)
+
+  @parameterized.parameters(4, 16)
+  def test_set_leaves(self, fanout):
+    ours, theirs, offsets = _twin_trees(40, fanout, 3)
+    rng = np.random.default_rng(3)
+    smallest, largest = 2.0**-149, 3.4e38
+    edges = [0.0, -0.0, smallest, largest, smallest / 4, largest * 2,
+             5e-324, -5e-324, -1.0, np.inf, -np.inf, np.nan, 1.0, 3.5]
+    outcomes = set()
+    for _ in range(300):
+      size = int(rng.integers(1, 5))
+      leaves = rng.integers(-1, 41, size)  # Sometimes out of range.
+      values = np.array(rng.choice(edges, size), np.float64)
+      mine = NUMBA.set_leaves(ours, offsets, fanout, 40, leaves, values,
+                              smallest, largest)
+      other = NUMPY.set_leaves(theirs, offsets, fanout, 40, leaves, values,
+                               smallest, largest)
+      self.assertEqual(mine, other, (leaves, values))
+      outcomes.add(mine is None)
+      np.testing.assert_array_equal(ours, theirs)
+    self.assertEqual(outcomes, {True, False})  # Both were exercised.
+
+  def test_get_leaves(self):
+    leaves = np.random.default_rng(4).random(50)
+    for indices in ([0, 49, 7, 7], [], [50], [3, -1]):
+      indices = np.array(indices, np.int64)
+      mine = NUMBA.get_leaves(leaves, indices)
+      other = NUMPY.get_leaves(leaves, indices)
+      if other is None:
+        self.assertIsNone(mine)
+      else:
+        _assert_same(self, mine, other)
+    self.assertIsNone(NUMBA.get_leaves(leaves, np.array([50])))
+
+  @parameterized.parameters(*_FANOUTS)
+  def test_descend(self, fanout):
+    flat, _, offsets = _twin_trees(3000, fanout, 5)
+    total = NUMPY.update_parents(flat, offsets, fanout, np.zeros(1, int))
+    rng = np.random.default_rng(5)
+    targets = np.concatenate([rng.random(500) * total,
+                              [0.0, total, np.nextafter(total, 0.0),
+                               total * 1.5]])  # Past the total: rounding.
+    _assert_same(self, NUMBA.descend(flat, offsets, fanout, targets),
+                 NUMPY.descend(flat, offsets, fanout, targets))
+    # Targets of another dtype or layout are converted alike.
+    strided = targets[::2].astype(np.float32)
+    _assert_same(self, NUMBA.descend(flat, offsets, fanout, strided),
+                 NUMPY.descend(flat, offsets, fanout, strided))
+
+  @parameterized.parameters(2, 16)
+  def test_descend_uniforms_and_draws(self, fanout):
+    flat, _, offsets = _twin_trees(3000, fanout, 6)
+    scale = NUMPY.update_parents(flat, offsets, fanout, np.zeros(1, int))
+    for batch in (1, 32, 257):
+      lower = np.linspace(0.0, 1.0, batch + 1)[:-1]
+      width = np.full(batch, 1.0 / batch)
+      uniforms = np.random.default_rng(batch).random(batch)
+      _assert_same(
+          self, NUMBA.descend_uniforms(flat, offsets, fanout, uniforms, lower,
+                                       width, scale),
+          NUMPY.descend_uniforms(flat, offsets, fanout, uniforms, lower,
+                                 width, scale))
+      random.seed(batch)
+      words = random.getrandbits(64 * batch).to_bytes(8 * batch, 'little')
+      _assert_same(
+          self, NUMBA.descend_draws(flat, offsets, fanout, words, lower,
+                                    width, scale),
+          NUMPY.descend_draws(flat, offsets, fanout, words, lower, width,
+                              scale))
+
+
+class SumTreeEquivalenceTest(parameterized.TestCase):
+  """Trees on the two kernels: same nodes, same samples, same refusals."""
+
+  def _trees(self, capacity, **kwargs):
+    return (sum_tree.SumTree(capacity, kernels='numpy', **kwargs),
+            sum_tree.SumTree(capacity, kernels='numba', **kwargs))
+
+  @parameterized.parameters(1, 32, 33, 1000, 2**15 + 5)
+  def test_same_tree_and_samples(self, capacity):
+    rng = np.random.default_rng(capacity)
+    ours, theirs = self._trees(capacity)
+    for step in range(60):
+      size = int(rng.integers(1, 300))
+      indices = rng.integers(0, capacity, size)
+      values = _priorities(rng, size)
+      if step % 3 == 0:
+        index, value = int(indices[0]), float(values[0])
+        ours.set(index, value)
+        theirs.set(index, value)
+      else:
+        ours.set(indices, values)
+        theirs.set(indices, values)
+      np.testing.assert_array_equal(ours._flat, theirs._flat)
+      self.assertEqual(ours.total_priority(), theirs.total_priority())
+      if ours.total_priority() > 0:
+        total = ours.total_priority()
+        targets = np.concatenate([rng.random(200) * total, [0.0, total],
+                                  [np.nextafter(total, 0.0)]])
+        np.testing.assert_array_equal(ours.query(targets),
+                                      theirs.query(targets))
+        # The fused draw-and-descend paths, from the same `random` words.
+        batch = int(rng.integers(1, 300))
+        draws = []
+        for tree in (ours, theirs):
+          random.seed(step)
+          draws.append((tree.stratified_sample(batch),
+                        tree.sample_batch(batch)))
+        for mine, other in zip(*draws):
+          np.testing.assert_array_equal(mine, other)
+    ours.check_invariants()
+    theirs.check_invariants()
+
+  def test_same_samples_from_a_generator(self):
+    rng = np.random.default_rng(5)
+    priorities = _priorities(rng, 5000)
+    draws = []
+    for kernels in ('numpy', 'numba'):
+      tree = sum_tree.SumTree(5000, rng=np.random.default_rng(9),
+                              kernels=kernels)
+      tree.set(np.arange(5000), priorities)
+      draws.append([tree.stratified_sample(b) for b in (1, 32, 300)] +
+                   [tree.sample_batch(b) for b in (0, 7, 500)])
+    for mine, other in zip(*draws):
+      np.testing.assert_array_equal(mine, other)
+
+  def test_rebuild_matches_incremental_updates(self):
+    rng = np.random.default_rng(0)
+    for tree in self._trees(5000):
+      tree.set(rng.integers(0, 5000, 20000), rng.random(20000))
+      incremental = tree._flat.copy()
+      tree._rebuild()
+      np.testing.assert_array_equal(tree._flat, incremental)
+
+  @parameterized.parameters(np.float32, np.float64)
+  def test_same_values_refused(self, priority_dtype):
+    # Issue 12: the compiled check-and-write and the NumPy path accept and
+    # refuse the same values (range of priority_dtype, total overflow).
+    rng = np.random.default_rng(3)
+    info = np.finfo(priority_dtype)
+    edges = [0.0, -0.0, float(info.smallest_subnormal), float(info.max),
+             float(info.smallest_subnormal) / 4, float(info.max) * 1.5,
+             1e308, 2.0**1022, 5e-324, -5e-324, np.inf, np.nan, 1.0, 3.5]
+    trees = self._trees(40, priority_dtype=priority_dtype)
+    for _ in range(300):
+      size = int(rng.integers(1, 5))
+      indices = rng.integers(0, 40, size)
+      values = rng.choice(edges, size)
+      outcomes = []
+      for tree in trees:
+        try:
+          tree.set(indices, values)
+          outcomes.append(None)
+        except ValueError as e:
+          outcomes.append(str(e))
+      self.assertEqual(outcomes[0], outcomes[1])
+      np.testing.assert_array_equal(trees[0]._flat, trees[1]._flat)
+      self.assertEqual(trees[0].max_recorded_priority,
+                       trees[1].max_recorded_priority)
+    for tree in trees:
+      tree.check_invariants()
+      self.assertTrue(np.isfinite(tree.total_priority()))
+
+
+class PrefetchTest(absltest.TestCase):
+
+  def test_falls_back_to_a_no_op(self):
+
+    def failing_probe(array):
+      raise numba.core.errors.LoweringError('no prefetch here')
+
+    prefetch = numba_kernels._choose_prefetch(probe=failing_probe)  # pylint: disable=protected-access
+    self.assertIs(prefetch, numba_kernels._no_prefetch)  # pylint: disable=protected-access
+
+    @numba.njit
+    def first(array):
+      prefetch(array, 0)
+      return array[0]
+
+    self.assertEqual(first(np.full(3, 7.0)), 7.0)
+
+
+class ValidMaskTest(parameterized.TestCase):
+
+  @parameterized.product(
+      shape=[(50, 4, 1), (50, 4, 3), (50, 1, 5), (23, 3, 2)],
+      full=[False, True],
+      terminal_dtype=[np.uint8, np.float32, np.bool_, np.int64])
+  def test_same_mask(self, shape, full, terminal_dtype):
+    capacity, stack, horizon = shape
+    rng = np.random.default_rng(capacity * stack + horizon)
+    for _ in range(30):
+      add_count = int(rng.integers(capacity, 3 * capacity) if full else
+                      rng.integers(0, capacity))
+      episode_end = rng.random(capacity) < 0.15
+      terminal = (episode_end & (rng.random(capacity) < 0.5)).astype(
+          terminal_dtype)
+      indices = rng.integers(-3, capacity + 3, 40)
+      arguments = (indices, capacity, add_count, horizon, stack, episode_end,
+                   terminal)
+      _assert_same(self, NUMBA.valid_mask(*arguments),
+                   NUMPY.valid_mask(*arguments))
+
+  def test_empty_batch(self):
+    arguments = (np.zeros(0, np.int64), 10, 5, 1, 1, np.zeros(10, bool),
+                 np.zeros(10, np.uint8))
+    _assert_same(self, NUMBA.valid_mask(*arguments),
+                 NUMPY.valid_mask(*arguments))
+
+
+class TrajectoriesTest(parameterized.TestCase):
+
+  @parameterized.product(
+      horizon=[1, 3, 7, 8, 11],  # From 8 steps on: NumPy's (pairwise sums).
+      reward=[((), np.float32), ((), np.float64), ((2,), np.float32)],
+      discount_dtype=[np.float32, np.float64])
+  def test_same_trajectories(self, horizon, reward, discount_dtype):
+    reward_shape, reward_dtype = reward
+    capacity = 60
+    rng = np.random.default_rng(horizon)
+    discounts = np.array([0.99**j for j in range(horizon)], discount_dtype)
+    for _ in range(10):
+      terminal = (rng.random(capacity) < 0.1).astype(np.uint8)
+      # Twelve decades of both signs: a different summation order shows.
+      rewards = (rng.standard_normal((capacity,) + reward_shape) *
+                 10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
+                ).astype(reward_dtype)
+      indices = rng.integers(0, capacity, 50)
+      arguments = (indices, capacity, terminal, rewards, discounts)
+      _assert_same(self, NUMBA.trajectories(*arguments),
+                   NUMPY.trajectories(*arguments))
+    compiled = (horizon < 8 and reward == ((), np.float32) and
+                discount_dtype == np.float32)
+    self.assertEqual(
+        numba_kernels._compiled_returns(terminal, rewards, discounts),  # pylint: disable=protected-access
+        compiled)
+
+
+def _garbage(shape, dtype):
+  """A C-contiguous output full of garbage, so that an unwritten row shows."""
+  out = np.empty(shape, dtype)
+  out.view(np.uint8).reshape(-1)[:] = 171
+  return out
+
+
+# (frame shape, dtype, stack): the packed path (4 frames of 1 byte: Atari),
+# the generic compiled path, and frames the compiled loops do not take.
+_ATARI = ((84, 84), np.uint8, 4)
+_PACKED = [_ATARI, ((6,), np.int8, 4), ((5,), np.bool_, 4)]
+_GENERIC = [((84, 84), np.uint8, 3), ((4,), np.float32, 1),
+            ((3, 2), np.int16, 4), ((5,), np.bool_, 2)]
+# Numba has no complex gathers here, and no float16 at all.
+_NUMPY_ONLY = [((3,), np.complex64, 2), ((3,), np.float16, 2)]
+
+
+def _frames(rng, capacity, shape, dtype):
+  return rng.integers(0, 200, (capacity,) + shape).astype(dtype)
+
+
+class StacksTest(parameterized.TestCase):
+
+  @parameterized.parameters(*_PACKED, *_GENERIC, *_NUMPY_ONLY)
+  def test_gather_stacks(self, shape, dtype, stack):
+    rng = np.random.default_rng(0)
+    frames = _frames(rng, 50, shape, dtype)
+    for batch in (17, 1, 0):  # Odd: the 4x8 loop pairs the last row alone.
+      windows = rng.integers(0, 50, (batch, stack))
+      outs = [_garbage((batch,) + shape + (stack,), dtype) for _ in range(2)]
+      self.assertIs(NUMBA.gather_stacks(frames, windows, outs[0]), outs[0])
+      NUMPY.gather_stacks(frames, windows, outs[1])
+      _assert_same(self, *outs)
+    self.assertEqual(numba_kernels._packs_4x8(frames, stack),  # pylint: disable=protected-access
+                     (shape, dtype, stack) in _PACKED)
+    self.assertEqual(numba_kernels._plain(frames),  # pylint: disable=protected-access
+                     (shape, dtype, stack) not in _NUMPY_ONLY)
+
+  @parameterized.parameters(*_PACKED, *_GENERIC)
+  def test_frames_that_are_not_plain_arrays(self, shape, dtype, stack):
+    rng = np.random.default_rng(1)
+    frames = _frames(rng, 60, shape, dtype)[::2]  # Not C-contiguous.
+    self.assertFalse(numba_kernels._plain(frames))  # pylint: disable=protected-access
+    windows = rng.integers(0, 30, (9, stack))
+    outs = [_garbage((9,) + shape + (stack,), dtype) for _ in range(2)]
+    NUMBA.gather_stacks(frames, windows, outs[0])
+    NUMPY.gather_stacks(frames, windows, outs[1])
+    _assert_same(self, *outs)
+    ends = np.array([0, 1, 29, 13])
+    outs = [_garbage((4,) + shape + (stack,), dtype) for _ in range(2)]
+    NUMBA.stacks_ending_at(frames, ends, stack, outs[0])
+    NUMPY.stacks_ending_at(frames, ends, stack, outs[1])
+    _assert_same(self, *outs)
+
+  @parameterized.parameters(*_PACKED, *_GENERIC, *_NUMPY_ONLY)
+  def test_stacks_ending_at_wrap_around(self, shape, dtype, stack):
+    rng = np.random.default_rng(2)
+    frames = _frames(rng, 30, shape, dtype)
+    for ends in (np.concatenate([[0, 1, 29], rng.integers(0, 30, 14)]),
+                 np.array([2]), np.zeros(0, np.int64)):
+      outs = [_garbage((len(ends),) + shape + (stack,), dtype)
+              for _ in range(2)]
+      self.assertIs(NUMBA.stacks_ending_at(frames, ends, stack, outs[0]),
+                    outs[0])
+      NUMPY.stacks_ending_at(frames, ends, stack, outs[1])
+      _assert_same(self, *outs)
+
+  @parameterized.named_parameters(
+      ('atari', (6, 6), np.uint8, 4, 3, (), np.float32),
+      ('stack_3', (6, 6), np.uint8, 3, 3, (), np.float32),
+      ('float_frames', (6,), np.float32, 4, 3, (), np.float32),
+      ('horizon_8', (6, 6), np.uint8, 4, 8, (), np.float32),
+      ('float64_rewards', (6, 6), np.uint8, 4, 3, (), np.float64),
+      ('vector_rewards', (6, 6), np.uint8, 4, 3, (2,), np.float32))
+  def test_transitions_and_states(self, shape, dtype, stack, horizon,
+                                  reward_shape, reward_dtype):
+    rng = np.random.default_rng(3)
+    frames = _frames(rng, 40, shape, dtype)
+    terminal = (rng.random(40) < 0.15).astype(np.uint8)
+    rewards = rng.standard_normal((40,) + reward_shape).astype(reward_dtype)
+    discounts = np.array([0.9**j for j in range(horizon)], np.float32)
+    for batch in (13, 0):
+      indices = rng.integers(0, 40, batch)
+      outs = [_garbage((2 * batch,) + shape + (stack,), dtype)
+              for _ in range(2)]
+      results = [kernels.transitions_and_states(
+          frames, stack, terminal, rewards, discounts, indices, out)
+                 for kernels, out in zip((NUMBA, NUMPY), outs)]
+      _assert_same(self, *results)
+      _assert_same(self, *outs)
+
+
+def _memory(kernels, **kwargs):
+  return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+      update_horizon=3, gamma=0.9, kernels=kernels, **kwargs)
+
+
+class MemoryKernelsTest(absltest.TestCase):
+  """A memory on NumPy's loops and one on Numba's give the same batches."""
+
+  def test_same_batches(self):
+    memories = [_memory(kernels, observation_shape=(5, 5), stack_size=4,
+                        replay_capacity=300, batch_size=32)
+                for kernels in ('numpy', 'numba')]
+    self.assertEqual([m._kernels.name for m in memories], ['numpy', 'numba'])
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (50, 5, 5), dtype=np.uint8)
+    for t in range(1000):  # Wraps around the capacity three times.
+      terminal = int(rng.random() < 0.05)
+      episode_end = not terminal and rng.random() < 0.02
+      reward = float(rng.standard_normal() * 10.0**rng.integers(-3, 4))
+      for memory in memories:
+        memory.add(frames[t % 50], t % 4, reward, terminal, None,
+                   episode_end=episode_end)
+      if t % 97 == 96:
+        slots = np.arange(300)
+        valid = memories[0].is_valid_transition(slots)
+        np.testing.assert_array_equal(
+            valid, memories[1].is_valid_transition(slots))
+        indices = rng.choice(np.flatnonzero(valid), 40)
+        batches = [m.sample_transition_batch(indices=indices)
+                   for m in memories]
+        for mine, other in zip(*batches):
+          np.testing.assert_array_equal(mine, other)
+        states = [m.get_observation_stack(indices) for m in memories]
+        np.testing.assert_array_equal(*states)
+
+  def test_the_compiled_atari_path_reads_a_loaded_storage(self):
+    # A load replaces the storage's arrays: the compiled loops must read,
+    # and the next adds write, the loaded ones.
+    def memory():
+      return _memory('numba', observation_shape=(6, 6), stack_size=4,
+                     replay_capacity=200, batch_size=16)
+
+    rng = np.random.default_rng(1)
+    saved, loaded = memory(), memory()
+    for source, offset in ((saved, 0), (loaded, 7)):
+      for t in range(150):
+        source.add(np.full((6, 6), (t + offset) % 256, np.uint8), t % 3,
+                   float(rng.random()), int(t % 40 == 39), None)
+    checkpoint_dir = fixtures.temp_dir(self)
+    saved.save(checkpoint_dir, 0)
+    loaded.load(checkpoint_dir, 0)
+    self.assertIs(loaded._kernels, saved._kernels)
+    self.assertTrue(loaded._kernels.compiled)
+    for t in range(150, 180):  # Wraps around.
+      for memory_ in (saved, loaded):
+        memory_.add(np.full((6, 6), t % 256, np.uint8), t % 3, 0.5, 0, None)
+    indices = np.flatnonzero(saved.is_valid_transition(np.arange(200)))[:16]
+    for mine, other in zip(loaded.sample_transition_batch(indices=indices),
+                           saved.sample_transition_batch(indices=indices)):
+      np.testing.assert_array_equal(mine, other)
+
+
+if __name__ == '__main__':
+  absltest.main()

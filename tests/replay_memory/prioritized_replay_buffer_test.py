@@ -1,0 +1,549 @@
+"""Tests for dopamine_per.replay_memory.prioritized_replay_buffer."""
+
+import os
+import random
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from dopamine.tf.replay_memory import prioritized_replay_buffer as dopamine_prb
+import numpy as np
+
+from dopamine_per import errors
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.replay_memory import prioritized_replay_buffer as prb
+from tests.support import fixtures
+from tests.support import replay_cases
+from tests.support import stats_util
+
+Buffer = prb.OutOfGraphPrioritizedReplayBuffer
+snapshot = replay_cases.snapshot
+assert_same_snapshot = replay_cases.assert_same_snapshot
+
+
+def _buffer(**kwargs):
+  config = dict(observation_shape=(2,), stack_size=2, replay_capacity=16,
+                batch_size=4, update_horizon=1)
+  config.update(kwargs)
+  return Buffer(**config)
+
+
+def _add(buffer, count, seed=0, priorities=None, terminal_rate=0.15):
+  rs = np.random.RandomState(seed)
+  for i in range(count):
+    args = [rs.randint(0, 255, size=2).astype(np.uint8), i % 3, float(i),
+            rs.rand() < terminal_rate]
+    args.append(None if priorities is None else priorities[i])
+    buffer.add(*args)
+
+
+class AddTest(absltest.TestCase):
+
+  def test_signature_and_forwarded_arguments(self):
+    rng = np.random.default_rng(0)
+    buffer = _buffer(checkpoint_duration=7, keep_every=3, rng=rng,
+                     max_sample_attempts=9, gamma=0.5)
+    self.assertEqual(buffer.get_add_args_signature()[-1],
+                     prb.ReplayElement('priority', (), np.float32))
+    self.assertNotIn('priority', buffer._store)
+    self.assertEqual((buffer._checkpoint_duration, buffer._keep_every,
+                      buffer._max_sample_attempts, buffer._gamma),
+                     (7, 3, 9, 0.5))
+    self.assertIs(buffer._rng, rng)
+    self.assertIs(buffer.sum_tree._rng, rng)
+    self.assertEqual(buffer.sum_tree.capacity, 16)
+
+  def test_priority_positional_keyword_and_default(self):
+    buffer = _buffer(stack_size=3)
+    obs = np.zeros(2, np.uint8)
+    buffer.add(obs, 0, 0.0, False, 2.5)
+    buffer.add(obs, 0, 0.0, False, priority=4.0)
+    buffer.add(obs, 0, 0.0, False, priority=None)
+    buffer.add(obs, 0, 0.0, False, None)
+    buffer.add(obs, 0, 0.0, False, priority=np.float64(0.5))
+    # Padding at 0 and 1 gets priority 0; new ones the max so far.
+    np.testing.assert_array_equal(buffer.get_priority(np.arange(7)),
+                                  [0, 0, 2.5, 4, 4, 4, 0.5])
+    self.assertEqual(buffer.get_priority(np.arange(7)).dtype, np.float32)
+    buffer.sum_tree.check_invariants()
+
+  def test_none_priority_is_max_recorded(self):
+    buffer = _buffer()
+    buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, None)
+    self.assertEqual(buffer.get_priority(np.array([1]))[0], 1.0)
+
+  def test_omitted_priority_raises_as_dopamine(self):
+    buffer = _buffer()
+    with self.assertRaisesRegex(ValueError, 'Add expects 5 elements'):
+      buffer.add(np.zeros(2, np.uint8), 0, 0.0, False)
+    self.assertTrue(buffer.is_empty())
+
+  def test_extra_storage_then_priority(self):
+    extra = prb.ReplayElement('extra', (), np.int32)
+    buffer = _buffer(stack_size=1, extra_storage_types=[extra])
+    buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 7, 3.0)
+    buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 8, priority=None)
+    buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 9, priority=0.5)
+    buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 10, None)
+    np.testing.assert_array_equal(buffer._store['extra'][:4], [7, 8, 9, 10])
+    np.testing.assert_array_equal(buffer.get_priority(np.arange(4)),
+                                  [3, 3, 0.5, 3])
+    with self.assertRaisesRegex(ValueError, 'Add expects 6 elements'):
+      buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, priority=0.5)
+
+  def test_bad_priorities_write_nothing(self):
+    for bad in (float('nan'), float('inf'), -1.0, 'high', [1.0, 2.0]):
+      buffer = _buffer(stack_size=3)
+      with self.assertRaisesRegex(ValueError, 'priority'):
+        buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, priority=bad)
+      self.assertTrue(buffer.is_empty())
+      self.assertTrue(buffer.storage.episode_start)
+      self.assertEqual(buffer.sum_tree.total_priority(), 0.0)
+
+  def test_too_many_arguments(self):
+    buffer = _buffer()
+    with self.assertRaisesRegex(ValueError, 'Add expects 5 elements'):
+      buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0, priority=1.0)
+
+
+class InputValuesTest(parameterized.TestCase):
+  """Issue 12: values the storage or the tree cannot hold are refused first.
+
+  Each test reproduces a value that was written before the fix; both sum
+  tree kernels run (the priority checks differ between them).
+  """
+
+  def _buffer(self, kernels, **kwargs):
+    buffer = _buffer(kernels=kernels, **kwargs)
+    self.assertEqual(buffer.sum_tree._kernels.name, kernels)
+    return buffer
+
+  def assert_refused(self, buffer, regex, function, *args):
+    before = snapshot(buffer)
+    with self.assertRaisesRegex(ValueError, regex):
+      function(*args)
+    assert_same_snapshot(self, before, snapshot(buffer))
+    buffer.sum_tree.check_invariants()
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_rejected_add_writes_nothing(self, kernels):
+    # Was an OverflowError, after the padding, the observation and the
+    # priority were written.
+    buffer = self._buffer(kernels, stack_size=4)
+    obs = np.ones(2, np.uint8)
+    self.assert_refused(buffer, r"'reward'.*10\*\*400.*overflows float32",
+                        buffer.add, obs, 3, 10**400, False, 2.5)
+    self.assertTrue(buffer.is_empty())
+    self.assertEqual(buffer.sum_tree.total_priority(), 0.0)
+    buffer.add(obs, 3, 1.0, False, 2.5)
+    self.assertEqual(int(buffer.add_count), 4)
+
+  @parameterized.parameters((1e300,), (-1e300,), (np.float64(1e39),),
+                            (2**128,), (np.array(1e300),))
+  def test_reward_that_overflows_float32(self, reward):
+    # Was stored as inf.
+    buffer = self._buffer('numpy')
+    self.assert_refused(buffer, "'reward'.*overflows float32", buffer.add,
+                        np.ones(2, np.uint8), 0, reward, False, 1.0)
+
+  @parameterized.product(kernels=['numpy', 'numba'],
+                         priority=[1e308, 3.5e38, 5e-324, 1e-46, 10**400])
+  def test_priority_outside_float32(self, kernels, priority):
+    # 1e308 read back as inf, 5e-324 as 0; 10**400 raised OverflowError.
+    buffer = self._buffer(kernels, replay_capacity=32)
+    _add(buffer, 10)
+    regex = r'priorit.*0 or in \[1.4\d*e-45, 3.40282\d*e\+38\]'
+    self.assert_refused(buffer, regex, buffer.add, np.ones(2, np.uint8), 0,
+                        0.0, False, priority)
+    for priorities in (priority, [priority, 1.0], np.array([priority, 1.0])
+                       if priority != 10**400 else [priority, 1.0]):
+      self.assert_refused(buffer, regex, buffer.set_priority,
+                          np.array([3, 4]), priorities)
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_finite_priorities_whose_sum_overflows(self, kernels):
+    # Was accepted: the total became inf and every sample slot 16.
+    buffer = self._buffer(kernels, replay_capacity=32)
+    _add(buffer, 20)
+    self.assert_refused(buffer, '1e\\+308', buffer.set_priority,
+                        np.array([0, 1, 16]), [1e308, 1e308, 0.0])
+
+  @parameterized.parameters('numpy', 'numba')
+  def test_float32_range_edges_read_back(self, kernels):
+    buffer = self._buffer(kernels)
+    _add(buffer, 10)
+    info = np.finfo(np.float32)
+    edges = np.array([info.smallest_subnormal, info.max], np.float32)
+    buffer.set_priority(np.array([3, 4]), edges.astype(np.float64))
+    np.testing.assert_array_equal(buffer.get_priority(np.array([3, 4])),
+                                  edges)
+    cursor = buffer.cursor()
+    buffer.add(np.ones(2, np.uint8), 0, 0.0, False, float(edges[0]))
+    self.assertEqual(buffer.get_priority(np.array([cursor]))[0], edges[0])
+
+  @parameterized.product(
+      kernels=['numpy', 'numba'],
+      priority=['1e3', b'3', 1 + 0j, np.complex128(2.0), True,
+                np.bool_(True)])
+  def test_priorities_that_are_not_real_numbers(self, kernels, priority):
+    # Strings and bytes were parsed, complex numbers lost their imaginary
+    # part, bools counted as 1.
+    buffer = self._buffer(kernels)
+    _add(buffer, 10)
+    regex = 'priorit.*should be real numbers'
+    self.assert_refused(buffer, regex, buffer.add, np.ones(2, np.uint8), 0,
+                        0.0, False, priority)
+    for priorities in (priority, [priority], np.array([priority])):
+      self.assert_refused(buffer, regex, buffer.set_priority, np.array([3]),
+                          priorities)
+
+
+class TableCasesTest(parameterized.TestCase):
+
+  @parameterized.named_parameters((c.name, c) for c in replay_cases.CASES)
+  def test_case(self, case):
+    buffer = replay_cases.make_buffer(Buffer, case)
+    priorities = [0.25 * (i + 1) for i in range(len(case.steps))]
+    replay_cases.apply_steps(buffer, case.steps, priorities)
+    indices = sorted(case.valid)
+    batch = buffer.sample_transition_batch(indices=indices)
+    extra_names = [e.name for e in case.config.get('extra_storage_types', [])]
+    for row, index in enumerate(indices):
+      replay_cases.assert_transition(self, buffer, batch, row,
+                                     case.transitions[index], extra_names)
+    np.testing.assert_array_equal(batch[-1], buffer.get_priority(indices))
+    # Padding (observation id 0 with zero action) has priority 0.
+    capacity = case.config['replay_capacity']
+    written = min(int(buffer.add_count), capacity)
+    padding = [i for i in range(written)
+               if buffer._store['observation'][i] == 0]
+    np.testing.assert_array_equal(buffer.get_priority(padding), 0.0)
+
+
+class PriorityTest(parameterized.TestCase):
+
+  def test_set_and_get_any_integer_dtype(self):
+    buffer = _buffer()
+    _add(buffer, 10)
+    for dtype in (np.int8, np.uint16, np.int32, np.int64, np.uint64):
+      buffer.set_priority(np.array([2, 3], dtype), np.array([5.0, 6.0]))
+      np.testing.assert_array_equal(
+          buffer.get_priority(np.array([2, 3], dtype)), [5.0, 6.0])
+    buffer.set_priority([4, 4, 5], [1.0, 2.0, 3.0])  # Last wins.
+    np.testing.assert_array_equal(buffer.get_priority([4, 5]), [2.0, 3.0])
+    buffer.set_priority([6, 7], 0.75)  # A scalar broadcasts.
+    np.testing.assert_array_equal(buffer.get_priority([6, 7]), [0.75, 0.75])
+    self.assertEqual(buffer.sum_tree.max_recorded_priority, 6.0)
+    buffer.sum_tree.check_invariants()
+
+  @parameterized.named_parameters(
+      ('nan', [1, 2], [1.0, float('nan')], ValueError, 'nan'),
+      ('inf', [1, 2], [float('inf'), 1.0], ValueError, 'inf'),
+      ('negative', [1, 2], [1.0, -0.5], ValueError, '-0.5'),
+      ('length', [1, 2, 3], [1.0, 2.0], ValueError,
+       r'priorities of shape \(2,\) do not match indices of shape \(3,\)'),
+      ('out_of_range', [1, 16], [1.0, 2.0], IndexError,
+       r'indices must be in \[0, 16\). Got: 16'),
+      ('negative_index', [-1], [1.0], IndexError, '-1'),
+      ('float_index', [1.0], [1.0], TypeError, 'integers'),
+      ('not_numbers', [1], ['x'], ValueError, 'numbers'),
+  )
+  def test_set_priority_rejects_before_writing(self, indices, priorities,
+                                               error, message):
+    buffer = _buffer()
+    _add(buffer, 10)
+    before = buffer.get_priority(np.arange(16))
+    with self.assertRaisesRegex(error, message):
+      buffer.set_priority(indices, priorities)
+    with self.assertRaises(ValueError):  # All are ValueErrors too.
+      buffer.set_priority(indices, priorities)
+    np.testing.assert_array_equal(buffer.get_priority(np.arange(16)), before)
+
+  def test_get_priority_rejects_bad_indices(self):
+    buffer = _buffer()
+    with self.assertRaisesRegex(AssertionError, 'must be an array'):
+      buffer.get_priority(3)  # As Dopamine; also a ValueError.
+    with self.assertRaises(ValueError):
+      buffer.set_priority(3, 1.0)
+    with self.assertRaisesRegex(errors.InvalidIndexError, '16'):
+      buffer.get_priority(np.array([16]))
+    with self.assertRaises(ValueError):
+      buffer.get_priority(np.array([0.5]))
+
+  def test_sampling_probabilities_shape(self):
+    buffer = _buffer()
+    _add(buffer, 12)
+    element = buffer.get_transition_elements()[-1]
+    self.assertEqual(element, prb.ReplayElement('sampling_probabilities',
+                                                (4,), np.float32))
+    self.assertEqual(buffer.get_transition_elements(7)[-1].shape, (7,))
+    batch = buffer.sample_transition_batch()
+    self.assertEqual(batch[-1].shape, (4,))
+    self.assertEqual(batch[-1].dtype, np.float32)
+    np.testing.assert_array_equal(batch[-1], buffer.get_priority(batch[7]))
+
+
+class SamplingTest(parameterized.TestCase):
+
+  def _weights(self, buffer):
+    capacity = buffer._replay_capacity
+    weights = buffer.get_priority(np.arange(capacity)).astype(np.float64)
+    weights[~buffer.is_valid_transition(np.arange(capacity))] = 0.0
+    return weights
+
+  def test_frequencies_follow_priorities(self):
+    # 40000 draws, chi-square at false-failure rate 1e-6 (stats_util). The
+    # invalid slots' mass is redrawn, so the target is the priorities of
+    # the valid slots, renormalized. Stratification only lowers the
+    # variance of the counts, so the bound stays conservative.
+    buffer = _buffer(replay_capacity=48, stack_size=1,
+                     rng=np.random.default_rng(2024))
+    rs = np.random.RandomState(1)
+    _add(buffer, 60, priorities=rs.randint(0, 6, size=60) * 0.5)
+    samples = np.concatenate([buffer.sample_index_batch(32)
+                              for _ in range(1250)])
+    stats_util.assert_matches_distribution(self, samples,
+                                           self._weights(buffer))
+
+  def test_frequencies_with_python_random(self):
+    random.seed(5)
+    buffer = _buffer(replay_capacity=24)
+    _add(buffer, 30, priorities=np.arange(30) % 4 + 0.5)
+    samples = np.concatenate([buffer.sample_index_batch(16)
+                              for _ in range(800)])
+    stats_util.assert_matches_distribution(self, samples,
+                                           self._weights(buffer))
+
+  def test_python_random_seed_reproduces(self):
+    buffer = _buffer()
+    _add(buffer, 30, priorities=np.arange(30) % 4 + 0.5)
+    random.seed(3)
+    first = buffer.sample_transition_batch()
+    random.seed(3)
+    second = buffer.sample_transition_batch()
+    for a, b in zip(first, second):
+      np.testing.assert_array_equal(a, b)
+
+  def test_never_returns_invalid_indices(self):
+    # Put almost all the mass on the slots next to the cursor.
+    buffer = _buffer(stack_size=4, update_horizon=3, replay_capacity=20,
+                     rng=0)
+    _add(buffer, 50, priorities=[1.0] * 50)
+    # 7 invalid slots with 20 each against 13 valid ones with 1: a draw is
+    # valid with probability ~0.085.
+    buffer.set_priority(buffer.invalid_range.astype(np.int64), 20.0)
+    for _ in range(200):
+      indices = buffer.sample_index_batch(8)
+      self.assertTrue(np.all(buffer.is_valid_transition(indices)))
+
+  def test_max_sample_attempts(self):
+    buffer = _buffer(max_sample_attempts=40, rng=0)
+    _add(buffer, 30)
+    valid = buffer.is_valid_transition(np.arange(16))
+    buffer.set_priority(np.flatnonzero(valid), 0.0)
+    with self.assertRaisesRegex(RuntimeError,
+                                'Max sample attempts: Tried 40 times'):
+      buffer.sample_index_batch(4)
+
+  def test_empty_tree(self):
+    buffer = _buffer(stack_size=1)
+    _add(buffer, 5, priorities=[0.0] * 5)
+    with self.assertRaisesRegex(ValueError, 'empty sum tree'):
+      buffer.sample_index_batch(2)
+
+  def test_too_few_transitions(self):
+    buffer = _buffer(stack_size=2, update_horizon=3)
+    _add(buffer, 2, terminal_rate=0.0)
+    with self.assertRaisesRegex(RuntimeError, 'Cannot sample a batch'):
+      buffer.sample_index_batch(2)
+
+
+class ReferenceModelTest(parameterized.TestCase):
+  """Random adds, priority updates and samples against the naive model."""
+
+  @parameterized.parameters(range(8))
+  def test_random_sequence(self, seed):
+    rs = np.random.RandomState(100 + seed)
+    stack, horizon = 1 + seed % 3, 1 + (seed * 3) % 4
+    capacity = stack + horizon + int(rs.randint(2, 10))
+    buffer = Buffer((), stack, capacity, 4, update_horizon=horizon,
+                    gamma=0.9, observation_dtype=np.int32, rng=seed)
+    reference = replay_cases.ReferenceBuffer(stack, horizon, capacity, 0.9)
+    max_priority = 1.0
+    for step in replay_cases.random_steps(rs, 3 * capacity + 10):
+      priority = None if rs.rand() < 0.3 else float(rs.randint(1, 9)) / 4
+      resolved = max_priority if priority is None else priority
+      max_priority = max(max_priority, resolved)
+      buffer.add(step['observation'], step['action'], step['reward'],
+                 step['terminal'], priority=priority,
+                 episode_end=step['episode_end'])
+      reference.add(step['observation'], step['action'], step['reward'],
+                    step['terminal'], step['episode_end'], resolved)
+      if rs.rand() < 0.3 and reference.count:
+        written = min(reference.count, capacity)
+        slots = rs.randint(0, written, size=3)
+        values = rs.randint(0, 9, size=3) / 4.0
+        buffer.set_priority(slots, values)
+        for slot, value in zip(slots, values):
+          reference.slots[slot]['priority'] = value
+        max_priority = max(max_priority, values.max())
+      replay_cases.check_against_reference(self, buffer, reference)
+      written = min(reference.count, capacity)
+      np.testing.assert_array_equal(
+          buffer.get_priority(np.arange(written)),
+          [reference.slots[i]['priority'] for i in range(written)])
+      buffer.sum_tree.check_invariants()
+
+
+class DopamineCompatibilityTest(absltest.TestCase):
+  """Checkpoints in both directions with Dopamine's prioritized buffer."""
+
+  CONFIG = dict(observation_shape=(2,), stack_size=2, replay_capacity=20,
+                batch_size=4, update_horizon=2)
+
+  def _fill(self, buffer, seed):
+    rs = np.random.RandomState(seed)
+    for i in range(35):
+      buffer.add(rs.randint(0, 255, size=2).astype(np.uint8), i % 3,
+                 float(i), rs.rand() < 0.15, float(rs.randint(1, 8)) / 4,
+                 episode_end=rs.rand() < 0.05)
+    buffer.add(np.ones(2, np.uint8), 1, 1.0, True, 0.75)
+
+  def _assert_same(self, ours, theirs):
+    indices = np.arange(20, dtype=np.int32)
+    np.testing.assert_array_equal(ours.get_priority(indices),
+                                  theirs.get_priority(indices))
+    self.assertEqual(ours.sum_tree.total_priority(),
+                     theirs.sum_tree._total_priority())
+    self.assertEqual(float(ours.sum_tree.max_recorded_priority),
+                     float(theirs.sum_tree.max_recorded_priority))
+    for name, array in ours._store.items():
+      np.testing.assert_array_equal(array, theirs._store[name])
+    self.assertEqual(int(ours.add_count), int(theirs.add_count))
+    self.assertEqual(ours.episode_end_indices,
+                     {int(i) for i in theirs.episode_end_indices})
+    # Same stratified draws from the same Python random state.
+    random.seed(17)
+    theirs_draws = theirs.sum_tree.stratified_sample(32)
+    random.seed(17)
+    ours_draws = ours.sum_tree.stratified_sample(32)
+    np.testing.assert_array_equal(ours_draws, theirs_draws)
+    common = [i for i in range(20) if ours.is_valid_transition(i) and
+              theirs.is_valid_transition(i)]
+    self.assertNotEmpty(common)
+    for a, b in zip(ours.sample_transition_batch(indices=common),
+                    theirs.sample_transition_batch(
+                        len(common), indices=np.array(common, np.int32))):
+      np.testing.assert_array_equal(a, b)
+
+  def test_ours_to_dopamine(self):
+    directory = fixtures.temp_dir(self)
+    ours = Buffer(**self.CONFIG)
+    self._fill(ours, 1)
+    ours.save(directory, 3)
+    theirs = dopamine_prb.OutOfGraphPrioritizedReplayBuffer(**self.CONFIG)
+    theirs.load(directory, 3)
+    self.assertEqual(type(theirs.sum_tree).__module__,
+                     'dopamine.tf.replay_memory.sum_tree')
+    self._assert_same(ours, theirs)
+    # Dopamine keeps working on the tree it loaded.
+    theirs.set_priority(np.array([3, 5], np.int32), np.array([2.0, 0.25]))
+    ours.set_priority(np.array([3, 5]), np.array([2.0, 0.25]))
+    for buffer in (ours, theirs):
+      buffer.add(np.full(2, 9, np.uint8), 2, 0.5, False, 1.25)
+    self._assert_same(ours, theirs)
+
+  def test_dopamine_to_ours(self):
+    directory = fixtures.temp_dir(self)
+    theirs = dopamine_prb.OutOfGraphPrioritizedReplayBuffer(**self.CONFIG)
+    self._fill(theirs, 2)
+    theirs.set_priority(np.array([4, 6], np.int32), np.array([3.5, 0.0]))
+    theirs.save(directory, 5)
+    ours = Buffer(**self.CONFIG)
+    _add(ours, 4, priorities=[9.0] * 4)
+    ours.load(directory, 5)
+    self._assert_same(ours, theirs)
+    ours.sum_tree.check_invariants()
+    for buffer in (ours, theirs):
+      buffer.add(np.full(2, 9, np.uint8), 2, 0.5, False, 1.25)
+    self._assert_same(ours, theirs)
+
+
+class CheckpointTest(absltest.TestCase):
+
+  def test_round_trip_restores_priorities_and_rng(self):
+    directory = fixtures.temp_dir(self)
+    buffer = _buffer(rng=np.random.default_rng(8))
+    _add(buffer, 30, priorities=np.arange(30) % 5 * 0.5)
+    buffer.save(directory, 1)
+    expected = [buffer.sample_transition_batch() for _ in range(3)]
+    restored = _buffer(rng=np.random.default_rng(99))
+    restored.load(directory, 1)
+    self.assertIs(restored.sum_tree._rng, restored._rng)
+    for batch in expected:
+      for a, b in zip(batch, restored.sample_transition_batch()):
+        np.testing.assert_array_equal(a, b)
+
+  def test_bad_sum_tree_changes_nothing(self):
+    directory = fixtures.temp_dir(self)
+    source = _buffer(replay_capacity=16)
+    _add(source, 20)
+    source.save(directory, 2)
+    other = _buffer(replay_capacity=32)
+    _add(other, 20)
+    state = other.sum_tree.get_state()
+    gzip_files.save_dopamine_sum_tree_gz(
+        os.path.join(directory, 'sum_tree_ckpt.2.gz'), state)
+    # As a Dopamine checkpoint (no recorded checksums), so that the tree's
+    # own check is what refuses it.
+    os.remove(os.path.join(directory, 'dopamine_per_state_ckpt.2.gz'))
+    buffer = _buffer()
+    _add(buffer, 5, seed=4, priorities=[2.0] * 5)
+    before = snapshot(buffer)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'sum_tree_ckpt.2.gz.*leaves'):
+      buffer.load(directory, 2)
+    assert_same_snapshot(self, before, snapshot(buffer))
+
+  def test_negative_priority_in_checkpoint_changes_nothing(self):
+    directory = fixtures.temp_dir(self)
+    source = _buffer()
+    _add(source, 20)
+    source.save(directory, 2)
+    state = source.sum_tree.get_state()
+    state['nodes'][-1][3] = -1.0
+    gzip_files.save_dopamine_sum_tree_gz(
+        os.path.join(directory, 'sum_tree_ckpt.2.gz'), state)
+    buffer = _buffer()
+    _add(buffer, 5, seed=4)
+    before = snapshot(buffer)
+    with self.assertRaisesRegex(ValueError, 'sum_tree_ckpt.2.gz'):
+      buffer.load(directory, 2)
+    assert_same_snapshot(self, before, snapshot(buffer))
+
+  def test_missing_sum_tree(self):
+    directory = fixtures.temp_dir(self)
+    source = _buffer()
+    _add(source, 20)
+    source.save(directory, 2)
+    os.remove(os.path.join(directory, 'sum_tree_ckpt.2.gz'))
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with self.assertRaisesRegex(tf.errors.NotFoundError, 'sum_tree'):
+      _buffer().load(directory, 2)
+
+  def test_garbage_collects_sum_tree(self):
+    directory = fixtures.temp_dir(self)
+    buffer = _buffer(checkpoint_duration=1)
+    _add(buffer, 10)
+    buffer.save(directory, 0)
+    buffer.save(directory, 1)
+    self.assertEqual(sorted(os.listdir(directory)),
+                     sorted(name + '_ckpt.1.gz' for name in [
+                         '$store$_observation', '$store$_action',
+                         '$store$_reward', '$store$_terminal', 'add_count',
+                         'invalid_range', 'episode_end_indices', 'sum_tree',
+                         'dopamine_per_state']))
+
+
+if __name__ == '__main__':
+  absltest.main()

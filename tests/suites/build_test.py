@@ -1,0 +1,284 @@
+"""Checks that BUILD mirrors the Python modules, without running Bazel.
+
+`bazel test //...` only runs what BUILD lists, and the venv's editable
+install can hide a missing dependency; these checks catch both under plain
+pytest:
+
+- every .py file of the package, the benchmarks and the tests belongs to
+  exactly one target, and every listed source exists;
+- every tests/**/*_test.py file is the only source of a py_test of the
+  same name, with its size set, and ends in `absltest.main()` under a
+  `__main__` guard (Bazel runs the file as a program);
+- the tests mirror the package: a test file lies in tests/, in a folder
+  named after a subpackage of dopamine_per, or in tests/suites/ (the
+  cross-cutting suites); tests/support/ holds helpers only;
+- every first-party module a file imports is provided by its own target or
+  one of that target's direct dependencies (strict dependencies), and the
+  `__init__.py` of every package above a target's sources is in its
+  transitive dependencies (Bazel runs with explicit `__init__.py` files);
+- every dependency label names a target in BUILD.
+"""
+
+import ast
+import glob
+import os
+
+from absl.testing import absltest
+
+from tests.support import fixtures
+
+BUILD_PATH = fixtures.repo_path('BUILD')
+# Top-level packages whose modules must have targets.
+FIRST_PARTY = ('dopamine_per', 'benchmarks', 'tests')
+SIZES = ('small', 'medium', 'large', 'enormous')
+
+
+def parse_build(path):
+  """Returns {name: {'rule': str, attribute: value}} for BUILD's targets.
+
+  BUILD files are Starlark, whose syntax for calls, lists and strings is
+  Python's. Attribute values may be literals, `glob([...])` and `+`.
+  """
+  with open(path, encoding='utf-8') as build:
+    tree = ast.parse(build.read(), filename=path)
+  targets = {}
+  for statement in tree.body:
+    if not (isinstance(statement, ast.Expr) and
+            isinstance(statement.value, ast.Call) and
+            isinstance(statement.value.func, ast.Name)):
+      continue
+    call = statement.value
+    if call.func.id in ('load', 'package'):
+      continue
+    target = {'rule': call.func.id}
+    for keyword in call.keywords:
+      target[keyword.arg] = _evaluate(keyword.value)
+    if target.get('name') in targets:
+      raise ValueError(f'duplicate target name {target["name"]!r}')
+    targets[target['name']] = target
+  return targets
+
+
+def _evaluate(node):
+  """Evaluates a BUILD attribute value: a literal, glob([...]) or a sum."""
+  if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+    return _evaluate(node.left) + _evaluate(node.right)
+  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+      node.func.id == 'glob'):
+    patterns = ast.literal_eval(node.args[0])
+    matches = set()
+    for pattern in patterns:
+      matches.update(
+          os.path.relpath(match, fixtures.REPO_ROOT) for match in glob.glob(
+              fixtures.repo_path(pattern), recursive=True)
+          if os.path.isfile(match))
+    return sorted(matches)
+  return ast.literal_eval(node)
+
+
+def python_files():
+  """Returns the repository-relative paths of the first-party .py files."""
+  found = []
+  for top in FIRST_PARTY:
+    for directory, subdirectories, files in os.walk(fixtures.repo_path(top)):
+      subdirectories[:] = sorted(d for d in subdirectories
+                                 if not d.startswith(('.', '__pycache__')))
+      found += [os.path.relpath(os.path.join(directory, name),
+                                fixtures.REPO_ROOT)
+                for name in sorted(files) if name.endswith('.py')]
+  return found
+
+
+def _module_file(module):
+  """The file defining dotted `module`, or None if it is not first-party."""
+  if module.split('.')[0] not in FIRST_PARTY:
+    return None
+  base = module.replace('.', '/')
+  for candidate in (base + '.py', base + '/__init__.py'):
+    if os.path.isfile(fixtures.repo_path(candidate)):
+      return candidate
+  raise AssertionError(f'first-party module {module!r} has no file')
+
+
+def first_party_imports(path):
+  """Returns the first-party files that the module at `path` imports."""
+  with open(fixtures.repo_path(path), encoding='utf-8') as source:
+    tree = ast.parse(source.read(), filename=path)
+  package = os.path.dirname(path).replace('/', '.')
+  imported = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      modules = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      if node.level:
+        parts = package.split('.')
+        base = '.'.join(parts[:len(parts) - node.level + 1])
+        module = f'{base}.{node.module}' if node.module else base
+      else:
+        module = node.module
+      # `from a.b import c` imports module a.b.c if there is one, else a
+      # name defined in a.b.
+      modules = []
+      for alias in node.names:
+        submodule = f'{module}.{alias.name}'
+        if (module.split('.')[0] in FIRST_PARTY and os.path.isfile(
+            fixtures.repo_path(submodule.replace('.', '/') + '.py'))):
+          modules.append(submodule)
+        else:
+          modules.append(module)
+    else:
+      continue
+    for module in modules:
+      file = _module_file(module)
+      if file is not None and file != path:
+        imported.add(file)
+  return imported
+
+
+def _has_absltest_main_guard(path):
+  with open(fixtures.repo_path(path), encoding='utf-8') as source:
+    tree = ast.parse(source.read(), filename=path)
+  for statement in tree.body:
+    if (isinstance(statement, ast.If) and
+        ast.unparse(statement.test).replace('"', "'") ==
+        "__name__ == '__main__'"):
+      return any('absltest.main(' in ast.unparse(inner)
+                 for inner in statement.body)
+  return False
+
+
+def _label_name(label):
+  if not label.startswith(':'):
+    raise AssertionError(f'expected a label in this package, got {label!r}')
+  return label[1:]
+
+
+# The longest a module of the package may be, in lines.
+_MAX_MODULE_LINES = 800
+
+# The folder of tests/ for the cross-cutting suites, and the one for helpers.
+_SUITES = 'suites'
+_SUPPORT = 'support'
+
+
+class BuildTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.targets = parse_build(BUILD_PATH)
+    cls.owner = {}
+    for name, target in cls.targets.items():
+      for src in target.get('srcs', []):
+        if src in cls.owner:
+          raise AssertionError(
+              f'{src} is in both {cls.owner[src]} and {name}')
+        cls.owner[src] = name
+
+  def _transitive_srcs(self, name):
+    seen, stack, srcs = set(), [name], set()
+    while stack:
+      current = stack.pop()
+      if current in seen:
+        continue
+      seen.add(current)
+      srcs.update(self.targets[current].get('srcs', []))
+      stack += [_label_name(dep) for dep in self.targets[current].get(
+          'deps', [])]
+    return srcs
+
+  def test_every_python_file_has_one_target(self):
+    missing = [path for path in python_files() if path not in self.owner]
+    self.assertEmpty(missing, 'files without a BUILD target')
+
+  def test_listed_sources_exist(self):
+    for src, name in self.owner.items():
+      self.assertTrue(os.path.isfile(fixtures.repo_path(src)),
+                      f'{name} lists missing {src}')
+
+  def test_labels_name_targets(self):
+    for name, target in self.targets.items():
+      for dep in target.get('deps', []):
+        self.assertIn(_label_name(dep), self.targets, f'{name} -> {dep}')
+
+  def test_test_files_are_py_tests(self):
+    for path in python_files():
+      if not (path.startswith('tests/') and path.endswith('_test.py')):
+        self.assertNotEqual(self.targets[self.owner[path]]['rule'], 'py_test',
+                            path)
+        continue
+      with self.subTest(path=path):
+        name = os.path.basename(path)[:-len('.py')]
+        target = self.targets.get(name)
+        self.assertIsNotNone(target, f'no target named {name}')
+        self.assertEqual(target['rule'], 'py_test')
+        self.assertEqual(target['srcs'], [path])
+        self.assertIn(target.get('size'), SIZES, f'{name} needs a size')
+
+  def test_test_folders_mirror_the_package(self):
+    subpackages = {name for name in os.listdir(fixtures.repo_path(
+        'dopamine_per')) if os.path.isfile(
+            fixtures.repo_path('dopamine_per', name, '__init__.py'))}
+    self.assertContainsSubset({'agents', 'discrete_domains', 'distributed',
+                               'file_io', 'replay_memory'}, subpackages)
+    for path in python_files():
+      parts = path.split('/')
+      if parts[0] != 'tests' or len(parts) == 2:
+        continue
+      with self.subTest(path=path):
+        self.assertLen(parts, 3, 'tests/ folders are one level deep')
+        if parts[1] == _SUPPORT:
+          self.assertFalse(path.endswith('_test.py'),
+                           'tests/support/ holds helpers, not tests')
+        else:
+          self.assertIn(parts[1], subpackages | {_SUITES})
+
+  def test_test_files_call_absltest_main(self):
+    lacking = [path for path in python_files()
+               if path.startswith('tests/') and path.endswith('_test.py')
+               and not _has_absltest_main_guard(path)]
+    self.assertEmpty(
+        lacking, "test files without `if __name__ == '__main__': "
+        'absltest.main()`, which Bazel needs to run them')
+
+  def test_library_modules_are_short(self):
+    # One concept per module (issue 13): none grows past _MAX_MODULE_LINES.
+    for path in python_files():
+      if path.startswith('dopamine_per/'):
+        with open(fixtures.repo_path(path), encoding='utf-8') as module:
+          lines = sum(1 for _ in module)
+        self.assertLessEqual(lines, _MAX_MODULE_LINES, path)
+
+  def test_libraries_are_py_libraries(self):
+    for path in python_files():
+      if not path.endswith('_test.py'):
+        self.assertEqual(self.targets[self.owner[path]]['rule'], 'py_library',
+                         path)
+
+  def test_strict_dependencies(self):
+    for path in python_files():
+      name = self.owner.get(path)
+      if name is None:
+        continue  # Reported by test_every_python_file_has_one_target.
+      provided = {name} | {_label_name(dep) for dep in self.targets[name].get(
+          'deps', [])}
+      for imported in sorted(first_party_imports(path)):
+        with self.subTest(path=path, imports=imported):
+          self.assertIn(self.owner.get(imported), provided,
+                        f'{name} imports {imported} (target '
+                        f'{self.owner.get(imported)}) without depending on it')
+
+  def test_package_init_files_are_dependencies(self):
+    for name, target in self.targets.items():
+      available = self._transitive_srcs(name)
+      for src in target.get('srcs', []):
+        directory = os.path.dirname(src)
+        while directory:
+          init = f'{directory}/__init__.py'
+          if os.path.isfile(fixtures.repo_path(init)):
+            self.assertIn(init, available, f'{name} needs {init}')
+          directory = os.path.dirname(directory)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,476 @@
+"""Issue 12: damaged or hostile checkpoint files of a replay memory.
+
+One reproduction per way a checkpoint file broke `load` before: each test
+crafts the file (gzip, raw pickle opcodes, hand-written .npy headers) the way
+an adversary or an accident would, re-recording its size and checksum in the
+dopamine_per state file where that matters (so that only the new checks can
+catch it), and requires an `atomic_files.CheckpointError` naming the file,
+with the memory unchanged. Memory is measured in a subprocess
+(`resource.getrusage`), hangs are guarded by a subprocess timeout.
+"""
+
+import gzip
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
+from dopamine_per.file_io import safe_pickle
+from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory import prioritized_replay_buffer as prb
+from dopamine_per.replay_memory import validation
+from tests.support import fixtures
+from tests.support import replay_cases
+
+_CONFIG = dict(observation_shape=(2,), stack_size=2, replay_capacity=16,
+               batch_size=4, update_horizon=2, rng=3)
+_SUFFIX = 3
+
+
+def make(steps=30, seed=0):
+  """A prioritized memory with its own generator, `steps` adds in."""
+  memory = prb.OutOfGraphPrioritizedReplayBuffer(**_CONFIG)
+  rs = np.random.RandomState(seed)
+  for i in range(steps):
+    memory.add(rs.randint(0, 255, size=2).astype(np.uint8), i % 3, float(i),
+               rs.rand() < 0.15, 0.5 + rs.rand() * 2,
+               episode_end=rs.rand() < 0.05)
+  return memory
+
+
+def path_of(directory, name):
+  return gzip_files.checkpoint_filename(directory, name, _SUFFIX)
+
+
+def read_state(directory):
+  with gzip.open(path_of(directory,
+                         memory_checkpoint.DOPAMINE_PER_STATE_NAME)) as f:
+    return pickle.load(f)
+
+
+def write_state(directory, state):
+  gzip_files.save_pickle_gz(
+      path_of(directory, memory_checkpoint.DOPAMINE_PER_STATE_NAME), state)
+
+
+def craft(directory, name, data):
+  """Writes file `name` and records its digest in the state file.
+
+  As an adversary who knows the format would: only the checks of what the
+  file holds can refuse it.
+  """
+  path = path_of(directory, name)
+  if os.path.isdir(path):
+    os.rmdir(path)
+  with open(path, 'wb') as f:
+    f.write(data)
+  if name != memory_checkpoint.DOPAMINE_PER_STATE_NAME:
+    state = read_state(directory)
+    state['files'][name] = tuple(atomic_files.file_digest(path))
+    write_state(directory, state)
+
+
+def npy_with_header(header, version=1):
+  """A raw .npy stream with a hand-written header and no data."""
+  length = struct.pack('<H' if version == 1 else '<I', len(header))
+  return b'\x93NUMPY' + bytes([version, 0]) + length + header
+
+
+def giant_array_header(dtype='<i8', count=10**12):
+  """Declares `count` elements (7.28 TiB of int64 by default)."""
+  return gzip.compress(npy_with_header(
+      "{{'descr': '{}', 'fortran_order': False, 'shape': ({},), }}".format(
+          dtype, count).encode()))
+
+
+def sum_tree_pickle(nodes=None, max_recorded_priority=None, memory=None):
+  """A gzip'd pickled Dopamine SumTree, from `memory`'s with replacements."""
+  state = (memory or make()).sum_tree.get_state()
+  state.pop('rng_state')
+  if nodes is not None:
+    state['nodes'] = nodes
+  if max_recorded_priority is not None:
+    state['max_recorded_priority'] = max_recorded_priority
+  return gzip.compress(safe_pickle.pickle_as_instance(
+      *safe_pickle.DOPAMINE_SUM_TREE_GLOBAL, state))
+
+
+def leaves_with(values):
+  """Leaf level of the memory's tree (16 leaves) replaced by `values`."""
+  return make().sum_tree.get_state()['nodes'][:-1] + [values]
+
+
+def npy_bytes(array):
+  raw = io.BytesIO()
+  np.save(raw, array)
+  return raw.getvalue()
+
+
+def deeply_nested_list(depth):
+  """Raw opcodes of a list nested `depth` deep (a few bytes per level)."""
+  return gzip.compress(b'\x80\x04' + b']' * depth + b'a' * (depth - 1) + b'.')
+
+
+def gzip_bomb(prefix, inflated_bytes):
+  """Gzip of `prefix`, then `inflated_bytes` zeros: about 1 KB per MB.
+
+  One 64 MiB member of zeros, repeated (gzip readers read concatenated
+  members as one stream).
+  """
+  chunk = 1 << 26
+  member = gzip.compress(b'\0' * chunk, compresslevel=9, mtime=0)
+  return gzip.compress(prefix, mtime=0) + member * (inflated_bytes // chunk)
+
+
+def shared_references_pickle():
+  """A 300 KB pickle that expands to 8 GiB: a sum tree whose leaf level is
+  104,858 references to one list of 10,000 floats."""
+  inner = [0.5] * 10000
+  return sum_tree_pickle(nodes=leaves_with([inner] * 104858))
+
+
+class HardeningTestCase(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.directory = fixtures.temp_dir(self)
+    make().save(self.directory, _SUFFIX)
+
+  def assert_refused(self, name, pattern='', directory=None):
+    """load() raises a CheckpointError naming file `name`; nothing changes."""
+    memory = make(steps=5, seed=2)
+    before = replay_cases.snapshot(memory)
+    path = path_of(directory or self.directory, name)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                re.escape(path) + '.*' + pattern):
+      memory.load(directory or self.directory, _SUFFIX)
+    replay_cases.assert_same_snapshot(self, before,
+                                      replay_cases.snapshot(memory))
+
+
+class DamagedFilesTest(HardeningTestCase):
+  """Files whose damage escaped CheckpointError (or crashed) before."""
+
+  def test_giant_npy_header_in_add_count(self):
+    # Was MemoryError: "Unable to allocate 7.28 TiB".
+    craft(self.directory, 'add_count', giant_array_header())
+    self.assert_refused('add_count', 'larger than this file can hold')
+
+  def test_giant_npy_header_in_invalid_range(self):
+    craft(self.directory, 'invalid_range', giant_array_header())
+    self.assert_refused('invalid_range', 'larger than this file can hold')
+
+  def test_max_recorded_priority_beyond_any_float(self):
+    # Was OverflowError (float(10**400)).
+    craft(self.directory, 'sum_tree',
+          sum_tree_pickle(max_recorded_priority=10**400))
+    self.assert_refused('sum_tree', 'Invalid max_recorded_priority')
+
+  def test_huge_leaf(self):
+    # Was OverflowError (np.asarray(..., float64) of 10**400).
+    craft(self.directory, 'sum_tree',
+          sum_tree_pickle(nodes=leaves_with([10**400] + [0.0] * 15)))
+    self.assert_refused('sum_tree', 'real numbers')
+
+  def test_generator_state_out_of_range(self):
+    # Was OverflowError from the generator's state setter.
+    state = read_state(self.directory)
+    state['rng_state']['state']['state'] = 2**200
+    write_state(self.directory, state)
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
+                        r'\(generator state\): unusable: OverflowError')
+
+  def test_deeply_nested_list(self):
+    # Was RecursionError while formatting the error message. 200,000 levels
+    # are more bytes than a set of 16 slots can need; 20,000 are not.
+    for depth, message in ((200000, 'more than this file can hold'),
+                           (20000, 'nested deeper than 4 levels')):
+      craft(self.directory, 'episode_end_indices', deeply_nested_list(depth))
+      self.assert_refused('episode_end_indices', message)
+
+  def test_store_file_that_is_a_directory(self):
+    # Was IsADirectoryError.
+    path = path_of(self.directory, '$store$_reward')
+    os.remove(path)
+    os.mkdir(path)
+    self.assert_refused('$store$_reward', 'is a directory')
+
+  def test_state_files_naming_another_path(self):
+    # Was loaded: entries for other names were ignored. (A trainer that
+    # hashes what such an entry names read /dev/zero forever.)
+    for other in ('/dev/zero', '../add_count_ckpt.2.gz', 'nonexistent'):
+      state = read_state(self.directory)
+      state['files'][other] = (0, 'e3b0c442' * 8)
+      write_state(self.directory, state)
+      self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
+                          "must name exactly this memory's checkpoint files")
+      make().save(self.directory, _SUFFIX)
+
+  def test_state_files_lacking_a_file(self):
+    # Was loaded: the file went unchecked.
+    state = read_state(self.directory)
+    del state['files']['$store$_action']
+    write_state(self.directory, state)
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
+                        r"lacks \['\$store\$_action'\]")
+
+  @parameterized.named_parameters(
+      ('list', lambda files: list(files.items()), 'files is a list'),
+      ('digest_types', lambda files: dict(files, add_count=('12', 'ab')),
+       'the digest of add_count is'),
+      ('digest_not_hex', lambda files: dict(files, add_count=(1, 'z' * 64)),
+       'the digest of add_count is'),
+  )
+  def test_malformed_state_files(self, change, message):
+    state = read_state(self.directory)
+    state['files'] = change(state['files'])
+    write_state(self.directory, state)
+    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME, message)
+
+  def test_fifo_store_file_does_not_block(self):
+    # Was a load that waited forever for a writer.
+    path = path_of(self.directory, '$store$_observation')
+    os.remove(path)
+    os.mkfifo(path)
+    child = textwrap.dedent('''
+        import sys
+        from dopamine_per.file_io import atomic_files
+        from tests.suites import checkpoint_hardening_test as t
+        try:
+          t.make().load(sys.argv[1], t._SUFFIX)
+          print('loaded')
+        except atomic_files.CheckpointError as e:
+          print('refused:', e)
+    ''')
+    try:
+      done = subprocess.run([sys.executable, '-c', child, self.directory],
+                            cwd=fixtures.REPO_ROOT, capture_output=True,
+                            text=True, timeout=180, check=False)
+    except subprocess.TimeoutExpired:
+      self.fail('load() blocked on a FIFO')
+    self.assertRegex(done.stdout, 'refused: .*observation.*is a FIFO')
+
+
+class BrokenStateTest(HardeningTestCase):
+  """Files that loaded into a memory whose invariants or methods broke."""
+
+  def test_add_count_past_int64(self):
+    # uint64 2**63 + 20 loaded (with an invalid_range to match); then
+    # add_count and save raised.
+    add_count = 2**63 + 20
+    craft(self.directory, 'add_count',
+          gzip.compress(npy_bytes(np.array(add_count, np.uint64))))
+    craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
+        crb.invalid_range(add_count % 16, 16, 2, 2))))
+    self.assert_refused('add_count',
+                        r'in \[0, 2\*\*53\], got 9223372036854775828')
+
+  @parameterized.named_parameters(('int64', np.int64), ('uint64', np.uint64))
+  def test_add_count_past_the_bound(self, dtype):
+    # Issue 22: any count up to 2**63 - 1 loaded; the next add (or, at
+    # 2**63 - 1, add_count, sampling and save) could overflow.
+    for add_count in (validation.MAX_ADD_COUNT + 1, 2**63 - 1):
+      craft(self.directory, 'add_count',
+            gzip.compress(npy_bytes(np.array(add_count, dtype))))
+      craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
+          crb.invalid_range(add_count % 16, 16, 2, 2))))
+      self.assert_refused('add_count', r'in \[0, 2\*\*53\], got {}'.format(
+          add_count))
+
+  def test_max_recorded_priority_below_largest_leaf(self):
+    # Loaded; then check_invariants failed.
+    memory = make()
+    largest = float(memory.sum_tree.get(np.arange(16)).max())
+    self.assertGreater(largest, 1.5)
+    craft(self.directory, 'sum_tree',
+          sum_tree_pickle(max_recorded_priority=1.5, memory=memory))
+    self.assert_refused('sum_tree', 'is below {!r}, the largest'.format(
+        largest))
+
+  @parameterized.named_parameters(
+      # The imaginary part was dropped (a ComplexWarning).
+      ('complex', lambda leaves: leaves + 1j, 'dtype complex128'),
+      # Strings were parsed as numbers.
+      ('strings', lambda leaves: leaves.astype(str), 'dtype <U'),
+      ('bools', lambda leaves: leaves > 0, 'dtype bool'),
+  )
+  def test_leaves_that_are_not_real_numbers(self, convert, message):
+    leaves = make().sum_tree.get_state()['nodes'][-1]
+    craft(self.directory, 'sum_tree',
+          sum_tree_pickle(nodes=leaves_with(convert(leaves))))
+    self.assert_refused('sum_tree', 'must be real numbers, got ' + message)
+
+  def test_priority_outside_float32(self):
+    # The memory's priorities must read back from float32 as themselves.
+    craft(self.directory, 'sum_tree', sum_tree_pickle(
+        nodes=leaves_with([1e300] + [0.0] * 15), max_recorded_priority=1e300))
+    self.assert_refused('sum_tree', 'Sum tree state leaves')
+
+  def test_good_checkpoint_still_loads(self):
+    memory = make(steps=5, seed=2)
+    memory.load(self.directory, _SUFFIX)
+    replay_cases.assert_same_snapshot(self, replay_cases.snapshot(make()),
+                                      replay_cases.snapshot(memory))
+    memory.sum_tree.check_invariants()
+
+
+# Loads each crafted checkpoint directory in a fresh process, under an
+# address-space limit 4 GiB above what it uses (a regression then fails with
+# MemoryError instead of exhausting the machine), and reports, per
+# directory, the outcome and how much the peak resident memory grew.
+_MEASURE = textwrap.dedent('''
+    import json, resource, sys
+    from dopamine_per.file_io import atomic_files
+    from tests.suites import checkpoint_hardening_test as t
+    memory = t.make(steps=5, seed=2)
+    with open('/proc/self/statm') as statm:
+      used = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (used + (4 << 30),) * 2)
+    reports = {}
+    for name, directory in json.loads(sys.argv[1]).items():
+      before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+      try:
+        memory.load(directory, t._SUFFIX)
+        outcome = 'loaded'
+      except atomic_files.CheckpointError as e:
+        outcome = 'refused: ' + str(e)[:300]
+      except BaseException as e:
+        outcome = 'raised {}: {}'.format(type(e).__name__, str(e)[:200])
+      growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+      reports[name] = {'outcome': outcome, 'peak_growth_kib': growth}
+    print(json.dumps(reports))
+''')
+
+
+class GzipBombTest(HardeningTestCase):
+  """Files that inflate to gigabytes are refused in bounded memory."""
+
+  def test_bombs_are_refused_after_a_bounded_read(self):
+    two_gib = 2 << 30
+    binbytes8 = b'\x80\x04\x8e' + struct.pack('<Q', two_gib)
+    cases = {
+        # Pickles of 2 MB that inflate to 2 GiB: were decompressed whole.
+        'sum_tree': gzip_bomb(binbytes8, two_gib),
+        'episode_end_indices': gzip_bomb(binbytes8, two_gib),
+        memory_checkpoint.DOPAMINE_PER_STATE_NAME: gzip_bomb(binbytes8,
+                                                             two_gib),
+        # A version-2 .npy header declaring 4 GiB: NumPy reads it all.
+        'add_count': gzip_bomb(b'\x93NUMPY\x02\x00\xf0\xff\xff\xff',
+                               two_gib),
+    }
+    directories = {}
+    for name, data in cases.items():
+      directories[name] = os.path.join(self.directory, name)
+      shutil.copytree(self.directory, directories[name],
+                      ignore=lambda *_: list(directories))
+      craft(directories[name], name, data)
+      self.assertLess(len(data), 4 << 20)
+    # 300 KB of shared references, 8 GiB once converted to an array.
+    directories['shared'] = os.path.join(self.directory, 'shared')
+    shutil.copytree(self.directory, directories['shared'],
+                    ignore=lambda *_: list(directories))
+    data = shared_references_pickle()
+    self.assertLess(len(data), 400 << 10)
+    craft(directories['shared'], 'sum_tree', data)
+
+    done = subprocess.run(
+        [sys.executable, '-c', _MEASURE, json.dumps(directories)],
+        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=300,
+        check=False)
+    self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, report in reports.items():
+      file_name = 'sum_tree' if name == 'shared' else name
+      self.assertRegex(report['outcome'], '^refused: .*{}_ckpt'.format(
+          re.escape(file_name)), name)
+      # Bound: 64 MiB, where the bombs inflate to 2 GiB and 8 GiB.
+      self.assertLess(report['peak_growth_kib'], 64 << 10, name)
+
+
+class LeftoverTemporariesTest(HardeningTestCase):
+  """Save removes the temporary files that killed saves left."""
+
+  _USERS = ['.notes.abcdefgh.tmp', 'add_count_ckpt.3.gz.tmp',
+            '.add_count_ckpt.3.gz.tmp', '.other_ckpt.3.gz.abcdefgh.tmp']
+
+  def _temporaries(self):
+    return sorted(name for name in os.listdir(self.directory)
+                  if name.endswith('.tmp') and name not in self._USERS)
+
+  def test_save_removes_its_own_temporaries_only(self):
+    ours = ['.$store$_observation_ckpt.3.gz.k3j_9zqa.tmp',
+            '.sum_tree_ckpt.1.gz.abcdefgh.tmp',
+            '.dopamine_per_state_ckpt.12.gz.a1b2c3d4.tmp']
+    for name in ours + self._USERS:
+      with open(os.path.join(self.directory, name), 'wb') as f:
+        f.write(b'partial')
+    self.assertEqual(self._temporaries(), sorted(ours))
+    make().save(self.directory, 4)
+    self.assertEqual(self._temporaries(), [])
+    for name in self._USERS:
+      self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
+                      name)
+
+  def test_temporaries_of_a_sigkilled_save(self):
+    # A real SIGKILL during save, until one leaves a temporary file.
+    child = textwrap.dedent('''
+        import sys
+        import numpy as np
+        from dopamine_per.replay_memory import prioritized_replay_buffer
+        memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+            observation_shape=(84, 84), stack_size=4, replay_capacity=1000,
+            batch_size=32)
+        rng = np.random.default_rng(0)
+        for _ in range(1000):
+          memory.add(rng.integers(0, 256, (84, 84), dtype=np.uint8), 0, 0.0,
+                     False, 1.0)
+        print('ready', flush=True)
+        for iteration in range(10**6):
+          memory.save(sys.argv[1], iteration)
+    ''')
+    leftovers = []
+    for _ in range(5):
+      saver = subprocess.Popen([sys.executable, '-c', child, self.directory],
+                               cwd=fixtures.REPO_ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+      self.assertEqual(saver.stdout.readline().strip(), 'ready')
+      deadline = time.monotonic() + 120
+      while not self._temporaries() and time.monotonic() < deadline:
+        time.sleep(0.001)
+      saver.send_signal(signal.SIGKILL)
+      saver.wait()
+      saver.stdout.close()
+      leftovers = self._temporaries()
+      if leftovers:
+        break
+    self.assertNotEqual(leftovers, [], 'no kill left a temporary file')
+    for name in self._USERS:
+      with open(os.path.join(self.directory, name), 'wb') as f:
+        f.write(b'a user file')
+    memory = prb.OutOfGraphPrioritizedReplayBuffer(
+        observation_shape=(84, 84), stack_size=4, replay_capacity=1000,
+        batch_size=32)
+    memory.save(self.directory, 0)
+    self.assertEqual(self._temporaries(), [])
+    for name in self._USERS:
+      self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
+                      name)
+
+
+if __name__ == '__main__':
+  absltest.main()

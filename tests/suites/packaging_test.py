@@ -1,0 +1,362 @@
+"""Tests for the packaging: what the wheel and sdist carry, and what they run.
+
+A user who installs rather than clones gets the wheel. It is built here as
+the release is (`python -m build`: the sdist, then the wheel from the sdist),
+from a copy of the sources, without network access (--no-isolation: the
+environment's setuptools), then installed with pip into a temporary
+directory. Commands run from another directory with that directory first on
+PYTHONPATH, so that they import the installed copy, not the checkout (each
+test checks that they do). .ci/run does the same into a fresh virtual
+environment with the dependencies and trains from it.
+
+Checked: every config of configs/ is in the wheel and the sdist; Numba is a
+requirement and its kernels are the default, with one warning where Numba
+cannot be imported; the console scripts' targets exist and their --help
+lists their flags; the trainer resolves a shipped config by name (in the
+checkout and installed) and lists the shipped ones.
+"""
+
+import email.parser
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from unittest import mock
+import zipfile
+
+from absl.testing import absltest
+from absl.testing import flagsaver
+
+import dopamine_per
+from dopamine_per import configs
+from dopamine_per.discrete_domains import run_experiment
+from dopamine_per.discrete_domains import train
+from dopamine_per.replay_memory import kernels
+from dopamine_per.replay_memory import sum_tree
+from tests.support import fixtures
+
+_CONFIGS = sorted(os.path.basename(path) for path in glob.glob(
+    fixtures.repo_path('configs', '*.gin')))
+# What the build needs from the checkout (the sdist carries the same).
+_SOURCES = ('setup.py', 'pyproject.toml', 'MANIFEST.in', 'README.md',
+            'CHANGELOG.md', 'configs', 'dopamine_per')
+# Console script -> its target, as setup.py declares them.
+_SCRIPTS = {
+    'dopamine-per-train': 'dopamine_per.discrete_domains.train:run',
+    'dopamine-per-train-distributed': 'dopamine_per.distributed.train:run',
+    'dopamine-per-plot': 'dopamine_per.plot:run',
+    'dopamine-per-port-gin': 'dopamine_per.port_gin:main',
+}
+
+
+def _run(command, cwd, pythonpath=None, **kwargs):
+  """Runs `command` in `cwd` (kernel choice unset); returns the result."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in (kernels.ENV, 'PYTHONPATH')}
+  if pythonpath:
+    env['PYTHONPATH'] = pythonpath
+  env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+  return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=300, check=False, **kwargs)
+
+
+class WheelTest(absltest.TestCase):
+  """The sdist and the wheel built from it, and the wheel installed."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dir = tempfile.mkdtemp()
+    source = os.path.join(cls.dir, 'source')
+    for name in _SOURCES:
+      origin = fixtures.repo_path(name)
+      if os.path.isdir(origin):
+        shutil.copytree(origin, os.path.join(source, name),
+                        ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+      else:
+        os.makedirs(source, exist_ok=True)
+        shutil.copyfile(origin, os.path.join(source, name))
+    dist = os.path.join(cls.dir, 'dist')
+    result = _run([sys.executable, '-m', 'build', '--no-isolation',
+                   '--outdir', dist, source], cwd=cls.dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cls.wheel, = glob.glob(os.path.join(dist, '*.whl'))
+    cls.sdist, = glob.glob(os.path.join(dist, '*.tar.gz'))
+    cls.site = os.path.join(cls.dir, 'site')
+    result = _run([sys.executable, '-m', 'pip', 'install', '--quiet',
+                   '--no-deps', '--no-index', '--no-cache-dir',
+                   '--target', cls.site, cls.wheel], cwd=cls.dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # An unrelated directory, where no configs/ lies.
+    cls.elsewhere = os.path.join(cls.dir, 'elsewhere')
+    os.mkdir(cls.elsewhere)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.dir, ignore_errors=True)
+    super().tearDownClass()
+
+  def _wheel_metadata(self, name):
+    with zipfile.ZipFile(self.wheel) as wheel:
+      return wheel.read('dopamine_per-{}.dist-info/{}'.format(
+          dopamine_per.__version__, name)).decode('utf-8')
+
+  def _installed(self, *arguments):
+    """Runs the installed package's Python in the unrelated directory."""
+    return _run([sys.executable] + list(arguments), cwd=self.elsewhere,
+                pythonpath=self.site)
+
+  def _script(self, name, *arguments):
+    return _run([os.path.join(self.site, 'bin', name)] + list(arguments),
+                cwd=self.elsewhere, pythonpath=self.site)
+
+  def test_the_wheel_carries_every_config(self):
+    self.assertNotEmpty(_CONFIGS)
+    with zipfile.ZipFile(self.wheel) as wheel:
+      shipped = {name[len('dopamine_per/configs/'):]: wheel.read(name)
+                 for name in wheel.namelist()
+                 if name.startswith('dopamine_per/configs/') and
+                 name.endswith('.gin')}
+    self.assertEqual(sorted(shipped), _CONFIGS)
+    for name in _CONFIGS:
+      with open(fixtures.repo_path('configs', name), 'rb') as f:
+        self.assertEqual(shipped[name], f.read(), name)
+
+  def test_the_sdist_carries_the_configs_and_the_build_files(self):
+    with tarfile.open(self.sdist) as sdist:
+      names = sdist.getnames()
+    top = 'dopamine_per-{}/'.format(dopamine_per.__version__)
+    for name in (['configs/' + config for config in _CONFIGS] +
+                 ['setup.py', 'pyproject.toml', 'MANIFEST.in', 'CHANGELOG.md',
+                  'README.md', 'dopamine_per/configs/__init__.py']):
+      self.assertIn(top + name, names)
+
+  def test_readme_names_this_wheel(self):
+    with open(fixtures.repo_path('README.md'), encoding='utf-8') as f:
+      self.assertIn("pip install '{}[gym]'".format(
+          os.path.basename(self.wheel)), f.read())
+
+  def test_numba_is_a_requirement_and_fast_an_alias(self):
+    metadata = email.parser.Parser().parsestr(self._wheel_metadata('METADATA'))
+    self.assertEqual(metadata['Version'], dopamine_per.__version__)
+    requirements = metadata.get_all('Requires-Dist')
+    # Unconditional: no `; extra == ...` marker.
+    self.assertIn('numba>=0.59', requirements)
+    self.assertIn('fast', metadata.get_all('Provides-Extra'))
+
+  def test_console_scripts_and_their_targets(self):
+    entry_points = self._wheel_metadata('entry_points.txt')
+    for script, target in _SCRIPTS.items():
+      self.assertIn('{} = {}'.format(script, target), entry_points)
+      self.assertTrue(os.access(os.path.join(self.site, 'bin', script),
+                                os.X_OK), script)
+    # Each target imports from the installed copy and is callable.
+    check = ('import importlib, sys\n'
+             'for target in sys.argv[2:]:\n'
+             '  module, function = target.split(":")\n'
+             '  module = importlib.import_module(module)\n'
+             '  assert module.__file__.startswith(sys.argv[1]), module\n'
+             '  assert callable(getattr(module, function)), target\n')
+    result = self._installed('-c', check, self.site, *_SCRIPTS.values())
+    self.assertEqual(result.returncode, 0, result.stderr)
+
+  def test_help_lists_the_flags(self):
+    trainer = ['--base_dir', '--gin_files', '--gin_bindings', '--list_configs',
+               '--restart_from_scratch']
+    expected = {
+        'dopamine-per-train': trainer,
+        'dopamine-per-train-distributed': trainer + ['--ray_address'],
+        'dopamine-per-plot': ['--out', '--label'],
+        'dopamine-per-port-gin': ['--in_place'],
+    }
+    self.assertCountEqual(expected, _SCRIPTS)
+    for script, flag_names in expected.items():
+      result = self._script(script, '--help')
+      # absl's --help exits with status 1, argparse's with 0.
+      self.assertIn(result.returncode, (0, 1), result.stderr)
+      for flag_name in flag_names:
+        self.assertIn(flag_name, result.stdout, script)
+
+  def test_installed_configs_by_name(self):
+    script = ('import sys\n'
+              'from dopamine_per import configs\n'
+              'print(configs.directory())\n'
+              'print(configs.resolve("rainbow_cartpole"))\n'
+              'print(configs.resolve("dqn.gin"))\n')
+    result = self._installed('-c', script)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    package = os.path.join(self.site, 'dopamine_per', 'configs')
+    self.assertEqual(result.stdout.split('\n')[:3], [
+        package, os.path.join(package, 'rainbow_cartpole.gin'),
+        os.path.join(package, 'dqn.gin')])
+    for command in (['-m', 'dopamine_per.configs'],
+                    ['-m', 'dopamine_per.discrete_domains.train',
+                     '--list_configs']):
+      result = self._installed(*command)
+      self.assertEqual(result.returncode, 0, result.stderr)
+      self.assertIn(package, result.stdout)
+      for name in _CONFIGS:
+        self.assertIn('  ' + name[:-len('.gin')] + '\n', result.stdout)
+
+  def test_installed_trainer_refuses_an_unknown_name_in_one_line(self):
+    result = self._script('dopamine-per-train', '--base_dir=run',
+                          '--gin_files=rainbow_cartpol')
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertEqual(result.stderr.count('\n'), 1, result.stderr)
+    self.assertStartsWith(result.stderr,
+                          'train: error: gin file not found: rainbow_cartpol')
+    for name in _CONFIGS:
+      self.assertIn(name[:-len('.gin')], result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(self.elsewhere, 'run')))
+
+  def test_installed_kernels_are_numba_s(self):
+    result = self._installed(
+        '-c', 'from dopamine_per.replay_memory import kernels, sum_tree\n'
+        'print(kernels.__file__, kernels.choose("auto").name,\n'
+        '      type(sum_tree.SumTree(8, kernels="auto")._kernels).__name__)')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    path, name, tree_kernels = result.stdout.split()
+    self.assertTrue(path.startswith(self.site), path)
+    self.assertEqual(name, 'numba')
+    self.assertEqual(tree_kernels, 'NumbaKernels')
+
+
+class KernelsTest(absltest.TestCase):
+  """Numba's loops are the default; NumPy's warn once when they stand in."""
+
+  def test_numba_is_the_default(self):
+    # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
+    # (kernels_test), is Numba's: Numba is a requirement.
+    self.assertEqual(kernels.available(), ['numpy', 'numba'])
+    self.assertIs(kernels.choose('auto'), kernels.NUMBA)
+    self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
+                  kernels.NUMBA)
+
+  def test_the_fallback_warns_once(self):
+    with mock.patch.object(kernels, 'NUMBA', None), \
+        mock.patch.object(kernels, '_fallback_logged', False), \
+        mock.patch.object(kernels.logging, 'warning') as warning:
+      for _ in range(3):
+        self.assertIs(kernels.choose('auto'), kernels.NUMPY)
+      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+    warning.assert_called_once()
+    self.assertIs(warning.call_args[0][0], kernels.FALLBACK_WARNING)
+
+  def test_a_memory_without_numba_warns_in_one_line(self):
+    script = (
+        'import sys\n'
+        'sys.modules["numba"] = None  # As if it could not be imported.\n'
+        'import numpy as np\n'
+        'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
+        'for _ in range(2):\n'
+        '  memory = prioritized_replay_buffer.'
+        'OutOfGraphPrioritizedReplayBuffer(\n'
+        '      observation_shape=(4,), stack_size=1, replay_capacity=100,\n'
+        '      batch_size=4, observation_dtype=np.float32, kernels="auto")\n'
+        'assert not memory._kernels.compiled\n')
+    result = _run([sys.executable, '-c', script], cwd=fixtures.REPO_ROOT,
+                  pythonpath=os.pathsep.join(p for p in sys.path if p))
+    self.assertEqual(result.returncode, 0, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if 'Numba' in line]
+    self.assertLen(lines, 1, result.stderr)
+    self.assertIn('Numba cannot be imported', lines[0])
+    self.assertIn('pip install numba', lines[0])
+
+
+class ConfigsTest(absltest.TestCase):
+  """dopamine_per.configs in the checkout (and the editable install)."""
+
+  def test_names_are_the_checkout_s_configs(self):
+    self.assertEqual(configs.directory(), fixtures.repo_path('configs'))
+    self.assertEqual(configs.names(),
+                     [name[:-len('.gin')] for name in _CONFIGS])
+    for name in configs.names():
+      self.assertIn('\n  {}'.format(name), configs.listing())
+
+  def test_resolve(self):
+    expected = fixtures.repo_path('configs', 'rainbow_cartpole.gin')
+    self.assertEqual(configs.resolve('rainbow_cartpole'), expected)
+    self.assertEqual(configs.resolve('rainbow_cartpole.gin'), expected)
+    self.assertEqual(configs.path('rainbow_cartpole'), expected)
+    self.assertEqual(configs.resolve('gs://bucket/x.gin'), 'gs://bucket/x.gin')
+    self.assertEqual(configs.resolve(expected), expected)
+
+  def test_a_file_wins_over_a_shipped_name(self):
+    directory = fixtures.temp_dir(self)
+    with open(os.path.join(directory, 'rainbow_cartpole.gin'), 'w') as f:
+      f.write('Runner.num_iterations = 1\n')
+    cwd = os.getcwd()
+    os.chdir(directory)
+    self.addCleanup(os.chdir, cwd)
+    self.assertEqual(configs.resolve('rainbow_cartpole.gin'),
+                     'rainbow_cartpole.gin')
+    self.assertEqual(configs.resolve('rainbow_cartpole'),
+                     configs.path('rainbow_cartpole'))
+
+  def test_unknown_names_and_missing_paths(self):
+    shipped = ', '.join(configs.names())
+    with self.assertRaises(FileNotFoundError) as raised:
+      configs.resolve('rainbow_cartpol')
+    self.assertEqual(
+        str(raised.exception),
+        'gin file not found: rainbow_cartpol, and no shipped config has that '
+        'name (shipped: {})'.format(shipped))
+    with self.assertRaisesRegex(
+        FileNotFoundError, r'^gin file not found: no/such/rainbow\.gin \(to '
+        r'use the shipped config of that name, pass --gin_files=rainbow\)$'):
+      configs.resolve('no/such/rainbow.gin')
+    with self.assertRaises(FileNotFoundError) as raised:
+      configs.resolve('no/such/file.gin')
+    self.assertEqual(
+        str(raised.exception),
+        'gin file not found: no/such/file.gin (or pass a shipped config by '
+        'name; shipped: {})'.format(shipped))
+    with self.assertRaisesRegex(
+        ValueError, r"^no shipped gin config is named 'nope' \(shipped: "):
+      configs.path('nope')
+
+  def test_none_installed(self):
+    with mock.patch.object(configs, '_PACKAGE_DIR', '/nonexistent'), \
+        mock.patch.object(configs, '_CHECKOUT_DIR', '/nonexistent'):
+      self.assertIsNone(configs.directory())
+      self.assertEqual(configs.names(), [])
+      with self.assertRaisesRegex(ValueError, 'reinstall dopamine_per'):
+        configs.path('rainbow_cartpole')
+      self.assertIn('reinstall dopamine_per', configs.listing())
+
+
+class TrainerTest(absltest.TestCase):
+  """The trainer loads a shipped config by name, on every entry point."""
+
+  def test_names_are_resolved_before_loading(self):
+    base_dir = fixtures.temp_dir(self)
+    runner = mock.Mock()
+    create_runner = mock.Mock(return_value=runner)
+    if not train.FLAGS.is_parsed():  # Under pytest; absltest parses them.
+      train.FLAGS.mark_as_parsed()
+      self.addCleanup(train.FLAGS.unparse_flags)
+    with mock.patch.object(run_experiment, 'load_gin_configs') as load, \
+        flagsaver.flagsaver(base_dir=base_dir,
+                            gin_files=['rainbow_cartpole', 'dqn.gin'],
+                            gin_bindings=[]):
+      # With the create_runner_fn that the distributed trainer passes.
+      self.assertEqual(train.main(['train'], create_runner_fn=create_runner),
+                       0)
+    load.assert_called_once_with(
+        [configs.path('rainbow_cartpole'), configs.path('dqn')], [])
+    create_runner.assert_called_once_with(base_dir)
+    runner.run_experiment.assert_called_once_with()
+
+  def test_list_configs_needs_no_base_dir(self):
+    result = _run([sys.executable, '-m', 'dopamine_per.discrete_domains.train',
+                   '--list_configs'], cwd=fixtures.REPO_ROOT,
+                  pythonpath=os.pathsep.join(p for p in sys.path if p))
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stdout, configs.listing() + '\n')
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -477,15 +477,13 @@ class OutOfGraphReplayBuffer(object):
       np.ndarray of shape [stack_size] (batch shape in front for an array).
 
     Raises:
-      dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
-        as Dopamine asserts) If an index is out of range or not written yet.
+      dopamine_per.errors.ArgumentError: as `get_observation_stack`.
     """
     with self._lock:
       indices = sampling.check_stack_indices(index, self._storage.add_count,
                                              self._replay_capacity)
-      windows = ((indices[..., None] + self._stack_offsets) %
-                 self._replay_capacity)
-      return self._storage.arrays['terminal'][windows]
+      return self._storage.arrays['terminal'][
+          (indices[..., None] + self._stack_offsets) % self._replay_capacity]
 
   # ------------------------------------------------------------- sampling
 

@@ -142,6 +142,17 @@ def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
   return _read_only(bounds[:-1], bounds[1:] - bounds[:-1])
 
 
+def _batch_size(batch_size: Any, minimum: int, expected: str) -> int:
+  """`validation.check_batch_size`, called only when the cheap test fails.
+
+  A sample's batch size is nearly always a plain int in range: checking it
+  here keeps `validation` off the sampling path.
+  """
+  if type(batch_size) is int and batch_size >= minimum:  # pylint: disable=unidiomatic-typecheck
+    return batch_size
+  return validation.check_batch_size(batch_size, minimum, expected)
+
+
 def _level_sizes(capacity: int, fanout: int) -> List[int]:
   """Sizes of the stored levels, leaves first; each a multiple of `fanout`."""
   sizes = [-(-capacity // fanout) * fanout]
@@ -534,10 +545,8 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    if type(batch_size) is not int or batch_size < 0:  # pylint: disable=unidiomatic-typecheck
-      batch_size = validation.check_batch_size(batch_size, 0,
-                                               'an integer >= 0')
-    return self._descend_strata(*_whole_range(batch_size))
+    return self._descend_strata(*_whole_range(
+        _batch_size(batch_size, 0, 'an integer >= 0')))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
     """Samples one leaf from each of `batch_size` equal strata of the mass.
@@ -558,10 +567,8 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    if type(batch_size) is not int or batch_size < 1:  # pylint: disable=unidiomatic-typecheck
-      batch_size = validation.check_batch_size(batch_size, 1,
-                                               'a positive integer')
-    return self._descend_strata(*_strata(batch_size))
+    return self._descend_strata(*_strata(
+        _batch_size(batch_size, 1, 'a positive integer')))
 
   def _uniforms(self, count: int) -> np.ndarray:
     if self._rng is None:

@@ -20,18 +20,10 @@ from dopamine_per.replay_memory import numpy_kernels
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
 from tests.support import fixtures
+from tests.support import kernel_cases
 
 NUMPY = numpy_kernels.NumpyKernels()
 NUMBA = numba_kernels.NumbaKernels()
-
-
-def _layout(capacity, fanout):
-  """An all-zero tree: (flat, offsets), as `sum_tree.SumTree` lays it out."""
-  sizes = [-(-capacity // fanout) * fanout]
-  while sizes[-1] > fanout:
-    sizes.append(-(-(sizes[-1] // fanout) // fanout) * fanout)
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  return np.zeros(int(offsets[-1])), offsets
 
 
 def _priorities(rng, size):
@@ -42,7 +34,7 @@ def _priorities(rng, size):
 def _twin_trees(capacity, fanout, seed):
   """The same random tree twice (flat arrays), and its offsets."""
   rng = np.random.default_rng(seed)
-  flat, offsets = _layout(capacity, fanout)
+  flat, offsets = kernel_cases.layout(capacity, fanout)
   flat[:capacity] = _priorities(rng, capacity)
   NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
   return flat, flat.copy(), offsets
@@ -284,12 +276,8 @@ class ValidMaskTest(parameterized.TestCase):
     capacity, stack, horizon = shape
     rng = np.random.default_rng(capacity * stack + horizon)
     for _ in range(30):
-      add_count = int(rng.integers(capacity, 3 * capacity) if full else
-                      rng.integers(0, capacity))
-      episode_end = rng.random(capacity) < 0.15
-      terminal = (episode_end & (rng.random(capacity) < 0.5)).astype(
-          terminal_dtype)
-      indices = rng.integers(-3, capacity + 3, 40)
+      add_count, episode_end, terminal, indices = kernel_cases.memory_state(
+          rng, capacity, full, terminal_dtype)
       arguments = (indices, capacity, add_count, horizon, stack, episode_end,
                    terminal)
       _assert_same(self, NUMBA.valid_mask(*arguments),
@@ -314,12 +302,8 @@ class TrajectoriesTest(parameterized.TestCase):
     rng = np.random.default_rng(horizon)
     discounts = np.array([0.99**j for j in range(horizon)], discount_dtype)
     for _ in range(10):
-      terminal = (rng.random(capacity) < 0.1).astype(np.uint8)
-      # Twelve decades of both signs: a different summation order shows.
-      rewards = (rng.standard_normal((capacity,) + reward_shape) *
-                 10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
-                ).astype(reward_dtype)
-      indices = rng.integers(0, capacity, 50)
+      terminal, rewards, indices = kernel_cases.trajectory_inputs(
+          rng, capacity, reward_shape, reward_dtype)
       arguments = (indices, capacity, terminal, rewards, discounts)
       _assert_same(self, NUMBA.trajectories(*arguments),
                    NUMPY.trajectories(*arguments))

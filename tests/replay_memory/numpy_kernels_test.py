@@ -14,22 +14,14 @@ from absl.testing import parameterized
 import numpy as np
 
 from dopamine_per.replay_memory import numpy_kernels
+from tests.support import kernel_cases
 
 KERNELS = numpy_kernels.NumpyKernels()
 
 
-def layout(capacity, fanout):
-  """An all-zero tree: (flat, offsets), as `sum_tree.SumTree` lays it out."""
-  sizes = [-(-capacity // fanout) * fanout]
-  while sizes[-1] > fanout:
-    sizes.append(-(-(sizes[-1] // fanout) // fanout) * fanout)
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  return np.zeros(int(offsets[-1])), offsets
-
-
 def filled(leaves, fanout):
   """A tree over `leaves` (float64), its inner nodes computed."""
-  flat, offsets = layout(len(leaves), fanout)
+  flat, offsets = kernel_cases.layout(len(leaves), fanout)
   flat[:len(leaves)] = leaves
   KERNELS.update_parents(flat, offsets, fanout, np.arange(len(leaves)))
   return flat, offsets
@@ -124,7 +116,7 @@ class TreeTest(parameterized.TestCase):
       np.testing.assert_array_equal(single, batch)
 
   def test_set_leaves_writes_and_refuses(self):
-    flat, offsets = layout(40, 4)
+    flat, offsets = kernel_cases.layout(40, 4)
     leaves = np.array([3, 7, 3])
     result = KERNELS.set_leaves(flat, offsets, 4, 40, leaves,
                                 np.array([2.0, 0.5, 4.0]), 0.25, 8.0)
@@ -202,13 +194,8 @@ class ValidMaskTest(parameterized.TestCase):
     capacity, stack, horizon = shape
     rng = np.random.default_rng(capacity * stack + horizon)
     for trial in range(30):
-      add_count = int(rng.integers(capacity, 3 * capacity) if full else
-                      rng.integers(0, capacity))
-      episode_end = rng.random(capacity) < 0.15
-      # Terminal slots end episodes; some episode ends are not terminal.
-      terminal = (episode_end & (rng.random(capacity) < 0.5)).astype(
-          [np.uint8, np.float32, np.bool_][trial % 3])
-      indices = rng.integers(-3, capacity + 3, 40)
+      add_count, episode_end, terminal, indices = kernel_cases.memory_state(
+          rng, capacity, full, [np.uint8, np.float32, np.bool_][trial % 3])
       got = KERNELS.valid_mask(indices, capacity, add_count, horizon, stack,
                                episode_end, terminal)
       expected = [valid_rule(int(i), capacity, add_count, horizon, stack,
@@ -233,12 +220,8 @@ class TrajectoriesTest(parameterized.TestCase):
     rng = np.random.default_rng(horizon)
     discounts = np.array([0.99**j for j in range(horizon)], np.float32)
     for _ in range(10):
-      terminal = (rng.random(capacity) < 0.1).astype(np.uint8)
-      # Twelve decades of both signs: a different summation order shows.
-      rewards = (rng.standard_normal((capacity,) + reward_shape) *
-                 10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
-                ).astype(reward_dtype)
-      indices = rng.integers(0, capacity, 50)
+      terminal, rewards, indices = kernel_cases.trajectory_inputs(
+          rng, capacity, reward_shape, reward_dtype)
       next_indices, is_terminal, returns = KERNELS.trajectories(
           indices, capacity, terminal, rewards, discounts)
       self.assertEqual(returns.dtype, reward_dtype)

@@ -1,0 +1,51 @@
+"""Inputs of the kernel tests: trees laid out, random memory states.
+
+The kernels take a tree as a flat float64 array of all levels and the
+offsets where each level starts (docs/architecture.md#the-sum-trees-flat-
+layout), and a memory's state as its counters and per-slot arrays.
+"""
+
+from typing import Any, Tuple
+
+import numpy as np
+
+
+def layout(capacity: int, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
+  """An all-zero tree of `capacity` leaves: (flat, offsets)."""
+  sizes = [-(-capacity // fanout) * fanout]
+  while sizes[-1] > fanout:
+    sizes.append(-(-(sizes[-1] // fanout) // fanout) * fanout)
+  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  return np.zeros(int(offsets[-1])), offsets
+
+
+def memory_state(rng: np.random.Generator, capacity: int, full: bool,
+                 terminal_dtype: Any) -> Tuple[int, np.ndarray, np.ndarray,
+                                               np.ndarray]:
+  """A random memory state, and slots to test in it.
+
+  Returns (add_count, episode_end, terminal, indices). Terminal slots end
+  episodes; some episode ends are not terminal (time
+  limits); the indices include some outside [0, capacity).
+  """
+  add_count = int(rng.integers(capacity, 3 * capacity) if full else
+                  rng.integers(0, capacity))
+  episode_end = rng.random(capacity) < 0.15
+  terminal = (episode_end & (rng.random(capacity) < 0.5)).astype(
+      terminal_dtype)
+  return add_count, episode_end, terminal, rng.integers(-3, capacity + 3, 40)
+
+
+def trajectory_inputs(rng: np.random.Generator, capacity: int,
+                      reward_shape: Tuple[int, ...], reward_dtype: Any
+                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Random (terminal, rewards, indices) for `trajectories`.
+
+  The rewards span twelve decades of both signs, so that a different order
+  of summation shows in the returns.
+  """
+  terminal = (rng.random(capacity) < 0.1).astype(np.uint8)
+  rewards = (rng.standard_normal((capacity,) + reward_shape) *
+             10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
+            ).astype(reward_dtype)
+  return terminal, rewards, rng.integers(0, capacity, 50)

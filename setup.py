@@ -108,8 +108,8 @@ setuptools.setup(
         # font did before, worse. Imported on the first drawing only (Agg
         # canvas, no GUI backend), so importing the package stays cheap.
         'matplotlib>=3.5',
-        # Compiles the replay memory's hot loops (dopamine_per/replay_memory/
-        # numba_loops.py; bit-identical to the NumPy fallback). Only these
+        # Compiles the replay memory's kernels (dopamine_per/replay_memory/
+        # numba_kernels.py; bit-identical to the NumPy ones). Only these
         # meet the speed goals of benchmarks/RESULTS.md against cpprb: with
         # NumPy's loops the sum tree's set and stratified_sample at batch 32
         # run at 0.27x and 0.37x cpprb's speed and the Atari memory's

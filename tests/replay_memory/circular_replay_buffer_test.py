@@ -800,6 +800,27 @@ def _leftovers(directory):
 _WRITES = len(memory_checkpoint.checkpoint_files(_memory(0))) + 2
 
 
+class StorageViewsTest(absltest.TestCase):
+  """docs/compat.md: `episode_end_indices` and `_store` are the storage's."""
+
+  def test_views_are_read_only_and_follow_the_storage(self):
+    memory = _memory()
+    self.assertIs(memory.episode_end_indices,
+                  memory.storage.episode_end_indices)
+    self.assertIs(memory._store, memory.storage.arrays)  # pylint: disable=protected-access
+    for name in ('episode_end_indices', '_store'):
+      with self.assertRaises(AttributeError):
+        setattr(memory, name, {})
+    written_to = memory.storage.arrays['reward']
+    memory._store['reward'] = np.zeros_like(written_to)  # pylint: disable=protected-access
+    shape = memory.get_storage_signature()[0].shape
+    memory.add(np.zeros(shape), 0, 5.0, False)
+    slot = (memory.storage.cursor() - 1) % memory.replay_capacity
+    # `add` wrote to the storage's array, not to the replaced entry.
+    self.assertEqual(written_to[slot], 5.0)
+    self.assertEqual(memory._store['reward'][slot], 0.0)  # pylint: disable=protected-access
+
+
 class _ResaveTestCase(parameterized.TestCase):
   """Checkpoint 4 of `old` saved; `new`, another memory, to save over it."""
 

@@ -294,6 +294,16 @@ class BadInputTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'numbers'):
       self.tree.set(1, 'high')
 
+  def test_state_with_two_faults_names_max_recorded_priority_first(self):
+    # docs/reliability.md: checked before the total, which overflows here.
+    tree = sum_tree.SumTree(4)
+    leaves = np.array([1e308, 1e308, 0.0, 0.0])
+    with self.assertRaisesRegex(ValueError, 'Invalid max_recorded_priority'):
+      tree.set_state({'nodes': [leaves], 'max_recorded_priority': 0.5})
+    with self.assertRaisesRegex(ValueError, 'infinite'):
+      tree.set_state({'nodes': [leaves], 'max_recorded_priority': 1e308})
+    self.assertEqual(tree.total_priority(), 0.0)
+
   def test_bad_state(self):
     good = self.tree.get_state()
     for state in ({'nodes': good['nodes'][:-1] + [good['nodes'][-1][:64]],

@@ -1,0 +1,185 @@
+# coding=utf-8
+"""Builds the native libraries, once per source and TensorFlow version.
+
+Two shared objects, compiled with the system's C++ compiler (g++, or
+$CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
+~/.cache/dopamine_per/native):
+
+* the core library (`core_library`): the kernels and the registry of
+  memories, without TensorFlow, so that the NumPy memory can load it;
+* the TensorFlow ops (`ops_library`), compiled with the installed
+  TensorFlow's flags (`tf.sysconfig`; its C++ ABI, `-D_GLIBCXX_USE_CXX11_ABI=1`
+  for the pip wheels) and linked to the core library, whose registry they
+  share.
+
+A library's file name carries a hash of its sources, the compiler's version
+and the flags (and TensorFlow's version, for the ops): a new release or
+another TensorFlow gets its own build, and concurrent processes never see
+a half-written file (each is compiled to a temporary name and renamed).
+`python -m dopamine_per.native.build` builds both now and prints where.
+Without a compiler, or when it fails, `NativeBuildError` says why; the
+memories then fall back to their Python paths (see
+`replay_memory.native_ops`).
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import List, Sequence
+
+__all__ = ['CACHE_ENV', 'NativeBuildError', 'cache_root', 'core_library',
+           'main', 'ops_library']
+
+# The environment variable naming the cache directory.
+CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
+
+_SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
+_CORE_SOURCES = ('replay_core.h', 'replay_core.cc')
+_OPS_SOURCES = ('replay_core.h', 'replay_ops.cc')
+# -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
+_COMMON_FLAGS = ['-O3', '-std=c++17', '-shared', '-fPIC', '-ffp-contract=off']
+_SANITIZER_FLAGS = ['-fsanitize=address,undefined', '-fno-omit-frame-pointer',
+                    '-g']
+
+
+class NativeBuildError(RuntimeError):
+  """The native libraries cannot be built here (the message says why)."""
+
+
+def cache_root() -> str:
+  """The directory holding the built libraries."""
+  root = os.environ.get(CACHE_ENV)
+  if root:
+    return root
+  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(
+      os.path.expanduser('~'), '.cache')
+  return os.path.join(base, 'dopamine_per', 'native')
+
+
+def _compiler() -> List[str]:
+  """The C++ compiler's command and its version line."""
+  name = os.environ.get('CXX', 'g++')
+  path = shutil.which(name)
+  if path is None:
+    raise NativeBuildError(
+        'no C++ compiler: {!r} is not on PATH (install g++, e.g. '
+        '`apt-get install g++`, or set $CXX)'.format(name))
+  try:
+    version = subprocess.run([path, '--version'], capture_output=True,
+                             text=True, check=True).stdout.splitlines()[0]
+  except (OSError, subprocess.CalledProcessError, IndexError) as e:
+    raise NativeBuildError('the C++ compiler {} does not run: {}'.format(
+        path, e)) from e
+  return [path, version]
+
+
+def _digest(sources: Sequence[str], *parts: str) -> str:
+  digest = hashlib.sha256()
+  for name in sources:
+    with open(os.path.join(_SOURCE_DIR, name), 'rb') as f:
+      digest.update(name.encode() + b'\0' + f.read() + b'\0')
+  for part in parts:
+    digest.update(part.encode() + b'\0')
+  return digest.hexdigest()[:16]
+
+
+def _compile(command: List[str], target: str) -> str:
+  """Runs `command` (writing to {output}) and renames its output to target."""
+  if os.path.exists(target):
+    return target
+  directory = os.path.dirname(target)
+  os.makedirs(directory, exist_ok=True)
+  handle, temporary = tempfile.mkstemp(suffix='.so', dir=directory)
+  os.close(handle)
+  try:
+    result = subprocess.run([part.replace('{output}', temporary)
+                             for part in command],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+      raise NativeBuildError('compiling {} failed:\n{}'.format(
+          os.path.basename(target), result.stderr[-4000:]))
+    os.replace(temporary, target)
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+  return target
+
+
+def _core_name(sanitize: bool) -> str:
+  compiler, version = _compiler()
+  flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
+  return 'libdopamine_per_core-{}.so'.format(
+      _digest(_CORE_SOURCES, version, compiler, *flags))
+
+
+def core_library(sanitize: bool = False) -> str:
+  """Builds (once) and returns the path of the TensorFlow-free core library.
+
+  Args:
+    sanitize: bool, build with AddressSanitizer and UBSan (for tests;
+      loading it needs libasan preloaded).
+
+  Raises:
+    NativeBuildError: If there is no compiler or it fails.
+  """
+  compiler, _ = _compiler()
+  flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
+  name = _core_name(sanitize)
+  command = [compiler] + flags + [
+      '-Wl,-soname,' + name, os.path.join(_SOURCE_DIR, 'replay_core.cc'),
+      '-o', '{output}']
+  return _compile(command, os.path.join(cache_root(), name))
+
+
+def ops_library(sanitize: bool = False) -> str:
+  """Builds (once) and returns the path of the TensorFlow ops library.
+
+  Compiled against the TensorFlow this interpreter imports, and linked to
+  `core_library(sanitize)`.
+
+  Raises:
+    NativeBuildError: If there is no compiler, TensorFlow's headers are
+      missing, or the compiler fails.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  core = core_library(sanitize)
+  compiler, version = _compiler()
+  tf_flags = tf.sysconfig.get_compile_flags()
+  link_flags = tf.sysconfig.get_link_flags()
+  include = [flag[2:] for flag in tf_flags if flag.startswith('-I')]
+  if not any(os.path.exists(os.path.join(path, 'tensorflow', 'core',
+                                         'framework', 'op_kernel.h'))
+             for path in include):
+    raise NativeBuildError(
+        "TensorFlow {}'s C++ headers are missing from {}".format(
+            tf.__version__, include))
+  flags = (_COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else []) +
+           ['-w'] + tf_flags)
+  name = 'dopamine_per_ops-{}.so'.format(_digest(
+      _OPS_SOURCES, version, compiler, tf.__version__, os.path.basename(core),
+      *(flags + link_flags)))
+  command = [compiler] + flags + [
+      os.path.join(_SOURCE_DIR, 'replay_ops.cc'), '-o', '{output}',
+      '-L' + os.path.dirname(core), '-l:' + os.path.basename(core),
+      '-Wl,-rpath,' + os.path.dirname(core)] + link_flags
+  return _compile(command, os.path.join(cache_root(), name))
+
+
+def main(argv: Sequence[str] = ()) -> int:
+  """`python -m dopamine_per.native.build [--sanitize]`: builds both."""
+  sanitize = '--sanitize' in argv
+  try:
+    print('core library:', core_library(sanitize))
+    print('TensorFlow ops:', ops_library(sanitize))
+  except NativeBuildError as e:
+    print('dopamine_per: cannot build the native libraries: {}'.format(e),
+          file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,514 @@
+// The replay memory's per-batch loops in C++, and the memory they act on.
+//
+// One header, compiled into two shared objects: the TensorFlow-free core
+// library (replay_core.cc: a C interface for Python's ctypes, and the
+// registry of memories) and the TensorFlow ops (replay_ops.cc). Every loop
+// gives the same bits as dopamine_per/replay_memory/numpy_kernels.py, the
+// reference: tree sums in the same pairwise order, descents with the same
+// running sums, returns summed left to right in float32 (NumPy's order for
+// fewer than 8 terms). The shared memory and its lock: docs/architecture.md
+// "Native ops".
+
+#ifndef DOPAMINE_PER_NATIVE_REPLAY_CORE_H_
+#define DOPAMINE_PER_NATIVE_REPLAY_CORE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dopamine_per {
+
+// ---------------------------------------------------------------- sum tree
+
+// The pairwise ("halving") sum of `fanout` values (a power of two).
+inline double HalvingSum(const double* v, int64_t fanout) {
+  if (fanout == 16) {
+    const double a = (v[0] + v[1]) + (v[2] + v[3]);
+    const double b = (v[4] + v[5]) + (v[6] + v[7]);
+    const double c = (v[8] + v[9]) + (v[10] + v[11]);
+    const double d = (v[12] + v[13]) + (v[14] + v[15]);
+    return (a + b) + (c + d);
+  }
+  if (fanout == 1) return v[0];
+  double scratch[512];  // fanout <= 1024
+  for (int64_t j = 0; j < fanout / 2; ++j) scratch[j] = v[2 * j] + v[2 * j + 1];
+  for (int64_t width = fanout / 2; width > 1; width /= 2) {
+    for (int64_t j = 0; j < width / 2; ++j) {
+      scratch[j] = scratch[2 * j] + scratch[2 * j + 1];
+    }
+  }
+  return scratch[0];
+}
+
+// A tree: `flat` holds every level, leaves first; level k spans
+// [offsets[k], offsets[k + 1]); `levels` = number of offsets - 1.
+struct Tree {
+  double* flat;
+  const int64_t* offsets;
+  int64_t levels;
+  int64_t fanout;
+};
+
+// Recomputes the ancestors of `leaves`, in order; returns the total.
+template <typename Index>
+double UpdateParents(const Tree& t, const Index* leaves, int64_t count) {
+  const int64_t top = t.levels - 1;
+  for (int64_t b = 0; b < count; ++b) {
+    int64_t node = static_cast<int64_t>(leaves[b]);
+    for (int64_t level = 0; level < top; ++level) {
+      node /= t.fanout;
+      t.flat[t.offsets[level + 1] + node] =
+          HalvingSum(t.flat + t.offsets[level] + node * t.fanout, t.fanout);
+    }
+  }
+  return HalvingSum(t.flat + t.offsets[top], t.fanout);
+}
+
+// Sums of each of `rows` rows of `fanout` values.
+inline void LevelSums(const double* blocks, int64_t rows, int64_t fanout,
+                      double* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = HalvingSum(blocks + r * fanout,
+                                                         fanout);
+}
+
+// Whether every leaf is in [0, capacity) and every value 0 or in
+// [smallest, largest] (NaN is neither).
+template <typename Index, typename Value>
+bool LeavesValid(const Index* leaves, const Value* values, int64_t count,
+                 int64_t capacity, double smallest, double largest,
+                 int64_t* bad) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t leaf = static_cast<int64_t>(leaves[i]);
+    const double value = static_cast<double>(values[i]);
+    if (leaf < 0 || leaf >= capacity ||
+        (!(value >= smallest && value <= largest) && value != 0.0)) {
+      *bad = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+// Writes checked leaves and propagates; returns the total, and the largest
+// value written (at least 0) in *written_max.
+template <typename Index, typename Value>
+double WriteLeaves(const Tree& t, const Index* leaves, const Value* values,
+                   int64_t count, double* written_max) {
+  double top = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double value = static_cast<double>(values[i]);
+    t.flat[static_cast<int64_t>(leaves[i])] = value;
+    top = value > top ? value : top;
+  }
+  *written_max = top;
+  return UpdateParents(t, leaves, count);
+}
+
+// The child of the block at `start` holding mass `*remaining`; subtracts
+// the running sum before it. Past the last running sum: the last child
+// with positive mass.
+inline int64_t ChooseChild(const double* block, int64_t fanout,
+                           double* remaining) {
+  double running = 0.0, before = 0.0;
+  int64_t chosen = 0;
+  for (int64_t j = 0; j < fanout; ++j) {
+    running += block[j];
+    const bool below = running <= *remaining;
+    chosen += below;
+    before = below ? running : before;
+  }
+  if (chosen == fanout) {
+    chosen = fanout - 1;
+    while (block[chosen] <= 0.0 && chosen > 0) --chosen;
+    before = 0.0;
+    for (int64_t j = 0; j < chosen; ++j) before += block[j];
+  }
+  if (chosen > 0) *remaining -= before;
+  return chosen;
+}
+
+// The leaf holding each mass of `targets`, level by level.
+inline void Descend(const Tree& t, const double* targets, int64_t count,
+                    int64_t* out) {
+  std::vector<double> remaining(targets, targets + count);
+  for (int64_t b = 0; b < count; ++b) out[b] = 0;
+  for (int64_t level = t.levels - 1; level >= 0; --level) {
+    const double* base = t.flat + t.offsets[level];
+    if (level < t.levels - 2) {
+      for (int64_t b = 0; b < count; ++b) {
+        for (int64_t j = 0; j < t.fanout; j += 8) {
+          __builtin_prefetch(base + out[b] * t.fanout + j);
+        }
+      }
+    }
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t chosen =
+          ChooseChild(base + out[b] * t.fanout, t.fanout, &remaining[b]);
+      out[b] = out[b] * t.fanout + chosen;
+    }
+  }
+}
+
+// `Descend` to the masses (lower + width * uniforms) * scale.
+inline void DescendUniforms(const Tree& t, const double* uniforms,
+                            const double* lower, const double* width,
+                            double scale, int64_t count, int64_t* out) {
+  std::vector<double> targets(count);
+  for (int64_t i = 0; i < count; ++i) {
+    targets[i] = (lower[i] + width[i] * uniforms[i]) * scale;
+  }
+  Descend(t, targets.data(), count, out);
+}
+
+// The doubles of Python's random.random() from pairs of 32-bit words.
+inline void UniformsFromWords(const uint32_t* words, int64_t count,
+                              double* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double high = static_cast<double>(words[2 * i] >> 5);
+    const double low = static_cast<double>(words[2 * i + 1] >> 6);
+    out[i] = (high * 67108864.0 + low) * (1.0 / 9007199254740992.0);
+  }
+}
+
+// ---------------------------------------------------------------- sampling
+
+// Whether `item` bytes at `p` are nonzero (integer or bool terminals).
+inline bool Nonzero(const uint8_t* p, int64_t item) {
+  for (int64_t k = 0; k < item; ++k) {
+    if (p[k]) return true;
+  }
+  return false;
+}
+
+inline int64_t Mod(int64_t a, int64_t n) {
+  const int64_t r = a % n;
+  return r < 0 ? r + n : r;
+}
+
+// The validity of each slot (numpy_kernels.NumpyKernels.valid_mask).
+template <typename Index>
+void ValidMask(const Index* indices, int64_t count, int64_t capacity,
+               int64_t add_count, int64_t horizon, int64_t stack,
+               const uint8_t* episode_end, const uint8_t* terminal,
+               int64_t terminal_item, uint8_t* valid) {
+  const int64_t cursor = add_count % capacity;
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t slot = static_cast<int64_t>(indices[b]);
+    valid[b] = 0;
+    if (slot < 0 || slot >= capacity) continue;
+    if (add_count >= capacity) {
+      if (Mod(slot - (cursor - horizon), capacity) < horizon + stack) continue;
+    } else if (slot < stack - 1 || slot >= cursor - horizon) {
+      continue;
+    }
+    bool ok = true;
+    for (int64_t k = 1 - stack; k < 0 && ok; ++k) {
+      if (episode_end[Mod(slot + k, capacity)]) ok = false;
+    }
+    for (int64_t k = 0; k < horizon && ok; ++k) {
+      const int64_t step = (slot + k) % capacity;
+      if (Nonzero(terminal + step * terminal_item, terminal_item)) break;
+      if (episode_end[step]) ok = false;
+    }
+    valid[b] = ok;
+  }
+}
+
+// n-step trajectories of valid slots: float32 scalar rewards, the products
+// and the left-to-right sum in float32 (NumPy's order below 8 terms).
+inline void Trajectories(const int64_t* indices, int64_t count,
+                         int64_t capacity, const uint8_t* terminal,
+                         int64_t terminal_item, const float* rewards,
+                         const float* discounts, int64_t horizon,
+                         int64_t* next_indices, uint8_t* is_terminal,
+                         float* returns) {
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t slot = indices[b];
+    float total = 0.0f;
+    int64_t length = horizon;
+    is_terminal[b] = 0;
+    for (int64_t k = 0; k < horizon; ++k) {
+      const int64_t step = (slot + k) % capacity;
+      const float term = discounts[k] * rewards[step];
+      total = k == 0 ? term : total + term;
+      if (Nonzero(terminal + step * terminal_item, terminal_item)) {
+        is_terminal[b] = 1;
+        length = k + 1;
+        break;
+      }
+    }
+    next_indices[b] = (slot + length) % capacity;
+    returns[b] = total;
+  }
+}
+
+// Fills out[row] ([pixels * stack] items of `item` bytes, frames last)
+// with the `stack` frames ending at ends[row], wrapping around capacity.
+inline void StacksEndingAt(const uint8_t* frames, int64_t capacity,
+                           int64_t pixels, int64_t item, int64_t stack,
+                           const int64_t* ends, int64_t rows, uint8_t* out) {
+  const int64_t frame_bytes = pixels * item;
+  std::vector<const uint8_t*> sources(stack);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t k = 0; k < stack; ++k) {
+      sources[k] = frames + Mod(ends[row] - stack + 1 + k, capacity) *
+                   frame_bytes;
+    }
+    uint8_t* target = out + row * frame_bytes * stack;
+    if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
+      const uint8_t *f0 = sources[0], *f1 = sources[1], *f2 = sources[2],
+                    *f3 = sources[3];
+      for (int64_t p = 0; p < pixels; ++p) {
+        const uint32_t word = static_cast<uint32_t>(f0[p]) |
+                              (static_cast<uint32_t>(f1[p]) << 8) |
+                              (static_cast<uint32_t>(f2[p]) << 16) |
+                              (static_cast<uint32_t>(f3[p]) << 24);
+        std::memcpy(target + 4 * p, &word, 4);
+      }
+    } else if (stack == 1) {
+      std::memcpy(target, sources[0], frame_bytes);
+    } else {
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t k = 0; k < stack; ++k) {
+          std::memcpy(target + (p * stack + k) * item,
+                      sources[k] + p * item, item);
+        }
+      }
+    }
+  }
+}
+
+// Copies row indices[b] of `rows` (row_bytes each) to out[b].
+template <typename Index>
+void GatherRows(const uint8_t* rows, int64_t row_bytes, const Index* indices,
+                int64_t count, uint8_t* out) {
+  for (int64_t b = 0; b < count; ++b) {
+    std::memcpy(out + b * row_bytes,
+                rows + static_cast<int64_t>(indices[b]) * row_bytes,
+                row_bytes);
+  }
+}
+
+// ------------------------------------------------------------ the memory
+
+// One stored element: its array, one row of `row_bytes` per slot.
+struct Column {
+  uint8_t* data = nullptr;
+  int64_t row_bytes = 0;
+};
+
+// The layout a Python memory registers (see native_memory.py): pointers
+// into its NumPy arrays and its configuration. A plain C struct, filled by
+// ctypes.
+struct PerLayout {
+  int64_t capacity;
+  int64_t stack;
+  int64_t horizon;
+  int64_t max_sample_attempts;
+  int64_t* add_count;           // int64[1]
+  uint8_t* episode_end;         // bool[capacity]
+  uint8_t* observation;         // [capacity, pixels] of observation_item
+  int64_t pixels;
+  int64_t observation_item;
+  uint8_t* action;
+  int64_t action_bytes;
+  float* reward;                // float32[capacity]
+  uint8_t* terminal;            // integer or bool [capacity]
+  int64_t terminal_item;
+  int64_t extras;               // number of extra elements
+  uint8_t** extra_data;
+  const int64_t* extra_bytes;
+  const float* discounts;       // float32[horizon]
+  // The sum tree, or flat == nullptr for a uniform memory.
+  double* flat;
+  const int64_t* offsets;
+  int64_t levels;
+  int64_t fanout;
+  double* tree_scalars;         // [total, max_recorded_priority]
+  double smallest;              // the smallest positive priority
+  double largest;               // the largest priority
+  uint64_t seed;
+};
+
+// A registered memory: what the ops and Python share, under `mutex`.
+struct Memory {
+  std::mutex mutex;
+  bool bound = false;
+  int64_t capacity = 0, stack = 0, horizon = 0, max_sample_attempts = 0;
+  int64_t* add_count = nullptr;
+  uint8_t* episode_end = nullptr;
+  uint8_t* observation = nullptr;
+  int64_t pixels = 0, observation_item = 0;
+  Column action, terminal;
+  int64_t terminal_item = 0;
+  float* reward = nullptr;
+  std::vector<Column> extras;
+  std::vector<float> discounts;
+  bool prioritized = false;
+  std::vector<int64_t> offsets;
+  Tree tree{nullptr, nullptr, 0, 0};
+  double* tree_scalars = nullptr;
+  double smallest = 0.0, largest = 0.0;
+  std::mt19937_64 rng;
+
+  // Installs `layout` (the caller holds `mutex`).
+  void Bind(const PerLayout& layout);
+  // Forgets every pointer (the caller holds `mutex`).
+  void Unbind() { bound = false; }
+};
+
+inline void Memory::Bind(const PerLayout& l) {
+  capacity = l.capacity;
+  stack = l.stack;
+  horizon = l.horizon;
+  max_sample_attempts = l.max_sample_attempts;
+  add_count = l.add_count;
+  episode_end = l.episode_end;
+  observation = l.observation;
+  pixels = l.pixels;
+  observation_item = l.observation_item;
+  action = Column{l.action, l.action_bytes};
+  reward = l.reward;
+  terminal = Column{l.terminal, l.terminal_item};
+  terminal_item = l.terminal_item;
+  extras.clear();
+  for (int64_t k = 0; k < l.extras; ++k) {
+    extras.push_back(Column{l.extra_data[k], l.extra_bytes[k]});
+  }
+  discounts.assign(l.discounts, l.discounts + l.horizon);
+  prioritized = l.flat != nullptr;
+  if (prioritized) {
+    offsets.assign(l.offsets, l.offsets + l.levels + 1);
+    tree = Tree{l.flat, offsets.data(), l.levels, l.fanout};
+    tree_scalars = l.tree_scalars;
+    smallest = l.smallest;
+    largest = l.largest;
+  }
+  rng.seed(l.seed);
+  bound = true;
+}
+
+// The registry: memories by id, shared by every library loading this
+// header's core (replay_core.cc defines these).
+std::shared_ptr<Memory> FindMemory(int64_t id);
+
+// An unbiased draw in [0, range) (range > 0).
+inline uint64_t DrawBelow(std::mt19937_64& rng, uint64_t range) {
+  const uint64_t threshold = (0 - range) % range;
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x < threshold);
+  return x % range;
+}
+
+// A double in [0, 1) from 53 random bits.
+inline double DrawUniform(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// `count` candidate slots: stratified over the total priority (`strata`)
+// or independent; uniform over the sampling range for a uniform memory.
+// Returns an error message, or "" (the caller holds the lock).
+inline std::string Draw(Memory& m, int64_t count, bool strata,
+                        int64_t* out) {
+  if (m.prioritized) {
+    const double total = m.tree_scalars[0];
+    if (!(total > 0.0)) return "Cannot sample from an empty sum tree.";
+    std::vector<double> lower(count), width(count), uniforms(count);
+    const double step = 1.0 / static_cast<double>(count);
+    for (int64_t i = 0; i < count; ++i) {
+      if (strata) {  // np.linspace(0, 1, count + 1)'s edges
+        const double low = static_cast<double>(i) * step;
+        const double high = i + 1 == count ? 1.0
+                                           : static_cast<double>(i + 1) * step;
+        lower[i] = low;
+        width[i] = high - low;
+      } else {
+        lower[i] = 0.0;
+        width[i] = 1.0;
+      }
+      uniforms[i] = DrawUniform(m.rng);
+    }
+    DescendUniforms(m.tree, uniforms.data(), lower.data(), width.data(),
+                    total, count, out);
+    return "";
+  }
+  const int64_t add_count = *m.add_count;
+  const int64_t cursor = add_count % m.capacity;
+  int64_t low, high;
+  if (add_count >= m.capacity) {
+    low = cursor - m.capacity + m.stack - 1;
+    high = cursor - m.horizon;
+  } else {
+    low = m.stack - 1;
+    high = cursor - m.horizon;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = Mod(low + static_cast<int64_t>(DrawBelow(
+                           m.rng, static_cast<uint64_t>(high - low))),
+                 m.capacity);
+  }
+  return "";
+}
+
+// The sampling range's error, or "" (the caller holds the lock).
+inline std::string CheckSampleable(const Memory& m) {
+  const int64_t add_count = *m.add_count;
+  if (add_count < m.capacity &&
+      add_count % m.capacity - m.horizon <= m.stack - 1) {
+    return "Cannot sample a batch with fewer than stack size (" +
+           std::to_string(m.stack) + ") + update_horizon (" +
+           std::to_string(m.horizon) + ") transitions.";
+  }
+  return "";
+}
+
+// `count` valid slots, drawn and redrawn as the Python memory does
+// (circular_replay_buffer's _sample_indices). Returns an error or "".
+inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
+  std::string error = CheckSampleable(m);
+  if (!error.empty()) return error;
+  error = Draw(m, count, true, out);
+  if (!error.empty()) return error;
+  std::vector<uint8_t> valid(count);
+  ValidMask(out, count, m.capacity, *m.add_count, m.horizon, m.stack,
+            m.episode_end, m.terminal.data, m.terminal_item, valid.data());
+  std::vector<int64_t> pending;
+  for (int64_t b = 0; b < count; ++b) {
+    if (!valid[b]) pending.push_back(b);
+  }
+  int64_t failures = 0;
+  std::vector<int64_t> redrawn;
+  while (!pending.empty()) {
+    failures += static_cast<int64_t>(pending.size());
+    if (failures >= m.max_sample_attempts) {
+      return "Max sample attempts: Tried " +
+             std::to_string(m.max_sample_attempts) + " times but only "
+             "sampled " + std::to_string(count - pending.size()) +
+             " valid indices. Batch size is " + std::to_string(count);
+    }
+    const int64_t n = static_cast<int64_t>(pending.size());
+    redrawn.resize(n);
+    error = Draw(m, n, false, redrawn.data());
+    if (!error.empty()) return error;
+    ValidMask(redrawn.data(), n, m.capacity, *m.add_count, m.horizon,
+              m.stack, m.episode_end, m.terminal.data, m.terminal_item,
+              valid.data());
+    std::vector<int64_t> still;
+    for (int64_t i = 0; i < n; ++i) {
+      out[pending[i]] = redrawn[i];
+      if (!valid[i]) still.push_back(pending[i]);
+    }
+    pending.swap(still);
+  }
+  return "";
+}
+
+}  // namespace dopamine_per
+
+#endif  // DOPAMINE_PER_NATIVE_REPLAY_CORE_H_

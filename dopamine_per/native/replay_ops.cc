@@ -1,0 +1,438 @@
+// TensorFlow ops on a registered replay memory (replay_core.h): sample a
+// batch with every transition element, gather the transitions at given
+// slots, set and get priorities, read the total priority. Each op finds
+// its memory by id in the core library's registry and works under the
+// memory's lock, the one Python's side takes (without the GIL). Bad input
+// is an InvalidArgument error naming it, and changes nothing; a memory that
+// cannot be sampled (too few transitions, every priority zero, too many
+// invalid draws) is a FailedPrecondition error.
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "replay_core.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace dopamine_per {
+namespace {
+
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::PartialTensorShape;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::shape_inference::InferenceContext;
+namespace errors = ::tensorflow::errors;
+
+absl::Status OutputShapesFromAttr(InferenceContext* c) {
+  std::vector<PartialTensorShape> shapes;
+  TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
+  if (static_cast<int>(shapes.size()) != c->num_outputs()) {
+    return errors::InvalidArgument("output_shapes has ", shapes.size(),
+                                   " shapes for ", c->num_outputs(),
+                                   " outputs");
+  }
+  for (int i = 0; i < c->num_outputs(); ++i) {
+    ::tensorflow::shape_inference::ShapeHandle shape;
+    TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[i], &shape));
+    c->set_output(i, shape);
+  }
+  return absl::OkStatus();
+}
+
+REGISTER_OP("DopaminePerSampleTransitions")
+    .Attr("memory_id: int")
+    .Attr("batch_size: int >= 1")
+    .Attr("elements: list(string)")
+    .Attr("Tout: list(type)")
+    .Attr("output_shapes: list(shape)")
+    .Output("transition: Tout")
+    .SetIsStateful()
+    .SetShapeFn(OutputShapesFromAttr)
+    .Doc("Samples a batch of a dopamine_per replay memory.");
+
+REGISTER_OP("DopaminePerTransitionsAt")
+    .Input("indices: Tindices")
+    .Attr("memory_id: int")
+    .Attr("elements: list(string)")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("Tout: list(type)")
+    .Attr("output_shapes: list(shape)")
+    .Output("transition: Tout")
+    .SetIsStateful()
+    .SetShapeFn(OutputShapesFromAttr)
+    .Doc("The transitions of a dopamine_per replay memory at valid slots.");
+
+REGISTER_OP("DopaminePerSetPriority")
+    .Input("indices: Tindices")
+    .Input("priorities: Tpriorities")
+    .Attr("memory_id: int")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("Tpriorities: {float, double}")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Sets priorities of a dopamine_per prioritized replay memory.");
+
+REGISTER_OP("DopaminePerGetPriority")
+    .Input("indices: Tindices")
+    .Attr("memory_id: int")
+    .Attr("Tindices: {int32, int64}")
+    .Output("priorities: float")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("Priorities of a dopamine_per prioritized replay memory.");
+
+REGISTER_OP("DopaminePerTotalPriority")
+    .Attr("memory_id: int")
+    .Output("total: double")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("The total priority of a dopamine_per prioritized replay memory.");
+
+// What an op needs of every kernel: its memory, found and locked.
+class MemoryOp : public OpKernel {
+ public:
+  explicit MemoryOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("memory_id", &memory_id_));
+  }
+
+ protected:
+  // The memory, or nullptr with an error set on the context.
+  std::shared_ptr<Memory> Find(OpKernelContext* context, bool prioritized) {
+    std::shared_ptr<Memory> memory = FindMemory(memory_id_);
+    if (memory == nullptr) {
+      context->SetStatus(errors::FailedPrecondition(
+          "dopamine_per replay memory ", memory_id_,
+          " does not exist (it was deleted, or the graph comes from another "
+          "process)"));
+    }
+    return memory;
+  }
+
+  // Checks what needs the lock: the memory is bound and of the right kind.
+  bool Usable(OpKernelContext* context, const Memory& memory,
+              bool prioritized) {
+    if (!memory.bound) {
+      context->SetStatus(errors::FailedPrecondition(
+          "dopamine_per replay memory ", memory_id_, " was deleted"));
+      return false;
+    }
+    if (prioritized && !memory.prioritized) {
+      context->SetStatus(errors::InvalidArgument(
+          "dopamine_per replay memory ", memory_id_,
+          " is not a prioritized memory: it has no priorities"));
+      return false;
+    }
+    return true;
+  }
+
+  int64_t memory_id_;
+};
+
+// Reads a 1-D integer tensor as int64.
+template <typename Index>
+std::vector<int64_t> AsInt64(const Tensor& tensor) {
+  auto flat = tensor.flat<Index>();
+  return std::vector<int64_t>(flat.data(), flat.data() + flat.size());
+}
+
+std::vector<int64_t> IndicesOf(const Tensor& tensor) {
+  return tensor.dtype() == ::tensorflow::DT_INT32 ? AsInt64<int32_t>(tensor)
+                                                  : AsInt64<int64_t>(tensor);
+}
+
+// The first index outside [0, capacity), or -1.
+int64_t FirstOutOfRange(const std::vector<int64_t>& indices,
+                        int64_t capacity) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= capacity) return i;
+  }
+  return -1;
+}
+
+// ------------------------------------------------------------ transitions
+
+class TransitionsOp : public MemoryOp {
+ public:
+  explicit TransitionsOp(OpKernelConstruction* context) : MemoryOp(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("elements", &elements_));
+    OP_REQUIRES_OK(context, context->GetAttr("Tout", &types_));
+    OP_REQUIRES(context, elements_.size() == types_.size(),
+                errors::InvalidArgument("elements and Tout differ in length"));
+    sampling_ = !context->HasAttr("Tindices");
+    if (sampling_) {
+      OP_REQUIRES_OK(context, context->GetAttr("batch_size", &batch_size_));
+    }
+  }
+
+  void Compute(OpKernelContext* context) override {
+    bool prioritized = std::find(elements_.begin(), elements_.end(),
+                                 "sampling_probabilities") != elements_.end();
+    std::shared_ptr<Memory> memory = Find(context, prioritized);
+    if (memory == nullptr) return;
+    std::vector<int64_t> given;
+    if (!sampling_) {
+      const Tensor& tensor = context->input(0);
+      OP_REQUIRES(context, tensor.dims() == 1,
+                  errors::InvalidArgument("indices must be a vector, got "
+                                          "shape ",
+                                          tensor.shape().DebugString()));
+      OP_REQUIRES(context, tensor.NumElements() > 0,
+                  errors::InvalidArgument("indices must not be empty"));
+      given = IndicesOf(tensor);
+    }
+    std::lock_guard<std::mutex> lock(memory->mutex);
+    if (!Usable(context, *memory, prioritized)) return;
+    Memory& m = *memory;
+    std::vector<int64_t> indices;
+    if (sampling_) {
+      OP_REQUIRES(context, batch_size_ <= m.capacity,
+                  errors::InvalidArgument(
+                      "batch_size ", batch_size_, " exceeds the replay "
+                      "memory's capacity ", m.capacity));
+      indices.resize(batch_size_);
+      const std::string error = SampleIndices(m, batch_size_, indices.data());
+      OP_REQUIRES(context, error.empty(), errors::FailedPrecondition(error));
+    } else {
+      indices.swap(given);
+      std::vector<uint8_t> valid(indices.size());
+      ValidMask(indices.data(), indices.size(), m.capacity, *m.add_count,
+                m.horizon, m.stack, m.episode_end, m.terminal.data,
+                m.terminal_item, valid.data());
+      for (size_t b = 0; b < indices.size(); ++b) {
+        OP_REQUIRES(context, valid[b],
+                    errors::InvalidArgument(
+                        "indices[", b, "] = ", indices[b],
+                        " is not a valid transition of the replay memory "
+                        "(out of range, not written yet, or across an "
+                        "episode's start or the cursor)"));
+      }
+    }
+    Fill(context, m, indices);
+  }
+
+ private:
+  // Allocates output `i` of `count` rows of `row_bytes`; nullptr on error.
+  uint8_t* Output(OpKernelContext* context, int i, int64_t count,
+                  int64_t row_bytes, const TensorShape& row_shape) {
+    TensorShape shape({count});
+    shape.AppendShape(row_shape);
+    Tensor* tensor = nullptr;
+    absl::Status status = context->allocate_output(i, shape, &tensor);
+    if (!status.ok()) {
+      context->SetStatus(status);
+      return nullptr;
+    }
+    if (static_cast<int64_t>(tensor->TotalBytes()) != count * row_bytes) {
+      context->SetStatus(errors::InvalidArgument(
+          "element ", elements_[i], ": the op's dtype and shape hold ",
+          tensor->TotalBytes(), " bytes, the replay memory's ",
+          count * row_bytes, " (the memory's layout changed?)"));
+      return nullptr;
+    }
+    return static_cast<uint8_t*>(tensor->data());
+  }
+
+  void Fill(OpKernelContext* context, Memory& m,
+            const std::vector<int64_t>& indices) {
+    const int64_t count = static_cast<int64_t>(indices.size());
+    std::vector<int64_t> next(count);
+    std::vector<uint8_t> is_terminal(count);
+    std::vector<float> returns(count);
+    Trajectories(indices.data(), count, m.capacity, m.terminal.data,
+                 m.terminal_item, m.reward, m.discounts.data(), m.horizon,
+                 next.data(), is_terminal.data(), returns.data());
+    std::vector<int32_t> as_int32(indices.begin(), indices.end());
+    const int64_t state_bytes = m.pixels * m.observation_item * m.stack;
+    for (int i = 0; i < static_cast<int>(elements_.size()); ++i) {
+      const std::string& name = elements_[i];
+      const int64_t item = ::tensorflow::DataTypeSize(types_[i]);
+      uint8_t* out = nullptr;
+      if (name == "state" || name == "next_state") {
+        out = Output(context, i, count, state_bytes,
+                     TensorShape({state_bytes / std::max<int64_t>(item, 1)}));
+        if (out == nullptr) return;
+        StacksEndingAt(m.observation, m.capacity, m.pixels,
+                       m.observation_item, m.stack,
+                       name == "state" ? indices.data() : next.data(), count,
+                       out);
+      } else if (name == "action" || name == "next_action") {
+        out = Output(context, i, count, m.action.row_bytes,
+                     TensorShape({m.action.row_bytes /
+                                  std::max<int64_t>(item, 1)}));
+        if (out == nullptr) return;
+        GatherRows(m.action.data, m.action.row_bytes,
+                   name == "action" ? indices.data() : next.data(), count,
+                   out);
+      } else if (name == "reward") {
+        out = Output(context, i, count, 4, TensorShape({}));
+        if (out == nullptr) return;
+        std::memcpy(out, returns.data(), 4 * count);
+      } else if (name == "next_reward") {
+        out = Output(context, i, count, 4, TensorShape({}));
+        if (out == nullptr) return;
+        GatherRows(reinterpret_cast<const uint8_t*>(m.reward), 4, next.data(),
+                   count, out);
+      } else if (name == "terminal") {
+        out = Output(context, i, count, m.terminal_item, TensorShape({}));
+        if (out == nullptr) return;
+        std::memset(out, 0, count * m.terminal_item);
+        for (int64_t b = 0; b < count; ++b) {  // 1, little-endian
+          out[b * m.terminal_item] = is_terminal[b];
+        }
+      } else if (name == "indices") {
+        out = Output(context, i, count, 4, TensorShape({}));
+        if (out == nullptr) return;
+        std::memcpy(out, as_int32.data(), 4 * count);
+      } else if (name == "sampling_probabilities") {
+        out = Output(context, i, count, 4, TensorShape({}));
+        if (out == nullptr) return;
+        float* probabilities = reinterpret_cast<float*>(out);
+        for (int64_t b = 0; b < count; ++b) {
+          probabilities[b] = static_cast<float>(m.tree.flat[indices[b]]);
+        }
+      } else if (name.rfind("extra:", 0) == 0) {
+        const size_t k = std::stoul(name.substr(6));
+        OP_REQUIRES(context, k < m.extras.size(),
+                    errors::InvalidArgument("no extra element ", k));
+        const Column& column = m.extras[k];
+        out = Output(context, i, count, column.row_bytes,
+                     TensorShape({column.row_bytes /
+                                  std::max<int64_t>(item, 1)}));
+        if (out == nullptr) return;
+        GatherRows(column.data, column.row_bytes, indices.data(), count, out);
+      } else {
+        context->SetStatus(errors::InvalidArgument(
+            "unknown transition element ", name));
+        return;
+      }
+    }
+  }
+
+  std::vector<std::string> elements_;
+  std::vector<DataType> types_;
+  bool sampling_ = true;
+  int64_t batch_size_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerSampleTransitions").Device(::tensorflow::DEVICE_CPU),
+    TransitionsOp);
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerTransitionsAt").Device(::tensorflow::DEVICE_CPU),
+    TransitionsOp);
+
+// ------------------------------------------------------------- priorities
+
+class SetPriorityOp : public MemoryOp {
+ public:
+  using MemoryOp::MemoryOp;
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& indices_tensor = context->input(0);
+    const Tensor& priorities_tensor = context->input(1);
+    OP_REQUIRES(context,
+                priorities_tensor.shape() == indices_tensor.shape() ||
+                    priorities_tensor.dims() == 0,
+                errors::InvalidArgument(
+                    "priorities of shape ",
+                    priorities_tensor.shape().DebugString(),
+                    " do not match indices of shape ",
+                    indices_tensor.shape().DebugString()));
+    const std::vector<int64_t> indices = IndicesOf(indices_tensor);
+    std::vector<double> values(indices.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const size_t j = priorities_tensor.dims() == 0 ? 0 : i;
+      values[i] = priorities_tensor.dtype() == ::tensorflow::DT_FLOAT
+                      ? priorities_tensor.flat<float>()(j)
+                      : priorities_tensor.flat<double>()(j);
+    }
+    std::shared_ptr<Memory> memory = Find(context, true);
+    if (memory == nullptr) return;
+    std::lock_guard<std::mutex> lock(memory->mutex);
+    if (!Usable(context, *memory, true)) return;
+    Memory& m = *memory;
+    const int64_t bad = FirstOutOfRange(indices, m.capacity);
+    OP_REQUIRES(context, bad < 0,
+                errors::InvalidArgument(
+                    "indices[", bad, "] = ", bad < 0 ? 0 : indices[bad],
+                    " is out of range [0, ", m.capacity, ")"));
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double value = values[i];
+      OP_REQUIRES(context,
+                  value == 0.0 || (value >= m.smallest && value <= m.largest),
+                  errors::InvalidArgument(
+                      "priorities[", i, "] = ", value, " is not a priority: "
+                      "each must be 0 or in [", m.smallest, ", ", m.largest,
+                      "] (not negative, NaN or infinite); nothing was "
+                      "written"));
+    }
+    if (indices.empty()) return;
+    double written_max = 0.0;
+    m.tree_scalars[0] = WriteLeaves(m.tree, indices.data(), values.data(),
+                                    indices.size(), &written_max);
+    m.tree_scalars[1] = std::max(m.tree_scalars[1], written_max);
+  }
+};
+
+class GetPriorityOp : public MemoryOp {
+ public:
+  using MemoryOp::MemoryOp;
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& indices_tensor = context->input(0);
+    const std::vector<int64_t> indices = IndicesOf(indices_tensor);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                0, indices_tensor.shape(), &output));
+    std::shared_ptr<Memory> memory = Find(context, true);
+    if (memory == nullptr) return;
+    std::lock_guard<std::mutex> lock(memory->mutex);
+    if (!Usable(context, *memory, true)) return;
+    const int64_t bad = FirstOutOfRange(indices, memory->capacity);
+    OP_REQUIRES(context, bad < 0,
+                errors::InvalidArgument(
+                    "indices[", bad, "] = ", bad < 0 ? 0 : indices[bad],
+                    " is out of range [0, ", memory->capacity, ")"));
+    auto out = output->flat<float>();
+    for (size_t i = 0; i < indices.size(); ++i) {
+      out(i) = static_cast<float>(memory->tree.flat[indices[i]]);
+    }
+  }
+};
+
+class TotalPriorityOp : public MemoryOp {
+ public:
+  using MemoryOp::MemoryOp;
+
+  void Compute(OpKernelContext* context) override {
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}),
+                                                     &output));
+    std::shared_ptr<Memory> memory = Find(context, true);
+    if (memory == nullptr) return;
+    std::lock_guard<std::mutex> lock(memory->mutex);
+    if (!Usable(context, *memory, true)) return;
+    output->scalar<double>()() = memory->tree_scalars[0];
+  }
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerSetPriority").Device(::tensorflow::DEVICE_CPU),
+    SetPriorityOp);
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerGetPriority").Device(::tensorflow::DEVICE_CPU),
+    GetPriorityOp);
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerTotalPriority").Device(::tensorflow::DEVICE_CPU),
+    TotalPriorityOp);
+
+}  // namespace
+}  // namespace dopamine_per

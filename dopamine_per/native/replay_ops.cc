@@ -157,6 +157,15 @@ int64_t FirstOutOfRange(const std::vector<int64_t>& indices,
   return -1;
 }
 
+// The error for indices[bad] outside [0, capacity) (Python's wording).
+absl::Status OutOfRange(const std::vector<int64_t>& indices, int64_t bad,
+                        int64_t capacity) {
+  return errors::InvalidArgument(
+      "indices must be in [0, ", capacity, "). Got: ",
+      bad < 0 ? 0 : indices[bad], " (indices[", bad, "]); nothing was "
+      "written");
+}
+
 // ------------------------------------------------------------ transitions
 
 class TransitionsOp : public MemoryOp {
@@ -164,6 +173,26 @@ class TransitionsOp : public MemoryOp {
   explicit TransitionsOp(OpKernelConstruction* context) : MemoryOp(context) {
     OP_REQUIRES_OK(context, context->GetAttr("elements", &elements_));
     OP_REQUIRES_OK(context, context->GetAttr("Tout", &types_));
+    std::vector<PartialTensorShape> shapes;
+    OP_REQUIRES_OK(context, context->GetAttr("output_shapes", &shapes));
+    OP_REQUIRES(context, shapes.size() == types_.size(),
+                errors::InvalidArgument(
+                    "output_shapes and Tout differ in length"));
+    for (const PartialTensorShape& shape : shapes) {
+      // Each element's shape after the batch dimension: fully known.
+      TensorShape row;
+      for (int d = 1; d < shape.dims(); ++d) {
+        OP_REQUIRES(context, shape.dim_size(d) >= 0,
+                    errors::InvalidArgument(
+                        "output_shapes must be known but for the batch "
+                        "dimension, got ", shape.DebugString()));
+        row.AddDim(shape.dim_size(d));
+      }
+      OP_REQUIRES(context, shape.dims() >= 1,
+                  errors::InvalidArgument("output_shapes must have a batch "
+                                          "dimension"));
+      rows_.push_back(row);
+    }
     OP_REQUIRES(context, elements_.size() == types_.size(),
                 errors::InvalidArgument("elements and Tout differ in length"));
     sampling_ = !context->HasAttr("Tindices");
@@ -221,9 +250,9 @@ class TransitionsOp : public MemoryOp {
  private:
   // Allocates output `i` of `count` rows of `row_bytes`; nullptr on error.
   uint8_t* Output(OpKernelContext* context, int i, int64_t count,
-                  int64_t row_bytes, const TensorShape& row_shape) {
+                  int64_t row_bytes) {
     TensorShape shape({count});
-    shape.AppendShape(row_shape);
+    shape.AppendShape(rows_[i]);
     Tensor* tensor = nullptr;
     absl::Status status = context->allocate_output(i, shape, &tensor);
     if (!status.ok()) {
@@ -253,46 +282,42 @@ class TransitionsOp : public MemoryOp {
     const int64_t state_bytes = m.pixels * m.observation_item * m.stack;
     for (int i = 0; i < static_cast<int>(elements_.size()); ++i) {
       const std::string& name = elements_[i];
-      const int64_t item = ::tensorflow::DataTypeSize(types_[i]);
       uint8_t* out = nullptr;
       if (name == "state" || name == "next_state") {
-        out = Output(context, i, count, state_bytes,
-                     TensorShape({state_bytes / std::max<int64_t>(item, 1)}));
+        out = Output(context, i, count, state_bytes);
         if (out == nullptr) return;
         StacksEndingAt(m.observation, m.capacity, m.pixels,
                        m.observation_item, m.stack,
                        name == "state" ? indices.data() : next.data(), count,
                        out);
       } else if (name == "action" || name == "next_action") {
-        out = Output(context, i, count, m.action.row_bytes,
-                     TensorShape({m.action.row_bytes /
-                                  std::max<int64_t>(item, 1)}));
+        out = Output(context, i, count, m.action.row_bytes);
         if (out == nullptr) return;
         GatherRows(m.action.data, m.action.row_bytes,
                    name == "action" ? indices.data() : next.data(), count,
                    out);
       } else if (name == "reward") {
-        out = Output(context, i, count, 4, TensorShape({}));
+        out = Output(context, i, count, 4);
         if (out == nullptr) return;
         std::memcpy(out, returns.data(), 4 * count);
       } else if (name == "next_reward") {
-        out = Output(context, i, count, 4, TensorShape({}));
+        out = Output(context, i, count, 4);
         if (out == nullptr) return;
         GatherRows(reinterpret_cast<const uint8_t*>(m.reward), 4, next.data(),
                    count, out);
       } else if (name == "terminal") {
-        out = Output(context, i, count, m.terminal_item, TensorShape({}));
+        out = Output(context, i, count, m.terminal_item);
         if (out == nullptr) return;
         std::memset(out, 0, count * m.terminal_item);
         for (int64_t b = 0; b < count; ++b) {  // 1, little-endian
           out[b * m.terminal_item] = is_terminal[b];
         }
       } else if (name == "indices") {
-        out = Output(context, i, count, 4, TensorShape({}));
+        out = Output(context, i, count, 4);
         if (out == nullptr) return;
         std::memcpy(out, as_int32.data(), 4 * count);
       } else if (name == "sampling_probabilities") {
-        out = Output(context, i, count, 4, TensorShape({}));
+        out = Output(context, i, count, 4);
         if (out == nullptr) return;
         float* probabilities = reinterpret_cast<float*>(out);
         for (int64_t b = 0; b < count; ++b) {
@@ -303,9 +328,7 @@ class TransitionsOp : public MemoryOp {
         OP_REQUIRES(context, k < m.extras.size(),
                     errors::InvalidArgument("no extra element ", k));
         const Column& column = m.extras[k];
-        out = Output(context, i, count, column.row_bytes,
-                     TensorShape({column.row_bytes /
-                                  std::max<int64_t>(item, 1)}));
+        out = Output(context, i, count, column.row_bytes);
         if (out == nullptr) return;
         GatherRows(column.data, column.row_bytes, indices.data(), count, out);
       } else {
@@ -318,6 +341,7 @@ class TransitionsOp : public MemoryOp {
 
   std::vector<std::string> elements_;
   std::vector<DataType> types_;
+  std::vector<TensorShape> rows_;
   bool sampling_ = true;
   int64_t batch_size_ = 0;
 };
@@ -345,7 +369,8 @@ class SetPriorityOp : public MemoryOp {
                     "priorities of shape ",
                     priorities_tensor.shape().DebugString(),
                     " do not match indices of shape ",
-                    indices_tensor.shape().DebugString()));
+                    indices_tensor.shape().DebugString(),
+                    "; nothing was written"));
     const std::vector<int64_t> indices = IndicesOf(indices_tensor);
     std::vector<double> values(indices.size());
     for (size_t i = 0; i < values.size(); ++i) {
@@ -360,19 +385,15 @@ class SetPriorityOp : public MemoryOp {
     if (!Usable(context, *memory, true)) return;
     Memory& m = *memory;
     const int64_t bad = FirstOutOfRange(indices, m.capacity);
-    OP_REQUIRES(context, bad < 0,
-                errors::InvalidArgument(
-                    "indices[", bad, "] = ", bad < 0 ? 0 : indices[bad],
-                    " is out of range [0, ", m.capacity, ")"));
+    OP_REQUIRES(context, bad < 0, OutOfRange(indices, bad, m.capacity));
     for (size_t i = 0; i < values.size(); ++i) {
       const double value = values[i];
       OP_REQUIRES(context,
                   value == 0.0 || (value >= m.smallest && value <= m.largest),
                   errors::InvalidArgument(
-                      "priorities[", i, "] = ", value, " is not a priority: "
-                      "each must be 0 or in [", m.smallest, ", ", m.largest,
-                      "] (not negative, NaN or infinite); nothing was "
-                      "written"));
+                      "priorities should be nonnegative and finite: 0 or in "
+                      "[", m.smallest, ", ", m.largest, "]. Got ", value,
+                      " (priorities[", i, "]); nothing was written"));
     }
     if (indices.empty()) return;
     double written_max = 0.0;
@@ -398,9 +419,7 @@ class GetPriorityOp : public MemoryOp {
     if (!Usable(context, *memory, true)) return;
     const int64_t bad = FirstOutOfRange(indices, memory->capacity);
     OP_REQUIRES(context, bad < 0,
-                errors::InvalidArgument(
-                    "indices[", bad, "] = ", bad < 0 ? 0 : indices[bad],
-                    " is out of range [0, ", memory->capacity, ")"));
+                OutOfRange(indices, bad, memory->capacity));
     auto out = output->flat<float>();
     for (size_t i = 0; i < indices.size(); ++i) {
       out(i) = static_cast<float>(memory->tree.flat[indices[i]]);

@@ -34,6 +34,7 @@ from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import add_checks
 from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory import native_memory as native_memory_lib
 from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import storage
 from dopamine_per.replay_memory import validation
@@ -193,6 +194,8 @@ class OutOfGraphReplayBuffer(object):
     # Guards the storage; every public method that reads or writes it takes
     # it (TensorFlow samples on several threads while the agent adds).
     self._lock = threading.RLock()
+    # The registration with the native ops (see `native_memory`), or None.
+    self._native = None
     # get_transition_elements(batch_size) by batch size (see _batch_layout).
     self._batch_layouts = {}
     # Memory for sampled states, reused once the caller has dropped them.
@@ -295,6 +298,9 @@ class OutOfGraphReplayBuffer(object):
   update_horizon = property(operator.attrgetter('_update_horizon'))
   checkpoint_duration = property(operator.attrgetter('_checkpoint_duration'))
   keep_every = property(operator.attrgetter('_keep_every'))
+  max_sample_attempts = property(operator.attrgetter('_max_sample_attempts'))
+  # gamma^0 .. gamma^(n-1), float32: the weights of an n-step return.
+  discounts = property(operator.attrgetter('_cumulative_discount_vector'))
 
   @property
   def invalid_range(self) -> np.ndarray:
@@ -701,25 +707,61 @@ class OutOfGraphReplayBuffer(object):
     return np.empty(element.shape, dtype=element.type)
 
   def as_dataset(self, batch_size: Optional[int] = None,
-                 prefetch: int = 1) -> 'tf.data.Dataset':
+                 prefetch: int = 1,
+                 use_native_ops: bool = True) -> 'tf.data.Dataset':
     """Returns an endless `tf.data.Dataset` of sampled batches (eager TF2).
 
     Each element is a dict mapping the names of `get_transition_elements`
-    to tensors of their shapes and dtypes, sampled by
-    `sample_transition_batch` on tf.data's threads (under the memory's
-    lock, so `add` and priority updates may run meanwhile). `prefetch`
-    batches are sampled ahead, overlapping with a `tf.function` training
-    step, as staging does in graph mode. Imports TensorFlow.
+    to tensors of their shapes and dtypes, sampled on tf.data's threads
+    (under the memory's lock, so `add` and priority updates may run
+    meanwhile): by the native op, which registers the memory (see
+    `native_memory`; call this before other threads use the memory), or by
+    `sample_transition_batch`. `prefetch` batches are sampled ahead,
+    overlapping with a `tf.function` training step, as staging does in
+    graph mode. Imports TensorFlow.
 
     Args:
       batch_size: int, or None for the memory's batch size.
       prefetch: int >= 0, batches sampled ahead.
+      use_native_ops: bool, False for `sample_transition_batch` (also the
+        fallback, with one warning, where the native ops cannot be built
+        or cannot sample this memory).
 
     Returns:
       tf.data.Dataset.
     """
-    return wrapped_replay_buffer.tensorflow_side().dataset(self, batch_size,
-                                                           prefetch)
+    return wrapped_replay_buffer.tensorflow_side().dataset(
+        self, batch_size, prefetch, use_native_ops)
+
+  # ----------------------------------------------------------- native ops
+
+  def native_memory(self) -> native_memory_lib.NativeMemory:
+    """This memory registered with the native TensorFlow ops (once).
+
+    From the first call on, the memory's lock is the native library's,
+    which the ops take too (see `native_memory`): make the first call
+    before other threads use the memory, as the `Wrapped*` classes do when
+    built.
+
+    Returns:
+      native_memory.NativeMemory.
+
+    Raises:
+      native_memory.UnsupportedMemoryError: If the ops cannot sample this
+        memory (the message says why).
+      dopamine_per.native.build.NativeBuildError: If the native library
+        cannot be built (no compiler, ...).
+    """
+    with self._lock:
+      if self._native is None:
+        native = native_memory_lib.NativeMemory(self)
+        self._share_lock(native.lock)
+        self._native = native
+      return self._native
+
+  def _share_lock(self, lock: native_memory_lib.NativeLock) -> None:
+    """Makes `lock` (the native one) guard everything `_lock` guarded."""
+    self._lock = lock
 
   # ---------------------------------------------------------- checkpoints
 
@@ -768,6 +810,8 @@ class OutOfGraphReplayBuffer(object):
     """
     with self._lock:
       memory_checkpoint.load(self, checkpoint_dir, suffix)
+      if self._native is not None:  # The load replaced the arrays.
+        self._native.bind(self)
 
 
 @gin.configurable(

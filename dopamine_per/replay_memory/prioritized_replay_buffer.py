@@ -265,6 +265,11 @@ class OutOfGraphPrioritizedReplayBuffer(
       return self.sum_tree.get(validation.check_index_array(
           indices, self._replay_capacity)).astype(np.float32)
 
+  def _share_lock(self, lock):
+    # One lock for the storage and the tree: the ops take it for both.
+    super()._share_lock(lock)
+    self._priority_lock = lock
+
   # ---------------------------------------------------------- checkpoints
 
   # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.

@@ -36,7 +36,9 @@ class CircularStorage(object):
     arrays: dict of element name -> array [capacity, *shape]; read-only
       for anyone but the storage.
     add_count: int, transitions written so far; the memory sets it only
-      after checking it (see `validation.check_add_count`).
+      after checking it (see `validation.check_add_count`). Held in
+      `counters`, which the native ops read (see native_memory).
+    counters: int64 array [1], the add count.
     episode_end: bool array [capacity], whether each slot ends an episode.
     episode_end_indices: set of int, the slots where `episode_end` is True.
     episode_start: bool, whether the next transition starts an episode.
@@ -59,14 +61,23 @@ class CircularStorage(object):
     self._columns = [self.arrays[name] for name in self._order]
     # The slots below this are backed by memory (see `populate`).
     self._populated = 0
-    self.add_count = 0
+    self.counters = np.zeros(1, dtype=np.int64)
     self.episode_end = np.zeros(capacity, dtype=bool)
     self.episode_end_indices = set()
     self.episode_start = True
 
+  @property
+  def add_count(self) -> int:
+    """Transitions written so far (see the class docstring)."""
+    return int(self.counters[0])
+
+  @add_count.setter
+  def add_count(self, value: int) -> None:
+    self.counters[0] = value
+
   def cursor(self) -> int:
     """The slot the next transition is written to."""
-    return self.add_count % self.capacity
+    return int(self.counters[0]) % self.capacity
 
   @property
   def nbytes(self) -> int:
@@ -84,7 +95,8 @@ class CircularStorage(object):
     Returns:
       int, the slot written.
     """
-    cursor = self.add_count % self.capacity
+    count = int(self.counters[0])
+    cursor = count % self.capacity
     if cursor >= self._populated and self._mappings:
       self._populated = populate(self._mappings, cursor, self.capacity)
     for array, value in zip(self._columns, values):
@@ -94,7 +106,7 @@ class CircularStorage(object):
       self.episode_end_indices.add(cursor)
     else:
       self.episode_end_indices.discard(cursor)
-    self.add_count += 1
+    self.counters[0] = count + 1
     self.episode_start = ends_episode
     return cursor
 

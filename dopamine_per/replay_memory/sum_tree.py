@@ -217,7 +217,9 @@ class SumTree(object):
       raise ValueError(
           'Sum tree capacity should be positive. Got: {}'.format(capacity))
     self.capacity = int(capacity)
-    self.max_recorded_priority = 1.0
+    # [total, max_recorded_priority]: one array, which the native ops
+    # update when they set priorities (see `native_layout`).
+    self._scalars = np.array([0.0, 1.0])
     self._rng = None if rng is None else np.random.default_rng(rng)
     self._kernels = kernels_lib.choose(kernels)
     sizes = _level_sizes(self.capacity, FANOUT)
@@ -231,7 +233,6 @@ class SumTree(object):
     # of node j of level k + 1 (or of the root, for the top level).
     self._blocks = [level.reshape(-1, FANOUT) for level in self._levels]
     self._leaves = self._levels[0][:self.capacity]
-    self._total = 0.0
     self.priority_dtype = validation.check_priority_dtype(priority_dtype)
     self._smallest, self._largest = validation.priority_bounds(
         self.priority_dtype)
@@ -245,6 +246,37 @@ class SumTree(object):
     self._fast_largest = min(self._largest, self._safe_largest)
 
   # ---------------------------------------------------------------- reading
+
+  @property
+  def max_recorded_priority(self) -> float:
+    """The largest priority ever set, at least 1.0 (assignable)."""
+    return float(self._scalars[1])
+
+  @max_recorded_priority.setter
+  def max_recorded_priority(self, value: float) -> None:
+    self._scalars[1] = value
+
+  @property
+  def _total(self) -> float:
+    return float(self._scalars[0])
+
+  @_total.setter
+  def _total(self, value: float) -> None:
+    self._scalars[0] = value
+
+  def native_layout(self) -> Dict[str, Any]:
+    """The arrays the native ops share with this tree, and its bounds.
+
+    Returns:
+      dict: 'flat' (float64, every level, leaves first; see
+      docs/architecture.md#the-sum-trees-flat-layout), 'offsets' (int64),
+      'fanout', 'scalars' (float64 [total, max_recorded_priority], which an
+      op setting priorities updates), 'smallest' and 'largest' (the
+      priorities `set_if_valid` accepts besides 0).
+    """
+    return {'flat': self._flat, 'offsets': self._offsets, 'fanout': FANOUT,
+            'scalars': self._scalars, 'smallest': self._smallest,
+            'largest': self._fast_largest}
 
   def total_priority(self) -> float:
     """Returns the sum of all priorities (the root). O(1)."""

@@ -36,8 +36,10 @@ class WrappedReplayBufferBase(object):
   """Graph-mode access to an out-of-graph replay memory.
 
   Every `session.run` that needs a tensor of `transition` (or the legacy
-  attributes `states`, `actions`, ...) samples a fresh batch through a
-  `tf.numpy_function`. With `use_staging=True` each run returns the batch
+  attributes `states`, `actions`, ...) samples a fresh batch: through the
+  native ops, which share the memory and its lock and run without the GIL
+  (see `native_ops`), or, with `use_native_ops=False` or where they cannot
+  be built, through a `tf.numpy_function`. With `use_staging=True` each run returns the batch
   staged by the previous run and stages the next one, sampled while the
   graph trains on the current one (see `create_sampling_ops`).
 
@@ -70,6 +72,7 @@ class WrappedReplayBufferBase(object):
                action_dtype=np.int32,
                reward_shape: Tuple[int, ...] = (),
                reward_dtype=np.float32,
+               use_native_ops: bool = True,
                **memory_kwargs):
     """Creates the memory (unless given) and the sampling ops.
 
@@ -91,6 +94,11 @@ class WrappedReplayBufferBase(object):
       action_dtype: np.dtype of actions.
       reward_shape: tuple of ints, the shape of one reward.
       reward_dtype: np.dtype of rewards.
+      use_native_ops: bool, sample and set priorities through the native
+        ops (the default; they fall back to `tf.numpy_function` ops, with
+        one warning saying why, where they cannot be built or cannot sample
+        this memory as it samples itself); False for the `tf.numpy_function`
+        ops.
       **memory_kwargs: further keyword arguments for the memory's constructor
         (e.g. `checkpoint_duration`, `keep_every`, `rng`).
 
@@ -119,6 +127,9 @@ class WrappedReplayBufferBase(object):
           reward_shape=reward_shape, reward_dtype=reward_dtype,
           **memory_kwargs)
     self.memory = wrapped_memory
+    self._use_native_ops = use_native_ops
+    # The memory's registration with the native ops, or None.
+    self._native = None
     self.create_sampling_ops(use_staging)
 
   def add(self, observation, action, reward, terminal, *args, **kwargs):
@@ -128,16 +139,18 @@ class WrappedReplayBufferBase(object):
   def create_sampling_ops(self, use_staging: bool) -> None:
     """Builds the sampling ops and fills `transition` and legacy attributes.
 
-    Without staging, each run samples a batch through a `tf.numpy_function`;
-    with staging, a run returns the batch the previous run staged and
+    Without staging, each run samples a batch (through the native ops or a
+    `tf.numpy_function`); with staging, a run returns the batch the previous run staged and
     samples the next one while the graph trains (see
     `wrapped_sampling.sampling_ops`).
 
     Args:
       use_staging: bool, prefetch the next batch while the graph trains.
     """
-    tensors, self._staging_area = tensorflow_side().sampling_ops(self.memory,
-                                                                 use_staging)
+    side = tensorflow_side()
+    self._native = side.native_binding(self.memory, self._use_native_ops)
+    tensors, self._staging_area = side.sampling_ops(self.memory, use_staging,
+                                                    self._native)
     self.unpack_transition(tensors, self.memory.get_transition_elements())
 
   def unpack_transition(self, transition_tensors, transition_type) -> None:
@@ -185,7 +198,8 @@ class WrappedPrioritizedReplayBufferBase(WrappedReplayBufferBase):
       A tf.Operation; running it writes the priorities, or raises
       tf.errors.InvalidArgumentError naming the bad value and writes nothing.
     """
-    return tensorflow_side().set_priority_op(self.memory, indices, priorities)
+    return tensorflow_side().set_priority_op(self.memory, indices, priorities,
+                                             self._native)
 
   def tf_get_priority(self, indices) -> 'tf.Tensor':
     """Returns a float32 tensor of shape [n]: the priorities at `indices`.
@@ -193,4 +207,5 @@ class WrappedPrioritizedReplayBufferBase(WrappedReplayBufferBase):
     Args:
       indices: int tensor of shape [n], memory indices.
     """
-    return tensorflow_side().get_priority_tensor(self.memory, indices)
+    return tensorflow_side().get_priority_tensor(self.memory, indices,
+                                                 self._native)

@@ -3,9 +3,11 @@
 
 The out-of-graph memories are NumPy only, so that a process that only
 stores transitions never imports TensorFlow. This module builds what the
-`Wrapped*` classes and `as_dataset` hand to TensorFlow: `tf.numpy_function`
-ops that sample a batch (with or without a staging area), that set and get
-priorities, and a `tf.data.Dataset` of batches. They reach it through
+`Wrapped*` classes and `as_dataset` hand to TensorFlow: ops that sample a
+batch (with or without a staging area), that set and get priorities, and a
+`tf.data.Dataset` of batches. Each is the native op when the memory is
+registered with them (`native_binding`, see `native_ops`), else a
+`tf.numpy_function`. They reach it through
 `wrapped_replay_buffer.tensorflow_side`, when they first need it. What
 differs from Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
@@ -15,23 +17,27 @@ from typing import Any, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
+from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import validation
 
-__all__ = ['dataset', 'get_priority_tensor', 'sampling_ops',
-           'set_priority_op']
+__all__ = ['dataset', 'get_priority_tensor', 'native_binding',
+           'sampling_ops', 'set_priority_op']
+
+# The memory's registration with the native ops, or None (Python ops).
+native_binding = native_ops.binding
 
 # Transition elements a training step feeds its networks first; with staging
 # they do not wait for the next batch to be staged (see `sampling_ops`).
 _NETWORK_INPUTS = ('state', 'next_state')
 
 
-def sampling_ops(memory: Any, use_staging: bool
+def sampling_ops(memory: Any, use_staging: bool, native: Any = None
                 ) -> Tuple[List[tf.Tensor], Optional[Any]]:
   """Builds the ops that sample batches of `memory` in graph mode.
 
-  Without staging, the transition tensors are the outputs of one
-  `tf.numpy_function` that samples a batch.
+  Without staging, the transition tensors are the outputs of one op that
+  samples a batch: the native op with `native`, else a `tf.numpy_function`.
 
   With staging, a `StagingArea` in the session holds the next batch. A run
   takes the staged batch (or samples one, when none is staged: the first
@@ -47,6 +53,7 @@ def sampling_ops(memory: Any, use_staging: bool
   Args:
     memory: an out-of-graph replay memory.
     use_staging: bool, prefetch the next batch while the graph trains.
+    native: the memory's `native_binding`, or None.
 
   Returns:
     (list of tf.Tensor in `memory.get_transition_elements()` order, with
@@ -55,16 +62,18 @@ def sampling_ops(memory: Any, use_staging: bool
   elements = memory.get_transition_elements()
   with tf.name_scope('sample_replay'), tf.device('/cpu:*'):
     if not use_staging:
-      return _sampling_op(memory, elements, 'replay_sample_py_func'), None
+      return _sampling_op(memory, elements, 'replay_sample_py_func',
+                          native), None
     area = data_flow_ops.StagingArea(
         [tf.as_dtype(e.type) for e in elements],
         shapes=[e.shape for e in elements])
     batch = tf.cond(area.size() > 0, area.get,
                     lambda: _sampling_op(memory, elements,
-                                         'replay_sample_py_func'))
+                                         'replay_sample_py_func', native))
     batch = batch if isinstance(batch, (list, tuple)) else [batch]
     with tf.control_dependencies(batch):  # The area holds one batch at most.
-      stage = area.put(_sampling_op(memory, elements, 'replay_stage_py_func'),
+      stage = area.put(_sampling_op(memory, elements, 'replay_stage_py_func',
+                                    native),
                        name='stage_next_batch')
     tensors = []
     for tensor, element in zip(batch, elements):
@@ -75,9 +84,16 @@ def sampling_ops(memory: Any, use_staging: bool
     return tensors, area
 
 
-def _sampling_op(memory: Any, elements: Sequence[Any], name: str
-                ) -> List[tf.Tensor]:
-  """A py_func op sampling one batch, its outputs' static shapes set."""
+def _sampling_op(memory: Any, elements: Sequence[Any], name: str,
+                 native: Any) -> List[tf.Tensor]:
+  """An op sampling one batch, its outputs' static shapes set.
+
+  The native op with `native` (named `name` without its '_py_func'), else
+  a py_func.
+  """
+  if native is not None:
+    return native_ops.sample(native, elements,
+                             name=name.replace('_py_func', ''))
   tensors = numpy_function.numpy_function(
       memory.sample_transition_batch, [], [e.type for e in elements],
       name=name)
@@ -86,31 +102,41 @@ def _sampling_op(memory: Any, elements: Sequence[Any], name: str
   return tensors
 
 
-def set_priority_op(memory: Any, indices: Any, priorities: Any
-                   ) -> tf.Operation:
+def set_priority_op(memory: Any, indices: Any, priorities: Any,
+                    native: Any = None) -> tf.Operation:
   """Returns an op setting `priorities` at `indices` in a prioritized memory.
 
   Args:
     memory: an out-of-graph prioritized replay memory.
     indices: int tensor of shape [n], memory indices.
     priorities: float tensor of shape [n].
+    native: the memory's `native_binding`, or None.
 
   Returns:
-    A tf.Operation running `memory.set_priority`.
+    A tf.Operation: the native op, or a py_func running
+    `memory.set_priority`.
   """
+  if native is not None:
+    return native_ops.set_priority(native, indices, priorities,
+                                   name='prioritized_replay_set_priority')
   return numpy_function.numpy_function(
       memory.set_priority, [indices, priorities], [],
       name='prioritized_replay_set_priority_py_func')
 
 
-def get_priority_tensor(memory: Any, indices: Any) -> tf.Tensor:
+def get_priority_tensor(memory: Any, indices: Any, native: Any = None
+                       ) -> tf.Tensor:
   """Returns a float32 tensor shaped like `indices`: their priorities.
 
   Args:
     memory: an out-of-graph prioritized replay memory.
     indices: int tensor of shape [n], memory indices.
+    native: the memory's `native_binding`, or None.
   """
   indices = tf.convert_to_tensor(indices)
+  if native is not None:
+    return native_ops.get_priority(native, indices,
+                                   name='prioritized_replay_get_priority')
   priorities, = numpy_function.numpy_function(
       memory.get_priority, [indices], [tf.float32],
       name='prioritized_replay_get_priority_py_func')
@@ -118,19 +144,20 @@ def get_priority_tensor(memory: Any, indices: Any) -> tf.Tensor:
   return priorities
 
 
-def dataset(memory: Any, batch_size: Optional[int], prefetch: int
-           ) -> tf.data.Dataset:
+def dataset(memory: Any, batch_size: Optional[int], prefetch: int,
+            use_native_ops: bool = True) -> tf.data.Dataset:
   """Returns an endless dataset of batches sampled from `memory`.
 
   The body of the memories' `as_dataset` (see there). Each element is a dict
   mapping the names of `memory.get_transition_elements(batch_size)` to
-  tensors of their shapes and dtypes, sampled by
-  `memory.sample_transition_batch` on tf.data's threads.
+  tensors of their shapes and dtypes, sampled on tf.data's threads by the
+  native op (see `native_binding`) or by `memory.sample_transition_batch`.
 
   Args:
     memory: an out-of-graph replay memory.
     batch_size: int, or None for the memory's batch size.
     prefetch: int >= 0, batches sampled ahead.
+    use_native_ops: bool, False for `memory.sample_transition_batch`.
 
   Returns:
     tf.data.Dataset.
@@ -142,6 +169,11 @@ def dataset(memory: Any, batch_size: Optional[int], prefetch: int
     batch_size = validation.check_int('batch_size', batch_size, 1)
   elements = memory.get_transition_elements(batch_size)
   names = [element.name for element in elements]
+  native = native_binding(memory, use_native_ops)
+  if native is not None:
+    batches_dataset = tf.data.Dataset.from_tensors(0).repeat().map(
+        lambda _: dict(zip(names, native_ops.sample(native, elements))))
+    return batches_dataset.prefetch(prefetch) if prefetch else batches_dataset
 
   def batches():
     while True:

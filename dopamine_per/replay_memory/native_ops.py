@@ -1,0 +1,141 @@
+# coding=utf-8
+"""The native TensorFlow ops on a memory, and whether to use them.
+
+`binding` decides: the memory's `native_memory()` registration when
+`use_native_ops` is on, the ops library builds and the memory is one the
+ops sample as it samples itself; else None, after one warning per reason
+saying why (the callers then build today's `tf.numpy_function` ops). The
+other functions build the ops (dopamine_per/native/replay_ops.cc), which
+run without the GIL, in sessions, `tf.function`s and tf.data alike. Bad
+input is a `tf.errors.InvalidArgumentError` naming it; a memory that cannot
+be sampled yet a `tf.errors.FailedPreconditionError`. XLA cannot compile
+them (`jit_compile=True` fails naming the op).
+"""
+
+import threading
+from typing import Any, List, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from dopamine_per.native import build
+from dopamine_per.native import core
+from dopamine_per.replay_memory import native_memory
+
+__all__ = ['FALLBACK_WARNING', 'binding', 'get_priority', 'load',
+           'sample', 'set_priority', 'total_priority', 'transitions_at']
+
+# The warning logged (once per reason) when the Python ops are used instead.
+FALLBACK_WARNING = ('dopamine_per: the replay memory samples through '
+                    'tf.numpy_function (Python, under the GIL), not the '
+                    'native ops: %s. use_native_ops=False silences this.')
+
+_lock = threading.Lock()
+_ops = None
+_warned = set()
+
+
+def load() -> Any:
+  """The ops module (`tf.load_op_library`), built on first use.
+
+  Raises:
+    build.NativeBuildError: If the libraries cannot be built or loaded.
+  """
+  global _ops
+  with _lock:
+    if _ops is None:
+      core.load()  # The ops link to it: one registry for both.
+      path = build.ops_library()
+      try:
+        _ops = tf.load_op_library(path)
+      except tf.errors.NotFoundError as e:
+        raise build.NativeBuildError('the ops library {} does not load: '
+                                     '{}'.format(path, e.message)) from e
+    return _ops
+
+
+def binding(memory: Any, use_native_ops: bool
+           ) -> Optional[native_memory.NativeMemory]:
+  """The memory's native registration, or None for the Python ops.
+
+  Args:
+    memory: an out-of-graph replay memory.
+    use_native_ops: bool, False for the Python ops.
+
+  Returns:
+    native_memory.NativeMemory, or None (logged once per reason).
+  """
+  if not use_native_ops:
+    return None
+  try:
+    load()
+    return memory.native_memory()
+  except (build.NativeBuildError, native_memory.UnsupportedMemoryError,
+          AttributeError) as e:
+    reason = (str(e) if not isinstance(e, AttributeError) else
+              '{} has no native_memory()'.format(type(memory).__name__))
+    if reason not in _warned:
+      _warned.add(reason)
+      logging.warning(FALLBACK_WARNING, reason)
+    return None
+
+
+def _transition_attrs(native: native_memory.NativeMemory,
+                      elements: Sequence[Any]) -> dict:
+  return dict(
+      memory_id=native.id,
+      elements=native_memory.element_codes(elements, native.storage_names),
+      Tout=[tf.as_dtype(element.type) for element in elements],
+      output_shapes=[tf.TensorShape(element.shape) for element in elements])
+
+
+def sample(native: native_memory.NativeMemory, elements: Sequence[Any],
+           name: Optional[str] = None) -> List[tf.Tensor]:
+  """An op sampling a batch of `elements` (the memory's transition layout).
+
+  Args:
+    native: the memory's registration.
+    elements: list of ReplayElement, `get_transition_elements(batch_size)`.
+    name: the op's name.
+
+  Returns:
+    list of tf.Tensor, one per element, with its static shape.
+  """
+  return load().dopamine_per_sample_transitions(
+      batch_size=elements[0].shape[0], name=name,
+      **_transition_attrs(native, elements))
+
+
+def transitions_at(native: native_memory.NativeMemory,
+                   elements: Sequence[Any], indices: Any,
+                   name: Optional[str] = None) -> List[tf.Tensor]:
+  """An op gathering the transitions at valid slots `indices` ([n] int).
+
+  `elements` is the layout of a batch of n; an invalid slot is an
+  InvalidArgumentError naming it.
+  """
+  return load().dopamine_per_transitions_at(
+      indices=indices, name=name, **_transition_attrs(native, elements))
+
+
+def set_priority(native: native_memory.NativeMemory, indices: Any,
+                 priorities: Any, name: Optional[str] = None
+                ) -> tf.Operation:
+  """An op setting `priorities` (float32/64) at `indices` (int32/64)."""
+  op = load().dopamine_per_set_priority(indices=indices,
+                                        priorities=priorities,
+                                        memory_id=native.id, name=name)
+  return op if isinstance(op, tf.Operation) else None
+
+
+def get_priority(native: native_memory.NativeMemory, indices: Any,
+                 name: Optional[str] = None) -> tf.Tensor:
+  """A float32 tensor shaped like `indices`: their priorities."""
+  return load().dopamine_per_get_priority(indices=indices,
+                                          memory_id=native.id, name=name)
+
+
+def total_priority(native: native_memory.NativeMemory,
+                   name: Optional[str] = None) -> tf.Tensor:
+  """A float64 scalar: the memory's total priority."""
+  return load().dopamine_per_total_priority(memory_id=native.id, name=name)

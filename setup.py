@@ -91,6 +91,11 @@ setuptools.setup(
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(
         exclude=['tests', 'tests.*', 'benchmarks', 'benchmarks.*']),
+    # The native ops' C++ sources: compiled on first use against the
+    # installed TensorFlow (dopamine_per/native/build.py), not at install
+    # time, since pip builds wheels in an environment with another
+    # TensorFlow (or none).
+    package_data={'dopamine_per.native': ['*.h', '*.cc']},
     python_requires='>=3.9',
     install_requires=[
         # The Wrapped* buffers build graph ops with tf.numpy_function (TF 2.x

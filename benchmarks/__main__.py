@@ -4,10 +4,10 @@ From the repository root, in an environment with the `bench` extra and
 dopamine-rl installed without its dependencies (this installs nothing):
 
   pip install -e '.[bench]' && pip install --no-deps dopamine-rl==4.1.2
-  python -m benchmarks                       # about 9 minutes on 2 cores
+  python -m benchmarks                       # about 10 minutes on 2 cores
   python -m benchmarks --sections=sum_tree   # one section (and no file)
 
-Four sections, each timing ours and the peers interleaved in one process
+Five sections, each timing ours and the peers interleaved in one process
 of its own, started fresh (see benchmarks/timing.py for the method):
 
 1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
@@ -24,10 +24,15 @@ of its own, started fresh (see benchmarks/timing.py for the method):
    against the single memory, the staged learner step over 2 shards, Ape-X
    actors against the single-process Runner on CartPole, and the per-shard
    rates and bytes per call behind the projection to a cluster.
+5. `native` (benchmarks/native_benchmark.py): graph-mode session runs of
+   the native ops against the `tf.numpy_function` ops and the copy floor:
+   a sample, a sample + set_priority, the ops' own time alone and with a
+   Python thread spinning, and the staged training step (issue 24).
 
-Each section prints its tables (medians, ratios to each peer, and issue 3's
-targets with whether they are met); with every section run, the document is
-written to --output (benchmarks/RESULTS.md), the machine described first.
+Each section prints its tables (medians, ratios to each peer, and its
+issue's targets with whether they are met); with every section run, the
+document is written to --output (benchmarks/RESULTS.md), the machine
+described first.
 """
 
 import collections
@@ -47,6 +52,7 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import native_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
@@ -55,7 +61,7 @@ from benchmarks import timing  # pylint: disable=g-import-not-at-top
 __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
 
-SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed')
+SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native')
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
 
@@ -87,6 +93,11 @@ Settings = collections.namedtuple('Settings', [
     'distributed_steps',
     'actor_steps',
     'actor_rounds',
+    # Native ops against tf.numpy_function (graph mode).
+    'native_transitions',
+    'native_rounds',
+    'native_steps',
+    'native_trace',
 ])
 
 DEFAULT_SETTINGS = Settings(
@@ -113,6 +124,10 @@ DEFAULT_SETTINGS = Settings(
     distributed_steps=100,
     actor_steps=2000,
     actor_rounds=5,
+    native_transitions=30000,
+    native_rounds=25,
+    native_steps=30,
+    native_trace='software',
 )
 
 _FLAGS = flags.FLAGS
@@ -171,6 +186,17 @@ def define_flags():
                        'Agent steps per actor or runner case and round.')
   flags.DEFINE_integer('actor_rounds', d.actor_rounds,
                        'Interleaved rounds of the actors and the runner.')
+  flags.DEFINE_integer('native_transitions', d.native_transitions,
+                       'Transitions in the native section\'s memories.')
+  flags.DEFINE_integer('native_rounds', d.native_rounds,
+                       'Interleaved rounds of the native section.')
+  flags.DEFINE_integer('native_steps', d.native_steps,
+                       'Session runs per case and round of the native '
+                       'section.')
+  flags.DEFINE_enum('native_trace', d.native_trace,
+                    sorted(native_benchmark.TRACE_LEVELS),
+                    'RunOptions trace level of the native section\'s step '
+                    'stats.')
 
 
 def _settings_from_flags():
@@ -200,7 +226,11 @@ def _settings_from_flags():
       distributed_step_rounds=options.distributed_step_rounds,
       distributed_steps=options.distributed_steps,
       actor_steps=options.actor_steps,
-      actor_rounds=options.actor_rounds)
+      actor_rounds=options.actor_rounds,
+      native_transitions=options.native_transitions,
+      native_rounds=options.native_rounds,
+      native_steps=options.native_steps,
+      native_trace=options.native_trace)
 
 
 def describe_packages():
@@ -283,6 +313,13 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         settings.actor_steps, settings.actor_rounds, settings.seed,
         progress=progress)
     sections.append(distributed_benchmark.format_section(results))
+  if 'native' in settings.sections:
+    results = _in_fresh_process(
+        native_benchmark.run_benchmark, settings.replay_capacity,
+        settings.native_transitions, settings.native_rounds,
+        settings.native_steps, settings.seed, settings.native_trace,
+        progress=progress)
+    sections.append(native_benchmark.format_section(results))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (

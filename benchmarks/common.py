@@ -1,8 +1,9 @@
 """What the benchmark sections share besides timing (see timing.py).
 
-Our implementations are named `ours-<kernels>` ('ours-numba', 'ours-numpy';
-plain 'ours' is ours with the default kernels), and run with the kernels
-their name gives chosen through the environment variable the library reads.
+Our implementations are named `ours-<kernels>` ('ours-numba', 'ours-native',
+'ours-numpy'; plain 'ours' is ours with the default kernels), and run with
+the kernels their name gives chosen through the environment variable the
+library reads.
 The peers (Dopamine's TF replay memory, cpprb) take part when installed.
 Each section prints a stand-alone document: a title, the machine, the
 section's tables.
@@ -41,8 +42,9 @@ __all__ = [
 ]
 
 OURS_PREFIX = 'ours-'
-# Ours with each kernel set, Numba's first (the tables' column order).
-OURS = ('ours-numba', 'ours-numpy')
+# Ours with each kernel set, Numba's first (the tables' column order);
+# 'ours-native' where its extension builds (`kernels.available`).
+OURS = ('ours-numba', 'ours-native', 'ours-numpy')
 
 
 def kernels_of(name: str) -> Optional[str]:

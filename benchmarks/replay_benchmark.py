@@ -9,7 +9,7 @@ benchmarks/RESULTS.md. This section alone, printed and not written:
 Every memory holds 84x84 uint8 frames, stacks of 4, 3-step returns with
 gamma 0.99, at capacity 2**20:
 
-* `ours-numba` and `ours-numpy`: dopamine_per's
+* `ours-numba`, `ours-native` and `ours-numpy`: dopamine_per's
   OutOfGraphPrioritizedReplayBuffer, with each of its kernel sets (chosen
   by the environment variable the library reads, set around its
   construction and each of its bursts: `common.kernels_environ`);
@@ -93,7 +93,8 @@ CPPRB_CONTIGUOUS = 'cpprb-contiguous'
 # CopyFloor), as a lower bound.
 COPY_FLOOR = 'copy-floor'
 PEERS = ('dopamine', 'cpprb', CPPRB_CONTIGUOUS, COPY_FLOOR)
-TITLES = {'ours-numba': 'ours-numba', 'ours-numpy': 'ours-numpy',
+TITLES = {'ours-numba': 'ours-numba', 'ours-native': 'ours-native',
+          'ours-numpy': 'ours-numpy',
           'dopamine': 'Dopamine TF', 'cpprb': 'cpprb',
           CPPRB_CONTIGUOUS: 'cpprb, contiguous states',
           COPY_FLOOR: 'copy floor', 'ours': 'ours'}
@@ -600,8 +601,8 @@ def format_section(results, rss=None, capacity=None):
       'batch of uniformly drawn transitions out of our frame storage with one '
       'NumPy fancy index, without interleaving them or setting priorities: '
       'the least any memory that returns the frames can do. '
-      'Ours: `ours-numba` and `ours-numpy` are the same memory with each '
-      'kernel set. Method: benchmarks/replay_benchmark.py.',
+      'Ours: `ours-numba`, `ours-native` and `ours-numpy` are the same '
+      'memory with each kernel set. Method: benchmarks/replay_benchmark.py.',
       '',
   ]
   table = []

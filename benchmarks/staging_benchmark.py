@@ -46,8 +46,8 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
 
-__all__ = ['DopamineSampleGraph', 'StepGraph', 'format_results',
-           'format_section', 'run_benchmark']
+__all__ = ['DopamineSampleGraph', 'StepGraph', 'calibrate_layers',
+           'format_results', 'format_section', 'run_benchmark']
 _BATCH = 32
 _FRAME = (84, 84)
 _STACK = 4
@@ -84,7 +84,9 @@ class StepGraph(object):
   """One graph and session: a memory and the ops to time on it.
 
   Attributes:
-    replay: the WrappedPrioritizedReplayBuffer.
+    graph: the tf.Graph.
+    replay: the WrappedPrioritizedReplayBuffer (`use_native_ops` as given:
+      the native ops, or the `tf.numpy_function` ops).
     session: tf.compat.v1.Session running the graph.
     sample: fetch that samples one batch.
     train: fetch that trains on a fixed batch and sets its priorities (no
@@ -93,12 +95,14 @@ class StepGraph(object):
       update).
   """
 
-  def __init__(self, use_staging, layers, capacity, transitions):
+  def __init__(self, use_staging, layers, capacity, transitions,
+               use_native_ops=True):
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
           _FRAME, _STACK, use_staging=use_staging, replay_capacity=capacity,
-          batch_size=_BATCH, update_horizon=_HORIZON)
+          batch_size=_BATCH, update_horizon=_HORIZON,
+          use_native_ops=use_native_ops)
       _fill(self.replay, transitions)
       batch = dict(zip(self.replay.transition,
                        self.replay.memory.sample_transition_batch()))
@@ -160,13 +164,15 @@ class DopamineSampleGraph(object):
   time = StepGraph.time
 
 
-def _calibrate_layers(capacity, transitions):
+def calibrate_layers(capacity, transitions, use_native_ops=True):
   """Returns the number of layers whose training costs about one sample.
 
   The training's cost is affine in its depth (a fixed part: the run, the
   cast of the states, the priority update); two depths give both parts.
+  The sample and the priority update go through the native ops, or the
+  `tf.numpy_function` ops with `use_native_ops=False`.
   """
-  probe = StepGraph(False, 8, capacity, transitions)
+  probe = StepGraph(False, 8, capacity, transitions, use_native_ops)
   shallow = probe.train_op(2)
   for _ in range(5):
     probe.session.run([probe.sample, probe.train, shallow])
@@ -196,7 +202,7 @@ def run_benchmark(capacity, transitions, rounds, steps, progress=None,
   """
   if with_dopamine is None:
     with_dopamine = common.dopamine_available()
-  layers = _calibrate_layers(capacity, transitions)
+  layers = calibrate_layers(capacity, transitions)
   graphs = {False: StepGraph(False, layers, capacity, transitions),
             True: StepGraph(True, layers, capacity, transitions)}
   cases = {

@@ -12,9 +12,9 @@ For trees of 2**17 and 2**20 priorities (uniform in (0, 1]) and batches of
 * `set` of a batch of priorities at distinct random indices, `get` of a
   batch, `stratified_sample` of a batch (one draw per equal stratum of the
   total), and `fill`: setting every priority;
-* on `ours-numba` and `ours-numpy`, dopamine_per's SumTree with each of its
-  kernels; `dopamine`, Dopamine 4.1.2's TF SumTree driven one index per call
-  as its prioritized buffer drives it; `cpprb`, cpprb's
+* on `ours-numba`, `ours-native` and `ours-numpy`, dopamine_per's SumTree
+  with each of its kernels; `dopamine`, Dopamine 4.1.2's TF SumTree driven
+  one index per call as its prioritized buffer drives it; `cpprb`, cpprb's
   PrioritizedReplayBuffer over a 1-byte observation with alpha = 1
   (`update_priorities` to set and fill, `sample` to sample; it has no batch
   `get`, and its `sample` also computes importance weights with a min tree
@@ -70,6 +70,7 @@ OPERATIONS = ('set', 'get', 'stratified_sample', 'fill')
 PEERS = ('dopamine', 'cpprb', 'naive')
 TITLES = {
     'ours-numba': 'ours-numba',
+    'ours-native': 'ours-native',
     'ours-numpy': 'ours-numpy',
     'dopamine': 'Dopamine TF',
     'cpprb': 'cpprb',

@@ -12,6 +12,10 @@ source "$repo_root/scripts/_venv.sh"
 dopamine_per_venv test --with-dopamine
 
 cd "$repo_root"
+# The native ops' libraries, compiled once per source and TensorFlow version
+# (cached); the tests of the native ops need them, so a machine without a
+# C++ compiler stops here, saying so.
+"$PYTHON" -m dopamine_per.native.build
 status=0
 "$PYTHON" -m pytest tests -q "$@" || status=$?
 if [[ "$status" -eq 5 ]]; then

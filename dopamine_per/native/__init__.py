@@ -3,7 +3,9 @@
 
 `replay_core.h` holds the loops; `replay_core.cc` is the TensorFlow-free
 core library (the kernels for ctypes and the registry of memories shared
-with the ops), `replay_ops.cc` the TensorFlow ops. `build` compiles both
-against the installed TensorFlow on first use, cached; `core` loads the
-core library. Nothing here imports TensorFlow except `build.ops_library`.
+with the ops), `replay_ops.cc` the TensorFlow ops, `replay_python.cc` the
+kernels as a CPython extension module (`replay_memory.native_kernels`).
+`build` compiles them against the installed TensorFlow and Python on first
+use, cached; `core` loads the core library, `extension` the extension
+module. Nothing here imports TensorFlow except `build.ops_library`.
 """

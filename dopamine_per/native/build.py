@@ -1,12 +1,16 @@
 # coding=utf-8
 """Builds the native libraries, once per source and TensorFlow version.
 
-Two shared objects, compiled with the system's C++ compiler (g++, or
+Three shared objects, compiled with the system's C++ compiler (g++, or
 $CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
 ~/.cache/dopamine_per/native):
 
 * the core library (`core_library`): the kernels and the registry of
   memories, without TensorFlow, so that the NumPy memory can load it;
+* the kernels' Python extension (`python_extension`, replay_python.cc): a
+  CPython extension module calling the same loops without ctypes' cost
+  per call (`replay_memory.native_kernels`), compiled against this
+  interpreter's headers (python3-dev) and named for its ABI;
 * the TensorFlow ops (`ops_library`), compiled with the installed
   TensorFlow's flags (`tf.sysconfig`; its C++ ABI, `-D_GLIBCXX_USE_CXX11_ABI=1`
   for the pip wheels) and linked to the core library, whose registry they
@@ -16,7 +20,11 @@ A library's file name carries a hash of its sources, the compiler's version
 and the flags (and TensorFlow's version, for the ops): a new release or
 another TensorFlow gets its own build, and concurrent processes never see
 a half-written file (each is compiled to a temporary name and renamed).
-`python -m dopamine_per.native.build` builds both now and prints where.
+`python -m dopamine_per.native.build` builds all three now and prints where.
+With $DOPAMINE_PER_NATIVE_SANITIZE=1, `core_library()` and `ops_library()`
+(and so the libraries the memories and ops load) are the AddressSanitizer
+and UBSan builds, for tests: the process must have libasan preloaded
+(LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
 Without a compiler, or when it fails, `NativeBuildError` says why; the
 memories then fall back to their Python paths (see
 `replay_memory.native_ops`).
@@ -24,25 +32,36 @@ memories then fall back to their Python paths (see
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
-__all__ = ['CACHE_ENV', 'NativeBuildError', 'cache_root', 'core_library',
-           'main', 'ops_library']
+__all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'cache_root',
+           'core_library', 'main', 'ops_library', 'python_extension']
 
 # The environment variable naming the cache directory.
 CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
+# The environment variable that, set to 1, selects the sanitized builds.
+SANITIZE_ENV = 'DOPAMINE_PER_NATIVE_SANITIZE'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CORE_SOURCES = ('replay_core.h', 'replay_core.cc')
 _OPS_SOURCES = ('replay_core.h', 'replay_ops.cc')
+_PYTHON_SOURCES = ('replay_core.h', 'replay_python.cc')
+# The extension's module name: replay_python.cc defines PyInit__replay.
+PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
 _COMMON_FLAGS = ['-O3', '-std=c++17', '-shared', '-fPIC', '-ffp-contract=off']
 _SANITIZER_FLAGS = ['-fsanitize=address,undefined', '-fno-omit-frame-pointer',
                     '-g']
+# GCC's null checks make `&function == nullptr` no constant expression,
+# which TensorFlow's absl headers need: the ops go without them.
+_OPS_SANITIZER_FLAGS = _SANITIZER_FLAGS + [
+    '-fno-sanitize=null,nonnull-attribute,returns-nonnull-attribute']
 
 
 class NativeBuildError(RuntimeError):
@@ -79,8 +98,12 @@ def _compiler() -> List[str]:
 def _digest(sources: Sequence[str], *parts: str) -> str:
   digest = hashlib.sha256()
   for name in sources:
-    with open(os.path.join(_SOURCE_DIR, name), 'rb') as f:
-      digest.update(name.encode() + b'\0' + f.read() + b'\0')
+    try:
+      with open(os.path.join(_SOURCE_DIR, name), 'rb') as f:
+        digest.update(name.encode() + b'\0' + f.read() + b'\0')
+    except OSError as e:  # E.g. an installed package without its sources.
+      raise NativeBuildError('the native sources cannot be read: {}'.format(
+          e)) from e
   for part in parts:
     digest.update(part.encode() + b'\0')
   return digest.hexdigest()[:16]
@@ -108,6 +131,13 @@ def _compile(command: List[str], target: str) -> str:
   return target
 
 
+def _sanitize(sanitize: Optional[bool]) -> bool:
+  """`sanitize`, or (None) whether $DOPAMINE_PER_NATIVE_SANITIZE is 1."""
+  if sanitize is None:
+    return os.environ.get(SANITIZE_ENV) == '1'
+  return bool(sanitize)
+
+
 def _core_name(sanitize: bool) -> str:
   compiler, version = _compiler()
   flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
@@ -115,16 +145,18 @@ def _core_name(sanitize: bool) -> str:
       _digest(_CORE_SOURCES, version, compiler, *flags))
 
 
-def core_library(sanitize: bool = False) -> str:
+def core_library(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the TensorFlow-free core library.
 
   Args:
     sanitize: bool, build with AddressSanitizer and UBSan (for tests;
-      loading it needs libasan preloaded).
+      loading it needs libasan preloaded); None: whether
+      $DOPAMINE_PER_NATIVE_SANITIZE is 1.
 
   Raises:
     NativeBuildError: If there is no compiler or it fails.
   """
+  sanitize = _sanitize(sanitize)
   compiler, _ = _compiler()
   flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
   name = _core_name(sanitize)
@@ -134,17 +166,18 @@ def core_library(sanitize: bool = False) -> str:
   return _compile(command, os.path.join(cache_root(), name))
 
 
-def ops_library(sanitize: bool = False) -> str:
+def ops_library(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the TensorFlow ops library.
 
   Compiled against the TensorFlow this interpreter imports, and linked to
-  `core_library(sanitize)`.
+  `core_library(sanitize)` (None: $DOPAMINE_PER_NATIVE_SANITIZE).
 
   Raises:
     NativeBuildError: If there is no compiler, TensorFlow's headers are
       missing, or the compiler fails.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  sanitize = _sanitize(sanitize)
   core = core_library(sanitize)
   compiler, version = _compiler()
   tf_flags = tf.sysconfig.get_compile_flags()
@@ -156,7 +189,7 @@ def ops_library(sanitize: bool = False) -> str:
     raise NativeBuildError(
         "TensorFlow {}'s C++ headers are missing from {}".format(
             tf.__version__, include))
-  flags = (_COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else []) +
+  flags = (_COMMON_FLAGS + (_OPS_SANITIZER_FLAGS if sanitize else []) +
            ['-w'] + tf_flags)
   name = 'dopamine_per_ops-{}.so'.format(_digest(
       _OPS_SOURCES, version, compiler, tf.__version__, os.path.basename(core),
@@ -168,11 +201,50 @@ def ops_library(sanitize: bool = False) -> str:
   return _compile(command, os.path.join(cache_root(), name))
 
 
+def python_extension(sanitize: Optional[bool] = None) -> str:
+  """Builds (once) and returns the path of the kernels' Python extension.
+
+  replay_python.cc, a CPython extension module (`PYTHON_MODULE`) for this
+  interpreter: compiled against its headers (python3-dev), named for its
+  ABI (`EXT_SUFFIX`); without TensorFlow or the core library.
+
+  Args:
+    sanitize: as for `core_library`.
+
+  Raises:
+    NativeBuildError: If there is no compiler, Python's headers are missing
+      or the compiler fails.
+  """
+  sanitize = _sanitize(sanitize)
+  compiler, version = _compiler()
+  paths = sysconfig.get_paths()
+  include = paths.get('include') or ''
+  if not os.path.exists(os.path.join(include, 'Python.h')):
+    raise NativeBuildError(
+        "Python {}'s C headers are missing (no Python.h in {!r}): install "
+        'them, e.g. `apt-get install python3-dev`'.format(
+            platform.python_version(), include))
+  includes = [include]
+  platform_include = paths.get('platinclude')
+  if platform_include and platform_include != include:
+    includes.append(platform_include)
+  suffix = sysconfig.get_config_var('EXT_SUFFIX') or '.so'
+  flags = (_COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else []) +
+           ['-fvisibility=hidden'] + ['-I' + path for path in includes])
+  name = 'dopamine_per_replay-{}{}'.format(
+      _digest(_PYTHON_SOURCES, version, compiler, suffix, sys.version,
+              *flags), suffix)
+  command = [compiler] + flags + [
+      os.path.join(_SOURCE_DIR, 'replay_python.cc'), '-o', '{output}']
+  return _compile(command, os.path.join(cache_root(), name))
+
+
 def main(argv: Sequence[str] = ()) -> int:
-  """`python -m dopamine_per.native.build [--sanitize]`: builds both."""
+  """`python -m dopamine_per.native.build [--sanitize]`: builds all three."""
   sanitize = '--sanitize' in argv
   try:
     print('core library:', core_library(sanitize))
+    print('Python extension:', python_extension(sanitize))
     print('TensorFlow ops:', ops_library(sanitize))
   except NativeBuildError as e:
     print('dopamine_per: cannot build the native libraries: {}'.format(e),

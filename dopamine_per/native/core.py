@@ -24,22 +24,10 @@ _SIGNATURES = {
     'per_memory_create': (_I, [ctypes.POINTER(_P)]),
     'per_memory_bind': (None, [_P, _P]),
     'per_memory_destroy': (None, [_I, _P]),
+    'per_memory_release': (None, [_P]),
     'per_lock': (None, [_P]),
     'per_unlock': (None, [_P]),
     'per_memory_count': (_I, []),
-    'per_update_parents': (_D, [_P, _P, _I, _I, _P, _I]),
-    'per_level_sums': (None, [_P, _I, _I, _P]),
-    'per_set_leaves': (ctypes.c_int, [_P, _P, _I, _I, _I, _P, _P, _I, _D, _D,
-                                      _P, _P]),
-    'per_get_leaves': (ctypes.c_int, [_P, _I, _P, _I, _P]),
-    'per_descend': (None, [_P, _P, _I, _I, _P, _I, _P]),
-    'per_descend_uniforms': (None, [_P, _P, _I, _I, _P, _P, _P, _D, _I, _P]),
-    'per_descend_draws': (None, [_P, _P, _I, _I, _P, _P, _P, _D, _I, _P]),
-    'per_valid_mask': (None, [_P, _I, _I, _I, _I, _I, _P, _P, _I, _P]),
-    'per_trajectories': (None, [_P, _I, _I, _P, _I, _P, _P, _I, _P, _P, _P]),
-    'per_stacks_ending_at': (None, [_P, _I, _I, _I, _I, _P, _I, _P]),
-    'per_transitions_and_states': (None, [_P, _I, _I, _I, _I, _P, _I, _P, _P,
-                                          _I, _P, _I, _P, _P, _P, _P]),
 }
 
 

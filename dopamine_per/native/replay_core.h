@@ -19,6 +19,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace dopamine_per {
 
@@ -53,19 +56,31 @@ struct Tree {
   int64_t fanout;
 };
 
-// Recomputes the ancestors of `leaves`, in order; returns the total.
-template <typename Index>
-double UpdateParents(const Tree& t, const Index* leaves, int64_t count) {
+// `UpdateParents` for a fanout of kFanout (0: t.fanout, read at run time).
+// Nodes are nonnegative: a shift divides them by the power-of-two fanout
+// (a division by a run-time value costs tens of cycles a level).
+template <int64_t kFanout, typename Index>
+double UpdateParentsOf(const Tree& t, const Index* leaves, int64_t count) {
+  const int64_t fanout = kFanout ? kFanout : t.fanout;
+  const int shift = __builtin_ctzll(static_cast<uint64_t>(fanout));
   const int64_t top = t.levels - 1;
   for (int64_t b = 0; b < count; ++b) {
     int64_t node = static_cast<int64_t>(leaves[b]);
     for (int64_t level = 0; level < top; ++level) {
-      node /= t.fanout;
+      node >>= shift;
       t.flat[t.offsets[level + 1] + node] =
-          HalvingSum(t.flat + t.offsets[level] + node * t.fanout, t.fanout);
+          HalvingSum(t.flat + t.offsets[level] + node * fanout, fanout);
     }
   }
-  return HalvingSum(t.flat + t.offsets[top], t.fanout);
+  return HalvingSum(t.flat + t.offsets[top], fanout);
+}
+
+// Recomputes the ancestors of `leaves` (in [0, leaves of the tree)), in
+// order; returns the total.
+template <typename Index>
+double UpdateParents(const Tree& t, const Index* leaves, int64_t count) {
+  if (t.fanout == 16) return UpdateParentsOf<16>(t, leaves, count);
+  return UpdateParentsOf<0>(t, leaves, count);
 }
 
 // Sums of each of `rows` rows of `fanout` values.
@@ -108,49 +123,70 @@ double WriteLeaves(const Tree& t, const Index* leaves, const Value* values,
   return UpdateParents(t, leaves, count);
 }
 
-// The child of the block at `start` holding mass `*remaining`; subtracts
-// the running sum before it. Past the last running sum: the last child
-// with positive mass.
-inline int64_t ChooseChild(const double* block, int64_t fanout,
-                           double* remaining) {
-  double running = 0.0, before = 0.0;
-  int64_t chosen = 0;
-  for (int64_t j = 0; j < fanout; ++j) {
-    running += block[j];
-    const bool below = running <= *remaining;
-    chosen += below;
-    before = below ? running : before;
-  }
-  if (chosen == fanout) {
-    chosen = fanout - 1;
-    while (block[chosen] <= 0.0 && chosen > 0) --chosen;
-    before = 0.0;
-    for (int64_t j = 0; j < chosen; ++j) before += block[j];
-  }
-  if (chosen > 0) *remaining -= before;
+// `ChooseChild` past the last running sum (rounding): the last child with
+// positive mass, and in *before the running sum before it. Out of line: it
+// is rare, and the scan is faster without it.
+__attribute__((noinline, cold)) inline int64_t LastPositiveChild(
+    const double* block, int64_t fanout, double* before) {
+  int64_t chosen = fanout - 1;
+  while (block[chosen] <= 0.0 && chosen > 0) --chosen;
+  double sum = 0.0;
+  for (int64_t j = 0; j < chosen; ++j) sum += block[j];
+  *before = sum;
   return chosen;
 }
 
-// The leaf holding each mass of `targets`, level by level.
-inline void Descend(const Tree& t, const double* targets, int64_t count,
-                    int64_t* out) {
+// The child of the block at `start` holding mass `*remaining` (as
+// NumPy's descent: the number of running sums <= it); subtracts the running
+// sum before it. Past the last running sum: the last child with positive
+// mass. kFanout: the block's size if known when compiling, else 0.
+template <int64_t kFanout>
+int64_t ChooseChild(const double* block, int64_t fanout, double* remaining) {
+  double running[kFanout ? kFanout : 1024];  // fanout <= 1024
+  running[0] = block[0];  // NumPy's cumsum: left to right.
+  for (int64_t j = 1; j < fanout; ++j) running[j] = running[j - 1] + block[j];
+  int64_t chosen = 0;
+  for (int64_t j = 0; j < fanout; ++j) chosen += running[j] <= *remaining;
+  if (chosen == fanout) {
+    double before;
+    chosen = LastPositiveChild(block, fanout, &before);
+    if (chosen > 0) *remaining -= before;
+    return chosen;
+  }
+  if (chosen > 0) *remaining -= running[chosen - 1];
+  return chosen;
+}
+
+// `Descend` for a fanout of kFanout (0: t.fanout, read at run time; a
+// constant unrolls the child scans).
+template <int64_t kFanout>
+void DescendOf(const Tree& t, const double* targets, int64_t count,
+               int64_t* out) {
+  const int64_t fanout = kFanout ? kFanout : t.fanout;
   std::vector<double> remaining(targets, targets + count);
   for (int64_t b = 0; b < count; ++b) out[b] = 0;
   for (int64_t level = t.levels - 1; level >= 0; --level) {
     const double* base = t.flat + t.offsets[level];
     if (level < t.levels - 2) {
       for (int64_t b = 0; b < count; ++b) {
-        for (int64_t j = 0; j < t.fanout; j += 8) {
-          __builtin_prefetch(base + out[b] * t.fanout + j);
+        for (int64_t j = 0; j < fanout; j += 8) {
+          __builtin_prefetch(base + out[b] * fanout + j);
         }
       }
     }
     for (int64_t b = 0; b < count; ++b) {
       const int64_t chosen =
-          ChooseChild(base + out[b] * t.fanout, t.fanout, &remaining[b]);
-      out[b] = out[b] * t.fanout + chosen;
+          ChooseChild<kFanout>(base + out[b] * fanout, fanout, &remaining[b]);
+      out[b] = out[b] * fanout + chosen;
     }
   }
+}
+
+// The leaf holding each mass of `targets`, level by level.
+inline void Descend(const Tree& t, const double* targets, int64_t count,
+                    int64_t* out) {
+  if (t.fanout == 16) return DescendOf<16>(t, targets, count, out);
+  DescendOf<0>(t, targets, count, out);
 }
 
 // `Descend` to the masses (lower + width * uniforms) * scale.
@@ -189,6 +225,11 @@ inline int64_t Mod(int64_t a, int64_t n) {
   return r < 0 ? r + n : r;
 }
 
+// Mod(a, n) for a in [-n, 2n), without a division.
+inline int64_t Wrap(int64_t a, int64_t n) {
+  return a < 0 ? a + n : (a >= n ? a - n : a);
+}
+
 // The validity of each slot (numpy_kernels.NumpyKernels.valid_mask).
 template <typename Index>
 void ValidMask(const Index* indices, int64_t count, int64_t capacity,
@@ -205,12 +246,14 @@ void ValidMask(const Index* indices, int64_t count, int64_t capacity,
     } else if (slot < stack - 1 || slot >= cursor - horizon) {
       continue;
     }
+    // Past these checks stack + horizon <= capacity: the slots of the
+    // state and the trajectory lie within one wrap of `slot`.
     bool ok = true;
     for (int64_t k = 1 - stack; k < 0 && ok; ++k) {
-      if (episode_end[Mod(slot + k, capacity)]) ok = false;
+      if (episode_end[Wrap(slot + k, capacity)]) ok = false;
     }
     for (int64_t k = 0; k < horizon && ok; ++k) {
-      const int64_t step = (slot + k) % capacity;
+      const int64_t step = Wrap(slot + k, capacity);
       if (Nonzero(terminal + step * terminal_item, terminal_item)) break;
       if (episode_end[step]) ok = false;
     }
@@ -219,20 +262,25 @@ void ValidMask(const Index* indices, int64_t count, int64_t capacity,
 }
 
 // n-step trajectories of valid slots: float32 scalar rewards, the products
-// and the left-to-right sum in float32 (NumPy's order below 8 terms).
+// and the left-to-right sum in float32 (NumPy's order below 8 terms). A
+// slot outside [0, capacity) wraps around, as NumPy's modulo does.
 inline void Trajectories(const int64_t* indices, int64_t count,
                          int64_t capacity, const uint8_t* terminal,
                          int64_t terminal_item, const float* rewards,
                          const float* discounts, int64_t horizon,
                          int64_t* next_indices, uint8_t* is_terminal,
                          float* returns) {
+  const bool near = horizon <= capacity;
   for (int64_t b = 0; b < count; ++b) {
-    const int64_t slot = indices[b];
+    const int64_t slot = indices[b] >= 0 && indices[b] < capacity
+                             ? indices[b]
+                             : Mod(indices[b], capacity);
     float total = 0.0f;
     int64_t length = horizon;
     is_terminal[b] = 0;
     for (int64_t k = 0; k < horizon; ++k) {
-      const int64_t step = (slot + k) % capacity;
+      const int64_t step = near ? Wrap(slot + k, capacity)
+                                : Mod(slot + k, capacity);
       const float term = discounts[k] * rewards[step];
       total = k == 0 ? term : total + term;
       if (Nonzero(terminal + step * terminal_item, terminal_item)) {
@@ -241,8 +289,86 @@ inline void Trajectories(const int64_t* indices, int64_t count,
         break;
       }
     }
-    next_indices[b] = (slot + length) % capacity;
+    next_indices[b] = near ? Wrap(slot + length, capacity)
+                           : Mod(slot + length, capacity);
     returns[b] = total;
+  }
+}
+
+// Interleaves `stack` frames of `pixels` items of kItem bytes:
+// item k of pixel p of `target` is sources[k]'s pixel p (frames last).
+template <int64_t kItem>
+void Interleave(const uint8_t* const* sources, int64_t pixels, int64_t stack,
+                uint8_t* target) {
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t k = 0; k < stack; ++k) {
+      std::memcpy(target + (p * stack + k) * kItem, sources[k] + p * kItem,
+                  kItem);
+    }
+  }
+}
+
+// Fills one state (`pixels * stack` items of `item` bytes, frames last)
+// with the frames at sources[0], ..., sources[stack - 1].
+inline void FillStack(const uint8_t* const* sources, int64_t pixels,
+                      int64_t item, int64_t stack, uint8_t* target) {
+  if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
+    const uint8_t *f0 = sources[0], *f1 = sources[1], *f2 = sources[2],
+                  *f3 = sources[3];
+    int64_t p = 0;
+#ifdef __SSE2__
+    // 16 pixels at a time: interleave the bytes of (f0, f1) and (f2, f3),
+    // then their 16-bit pairs, giving [f0 f1 f2 f3] per pixel at memcpy
+    // speed (the word loop below is a fifth slower).
+    for (; p + 16 <= pixels; p += 16) {
+      const __m128i a = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(f0 + p));
+      const __m128i b = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(f1 + p));
+      const __m128i c = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(f2 + p));
+      const __m128i d = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(f3 + p));
+      const __m128i ab_lo = _mm_unpacklo_epi8(a, b);
+      const __m128i ab_hi = _mm_unpackhi_epi8(a, b);
+      const __m128i cd_lo = _mm_unpacklo_epi8(c, d);
+      const __m128i cd_hi = _mm_unpackhi_epi8(c, d);
+      __m128i* o = reinterpret_cast<__m128i*>(target + 4 * p);
+      _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
+      _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
+      _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
+      _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
+    }
+#endif
+    for (; p < pixels; ++p) {
+      const uint32_t word = static_cast<uint32_t>(f0[p]) |
+                            (static_cast<uint32_t>(f1[p]) << 8) |
+                            (static_cast<uint32_t>(f2[p]) << 16) |
+                            (static_cast<uint32_t>(f3[p]) << 24);
+      std::memcpy(target + 4 * p, &word, 4);
+    }
+    return;
+  }
+  if (stack == 1) {
+    std::memcpy(target, sources[0], pixels * item);
+    return;
+  }
+  switch (item) {  // A constant size: one load and store per item.
+    case 1:
+      return Interleave<1>(sources, pixels, stack, target);
+    case 2:
+      return Interleave<2>(sources, pixels, stack, target);
+    case 4:
+      return Interleave<4>(sources, pixels, stack, target);
+    case 8:
+      return Interleave<8>(sources, pixels, stack, target);
+    default:
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t k = 0; k < stack; ++k) {
+          std::memcpy(target + (p * stack + k) * item,
+                      sources[k] + p * item, item);
+        }
+      }
   }
 }
 
@@ -258,28 +384,34 @@ inline void StacksEndingAt(const uint8_t* frames, int64_t capacity,
       sources[k] = frames + Mod(ends[row] - stack + 1 + k, capacity) *
                    frame_bytes;
     }
-    uint8_t* target = out + row * frame_bytes * stack;
-    if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
-      const uint8_t *f0 = sources[0], *f1 = sources[1], *f2 = sources[2],
-                    *f3 = sources[3];
-      for (int64_t p = 0; p < pixels; ++p) {
-        const uint32_t word = static_cast<uint32_t>(f0[p]) |
-                              (static_cast<uint32_t>(f1[p]) << 8) |
-                              (static_cast<uint32_t>(f2[p]) << 16) |
-                              (static_cast<uint32_t>(f3[p]) << 24);
-        std::memcpy(target + 4 * p, &word, 4);
-      }
-    } else if (stack == 1) {
-      std::memcpy(target, sources[0], frame_bytes);
-    } else {
-      for (int64_t p = 0; p < pixels; ++p) {
-        for (int64_t k = 0; k < stack; ++k) {
-          std::memcpy(target + (p * stack + k) * item,
-                      sources[k] + p * item, item);
-        }
-      }
-    }
+    FillStack(sources.data(), pixels, item, stack,
+              out + row * frame_bytes * stack);
   }
+}
+
+// Fills out[row] as `StacksEndingAt` with the frames
+// windows[row * stack + k], k < stack, indexed as NumPy does: an index in
+// [-capacity, 0) counts from the end. Returns false, writing nothing, if
+// an index is outside [-capacity, capacity).
+inline bool GatherStacks(const uint8_t* frames, int64_t capacity,
+                         int64_t pixels, int64_t item, int64_t stack,
+                         const int64_t* windows, int64_t rows,
+                         uint8_t* out) {
+  for (int64_t i = 0; i < rows * stack; ++i) {
+    if (windows[i] < -capacity || windows[i] >= capacity) return false;
+  }
+  const int64_t frame_bytes = pixels * item;
+  std::vector<const uint8_t*> sources(stack);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t k = 0; k < stack; ++k) {
+      const int64_t index = windows[row * stack + k];
+      sources[k] = frames + (index < 0 ? index + capacity : index) *
+                   frame_bytes;
+    }
+    FillStack(sources.data(), pixels, item, stack,
+              out + row * frame_bytes * stack);
+  }
+  return true;
 }
 
 // Copies row indices[b] of `rows` (row_bytes each) to out[b].

@@ -192,12 +192,20 @@ class TransitionsOp : public MemoryOp {
                   errors::InvalidArgument("output_shapes must have a batch "
                                           "dimension"));
       rows_.push_back(row);
+      batches_.push_back(shape.dim_size(0));  // -1: unknown.
     }
     OP_REQUIRES(context, elements_.size() == types_.size(),
                 errors::InvalidArgument("elements and Tout differ in length"));
     sampling_ = !context->HasAttr("Tindices");
     if (sampling_) {
       OP_REQUIRES_OK(context, context->GetAttr("batch_size", &batch_size_));
+      for (size_t i = 0; i < batches_.size(); ++i) {
+        OP_REQUIRES(context, batches_[i] < 0 || batches_[i] == batch_size_,
+                    errors::InvalidArgument(
+                        "batch_size is ", batch_size_, " but element ",
+                        elements_[i], " has a batch of ", batches_[i],
+                        " in output_shapes"));
+      }
     }
   }
 
@@ -215,6 +223,15 @@ class TransitionsOp : public MemoryOp {
                                           tensor.shape().DebugString()));
       OP_REQUIRES(context, tensor.NumElements() > 0,
                   errors::InvalidArgument("indices must not be empty"));
+      // The outputs' static batch dimension must be the indices' length.
+      for (size_t i = 0; i < batches_.size(); ++i) {
+        OP_REQUIRES(context,
+                    batches_[i] < 0 || batches_[i] == tensor.NumElements(),
+                    errors::InvalidArgument(
+                        "indices has ", tensor.NumElements(), " elements but "
+                        "element ", elements_[i], " has a batch of ",
+                        batches_[i], " in output_shapes"));
+      }
       given = IndicesOf(tensor);
     }
     std::lock_guard<std::mutex> lock(memory->mutex);
@@ -342,6 +359,7 @@ class TransitionsOp : public MemoryOp {
   std::vector<std::string> elements_;
   std::vector<DataType> types_;
   std::vector<TensorShape> rows_;
+  std::vector<int64_t> batches_;
   bool sampling_ = true;
   int64_t batch_size_ = 0;
 };
@@ -371,6 +389,10 @@ class SetPriorityOp : public MemoryOp {
                     " do not match indices of shape ",
                     indices_tensor.shape().DebugString(),
                     "; nothing was written"));
+    OP_REQUIRES(context, indices_tensor.dims() >= 1,
+                errors::InvalidArgument(
+                    "indices must be an array, not a scalar (as "
+                    "set_priority's)"));
     const std::vector<int64_t> indices = IndicesOf(indices_tensor);
     std::vector<double> values(indices.size());
     for (size_t i = 0; i < values.size(); ++i) {
@@ -409,6 +431,10 @@ class GetPriorityOp : public MemoryOp {
 
   void Compute(OpKernelContext* context) override {
     const Tensor& indices_tensor = context->input(0);
+    OP_REQUIRES(context, indices_tensor.dims() >= 1,
+                errors::InvalidArgument(
+                    "indices must be an array, not a scalar (as "
+                    "get_priority's)"));
     const std::vector<int64_t> indices = IndicesOf(indices_tensor);
     Tensor* output = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(

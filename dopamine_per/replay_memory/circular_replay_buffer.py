@@ -128,8 +128,8 @@ class OutOfGraphReplayBuffer(object):
       rng: None to draw indices from NumPy's global generator (``np.random``,
         as Dopamine; reproducible with ``np.random.seed``), or a
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
-      kernels: the per-batch loops: 'numpy', 'numba', 'auto' or kernels
-        (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
+      kernels: the per-batch loops: 'numpy', 'numba', 'native', 'auto' or
+        kernels (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
         environment variable, else 'auto'. Results are the same.
 
     Raises:
@@ -304,10 +304,8 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def invalid_range(self) -> np.ndarray:
-    """The slots next to the cursor that cannot be sampled.
-
-    Before the first add this is ``np.zeros(stack_size)``, as in Dopamine.
-    """
+    """The slots next to the cursor that cannot be sampled (Dopamine's:
+    ``np.zeros(stack_size)`` before the first add)."""
     if self._storage.add_count == 0:
       return np.zeros(self._stack_size)
     return invalid_range(self.cursor(), self._replay_capacity,
@@ -433,13 +431,9 @@ class OutOfGraphReplayBuffer(object):
                ) -> np.ndarray:
     """Returns ``array[start_index:end_index]``, wrapping around the end.
 
-    Args:
-      array: np.ndarray with the capacity as first dimension.
-      start_index: int, first slot (may be negative: it wraps).
-      end_index: int, exclusive end slot (may exceed the capacity: it wraps).
-
-    Returns:
-      np.ndarray of shape [end_index - start_index, ...].
+    `array` has the capacity as first dimension; `start_index` may be
+    negative and `end_index` past the capacity: both wrap. Returns an array
+    of shape [end_index - start_index, ...].
 
     Raises:
       dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
@@ -452,12 +446,9 @@ class OutOfGraphReplayBuffer(object):
   def get_observation_stack(self, index: Any) -> np.ndarray:
     """Returns the state ending at slot `index` (frames on the last axis).
 
-    Args:
-      index: int, or an integer array for a batch of states.
-
-    Returns:
-      np.ndarray of shape observation_shape + (stack_size,), with the batch
-      shape in front for an array of indices.
+    `index` is an int, or an integer array for a batch of states; the
+    result has shape observation_shape + (stack_size,), with the batch
+    shape in front for an array.
 
     Raises:
       dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
@@ -474,16 +465,10 @@ class OutOfGraphReplayBuffer(object):
     return states.reshape(indices.shape + self._state_shape)
 
   def get_terminal_stack(self, index: Any) -> np.ndarray:
-    """Returns the terminal flags of the `stack_size` slots ending at `index`.
+    """The terminal flags of the `stack_size` slots ending at `index`.
 
-    Args:
-      index: int, or an integer array.
-
-    Returns:
-      np.ndarray of shape [stack_size] (batch shape in front for an array).
-
-    Raises:
-      dopamine_per.errors.ArgumentError: as `get_observation_stack`.
+    As `get_observation_stack` (arguments, errors): shape [stack_size],
+    with the batch shape in front for an array of indices.
     """
     with self._lock:
       indices = sampling.check_stack_indices(index, self._storage.add_count,
@@ -495,9 +480,9 @@ class OutOfGraphReplayBuffer(object):
 
   def _valid_mask(self, indices: np.ndarray) -> np.ndarray:
     """Validity of a 1-D int64 array of slots (see is_valid_transition)."""
-    store = self._storage
+    store, count = self._storage, int(self._storage.counters[0])  # No call.
     return self._kernels.valid_mask(
-        indices, self._replay_capacity, store.add_count, self._update_horizon,
+        indices, self._replay_capacity, count, self._update_horizon,
         self._stack_size, store.episode_end, store.arrays['terminal'])
 
   def is_valid_transition(self, index: Any) -> Any:
@@ -527,7 +512,7 @@ class OutOfGraphReplayBuffer(object):
 
   def _sampling_range(self) -> Tuple[int, int]:
     """[low, high) of uniform draws (see `sampling.sampling_range`)."""
-    return sampling.sampling_range(self._storage.add_count,
+    return sampling.sampling_range(int(self._storage.counters[0]),
                                    self._replay_capacity, self._stack_size,
                                    self._update_horizon)
 
@@ -553,7 +538,7 @@ class OutOfGraphReplayBuffer(object):
     Every draw that lands on an invalid slot (the first ones included)
     counts against max_sample_attempts; redraws come in vectorized rounds.
     """
-    if self._storage.add_count < self._replay_capacity:
+    if self._storage.counters[0] < self._replay_capacity:
       self._sampling_range()  # Raises if too few transitions were added.
     candidates = self._draw(batch_size)
     valid = self._valid_mask(candidates)
@@ -694,8 +679,8 @@ class OutOfGraphReplayBuffer(object):
 
   def _create_batch_arrays(self, batch_size: int) -> Tuple[np.ndarray, ...]:
     """Dopamine's hook: uninitialized arrays of `batch_size`'s layout."""
-    return tuple(np.empty(element.shape, dtype=element.type)
-                 for element in self.get_transition_elements(batch_size))
+    return tuple(np.empty(e.shape, dtype=e.type)
+                 for e in self.get_transition_elements(batch_size))
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
@@ -706,26 +691,21 @@ class OutOfGraphReplayBuffer(object):
     del indices
     return np.empty(element.shape, dtype=element.type)
 
-  def as_dataset(self, batch_size: Optional[int] = None,
-                 prefetch: int = 1,
+  def as_dataset(self, batch_size: Optional[int] = None, prefetch: int = 1,
                  use_native_ops: bool = True) -> 'tf.data.Dataset':
     """Returns an endless `tf.data.Dataset` of sampled batches (eager TF2).
 
     Each element is a dict mapping the names of `get_transition_elements`
-    to tensors of their shapes and dtypes, sampled on tf.data's threads
-    (under the memory's lock, so `add` and priority updates may run
-    meanwhile): by the native op, which registers the memory (see
-    `native_memory`; call this before other threads use the memory), or by
-    `sample_transition_batch`. `prefetch` batches are sampled ahead,
-    overlapping with a `tf.function` training step, as staging does in
-    graph mode. Imports TensorFlow.
+    to tensors, sampled on tf.data's threads under the memory's lock (`add`
+    and priority updates may run meanwhile) by the native op (see
+    `native_memory`) or by `sample_transition_batch`. `prefetch` batches
+    are sampled ahead, as staging does in graph mode. Imports TensorFlow.
 
     Args:
       batch_size: int, or None for the memory's batch size.
       prefetch: int >= 0, batches sampled ahead.
       use_native_ops: bool, False for `sample_transition_batch` (also the
-        fallback, with one warning, where the native ops cannot be built
-        or cannot sample this memory).
+        fallback, with one warning, where the native ops are unavailable).
 
     Returns:
       tf.data.Dataset.
@@ -733,22 +713,15 @@ class OutOfGraphReplayBuffer(object):
     return wrapped_replay_buffer.tensorflow_side().dataset(
         self, batch_size, prefetch, use_native_ops)
 
-  # ----------------------------------------------------------- native ops
-
   def native_memory(self) -> native_memory_lib.NativeMemory:
     """This memory registered with the native TensorFlow ops (once).
 
-    From the first call on, the memory's lock is the native library's,
-    which the ops take too (see `native_memory`): make the first call
-    before other threads use the memory, as the `Wrapped*` classes do when
-    built.
-
-    Returns:
-      native_memory.NativeMemory.
+    From then on its lock is the native library's, which the ops take too:
+    register before other threads use the memory (the `Wrapped*` classes
+    and `as_dataset` do when built).
 
     Raises:
-      native_memory.UnsupportedMemoryError: If the ops cannot sample this
-        memory (the message says why).
+      native_memory.UnsupportedMemoryError: If the ops cannot sample it.
       dopamine_per.native.build.NativeBuildError: If the native library
         cannot be built (no compiler, ...).
     """

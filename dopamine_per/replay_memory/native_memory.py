@@ -50,7 +50,8 @@ class NativeLock(object):
 
   Re-entrant for the thread holding it, as the memories' RLocks are: only
   the outermost acquire takes the native mutex, through ctypes, which
-  releases the GIL while it waits.
+  releases the GIL while it waits. Owns `handle`, the native reference that
+  keeps the mutex alive, also after the memory is unregistered.
   """
 
   def __init__(self, library: ctypes.CDLL, handle: int):
@@ -59,6 +60,8 @@ class NativeLock(object):
     self._handle = handle
     self._owner = None
     self._depth = 0
+    # Not at exit: daemon threads may still take the lock then.
+    weakref.finalize(self, library.per_memory_release, handle).atexit = False
 
   def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
     """Takes the lock (blocking only; the arguments are RLock's)."""
@@ -88,12 +91,13 @@ class NativeLock(object):
 
 
 def _stock_class(memory: Any) -> Optional[type]:
-  """The library's memory class `memory` is an instance of, or None."""
-  from dopamine_per.replay_memory import circular_replay_buffer  # pylint: disable=g-import-not-at-top
-  from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
-  for cls in (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer,
-              circular_replay_buffer.OutOfGraphReplayBuffer):
-    if isinstance(memory, cls):
+  """The library's memory class that `memory`'s class is or derives from.
+
+  The nearest class of its MRO defined in dopamine_per.replay_memory (the
+  circular or the prioritized memory), or None.
+  """
+  for cls in type(memory).__mro__:
+    if cls.__module__.startswith(__package__ + '.'):
       return cls
   return None
 
@@ -111,7 +115,8 @@ def unsupported_reason(memory: Any) -> Optional[str]:
     return '{} is not a dopamine_per out-of-graph memory'.format(
         type(memory).__name__)
   for name in _SAMPLING_METHODS:
-    if getattr(type(memory), name) is not getattr(stock, name):
+    if (getattr(type(memory), name) is not getattr(stock, name) or
+        name in vars(memory)):
       return '{}.{} changes how batches are sampled'.format(
           type(memory).__name__, name)
   elements = memory.get_storage_signature()
@@ -147,11 +152,16 @@ def _address(array: np.ndarray) -> int:
 
 
 def _seed(memory: Any) -> int:
-  """The ops' generator seed: from the memory's generator's state (without
-  drawing from it), else from Python's `random` (Dopamine's source)."""
+  """The ops' generator seed, without drawing from the memory's generator.
+
+  From the state of the memory's generator (else from Python's `random`,
+  Dopamine's source) and its add count: a memory restored from a checkpoint
+  does not replay the draws its run started with.
+  """
   if memory.rng is None:
     return random.getrandbits(64)
-  state = repr(memory.rng.bit_generator.state).encode()
+  state = repr((memory.rng.bit_generator.state,
+                memory.storage.add_count)).encode()
   return int.from_bytes(hashlib.sha256(state).digest()[:8], 'little')
 
 
@@ -180,17 +190,25 @@ class NativeMemory(object):
     handle = ctypes.c_void_p()
     self.id = self._library.per_memory_create(ctypes.byref(handle))
     self._handle = handle.value
+    self._registered = True
     self.lock = NativeLock(self._library, self._handle)
     self.storage_names = [e.name for e in memory.get_storage_signature()]
     self._kept: List[Any] = []  # What the registered pointers point into.
-    self.bind(memory)
+    try:
+      self.bind(memory)
+    except BaseException:
+      self.close()
+      raise
     self._finalizer = weakref.finalize(memory, self.close)
 
   def bind(self, memory: Any) -> None:
     """(Re-)registers the memory's arrays: after a load replaced them.
 
-    The caller holds the memory's lock (or no op knows the id yet).
+    The caller holds the memory's lock (or no op knows the id yet). After
+    `close`, does nothing.
     """
+    if not self._registered:
+      return
     arrays = memory.storage.arrays
     columns = [np.ascontiguousarray(arrays[name])
                for name in self.storage_names]
@@ -238,8 +256,11 @@ class NativeMemory(object):
     self._kept = kept
 
   def close(self) -> None:
-    """Unregisters the memory: its ops fail cleanly from now on."""
-    if self._handle is not None:
+    """Unregisters the memory: its ops fail cleanly from now on.
+
+    The memory keeps `lock` (and works on without the ops).
+    """
+    if self._registered:
       self._library.per_memory_destroy(self.id, self._handle)
-      self._handle = None
+      self._registered = False
       self._kept = []

@@ -69,11 +69,13 @@ def binding(memory: Any, use_native_ops: bool
     return None
   try:
     load()
-    return memory.native_memory()
-  except (build.NativeBuildError, native_memory.UnsupportedMemoryError,
-          AttributeError) as e:
-    reason = (str(e) if not isinstance(e, AttributeError) else
-              '{} has no native_memory()'.format(type(memory).__name__))
+    register = getattr(memory, 'native_memory', None)
+    if register is None:  # Not an AttributeError raised inside it.
+      raise native_memory.UnsupportedMemoryError(
+          '{} has no native_memory()'.format(type(memory).__name__))
+    return register()
+  except (build.NativeBuildError, native_memory.UnsupportedMemoryError) as e:
+    reason = str(e)
     if reason not in _warned:
       _warned.add(reason)
       logging.warning(FALLBACK_WARNING, reason)

@@ -12,7 +12,9 @@ registered with them (`native_binding`, see `native_ops`), else a
 differs from Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
 
+import threading
 from typing import Any, List, Optional, Sequence, Tuple
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
@@ -30,6 +32,24 @@ native_binding = native_ops.binding
 # Transition elements a training step feeds its networks first; with staging
 # they do not wait for the next batch to be staged (see `sampling_ops`).
 _NETWORK_INPUTS = ('state', 'next_state')
+
+# Graph -> the memories its native ops reach (by id only): as a py_func keeps
+# its memory alive while its graph lives, so that a graph or dataset that
+# outlives its wrapper still samples. In TF2 the graph is a tf.function's or
+# a dataset function's.
+_GRAPH_MEMORIES = weakref.WeakKeyDictionary()
+_GRAPH_MEMORIES_LOCK = threading.Lock()
+
+
+def _keep_alive(memory: Any) -> None:
+  """Keeps `memory` alive while the default graph lives (not eagerly)."""
+  if tf.executing_eagerly():
+    return  # The op runs now.
+  graph = tf.compat.v1.get_default_graph()
+  with _GRAPH_MEMORIES_LOCK:
+    memories = _GRAPH_MEMORIES.setdefault(graph, [])
+    if not any(kept is memory for kept in memories):
+      memories.append(memory)
 
 
 def sampling_ops(memory: Any, use_staging: bool, native: Any = None
@@ -92,6 +112,7 @@ def _sampling_op(memory: Any, elements: Sequence[Any], name: str,
   a py_func.
   """
   if native is not None:
+    _keep_alive(memory)
     return native_ops.sample(native, elements,
                              name=name.replace('_py_func', ''))
   tensors = numpy_function.numpy_function(
@@ -100,6 +121,23 @@ def _sampling_op(memory: Any, elements: Sequence[Any], name: str,
   for tensor, element in zip(tensors, elements):
     tensor.set_shape(element.shape)
   return tensors
+
+
+def _native_indices(indices: Any) -> tf.Tensor:
+  """`indices` as the native ops take them: other integers as int64."""
+  indices = tf.convert_to_tensor(indices)
+  if indices.dtype.is_integer and indices.dtype not in (tf.int32, tf.int64):
+    indices = tf.cast(indices, tf.int64)  # As the memory takes any integer.
+  return indices
+
+
+def _native_priorities(priorities: Any) -> tf.Tensor:
+  """`priorities` as the native ops take them: other numbers as float64."""
+  priorities = tf.convert_to_tensor(priorities)
+  if ((priorities.dtype.is_integer or priorities.dtype.is_floating) and
+      priorities.dtype not in (tf.float32, tf.float64)):
+    priorities = tf.cast(priorities, tf.float64)  # Exact for these.
+  return priorities
 
 
 def set_priority_op(memory: Any, indices: Any, priorities: Any,
@@ -117,7 +155,9 @@ def set_priority_op(memory: Any, indices: Any, priorities: Any,
     `memory.set_priority`.
   """
   if native is not None:
-    return native_ops.set_priority(native, indices, priorities,
+    _keep_alive(memory)
+    return native_ops.set_priority(native, _native_indices(indices),
+                                   _native_priorities(priorities),
                                    name='prioritized_replay_set_priority')
   return numpy_function.numpy_function(
       memory.set_priority, [indices, priorities], [],
@@ -135,7 +175,8 @@ def get_priority_tensor(memory: Any, indices: Any, native: Any = None
   """
   indices = tf.convert_to_tensor(indices)
   if native is not None:
-    return native_ops.get_priority(native, indices,
+    _keep_alive(memory)
+    return native_ops.get_priority(native, _native_indices(indices),
                                    name='prioritized_replay_get_priority')
   priorities, = numpy_function.numpy_function(
       memory.get_priority, [indices], [tf.float32],
@@ -171,8 +212,12 @@ def dataset(memory: Any, batch_size: Optional[int], prefetch: int,
   names = [element.name for element in elements]
   native = native_binding(memory, use_native_ops)
   if native is not None:
-    batches_dataset = tf.data.Dataset.from_tensors(0).repeat().map(
-        lambda _: dict(zip(names, native_ops.sample(native, elements))))
+
+    def sample(unused_element):
+      _keep_alive(memory)  # While the dataset's function lives.
+      return dict(zip(names, native_ops.sample(native, elements)))
+
+    batches_dataset = tf.data.Dataset.from_tensors(0).repeat().map(sample)
     return batches_dataset.prefetch(prefetch) if prefetch else batches_dataset
 
   def batches():

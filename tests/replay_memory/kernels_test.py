@@ -14,8 +14,10 @@ from absl.testing import absltest
 import gin
 import numpy as np
 
+from dopamine_per.native import build
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import kernels
+from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import numba_kernels
 from dopamine_per.replay_memory import numpy_kernels
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -40,7 +42,46 @@ class ChooseTest(absltest.TestCase):
                      ('numpy', False))
     self.assertEqual((kernels.NUMBA.name, kernels.NUMBA.compiled),
                      ('numba', True))
-    self.assertEqual(kernels.available(), ['numpy', 'numba'])
+    self.assertEqual(kernels.available(), ['numpy', 'numba', 'native'])
+
+  def test_native(self):
+    native = kernels.choose('native')
+    self.assertIs(native, kernels.native())
+    self.assertIs(kernels.choose('native'), native)  # Created once.
+    self.assertIs(type(native), native_kernels.NativeKernels)
+    self.assertIsInstance(native, kernels.Kernels)
+    self.assertEqual((native.name, native.compiled), ('native', True))
+    self.assertIs(kernels.choose(native), native)
+
+  def test_native_without_a_compiler(self):
+    # A fresh cache and no compiler: importing `kernels` builds nothing (nor
+    # imports TensorFlow); asking for 'native' says why it cannot be built.
+    cache = fixtures.temp_dir(self)
+    script = (
+        'import os, sys\n'
+        'from dopamine_per.replay_memory import kernels\n'
+        'assert not os.listdir(sys.argv[1]), os.listdir(sys.argv[1])\n'
+        'assert "tensorflow" not in sys.modules\n'
+        'assert kernels.available() == ["numpy", "numba"]\n'
+        'for _ in range(2):\n'
+        '  try:\n'
+        '    kernels.choose("native")\n'
+        '  except ValueError as e:\n'
+        '    print(e)\n'
+        'print(kernels.choose("auto").name)\n')
+    result = subprocess.run(
+        [sys.executable, '-c', script, cache], cwd=fixtures.REPO_ROOT,
+        env=fixtures.subprocess_env(CXX='no-such-compiler',
+                                    DOPAMINE_PER_NATIVE_CACHE=cache),
+        capture_output=True, text=True, timeout=300, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    lines = result.stdout.splitlines()
+    self.assertEqual(lines[:2], [
+        "Kernels 'native' cannot be built here: no C++ compiler: "
+        "'no-such-compiler' is not on PATH (install g++, e.g. `apt-get "
+        "install g++`, or set $CXX)"] * 2)
+    self.assertEqual(lines[2:], ['numba'])
+    self.assertEqual(os.listdir(cache), [])
 
   def test_kernels_are_returned_as_they_are(self):
     own = numba_kernels.NumbaKernels()
@@ -49,15 +90,15 @@ class ChooseTest(absltest.TestCase):
   def test_unknown_names(self):
     for name in ('fortran', 'Numba', '', 'NUMPY'):
       with self.assertRaisesRegex(
-          ValueError, "Unknown kernels '{}': use 'numpy', 'numba' or "
-          "'auto'".format(name)):
+          ValueError, "Unknown kernels '{}': use 'numpy', 'numba', 'native' "
+          "or 'auto'".format(name)):
         kernels.choose(name)
 
   def test_missing_numba(self):
     with mock.patch.object(kernels, 'NUMBA', None), \
         mock.patch.object(kernels, '_NUMBA_MISSING', 'No module numba'), \
         mock.patch.object(kernels, '_fallback_logged', True):
-      self.assertEqual(kernels.available(), ['numpy'])
+      self.assertEqual(kernels.available(), ['numpy', 'native'])
       self.assertIs(kernels.choose('auto'), kernels.NUMPY)
       self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
       with self.assertRaisesRegex(
@@ -72,7 +113,8 @@ class ChooseTest(absltest.TestCase):
         'sys.modules["numba"] = None\n'
         'from dopamine_per.replay_memory import kernels\n'
         'assert kernels.NUMBA is None and kernels.numba_kernels is None\n'
-        'assert kernels.available() == ["numpy"], kernels.available()\n'
+        'assert kernels.available() == ["numpy", "native"], '
+        'kernels.available()\n'
         'assert kernels.choose("auto") is kernels.NUMPY\n'
         'try:\n'
         '  kernels.choose("numba")\n'
@@ -104,6 +146,7 @@ class EnvironmentDefaultTest(absltest.TestCase):
       self.assertIs(kernels.choose(None), kernels.NUMBA)
     for value, expected in (('numpy', kernels.NUMPY),
                             ('numba', kernels.NUMBA),
+                            ('native', kernels.native()),
                             ('auto', kernels.NUMBA)):
       with self._environment(value):
         self.assertIs(kernels.choose(), expected)
@@ -124,20 +167,32 @@ class EnvironmentDefaultTest(absltest.TestCase):
           ValueError,
           r"Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\) need Numba"):
         kernels.choose()
+    error = build.NativeBuildError('no C++ compiler')
+    with self._environment('native'), \
+        mock.patch.object(kernels, '_native', None), \
+        mock.patch.object(native_kernels.NativeKernels, '__init__',
+                          side_effect=error):
+      with self.assertRaisesRegex(
+          ValueError,
+          r"^Kernels 'native' \(from \$DOPAMINE_PER_KERNELS\) cannot be "
+          r"built here: no C\+\+ compiler$"):
+        kernels.choose()
 
 
 class OneChoiceForEveryLoopTest(absltest.TestCase):
   """The tree's, the sampling checks' and the gathers' loops follow it."""
 
   def test_the_tree(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA)):
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA),
+                         ('native', kernels.native())):
       self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
       self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
     with self.assertRaisesRegex(ValueError, "Unknown kernels 'fortran'"):
       sum_tree.SumTree(4, kernels='fortran')
 
   def test_the_memories_and_their_trees(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA)):
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA),
+                         ('native', kernels.native())):
       plain = circular_replay_buffer.OutOfGraphReplayBuffer(
           (3, 3), 4, 20, 2, kernels=name)
       self.assertIs(plain._kernels, chosen)

@@ -26,33 +26,6 @@ NUMPY = numpy_kernels.NumpyKernels()
 NUMBA = numba_kernels.NumbaKernels()
 
 
-def _priorities(rng, size):
-  """Twelve decades and zeros: a different order of sums would show."""
-  return 10.0**rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
-
-
-def _twin_trees(capacity, fanout, seed):
-  """The same random tree twice (flat arrays), and its offsets."""
-  rng = np.random.default_rng(seed)
-  flat, offsets = kernel_cases.layout(capacity, fanout)
-  flat[:capacity] = _priorities(rng, capacity)
-  NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
-  return flat, flat.copy(), offsets
-
-
-def _assert_same(test, mine, theirs):
-  """Same values, dtypes and shapes (tuples element by element)."""
-  if isinstance(theirs, tuple):
-    test.assertIsInstance(mine, tuple)
-    test.assertLen(mine, len(theirs))
-    for a, b in zip(mine, theirs):
-      _assert_same(test, a, b)
-    return
-  if isinstance(theirs, np.ndarray):
-    test.assertEqual(mine.dtype, theirs.dtype)
-  np.testing.assert_array_equal(mine, theirs)
-
-
 _FANOUTS = (2, 4, 16, 32)  # 16 has its own unrolled loops.
 
 
@@ -60,13 +33,14 @@ class TreeKernelsTest(parameterized.TestCase):
 
   @parameterized.parameters(*_FANOUTS)
   def test_update_parents(self, fanout):
-    ours, theirs, offsets = _twin_trees(fanout**3 + 5, fanout, fanout)
+    ours, theirs, offsets = kernel_cases.twin_trees(fanout**3 + 5, fanout,
+                                                    fanout)
     np.testing.assert_array_equal(ours, theirs)
     rng = np.random.default_rng(1)
     for step in range(40):
       size = int(rng.integers(1, 300))
       leaves = rng.integers(0, fanout**3 + 5, size)  # With repeats.
-      values = _priorities(rng, size)
+      values = kernel_cases.priorities(rng, size)
       ours[leaves] = theirs[leaves] = values
       if step % 2:
         leaves = leaves.astype(np.int32)
@@ -76,10 +50,10 @@ class TreeKernelsTest(parameterized.TestCase):
 
   @parameterized.parameters(*_FANOUTS)
   def test_update_leaf(self, fanout):
-    ours, theirs, offsets = _twin_trees(1000, fanout, 2)
+    ours, theirs, offsets = kernel_cases.twin_trees(1000, fanout, 2)
     rng = np.random.default_rng(2)
     for leaf in rng.integers(0, 1000, 100).tolist():
-      ours[leaf] = theirs[leaf] = float(_priorities(rng, 1)[0])
+      ours[leaf] = theirs[leaf] = float(kernel_cases.priorities(rng, 1)[0])
       total = NUMBA.update_leaf(ours, offsets, fanout, leaf)
       self.assertEqual(total, NUMPY.update_leaf(theirs, offsets, fanout,
                                                 leaf))
@@ -87,7 +61,7 @@ class TreeKernelsTest(parameterized.TestCase):
 
   @parameterized.parameters(4, 16)
   def test_set_leaves(self, fanout):
-    ours, theirs, offsets = _twin_trees(40, fanout, 3)
+    ours, theirs, offsets = kernel_cases.twin_trees(40, fanout, 3)
     rng = np.random.default_rng(3)
     smallest, largest = 2.0**-149, 3.4e38
     edges = [0.0, -0.0, smallest, largest, smallest / 4, largest * 2,
@@ -115,40 +89,42 @@ class TreeKernelsTest(parameterized.TestCase):
       if other is None:
         self.assertIsNone(mine)
       else:
-        _assert_same(self, mine, other)
+        kernel_cases.assert_same(self, mine, other)
     self.assertIsNone(NUMBA.get_leaves(leaves, np.array([50])))
 
   @parameterized.parameters(*_FANOUTS)
   def test_descend(self, fanout):
-    flat, _, offsets = _twin_trees(3000, fanout, 5)
+    flat, _, offsets = kernel_cases.twin_trees(3000, fanout, 5)
     total = NUMPY.update_parents(flat, offsets, fanout, np.zeros(1, int))
     rng = np.random.default_rng(5)
     targets = np.concatenate([rng.random(500) * total,
                               [0.0, total, np.nextafter(total, 0.0),
                                total * 1.5]])  # Past the total: rounding.
-    _assert_same(self, NUMBA.descend(flat, offsets, fanout, targets),
-                 NUMPY.descend(flat, offsets, fanout, targets))
+    kernel_cases.assert_same(self,
+                             NUMBA.descend(flat, offsets, fanout, targets),
+                             NUMPY.descend(flat, offsets, fanout, targets))
     # Targets of another dtype or layout are converted alike.
     strided = targets[::2].astype(np.float32)
-    _assert_same(self, NUMBA.descend(flat, offsets, fanout, strided),
-                 NUMPY.descend(flat, offsets, fanout, strided))
+    kernel_cases.assert_same(self,
+                             NUMBA.descend(flat, offsets, fanout, strided),
+                             NUMPY.descend(flat, offsets, fanout, strided))
 
   @parameterized.parameters(2, 16)
   def test_descend_uniforms_and_draws(self, fanout):
-    flat, _, offsets = _twin_trees(3000, fanout, 6)
+    flat, _, offsets = kernel_cases.twin_trees(3000, fanout, 6)
     scale = NUMPY.update_parents(flat, offsets, fanout, np.zeros(1, int))
     for batch in (1, 32, 257):
       lower = np.linspace(0.0, 1.0, batch + 1)[:-1]
       width = np.full(batch, 1.0 / batch)
       uniforms = np.random.default_rng(batch).random(batch)
-      _assert_same(
+      kernel_cases.assert_same(
           self, NUMBA.descend_uniforms(flat, offsets, fanout, uniforms, lower,
                                        width, scale),
           NUMPY.descend_uniforms(flat, offsets, fanout, uniforms, lower,
                                  width, scale))
       random.seed(batch)
       words = random.getrandbits(64 * batch).to_bytes(8 * batch, 'little')
-      _assert_same(
+      kernel_cases.assert_same(
           self, NUMBA.descend_draws(flat, offsets, fanout, words, lower,
                                     width, scale),
           NUMPY.descend_draws(flat, offsets, fanout, words, lower, width,
@@ -169,7 +145,7 @@ class SumTreeEquivalenceTest(parameterized.TestCase):
     for step in range(60):
       size = int(rng.integers(1, 300))
       indices = rng.integers(0, capacity, size)
-      values = _priorities(rng, size)
+      values = kernel_cases.priorities(rng, size)
       if step % 3 == 0:
         index, value = int(indices[0]), float(values[0])
         ours.set(index, value)
@@ -199,7 +175,7 @@ class SumTreeEquivalenceTest(parameterized.TestCase):
 
   def test_same_samples_from_a_generator(self):
     rng = np.random.default_rng(5)
-    priorities = _priorities(rng, 5000)
+    priorities = kernel_cases.priorities(rng, 5000)
     draws = []
     for kernels in ('numpy', 'numba'):
       tree = sum_tree.SumTree(5000, rng=np.random.default_rng(9),
@@ -280,14 +256,14 @@ class ValidMaskTest(parameterized.TestCase):
           rng, capacity, full, terminal_dtype)
       arguments = (indices, capacity, add_count, horizon, stack, episode_end,
                    terminal)
-      _assert_same(self, NUMBA.valid_mask(*arguments),
-                   NUMPY.valid_mask(*arguments))
+      kernel_cases.assert_same(self, NUMBA.valid_mask(*arguments),
+                               NUMPY.valid_mask(*arguments))
 
   def test_empty_batch(self):
     arguments = (np.zeros(0, np.int64), 10, 5, 1, 1, np.zeros(10, bool),
                  np.zeros(10, np.uint8))
-    _assert_same(self, NUMBA.valid_mask(*arguments),
-                 NUMPY.valid_mask(*arguments))
+    kernel_cases.assert_same(self, NUMBA.valid_mask(*arguments),
+                             NUMPY.valid_mask(*arguments))
 
 
 class TrajectoriesTest(parameterized.TestCase):
@@ -305,20 +281,13 @@ class TrajectoriesTest(parameterized.TestCase):
       terminal, rewards, indices = kernel_cases.trajectory_inputs(
           rng, capacity, reward_shape, reward_dtype)
       arguments = (indices, capacity, terminal, rewards, discounts)
-      _assert_same(self, NUMBA.trajectories(*arguments),
-                   NUMPY.trajectories(*arguments))
+      kernel_cases.assert_same(self, NUMBA.trajectories(*arguments),
+                               NUMPY.trajectories(*arguments))
     compiled = (horizon < 8 and reward == ((), np.float32) and
                 discount_dtype == np.float32)
     self.assertEqual(
         numba_kernels._compiled_returns(terminal, rewards, discounts),  # pylint: disable=protected-access
         compiled)
-
-
-def _garbage(shape, dtype):
-  """A C-contiguous output full of garbage, so that an unwritten row shows."""
-  out = np.empty(shape, dtype)
-  out.view(np.uint8).reshape(-1)[:] = 171
-  return out
 
 
 # (frame shape, dtype, stack): the packed path (4 frames of 1 byte: Atari),
@@ -331,22 +300,19 @@ _GENERIC = [((84, 84), np.uint8, 3), ((4,), np.float32, 1),
 _NUMPY_ONLY = [((3,), np.complex64, 2), ((3,), np.float16, 2)]
 
 
-def _frames(rng, capacity, shape, dtype):
-  return rng.integers(0, 200, (capacity,) + shape).astype(dtype)
-
-
 class StacksTest(parameterized.TestCase):
 
   @parameterized.parameters(*_PACKED, *_GENERIC, *_NUMPY_ONLY)
   def test_gather_stacks(self, shape, dtype, stack):
     rng = np.random.default_rng(0)
-    frames = _frames(rng, 50, shape, dtype)
+    frames = kernel_cases.frames(rng, 50, shape, dtype)
     for batch in (17, 1, 0):  # Odd: the 4x8 loop pairs the last row alone.
       windows = rng.integers(0, 50, (batch, stack))
-      outs = [_garbage((batch,) + shape + (stack,), dtype) for _ in range(2)]
+      outs = [kernel_cases.garbage((batch,) + shape + (stack,), dtype)
+              for _ in range(2)]
       self.assertIs(NUMBA.gather_stacks(frames, windows, outs[0]), outs[0])
       NUMPY.gather_stacks(frames, windows, outs[1])
-      _assert_same(self, *outs)
+      kernel_cases.assert_same(self, *outs)
     self.assertEqual(numba_kernels._packs_4x8(frames, stack),  # pylint: disable=protected-access
                      (shape, dtype, stack) in _PACKED)
     self.assertEqual(numba_kernels._plain(frames),  # pylint: disable=protected-access
@@ -355,31 +321,34 @@ class StacksTest(parameterized.TestCase):
   @parameterized.parameters(*_PACKED, *_GENERIC)
   def test_frames_that_are_not_plain_arrays(self, shape, dtype, stack):
     rng = np.random.default_rng(1)
-    frames = _frames(rng, 60, shape, dtype)[::2]  # Not C-contiguous.
+    # Not C-contiguous:
+    frames = kernel_cases.frames(rng, 60, shape, dtype)[::2]
     self.assertFalse(numba_kernels._plain(frames))  # pylint: disable=protected-access
     windows = rng.integers(0, 30, (9, stack))
-    outs = [_garbage((9,) + shape + (stack,), dtype) for _ in range(2)]
+    outs = [kernel_cases.garbage((9,) + shape + (stack,), dtype)
+            for _ in range(2)]
     NUMBA.gather_stacks(frames, windows, outs[0])
     NUMPY.gather_stacks(frames, windows, outs[1])
-    _assert_same(self, *outs)
+    kernel_cases.assert_same(self, *outs)
     ends = np.array([0, 1, 29, 13])
-    outs = [_garbage((4,) + shape + (stack,), dtype) for _ in range(2)]
+    outs = [kernel_cases.garbage((4,) + shape + (stack,), dtype)
+            for _ in range(2)]
     NUMBA.stacks_ending_at(frames, ends, stack, outs[0])
     NUMPY.stacks_ending_at(frames, ends, stack, outs[1])
-    _assert_same(self, *outs)
+    kernel_cases.assert_same(self, *outs)
 
   @parameterized.parameters(*_PACKED, *_GENERIC, *_NUMPY_ONLY)
   def test_stacks_ending_at_wrap_around(self, shape, dtype, stack):
     rng = np.random.default_rng(2)
-    frames = _frames(rng, 30, shape, dtype)
+    frames = kernel_cases.frames(rng, 30, shape, dtype)
     for ends in (np.concatenate([[0, 1, 29], rng.integers(0, 30, 14)]),
                  np.array([2]), np.zeros(0, np.int64)):
-      outs = [_garbage((len(ends),) + shape + (stack,), dtype)
+      outs = [kernel_cases.garbage((len(ends),) + shape + (stack,), dtype)
               for _ in range(2)]
       self.assertIs(NUMBA.stacks_ending_at(frames, ends, stack, outs[0]),
                     outs[0])
       NUMPY.stacks_ending_at(frames, ends, stack, outs[1])
-      _assert_same(self, *outs)
+      kernel_cases.assert_same(self, *outs)
 
   @parameterized.named_parameters(
       ('atari', (6, 6), np.uint8, 4, 3, (), np.float32),
@@ -391,19 +360,19 @@ class StacksTest(parameterized.TestCase):
   def test_transitions_and_states(self, shape, dtype, stack, horizon,
                                   reward_shape, reward_dtype):
     rng = np.random.default_rng(3)
-    frames = _frames(rng, 40, shape, dtype)
+    frames = kernel_cases.frames(rng, 40, shape, dtype)
     terminal = (rng.random(40) < 0.15).astype(np.uint8)
     rewards = rng.standard_normal((40,) + reward_shape).astype(reward_dtype)
     discounts = np.array([0.9**j for j in range(horizon)], np.float32)
     for batch in (13, 0):
       indices = rng.integers(0, 40, batch)
-      outs = [_garbage((2 * batch,) + shape + (stack,), dtype)
+      outs = [kernel_cases.garbage((2 * batch,) + shape + (stack,), dtype)
               for _ in range(2)]
       results = [kernels.transitions_and_states(
           frames, stack, terminal, rewards, discounts, indices, out)
                  for kernels, out in zip((NUMBA, NUMPY), outs)]
-      _assert_same(self, *results)
-      _assert_same(self, *outs)
+      kernel_cases.assert_same(self, *results)
+      kernel_cases.assert_same(self, *outs)
 
 
 def _memory(kernels, **kwargs):

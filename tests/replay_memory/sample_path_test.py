@@ -1,15 +1,22 @@
 """The path of one graph-mode prioritized sample (docs/architecture.md).
 
-A batch sampled through `WrappedPrioritizedReplayBuffer` must run Python in
-at most 6 modules of the package, each entered only from a module above it:
-no call goes back up into a module that is still running (the pattern of a
-free function taking the memory and calling back into it). The session
-runs every op on the calling thread (a negative inter-op thread count), so
-`sys.setprofile` sees the py_func's Python too.
+Through the native ops (the default; issue 24), a batch sampled through
+`WrappedPrioritizedReplayBuffer` runs no Python at all: while the session
+executes, no Python function is called, of the package or of TensorFlow.
+
+Through the `tf.numpy_function` ops (`use_native_ops=False`), it runs
+Python in at most 6 modules of the package, each entered only from a module
+above it: no call goes back up into a module that is still running (the
+pattern of a free function taking the memory and calling back into it).
+
+The session runs every op on the calling thread (a negative inter-op thread
+count), so `sys.setprofile` sees the Python that TensorFlow's kernels call
+too: every call made while the session's C++ runs (inside
+`TF_SessionRun_wrapper`) comes from TensorFlow's side.
 """
 
 import sys
-from typing import List, Tuple
+from typing import List, NamedTuple, Tuple
 
 from absl.testing import absltest
 import numpy as np
@@ -22,35 +29,62 @@ _MAX_MODULES = 6
 # Calls from one module of the package into another, for one batch with at
 # most one round of redraws (docs/architecture.md counts them).
 _MAX_CROSSINGS = 14
+# The builtin through which `Session.run` runs the graph.
+_SESSION_RUN = 'TF_SessionRun_wrapper'
 
 
 def _module(frame) -> str:
   return frame.f_globals.get('__name__', '') if frame is not None else ''
 
 
-def _trace(run) -> Tuple[List[Tuple[str, str]], List[str]]:
-  """Runs `run()` under a profiler; returns its crossings and re-entries.
+class Trace(NamedTuple):
+  """What `_trace` saw.
 
-  Returns:
-    (crossings, re-entries): each (caller module, callee module) call between
-    two modules of the package, and 'module.function' of every call into a
-    module of the package while a frame of that module is lower on the
-    stack but not the caller.
+  Attributes:
+    crossings: each (caller module, callee module) call between two modules
+      of the package.
+    reentries: 'module.function' of every call into a module of the package
+      while a frame of that module is lower on the stack but not the caller.
+    package_calls: 'module.function' of every call into the package.
+    from_tensorflow: 'module.function' (or the builtin's name) of every
+      Python or builtin call made while the session's C++ runs the graph.
   """
-  crossings, reentries = [], []
+  crossings: List[Tuple[str, str]]
+  reentries: List[str]
+  package_calls: List[str]
+  from_tensorflow: List[str]
 
-  def profile(frame, event, unused_arg):
+
+def _trace(run) -> Trace:
+  """Runs `run()` under a profiler; returns what it saw (see `Trace`)."""
+  trace = Trace([], [], [], [])
+  in_session = [0]
+
+  def profile(frame, event, arg):
+    if event in ('c_call', 'c_return', 'c_exception'):
+      if getattr(arg, '__name__', None) == _SESSION_RUN:
+        in_session[0] += 1 if event == 'c_call' else -1
+        return
+      if event == 'c_call' and in_session[0]:
+        trace.from_tensorflow.append(getattr(arg, '__name__', repr(arg)))
+      return
     if event != 'call':
       return
     callee, caller = _module(frame), _module(frame.f_back)
-    if not callee.startswith(_PACKAGE) or callee == caller:
+    if in_session[0]:
+      trace.from_tensorflow.append('{}.{}'.format(callee,
+                                                  frame.f_code.co_name))
+    if not callee.startswith(_PACKAGE):
+      return
+    trace.package_calls.append('{}.{}'.format(callee, frame.f_code.co_name))
+    if callee == caller:
       return
     if caller.startswith(_PACKAGE):
-      crossings.append((caller, callee))
+      trace.crossings.append((caller, callee))
     below = frame.f_back
     while below is not None:
       if _module(below) == callee:
-        reentries.append('{}.{}'.format(callee, frame.f_code.co_name))
+        trace.reentries.append('{}.{}'.format(callee, frame.f_code.co_name))
         break
       below = below.f_back
 
@@ -59,10 +93,13 @@ def _trace(run) -> Tuple[List[Tuple[str, str]], List[str]]:
     run()
   finally:
     sys.setprofile(None)
-  return crossings, reentries
+  return trace
 
 
-class SamplePathTest(absltest.TestCase):
+class SamplePathTestBase(absltest.TestCase):
+  """A full Atari-shaped prioritized memory and a session sampling it."""
+
+  use_native_ops: bool
 
   def setUp(self):
     super().setUp()
@@ -70,7 +107,8 @@ class SamplePathTest(absltest.TestCase):
     with graph.as_default():
       self.wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
           observation_shape=(84, 84), stack_size=4, replay_capacity=1000,
-          batch_size=32, update_horizon=3)
+          batch_size=32, update_horizon=3,
+          use_native_ops=self.use_native_ops)
       self.state = self.wrapped.transition['state']
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=-1)
     self.session = tf.compat.v1.Session(graph=graph, config=config)
@@ -82,15 +120,32 @@ class SamplePathTest(absltest.TestCase):
           t % 97 == 96, priority=None)
     self.session.run(self.state)  # Compiles and caches on the first run.
 
+
+class PythonSamplePathTest(SamplePathTestBase):
+  """The `tf.numpy_function` ops: the memory's Python sampling."""
+
+  use_native_ops = False
+
   def test_a_sample_goes_down_six_modules(self):
-    crossings, reentries = _trace(lambda: self.session.run(self.state))
-    modules = {callee for _, callee in crossings}
-    modules.update(caller for caller, _ in crossings)
+    self.assertEqual(self.state.op.type, 'PyFunc')
+    trace = _trace(lambda: self.session.run(self.state))
+    modules = {callee for _, callee in trace.crossings}
+    modules.update(caller for caller, _ in trace.crossings)
     self.assertIn('dopamine_per.replay_memory.numpy_function', modules)
     self.assertIn('dopamine_per.replay_memory.numba_kernels', modules)
     self.assertLessEqual(len(modules), _MAX_MODULES, sorted(modules))
-    self.assertEqual(reentries, [])
-    self.assertLessEqual(len(crossings), _MAX_CROSSINGS, crossings)
+    self.assertEqual(trace.reentries, [])
+    self.assertLessEqual(len(trace.crossings), _MAX_CROSSINGS,
+                         trace.crossings)
+
+  def test_the_tracer_sees_the_python_tensorflow_calls(self):
+    # What the native test below finds empty is not empty by construction:
+    # the py_func's calls all come from TensorFlow's side.
+    trace = _trace(lambda: self.session.run(self.state))
+    self.assertTrue(trace.package_calls)
+    self.assertContainsSubset(trace.package_calls, trace.from_tensorflow)
+    self.assertIn('dopamine_per.replay_memory.circular_replay_buffer.'
+                  'sample_transition_batch', trace.from_tensorflow)
 
   def test_the_tracer_sees_a_call_back_up(self):
     # A hook that calls back into a module still running is caught.
@@ -102,10 +157,38 @@ class SamplePathTest(absltest.TestCase):
       return original(count)
 
     memory._draw = draw_calling_up  # pylint: disable=protected-access
-    _, reentries = _trace(lambda: self.session.run(self.state))
+    trace = _trace(lambda: self.session.run(self.state))
     self.assertIn(
         'dopamine_per.replay_memory.circular_replay_buffer.'
-        'is_valid_transition', reentries)
+        'is_valid_transition', trace.reentries)
+
+
+class NativeSamplePathTest(SamplePathTestBase):
+  """The native ops (the default): no Python on the graph's sample path."""
+
+  use_native_ops = True
+
+  def test_a_sample_runs_no_python(self):
+    self.assertEqual(self.state.op.type, 'DopaminePerSampleTransitions')
+    for fetch in (self.state, self.wrapped.transition):
+      trace = _trace(lambda: self.session.run(fetch))  # pylint: disable=cell-var-from-loop
+      self.assertEqual(trace.package_calls, [])
+      self.assertEqual(trace.from_tensorflow, [])
+
+  def test_a_priority_update_runs_no_python(self):
+    graph = self.state.graph
+    with graph.as_default():
+      indices = self.wrapped.transition['indices']
+      update = self.wrapped.tf_set_priority(
+          indices, tf.cast(indices, tf.float32) + 1.0)
+      priorities = self.wrapped.tf_get_priority(indices)
+    self.session.run([update, priorities])
+    trace = _trace(lambda: self.session.run([update, priorities]))
+    self.assertEqual(trace.package_calls, [])
+    self.assertEqual(trace.from_tensorflow, [])
+
+
+del SamplePathTestBase  # Not a test itself.
 
 
 if __name__ == '__main__':

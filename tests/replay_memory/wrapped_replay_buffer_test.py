@@ -4,8 +4,14 @@ Graph mode (tf.compat.v1 sessions, as Dopamine's TF agents run) for
 `WrappedReplayBuffer` and `WrappedPrioritizedReplayBuffer`: shapes, dtypes,
 fresh sampling per run, staging and its one-batch lag, the priority ops,
 concurrency, errors and gin. Eager mode for `as_dataset`.
+
+Each graph-mode test class runs on the native ops (the default) and, as its
+`...PyFuncTest` twin, on the `tf.numpy_function` ops (`use_native_ops=False`):
+both must behave alike. Where they differ (op names and types, error
+classes), the tests say which path expects what.
 """
 
+import gc
 import json
 import subprocess
 import sys
@@ -43,11 +49,19 @@ def _fill(replay, count, seed=0, episode=25):
 
 
 class GraphTestCase(graph_util.GraphTestCase):
-  """A graph and session per test, and a wrapper factory."""
+  """A graph and session per test, and a wrapper factory.
+
+  Attributes:
+    use_native_ops: bool, what the factory's wrappers sample through (the
+      native ops, the default, or the `tf.numpy_function` ops).
+  """
+
+  use_native_ops = True
 
   def wrapper(self, prioritized=True, **kwargs):
     config = dict(observation_shape=(3, 3), stack_size=2,
-                  replay_capacity=100, batch_size=8, update_horizon=2)
+                  replay_capacity=100, batch_size=8, update_horizon=2,
+                  use_native_ops=self.use_native_ops)
     config.update(kwargs)
     cls = (prioritized_replay_buffer.WrappedPrioritizedReplayBuffer
            if prioritized else circular_replay_buffer.WrappedReplayBuffer)
@@ -139,11 +153,16 @@ class SamplingOpsTest(GraphTestCase):
     self.assertIs(replay.states, replay.transition['state'])
     self.assertIs(replay.next_rewards, replay.transition['next_reward'])
     self.assertIs(replay.indices, replay.transition['indices'])
-    self.assertIn('replay_sample_py_func',
-                  replay.transition['state'].op.name)
-    # Handed over without TF's per-output conversion (numpy_function_test).
-    self.assertTrue(numpy_function.uses_direct_outputs(
-        replay.transition['state'].op))
+    op = replay.transition['state'].op
+    self.assertTrue(all(tensor.op is op
+                        for tensor in replay.transition.values()))
+    if self.use_native_ops:
+      self.assertEqual(op.name, 'sample_replay/replay_sample')
+      self.assertEqual(op.type, 'DopaminePerSampleTransitions')
+    else:
+      self.assertIn('replay_sample_py_func', op.name)
+      # Handed over without TF's per-output conversion (numpy_function_test).
+      self.assertTrue(numpy_function.uses_direct_outputs(op))
 
   @parameterized.parameters(True, False)
   def test_each_run_samples_a_fresh_batch(self, prioritized):
@@ -169,8 +188,62 @@ class SamplingOpsTest(GraphTestCase):
   def test_sampling_error_surfaces_as_tf_error(self):
     replay = self.wrapper()
     _fill(replay, 1)
-    with self.assertRaisesRegex(tf.errors.OpError, 'Cannot sample a batch'):
+    # The memory's RuntimeError is an UnknownError through the py_func; the
+    # native op says what it is.
+    error = (tf.errors.FailedPreconditionError if self.use_native_ops else
+             tf.errors.UnknownError)
+    with self.assertRaisesRegex(
+        error, r'Cannot sample a batch with fewer than stack size \(2\) \+ '
+        r'update_horizon \(2\) transitions'):
       self.session.run(replay.indices)
+
+  def test_an_empty_sum_tree_is_an_error(self):
+    replay = self.wrapper()
+    _fill(replay, 20)
+    replay.memory.set_priority(np.arange(100), 0.0)
+    error = (tf.errors.FailedPreconditionError if self.use_native_ops else
+             tf.errors.InvalidArgumentError)
+    with self.assertRaisesRegex(error, 'Cannot sample from an empty sum tree'):
+      self.session.run(replay.indices)
+
+  def test_batches_larger_than_the_capacity(self):
+    # The native op refuses them (a batch repeating transitions is a
+    # configuration error), before drawing anything.
+    for prioritized in (True, False):
+      replay = self.wrapper(prioritized=prioritized, replay_capacity=10,
+                            batch_size=16)
+      _fill(replay, 40)
+      with self.assertRaisesRegex(
+          tf.errors.InvalidArgumentError,
+          "batch_size 16 exceeds the replay memory's capacity 10"):
+        self.session.run(replay.transition)
+
+  def check_batches_larger_than_the_capacity(self):
+    # As in Dopamine, a batch may hold a transition more than once.
+    for prioritized in (True, False):
+      replay = self.wrapper(prioritized=prioritized, replay_capacity=10,
+                            batch_size=16)
+      _fill(replay, 40)
+      batch = self.session.run(replay.transition)
+      expected = replay.memory.sample_transition_batch(
+          indices=batch['indices'])
+      for element, value in zip(replay.memory.get_transition_elements(),
+                                expected):
+        np.testing.assert_array_equal(batch[element.name], value,
+                                      err_msg=element.name)
+
+  def test_the_graph_keeps_the_memory_alive(self):
+    # As a py_func holds its memory while its graph lives, so do the native
+    # ops: a graph that outlives its wrapper still samples and sets
+    # priorities.
+    replay = self.wrapper()
+    _fill(replay, 40)
+    indices = replay.indices
+    update = replay.tf_set_priority(indices, tf.ones([8]) * 0.5)
+    del replay
+    gc.collect()
+    self.session.run(update)
+    self.assertEqual(self.session.run(indices).shape, (8,))
 
 
 class StagingTest(GraphTestCase):
@@ -244,7 +317,13 @@ class StagingTest(GraphTestCase):
         'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
         'replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(\n'
         '    (3, 3), 2, use_staging=True, replay_capacity=100, batch_size=8,\n'
-        '    update_horizon=2)\n'
+        '    update_horizon=2, use_native_ops=' + repr(self.use_native_ops) +
+        ')\n'
+        'types = {op.type for op in\n'
+        '         tf.compat.v1.get_default_graph().get_operations()}\n'
+        'assert ("DopaminePerSampleTransitions" in types, "PyFunc" in types)'
+        ' == (' + repr(self.use_native_ops) + ', not ' +
+        repr(self.use_native_ops) + '), types\n'
         'for i in range(90):\n'
         '  replay.add(np.full((3, 3), i, np.uint8), 0, 1.0, int(i % 25 == 24),\n'
         '             1.0)\n'
@@ -342,28 +421,57 @@ class PriorityOpsTest(GraphTestCase):
     _fill(replay, 20)
     indices = np.arange(2, 9, dtype=np.int32)
     setter = replay.tf_set_priority(indices, np.arange(7.0))
-    self.assertTrue(numpy_function.uses_direct_outputs(setter))
-    self.session.run(setter)
+    self.assertIsInstance(setter, tf.Operation)
+    self.assertEqual(setter.outputs, [])
     fetched = replay.tf_get_priority(np.flip(indices))
-    self.assertTrue(numpy_function.uses_direct_outputs(fetched.op))
+    if self.use_native_ops:
+      self.assertEqual(setter.name, 'prioritized_replay_set_priority')
+      self.assertEqual(setter.type, 'DopaminePerSetPriority')
+      self.assertEqual(fetched.op.name, 'prioritized_replay_get_priority')
+      self.assertEqual(fetched.op.type, 'DopaminePerGetPriority')
+    else:
+      self.assertEqual(setter.name,
+                       'prioritized_replay_set_priority_py_func')
+      self.assertTrue(numpy_function.uses_direct_outputs(setter))
+      self.assertIn('prioritized_replay_get_priority_py_func',
+                    fetched.op.name)
+      self.assertTrue(numpy_function.uses_direct_outputs(fetched.op))
+    self.session.run(setter)
     self.assertEqual(fetched.shape.as_list(), [7])
     self.assertEqual(fetched.dtype, tf.float32)
-    self.assertIn('prioritized_replay_get_priority_py_func', fetched.op.name)
     np.testing.assert_array_equal(self.session.run(fetched),
                                   np.arange(7.0)[::-1])
 
-  def test_int64_indices(self):
+  @parameterized.product(
+      index_dtype=[tf.int64, tf.int32, tf.int16, tf.uint8],
+      priority_dtype=[tf.float32, tf.float64, tf.float16, tf.int32])
+  def test_index_and_priority_dtypes(self, index_dtype, priority_dtype):
+    # The memory takes any integer indices and any real priorities.
     replay = self.wrapper()
     _fill(replay, 20)
-    indices = tf.constant([3, 4], dtype=tf.int64)
-    self.session.run(replay.tf_set_priority(indices, [0.25, 0.5]))
+    indices = tf.constant([3, 4], dtype=index_dtype)
+    priorities = tf.constant([2, 5], dtype=priority_dtype) / tf.constant(
+        4, dtype=priority_dtype) if priority_dtype.is_floating else (
+            tf.constant([2, 5], dtype=priority_dtype))
+    self.session.run(replay.tf_set_priority(indices, priorities))
     np.testing.assert_array_equal(
-        self.session.run(replay.tf_get_priority(indices)), [0.25, 0.5])
+        self.session.run(replay.tf_get_priority(indices)),
+        [0.5, 1.25] if priority_dtype.is_floating else [2.0, 5.0])
+
+  def test_a_scalar_priority_applies_to_every_index(self):
+    replay = self.wrapper()
+    _fill(replay, 20)
+    indices = tf.constant([[3, 4], [5, 6]])
+    self.session.run(replay.tf_set_priority(indices, 0.75))
+    np.testing.assert_array_equal(
+        self.session.run(replay.tf_get_priority(indices)),
+        np.full((2, 2), 0.75))
 
   @parameterized.parameters(
       ([3, 4], [1.0, float('nan')], 'nan'),
       ([3, 4], [1.0, -2.0], '-2'),
       ([3, 100], [1.0, 1.0], r'\[0, 100\). Got: 100'),
+      ([-1, 4], [1.0, 1.0], r'\[0, 100\). Got: -1'),
       ([3, 4, 5], [1.0, 1.0], 'do not match'),
   )
   def test_bad_priority_update_raises_and_writes_nothing(self, indices,
@@ -377,6 +485,13 @@ class PriorityOpsTest(GraphTestCase):
       self.session.run(op)
     np.testing.assert_array_equal(replay.memory.get_priority(np.arange(100)),
                                   before)
+
+  def test_bad_index_to_get_raises(self):
+    replay = self.wrapper()
+    _fill(replay, 20)
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r'\[0, 100\). Got: 100'):
+      self.session.run(replay.tf_get_priority(tf.constant([3, 100])))
 
 
 class ConcurrencyTest(GraphTestCase):
@@ -420,6 +535,25 @@ class ConcurrencyTest(GraphTestCase):
       np.testing.assert_array_equal(replay.memory._store[name], array)
 
 
+class SamplingOpsPyFuncTest(SamplingOpsTest):
+  use_native_ops = False
+
+  def test_batches_larger_than_the_capacity(self):
+    self.check_batches_larger_than_the_capacity()
+
+
+class StagingPyFuncTest(StagingTest):
+  use_native_ops = False
+
+
+class PriorityOpsPyFuncTest(PriorityOpsTest):
+  use_native_ops = False
+
+
+class ConcurrencyPyFuncTest(ConcurrencyTest):
+  use_native_ops = False
+
+
 class GinTest(absltest.TestCase):
 
   def test_gin_file_configures_the_wrapper(self):
@@ -457,15 +591,16 @@ class GinTest(absltest.TestCase):
 class DatasetTest(parameterized.TestCase):
   """The eager TF2 path: batches as a tf.data.Dataset."""
 
-  @parameterized.parameters(True, False)
-  def test_element_spec_and_batches(self, prioritized):
+  @parameterized.product(prioritized=[True, False],
+                         use_native_ops=[True, False])
+  def test_element_spec_and_batches(self, prioritized, use_native_ops):
     cls = (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
            if prioritized else circular_replay_buffer.OutOfGraphReplayBuffer)
     memory = cls((3, 3), 2, 100, 8, update_horizon=2)
     for i in range(60):
       args = [np.full((3, 3), i, np.uint8), i % 3, 1.0, int(i % 20 == 19)]
       memory.add(*(args + [None] if prioritized else args))
-    dataset = memory.as_dataset()
+    dataset = memory.as_dataset(use_native_ops=use_native_ops)
     for element in memory.get_transition_elements():
       spec = dataset.element_spec[element.name]
       self.assertEqual(spec.shape.as_list(), list(element.shape))
@@ -476,10 +611,14 @@ class DatasetTest(parameterized.TestCase):
       expected = memory.sample_transition_batch(indices=batch['indices'])
       for element, value in zip(memory.get_transition_elements(), expected):
         np.testing.assert_array_equal(batch[element.name], value)
-    self.assertEqual(
-        memory.as_dataset(batch_size=5).element_spec['state'].shape[0], 5)
+    small = memory.as_dataset(batch_size=5, use_native_ops=use_native_ops)
+    self.assertEqual(small.element_spec['state'].shape[0], 5)
+    batch = next(iter(small))
+    self.assertEqual(batch['state'].shape[0], 5)
+    self.assertEqual(batch['indices'].shape, (5,))
 
-  def test_training_loop_with_priority_updates(self):
+  @parameterized.parameters(True, False)
+  def test_training_loop_with_priority_updates(self, use_native_ops):
     memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
         (4,), 1, 200, 16, observation_dtype=np.float32)
     for i in range(150):
@@ -490,11 +629,23 @@ class DatasetTest(parameterized.TestCase):
     def td_error(batch):
       return tf.reduce_mean(batch['state'], axis=[1, 2]) + 1.0
 
-    for batch in memory.as_dataset().take(5):
+    for batch in memory.as_dataset(use_native_ops=use_native_ops).take(5):
       errors = td_error(batch).numpy()
       memory.set_priority(batch['indices'].numpy(), errors)
       np.testing.assert_allclose(
           memory.get_priority(batch['indices'].numpy()), errors)
+
+  @parameterized.parameters(True, False)
+  def test_the_dataset_keeps_the_memory_alive(self, use_native_ops):
+    # A dataset outliving every other reference to its memory still samples.
+    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        (3, 3), 2, 100, 8)
+    for i in range(60):
+      memory.add(np.full((3, 3), i, np.uint8), 0, 1.0, 0, None)
+    dataset = memory.as_dataset(use_native_ops=use_native_ops)
+    del memory
+    gc.collect()
+    self.assertEqual(next(iter(dataset))['indices'].shape, (8,))
 
 
 if __name__ == '__main__':

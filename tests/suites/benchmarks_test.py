@@ -103,7 +103,7 @@ class CommonTest(absltest.TestCase):
 
   def test_kernels_of_our_names(self):
     self.assertEqual([common.kernels_of(n) for n in common.OURS],
-                     ['numba', 'numpy'])
+                     ['numba', 'native', 'numpy'])
     self.assertIsNone(common.kernels_of('ours'))
     self.assertIsNone(common.kernels_of('cpprb'))
     self.assertEqual(common.kernels_environ('numpy'),
@@ -224,14 +224,18 @@ class CommandTest(absltest.TestCase):
         distributed_step_rounds=2,
         distributed_steps=2,
         actor_steps=100,
-        actor_rounds=1)
+        actor_rounds=1,
+        native_transitions=600,
+        native_rounds=2,
+        native_steps=2)
     messages = []
     document = benchmarks_main.run(settings, progress=messages.append)
     self.assertTrue(document.startswith('# Benchmark results\n'))
     self.assertIn('- packages: tensorflow ', document)
     for heading in ('## Sum tree', '## Atari-shaped prioritized replay memory',
                     '## TF wrapper: sampling and staging',
-                    '## Distributed: sharded memory and actors on a local Ray'):
+                    '## Distributed: sharded memory and actors on a local Ray',
+                    '## Native ops: graph-mode sampling without Python'):
       self.assertIn('\n' + heading + '\n', document)
     self.assertIn('| add, fresh pages, per transition |', document)
     self.assertIn('| add, pages touched, per transition |', document)

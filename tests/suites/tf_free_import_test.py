@@ -135,7 +135,8 @@ class TensorFlowFreeImportTest(absltest.TestCase):
     # Issue 23: every TensorFlow body of the wrappers and `as_dataset` is
     # reached through `wrapped_replay_buffer.tensorflow_side`. With it
     # handing out a stand-in, each goes to the stand-in, and any other way
-    # to TensorFlow would show up in sys.modules.
+    # to TensorFlow would show up in sys.modules. The wrappers ask it for
+    # the memory's native binding (issue 24) and hand that to every op.
     _run("""
         from dopamine_per.replay_memory import wrapped_replay_buffer
         calls = []
@@ -144,29 +145,34 @@ class TensorFlowFreeImportTest(absltest.TestCase):
 
           def __getattr__(self, name):
             def build(memory, *args):
-              calls.append((name, type(memory).__name__))
+              # The last argument: use_native_ops, or the native binding.
+              calls.append((name, type(memory).__name__, args[-1]))
+              if name == 'native_binding':
+                return 'binding' if args[-1] else None
               elements = memory.get_transition_elements()
               return [element.name for element in elements], None
             return build
 
         wrapped_replay_buffer.tensorflow_side = StandIn
         plain = circular_replay_buffer.WrappedReplayBuffer(
-            (4,), 2, replay_capacity=50, batch_size=8)
+            (4,), 2, replay_capacity=50, batch_size=8, use_native_ops=False)
         prioritized = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
             (4,), 2, replay_capacity=50, batch_size=8)
         assert prioritized.indices == 'indices', prioritized.indices
         prioritized.tf_set_priority([0], [1.0])
         prioritized.tf_get_priority([0])
         plain.memory.as_dataset()
-        prioritized.memory.as_dataset(4)
+        prioritized.memory.as_dataset(4, use_native_ops=False)
         plain_name, prioritized_name = (
             'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer')
-        assert calls == [('sampling_ops', plain_name),
-                         ('sampling_ops', prioritized_name),
-                         ('set_priority_op', prioritized_name),
-                         ('get_priority_tensor', prioritized_name),
-                         ('dataset', plain_name),
-                         ('dataset', prioritized_name)], calls
+        assert calls == [('native_binding', plain_name, False),
+                         ('sampling_ops', plain_name, None),
+                         ('native_binding', prioritized_name, True),
+                         ('sampling_ops', prioritized_name, 'binding'),
+                         ('set_priority_op', prioritized_name, 'binding'),
+                         ('get_priority_tensor', prioritized_name, 'binding'),
+                         ('dataset', plain_name, True),
+                         ('dataset', prioritized_name, False)], calls
         """)
 
   def test_the_tensorflow_side_imports_tensorflow(self):

@@ -2,12 +2,19 @@
 
 The kernels take a tree as a flat float64 array of all levels and the
 offsets where each level starts (docs/architecture.md#the-sum-trees-flat-
-layout), and a memory's state as its counters and per-slot arrays.
+layout), and a memory's state as its counters and per-slot arrays. The
+tests of compiled kernels compare them with NumPy's (`assert_same`) on
+these inputs.
 """
 
 from typing import Any, Tuple
 
+from absl.testing import absltest
 import numpy as np
+
+from dopamine_per.replay_memory import numpy_kernels
+
+_NUMPY = numpy_kernels.NumpyKernels()
 
 
 def layout(capacity: int, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -49,3 +56,46 @@ def trajectory_inputs(rng: np.random.Generator, capacity: int,
              10.0**rng.integers(-6, 6, (capacity,) + reward_shape)
             ).astype(reward_dtype)
   return terminal, rewards, rng.integers(0, capacity, 50)
+
+
+def priorities(rng: np.random.Generator, size: int) -> np.ndarray:
+  """Twelve decades and zeros: a different order of sums would show."""
+  return 10.0**rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
+
+
+def twin_trees(capacity: int, fanout: int, seed: int
+              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The same random tree twice (flat arrays), and its offsets."""
+  rng = np.random.default_rng(seed)
+  flat, offsets = layout(capacity, fanout)
+  flat[:capacity] = priorities(rng, capacity)
+  _NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
+  return flat, flat.copy(), offsets
+
+
+def assert_same(test: absltest.TestCase, mine: Any, theirs: Any) -> None:
+  """Same values, dtypes and shapes (tuples element by element)."""
+  if isinstance(theirs, tuple):
+    test.assertIsInstance(mine, tuple)
+    test.assertLen(mine, len(theirs))
+    for a, b in zip(mine, theirs):
+      assert_same(test, a, b)
+    return
+  if isinstance(theirs, np.ndarray):
+    test.assertIsInstance(mine, np.ndarray)
+    test.assertEqual(mine.dtype, theirs.dtype)
+    test.assertEqual(mine.shape, theirs.shape)
+  np.testing.assert_array_equal(mine, theirs)
+
+
+def garbage(shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
+  """A C-contiguous output full of garbage, so that an unwritten row shows."""
+  out = np.empty(shape, dtype)
+  out.view(np.uint8).reshape(-1)[:] = 171
+  return out
+
+
+def frames(rng: np.random.Generator, capacity: int, shape: Tuple[int, ...],
+           dtype: Any) -> np.ndarray:
+  """Random frames [capacity, *shape] of `dtype`."""
+  return rng.integers(0, 200, (capacity,) + shape).astype(dtype)

@@ -1,0 +1,835 @@
+// The replay kernels as a CPython extension module, for
+// dopamine_per/replay_memory/native_kernels.py: the loops of replay_core.h
+// called straight from Python (METH_FASTCALL), without ctypes' cost per
+// call. C API only: arrays come in through the buffer protocol, and every
+// buffer's type, length, layout and alignment is checked, and a tree's
+// offsets against its flat array, before a loop reads or writes it.
+//
+// Each function returns NotImplemented for arguments it does not cover
+// (another dtype, a strided or misaligned array, a tree laid out otherwise,
+// an empty batch, a descent leaving the tree's rows): the caller then runs
+// NumPy's loop, which gives the reference result or error. Otherwise it
+// returns its result, or True when it filled the output arrays the caller
+// passed in (np.empty). Only a wrong number of arguments raises.
+//
+// The loops give the bits of numpy_kernels.py (replay_core.h's arithmetic).
+// Loops over large batches run without the GIL; they then read their
+// inputs once, or from a copy, so that another thread writing them cannot
+// take an index out of bounds.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "replay_core.h"
+
+namespace dopamine_per {
+namespace {
+
+// Batches from this size on run without the GIL (per kernel family).
+constexpr int64_t kTreeBatchWithoutGil = 256;
+constexpr int64_t kSlotBatchWithoutGil = 1024;
+// Frame copies from this many bytes on run without the GIL.
+constexpr int64_t kCopyBytesWithoutGil = 64 * 1024;
+// The most levels a tree may have (a fanout of 2 over 2**62 leaves).
+constexpr int64_t kMaxLevels = 64;
+// The largest fanout of the C sums (their scratch arrays).
+constexpr int64_t kMaxFanout = 1024;
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+constexpr char kNativeOrder = '<';
+constexpr bool kLittleEndian = true;
+#else
+constexpr char kNativeOrder = '>';
+constexpr bool kLittleEndian = false;
+#endif
+
+// An item's kind, from its struct format: bool, signed or unsigned
+// integer, float, complex; 0 for anything else (objects, records,
+// the other byte order).
+enum Kind : char {
+  kOther = 0,
+  kBool = '?',
+  kSigned = 'i',
+  kUnsigned = 'u',
+  kFloat = 'f',
+  kComplex = 'c',
+};
+
+Kind KindOf(const char* format) {
+  if (format == nullptr) return kUnsigned;  // Plain bytes.
+  if (*format == '@' || *format == '=' || *format == kNativeOrder) ++format;
+  if (format[0] == 'Z') {
+    return format[1] != '\0' && std::strchr("efdg", format[1]) != nullptr &&
+                   format[2] == '\0'
+               ? kComplex
+               : kOther;
+  }
+  if (format[0] == '\0' || format[1] != '\0') return kOther;
+  switch (format[0]) {
+    case '?':
+      return kBool;
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+      return kSigned;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+      return kUnsigned;
+    case 'e': case 'f': case 'd': case 'g':
+      return kFloat;
+    default:
+      return kOther;
+  }
+}
+
+// A C-contiguous buffer of an argument, released when it goes out of scope.
+class Array {
+ public:
+  Array() { view_.obj = nullptr; }
+  ~Array() {
+    if (view_.obj != nullptr) PyBuffer_Release(&view_);
+  }
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+
+  // Takes `object`'s buffer: C-contiguous, of one simple item type,
+  // `ndim` dimensions (any if < 0), aligned for its items, writable if
+  // asked. False, with no exception set, if it has no such buffer.
+  // (Writability is read from the buffer, not requested: NumPy's check on
+  // request costs as much again as the rest.)
+  bool Take(PyObject* object, int ndim, bool writable = false) {
+    if (PyObject_GetBuffer(object, &view_,
+                           PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+      view_.obj = nullptr;
+      PyErr_Clear();
+      return false;
+    }
+    kind_ = KindOf(view_.format);
+    const uintptr_t alignment = view_.itemsize < 8 ? view_.itemsize : 8;
+    return kind_ != kOther && view_.itemsize > 0 &&
+           !(writable && view_.readonly) &&
+           (ndim < 0 ? view_.ndim >= 1 : view_.ndim == ndim) &&
+           (alignment == 0 ||
+            reinterpret_cast<uintptr_t>(view_.buf) % alignment == 0);
+  }
+
+  // Whether the items are of `kind` and `itemsize` bytes.
+  bool Is(Kind kind, Py_ssize_t itemsize) const {
+    return kind_ == kind && view_.itemsize == itemsize;
+  }
+  // Integers or bools: flags whose bytes the loops test for nonzero.
+  bool IsFlags() const {
+    return kind_ == kBool || kind_ == kSigned || kind_ == kUnsigned;
+  }
+  bool IsInt64() const { return Is(kSigned, 8); }
+  bool IsInt32() const { return Is(kSigned, 4); }
+  bool IsDouble() const { return Is(kFloat, 8); }
+  bool IsFloat() const { return Is(kFloat, 4); }
+  bool IsBool() const { return Is(kBool, 1); }
+  bool SameItems(const Array& other) const {
+    return kind_ == other.kind_ && view_.itemsize == other.view_.itemsize;
+  }
+
+  // The length of the first axis, and of axis `axis`.
+  int64_t length() const { return view_.shape[0]; }
+  int64_t dim(int axis) const { return view_.shape[axis]; }
+  int ndim() const { return view_.ndim; }
+  int64_t bytes() const { return view_.len; }
+  int64_t itemsize() const { return view_.itemsize; }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(view_.buf);
+  }
+
+ private:
+  Py_buffer view_;
+  Kind kind_ = kOther;
+};
+
+// An int64 argument (a Python int or anything with __index__).
+bool Int(PyObject* object, int64_t* out) {
+  const long long value = PyLong_AsLongLong(object);
+  if (value == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+// A float64 argument (a float, or anything with __float__ or __index__).
+bool Double(PyObject* object, double* out) {
+  if (PyFloat_CheckExact(object)) {
+    *out = PyFloat_AS_DOUBLE(object);
+    return true;
+  }
+  const double value = PyFloat_AsDouble(object);
+  if (value == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+bool CheckArguments(const char* name, Py_ssize_t given, Py_ssize_t wanted) {
+  if (given == wanted) return true;
+  PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name,
+               wanted, given);
+  return false;
+}
+
+// Releases the GIL for its lifetime if asked to.
+class WithoutGil {
+ public:
+  explicit WithoutGil(bool release)
+      : state_(release ? PyEval_SaveThread() : nullptr) {}
+  ~WithoutGil() {
+    if (state_ != nullptr) PyEval_RestoreThread(state_);
+  }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+PyObject* NotCovered() { Py_RETURN_NOTIMPLEMENTED; }
+PyObject* Done() { Py_RETURN_TRUE; }
+
+// ---------------------------------------------------------------- sum tree
+
+// A tree whose layout the loops stay within: `flat` float64, `offsets`
+// int64 [levels + 1], levels in order inside flat, each a whole number of
+// rows of `fanout` (a power of two up to 1024), each at least a
+// `fanout`-th of the one below (so that a leaf's ancestors exist), the top
+// one row (the root's children). The offsets are copied: the loops read
+// the copy.
+class TreeArgument {
+ public:
+  bool Take(PyObject* flat, PyObject* offsets, PyObject* fanout,
+            bool writable) {
+    int64_t f;
+    if (!Int(fanout, &f) || f < 1 || f > kMaxFanout || (f & (f - 1)) != 0 ||
+        !flat_.Take(flat, 1, writable) || !flat_.IsDouble() ||
+        !offsets_.Take(offsets, 1) || !offsets_.IsInt64()) {
+      return false;
+    }
+    const int64_t levels = offsets_.length() - 1;
+    if (levels < 1 || levels > kMaxLevels) return false;
+    const int64_t* given = offsets_.data<int64_t>();
+    std::memcpy(copy_, given, (levels + 1) * sizeof(int64_t));
+    if (copy_[0] < 0 || copy_[levels] > flat_.length()) return false;
+    for (int64_t k = 0; k < levels; ++k) {
+      const int64_t size = copy_[k + 1] - copy_[k];
+      if (size < f || size % f != 0) return false;
+      if (k + 1 < levels && (copy_[k + 2] - copy_[k + 1]) < size / f) {
+        return false;
+      }
+      rows_[k] = size / f;
+    }
+    if (copy_[levels] - copy_[levels - 1] != f) return false;
+    tree_ = Tree{flat_.data<double>(), copy_, levels, f};
+    return true;
+  }
+
+  const Tree& tree() const { return tree_; }
+  // Leaves: the size of the bottom level.
+  int64_t leaves() const { return copy_[1] - copy_[0]; }
+  // Rows of `fanout` nodes in level k.
+  const int64_t* rows() const { return rows_; }
+
+ private:
+  Array flat_, offsets_;
+  int64_t copy_[kMaxLevels + 1];
+  int64_t rows_[kMaxLevels];
+  Tree tree_{nullptr, nullptr, 0, 0};
+};
+
+// Indices of a batch: int64 or int32, 1-D.
+template <typename Function>
+bool WithIndices(const Array& indices, Function function) {
+  if (indices.IsInt64()) {
+    function(indices.data<int64_t>());
+    return true;
+  }
+  if (indices.IsInt32()) {
+    function(indices.data<int32_t>());
+    return true;
+  }
+  return false;
+}
+
+template <typename Index>
+bool AllBelow(const Index* indices, int64_t count, int64_t limit) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (indices[i] < 0 || static_cast<int64_t>(indices[i]) >= limit) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `Descend` (replay_core.h: ChooseChild's arithmetic), which also checks
+// that each node's children lie in its level's rows (a consistent tree
+// never leaves them: padding nodes hold no mass). Returns false where a
+// descent would leave them; NumPy's loop then raises its IndexError.
+template <int64_t kFanout>
+bool CheckedDescendOf(const Tree& t, const int64_t* rows, double* remaining,
+                      int64_t count, int64_t* out) {
+  const int64_t fanout = kFanout ? kFanout : t.fanout;
+  for (int64_t b = 0; b < count; ++b) out[b] = 0;
+  for (int64_t level = t.levels - 1; level >= 0; --level) {
+    const double* base = t.flat + t.offsets[level];
+    const int64_t limit = rows[level];
+    for (int64_t b = 0; b < count; ++b) {
+      if (out[b] >= limit) return false;
+      if (level < t.levels - 2) {
+        for (int64_t j = 0; j < fanout; j += 8) {
+          __builtin_prefetch(base + out[b] * fanout + j);
+        }
+      }
+    }
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t chosen =
+          ChooseChild<kFanout>(base + out[b] * fanout, fanout, &remaining[b]);
+      out[b] = out[b] * fanout + chosen;
+    }
+  }
+  return true;
+}
+
+// Descends from `remaining` (overwritten) to the leaves in `out`.
+bool CheckedDescend(const TreeArgument& tree, double* remaining,
+                    int64_t count, int64_t* out) {
+  if (tree.tree().fanout == 16) {
+    return CheckedDescendOf<16>(tree.tree(), tree.rows(), remaining, count,
+                                out);
+  }
+  return CheckedDescendOf<0>(tree.tree(), tree.rows(), remaining, count, out);
+}
+
+// level_sums(blocks, out): blocks float64 [rows, fanout], out float64
+// [rows]. True, or NotImplemented.
+PyObject* LevelSumsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("level_sums", nargs, 2)) return nullptr;
+  Array blocks, out;
+  if (!blocks.Take(args[0], 2) || !blocks.IsDouble() ||
+      !out.Take(args[1], 1, true) || !out.IsDouble() ||
+      out.length() != blocks.length()) {
+    return NotCovered();
+  }
+  const int64_t fanout = blocks.dim(1);
+  if (fanout < 1 || fanout > kMaxFanout || (fanout & (fanout - 1)) != 0) {
+    return NotCovered();
+  }
+  LevelSums(blocks.data<double>(), blocks.length(), fanout,
+            out.data<double>());
+  return Done();
+}
+
+// update_parents(flat, offsets, fanout, leaves): the total (a float), or
+// NotImplemented (leaves outside the bottom level among them).
+PyObject* UpdateParentsPy(PyObject*, PyObject* const* args,
+                          Py_ssize_t nargs) {
+  if (!CheckArguments("update_parents", nargs, 4)) return nullptr;
+  TreeArgument tree;
+  Array leaves;
+  if (!tree.Take(args[0], args[1], args[2], true) ||
+      !leaves.Take(args[3], 1)) {
+    return NotCovered();
+  }
+  double total = 0.0;
+  bool inside = false;
+  const int64_t count = leaves.length();
+  const bool typed = WithIndices(leaves, [&](const auto* indices) {
+    inside = AllBelow(indices, count, tree.leaves());
+    if (inside) total = UpdateParents(tree.tree(), indices, count);
+  });
+  if (!typed || !inside) return NotCovered();
+  return PyFloat_FromDouble(total);
+}
+
+// update_leaf(flat, offsets, fanout, leaf): the total, or NotImplemented.
+PyObject* UpdateLeafPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("update_leaf", nargs, 4)) return nullptr;
+  TreeArgument tree;
+  int64_t leaf;
+  if (!Int(args[3], &leaf) || !tree.Take(args[0], args[1], args[2], true) ||
+      leaf < 0 || leaf >= tree.leaves()) {
+    return NotCovered();
+  }
+  return PyFloat_FromDouble(UpdateParents(tree.tree(), &leaf, 1));
+}
+
+// set_leaves(flat, offsets, fanout, capacity, leaves, values, smallest,
+// largest): (total, largest value written), None (an index or a value
+// refused: nothing written), or NotImplemented.
+PyObject* SetLeavesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("set_leaves", nargs, 8)) return nullptr;
+  TreeArgument tree;
+  Array leaves, values;
+  int64_t capacity;
+  double smallest, largest;
+  if (!Int(args[3], &capacity) || !Double(args[6], &smallest) ||
+      !Double(args[7], &largest) ||
+      !tree.Take(args[0], args[1], args[2], true) || capacity < 1 ||
+      capacity > tree.leaves() || !leaves.Take(args[4], 1) ||
+      !values.Take(args[5], 1) || !values.IsDouble() ||
+      values.length() != leaves.length() || leaves.length() == 0) {
+    return NotCovered();
+  }
+  const int64_t count = leaves.length();
+  const double* numbers = values.data<double>();
+  bool valid = false;
+  double total = 0.0, written_max = 0.0;
+  const bool typed = WithIndices(leaves, [&](const auto* indices) {
+    int64_t bad;
+    valid = LeavesValid(indices, numbers, count, capacity, smallest, largest,
+                        &bad);
+    if (valid) {
+      total = WriteLeaves(tree.tree(), indices, numbers, count, &written_max);
+    }
+  });
+  if (!typed) return NotCovered();
+  if (!valid) Py_RETURN_NONE;
+  PyObject* result = PyTuple_New(2);
+  PyObject* first = PyFloat_FromDouble(total);
+  PyObject* second = PyFloat_FromDouble(written_max);
+  if (result == nullptr || first == nullptr || second == nullptr) {
+    Py_XDECREF(result);
+    Py_XDECREF(first);
+    Py_XDECREF(second);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(result, 0, first);
+  PyTuple_SET_ITEM(result, 1, second);
+  return result;
+}
+
+// get_leaves(leaves, indices, out): True (out = leaves[indices]), None (an
+// index out of range) or NotImplemented.
+PyObject* GetLeavesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("get_leaves", nargs, 3)) return nullptr;
+  Array leaves, indices, out;
+  if (!leaves.Take(args[0], 1) || !leaves.IsDouble() ||
+      !indices.Take(args[1], 1) || indices.length() == 0 ||
+      !out.Take(args[2], 1, true) || !out.IsDouble() ||
+      out.length() != indices.length()) {
+    return NotCovered();
+  }
+  const double* source = leaves.data<double>();
+  const int64_t size = leaves.length(), count = indices.length();
+  double* target = out.data<double>();
+  bool inside = true;
+  const bool typed = WithIndices(indices, [&](const auto* positions) {
+    for (int64_t i = 0; i < count && inside; ++i) {
+      const int64_t position = static_cast<int64_t>(positions[i]);
+      if (position < 0 || position >= size) {
+        inside = false;
+      } else {
+        target[i] = source[position];
+      }
+    }
+  });
+  if (!typed) return NotCovered();
+  if (!inside) Py_RETURN_NONE;
+  return Done();
+}
+
+// descend(flat, offsets, fanout, targets, out): out int64 [count] the
+// leaves; True, or NotImplemented.
+PyObject* DescendPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("descend", nargs, 5)) return nullptr;
+  TreeArgument tree;
+  Array targets, out;
+  if (!tree.Take(args[0], args[1], args[2], false) ||
+      !targets.Take(args[3], 1) || !targets.IsDouble() ||
+      targets.length() == 0 || !out.Take(args[4], 1, true) ||
+      !out.IsInt64() || out.length() != targets.length()) {
+    return NotCovered();
+  }
+  const int64_t count = targets.length();
+  bool inside;
+  {
+    WithoutGil unlocked(count >= kTreeBatchWithoutGil);
+    std::vector<double> remaining(targets.data<double>(),
+                                  targets.data<double>() + count);
+    inside = CheckedDescend(tree, remaining.data(), count,
+                            out.data<int64_t>());
+  }
+  return inside ? Done() : NotCovered();
+}
+
+// The masses (lower + width * uniforms) * scale, then the descent.
+bool DescendToMasses(const TreeArgument& tree, const double* uniforms,
+                     const double* lower, const double* width, double scale,
+                     int64_t count, int64_t* out) {
+  std::vector<double> remaining(count);
+  for (int64_t i = 0; i < count; ++i) {
+    remaining[i] = (lower[i] + width[i] * uniforms[i]) * scale;
+  }
+  return CheckedDescend(tree, remaining.data(), count, out);
+}
+
+// The strata [lower, lower + width) of a descent: float64 [count] each.
+bool TakeStrata(PyObject* lower_object, PyObject* width_object,
+                Array* lower, Array* width) {
+  return lower->Take(lower_object, 1) && lower->IsDouble() &&
+         lower->length() > 0 && width->Take(width_object, 1) &&
+         width->IsDouble() && width->length() == lower->length();
+}
+
+// descend_uniforms(flat, offsets, fanout, uniforms, lower, width, scale,
+// out): True, or NotImplemented.
+PyObject* DescendUniformsPy(PyObject*, PyObject* const* args,
+                            Py_ssize_t nargs) {
+  if (!CheckArguments("descend_uniforms", nargs, 8)) return nullptr;
+  TreeArgument tree;
+  Array uniforms, lower, width, out;
+  double scale;
+  if (!Double(args[6], &scale) ||
+      !tree.Take(args[0], args[1], args[2], false) ||
+      !TakeStrata(args[4], args[5], &lower, &width) ||
+      !uniforms.Take(args[3], 1) || !uniforms.IsDouble() ||
+      uniforms.length() != lower.length() || !out.Take(args[7], 1, true) ||
+      !out.IsInt64() || out.length() != lower.length()) {
+    return NotCovered();
+  }
+  const int64_t count = lower.length();
+  bool inside;
+  {
+    WithoutGil unlocked(count >= kTreeBatchWithoutGil);
+    inside = DescendToMasses(tree, uniforms.data<double>(),
+                             lower.data<double>(), width.data<double>(),
+                             scale, count, out.data<int64_t>());
+  }
+  return inside ? Done() : NotCovered();
+}
+
+// descend_draws(flat, offsets, fanout, words, lower, width, scale, out):
+// words the bytes of 2 * count little-endian 32-bit words (random()'s);
+// True, or NotImplemented.
+PyObject* DescendDrawsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("descend_draws", nargs, 8)) return nullptr;
+  TreeArgument tree;
+  Array lower, width, out;
+  double scale;
+  if (!kLittleEndian || !PyBytes_CheckExact(args[3]) ||
+      !Double(args[6], &scale) ||
+      !tree.Take(args[0], args[1], args[2], false) ||
+      !TakeStrata(args[4], args[5], &lower, &width) ||
+      PyBytes_GET_SIZE(args[3]) != 8 * lower.length() ||
+      !out.Take(args[7], 1, true) || !out.IsInt64() ||
+      out.length() != lower.length()) {
+    return NotCovered();
+  }
+  const int64_t count = lower.length();
+  // bytes are immutable: read without the GIL too.
+  const char* bytes = PyBytes_AS_STRING(args[3]);
+  bool inside;
+  {
+    WithoutGil unlocked(count >= kTreeBatchWithoutGil);
+    std::vector<uint32_t> words(2 * count);
+    std::memcpy(words.data(), bytes, 8 * count);  // Any alignment.
+    std::vector<double> uniforms(count);
+    UniformsFromWords(words.data(), count, uniforms.data());
+    inside = DescendToMasses(tree, uniforms.data(), lower.data<double>(),
+                             width.data<double>(), scale, count,
+                             out.data<int64_t>());
+  }
+  return inside ? Done() : NotCovered();
+}
+
+// ---------------------------------------------------------------- sampling
+
+// Terminal flags the loops read: integers or bools, 1-D, covering
+// `capacity` slots.
+bool TakeTerminal(PyObject* object, int64_t capacity, Array* terminal) {
+  return terminal->Take(object, 1) && terminal->IsFlags() &&
+         terminal->length() >= capacity;
+}
+
+// valid_mask(indices, capacity, add_count, horizon, stack, episode_end,
+// terminal, out): out bool [count]; True, or NotImplemented.
+PyObject* ValidMaskPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("valid_mask", nargs, 8)) return nullptr;
+  Array indices, episode_end, terminal, out;
+  int64_t capacity, add_count, horizon, stack;
+  if (!Int(args[1], &capacity) || !Int(args[2], &add_count) ||
+      !Int(args[3], &horizon) || !Int(args[4], &stack) || capacity < 1 ||
+      add_count < 0 || horizon < 0 || stack < 1 ||
+      !indices.Take(args[0], 1) || indices.length() == 0 ||
+      !episode_end.Take(args[5], 1) || !episode_end.IsBool() ||
+      episode_end.length() < capacity ||
+      !TakeTerminal(args[6], capacity, &terminal) ||
+      !out.Take(args[7], 1, true) || !out.IsBool() ||
+      out.length() != indices.length()) {
+    return NotCovered();
+  }
+  const int64_t count = indices.length();
+  bool typed;
+  {
+    // ValidMask reads each index once.
+    WithoutGil unlocked(count >= kSlotBatchWithoutGil);
+    typed = WithIndices(indices, [&](const auto* slots) {
+      ValidMask(slots, count, capacity, add_count, horizon, stack,
+                episode_end.data<uint8_t>(), terminal.data<uint8_t>(),
+                terminal.itemsize(), out.data<uint8_t>());
+    });
+  }
+  return typed ? Done() : NotCovered();
+}
+
+// The arrays of n-step returns the loops compute: rewards float32
+// [>= capacity], discounts float32 [< 8] (NumPy sums fewer than 8 terms
+// one after the other).
+bool TakeReturns(PyObject* rewards_object, PyObject* discounts_object,
+                 int64_t capacity, Array* rewards, Array* discounts) {
+  return rewards->Take(rewards_object, 1) && rewards->IsFloat() &&
+         rewards->length() >= capacity &&
+         discounts->Take(discounts_object, 1) && discounts->IsFloat() &&
+         discounts->length() < 8;
+}
+
+// The outputs of `Trajectories`: int64, bool and float32 [count].
+bool TakeTrajectoryOutputs(PyObject* const* objects, int64_t count,
+                           Array* next_indices, Array* is_terminal,
+                           Array* returns) {
+  return next_indices->Take(objects[0], 1, true) &&
+         next_indices->IsInt64() && next_indices->length() == count &&
+         is_terminal->Take(objects[1], 1, true) && is_terminal->IsBool() &&
+         is_terminal->length() == count &&
+         returns->Take(objects[2], 1, true) && returns->IsFloat() &&
+         returns->length() == count;
+}
+
+// trajectories(indices, capacity, terminal, rewards, discounts,
+// next_indices, is_terminal, returns): indices int64; True, or
+// NotImplemented.
+PyObject* TrajectoriesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("trajectories", nargs, 8)) return nullptr;
+  Array indices, terminal, rewards, discounts, next_indices, is_terminal,
+      returns;
+  int64_t capacity;
+  if (!Int(args[1], &capacity) || capacity < 1 ||
+      !indices.Take(args[0], 1) || !indices.IsInt64() ||
+      indices.length() == 0 || !TakeTerminal(args[2], capacity, &terminal) ||
+      !TakeReturns(args[3], args[4], capacity, &rewards, &discounts) ||
+      !TakeTrajectoryOutputs(args + 5, indices.length(), &next_indices,
+                             &is_terminal, &returns)) {
+    return NotCovered();
+  }
+  const int64_t count = indices.length();
+  {
+    WithoutGil unlocked(count >= kSlotBatchWithoutGil);
+    // A copy: Trajectories reads an index twice.
+    std::vector<int64_t> slots(indices.data<int64_t>(),
+                               indices.data<int64_t>() + count);
+    Trajectories(slots.data(), count, capacity, terminal.data<uint8_t>(),
+                 terminal.itemsize(), rewards.data<float>(),
+                 discounts.data<float>(), discounts.length(),
+                 next_indices.data<int64_t>(), is_terminal.data<uint8_t>(),
+                 returns.data<float>());
+  }
+  return Done();
+}
+
+// Frames the gathers copy, and the states they fill: frames C-contiguous
+// [capacity, *frame] of numbers, out [rows, *frame, stack] of the same
+// items. Sets the bytes per pixel item and the pixels per frame.
+bool TakeStates(PyObject* frames_object, PyObject* out_object, int64_t rows,
+                int64_t stack, Array* frames, Array* out, int64_t* pixels) {
+  if (stack < 1 || rows < 1 || !frames->Take(frames_object, -1) ||
+      frames->length() < 1 || !out->Take(out_object, -1, true) ||
+      !out->SameItems(*frames) || out->ndim() != frames->ndim() + 1 ||
+      out->dim(0) != rows || out->dim(out->ndim() - 1) != stack) {
+    return false;
+  }
+  for (int axis = 1; axis < frames->ndim(); ++axis) {
+    if (out->dim(axis) != frames->dim(axis)) return false;
+  }
+  const int64_t frame_bytes = frames->bytes() / frames->length();
+  *pixels = frame_bytes / frames->itemsize();
+  return out->bytes() == rows * frame_bytes * stack;
+}
+
+// gather_stacks(frames, windows, out): windows int64 [rows, stack]; True,
+// False (an index outside [-capacity, capacity): nothing written) or
+// NotImplemented.
+PyObject* GatherStacksPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("gather_stacks", nargs, 3)) return nullptr;
+  Array frames, windows, out;
+  int64_t pixels;
+  if (!windows.Take(args[1], 2) || !windows.IsInt64() ||
+      !TakeStates(args[0], args[2], windows.length(), windows.dim(1),
+                  &frames, &out, &pixels)) {
+    return NotCovered();
+  }
+  const int64_t rows = windows.length(), stack = windows.dim(1);
+  bool inside;
+  {
+    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil);
+    // A copy: GatherStacks checks the indices, then reads them again.
+    std::vector<int64_t> slots(windows.data<int64_t>(),
+                               windows.data<int64_t>() + rows * stack);
+    inside = GatherStacks(frames.data<uint8_t>(), frames.length(), pixels,
+                          frames.itemsize(), stack, slots.data(), rows,
+                          out.data<uint8_t>());
+  }
+  if (inside) return Done();
+  Py_RETURN_FALSE;
+}
+
+// stacks_ending_at(frames, ends, stack, out): ends int64 [rows]; True, or
+// NotImplemented.
+PyObject* StacksEndingAtPy(PyObject*, PyObject* const* args,
+                           Py_ssize_t nargs) {
+  if (!CheckArguments("stacks_ending_at", nargs, 4)) return nullptr;
+  Array frames, ends, out;
+  int64_t stack, pixels;
+  if (!Int(args[2], &stack) || !ends.Take(args[1], 1) || !ends.IsInt64() ||
+      !TakeStates(args[0], args[3], ends.length(), stack, &frames, &out,
+                  &pixels)) {
+    return NotCovered();
+  }
+  {
+    // Every index read is wrapped into [0, capacity).
+    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil);
+    StacksEndingAt(frames.data<uint8_t>(), frames.length(), pixels,
+                   frames.itemsize(), stack, ends.data<int64_t>(),
+                   ends.length(), out.data<uint8_t>());
+  }
+  return Done();
+}
+
+// transitions_and_states(frames, stack, terminal, rewards, discounts,
+// indices, next_indices, is_terminal, returns, out): `trajectories`, then
+// the states ending at the indices and at the next indices (rows [0, count)
+// and [count, 2 * count) of out); True, or NotImplemented.
+PyObject* TransitionsAndStatesPy(PyObject*, PyObject* const* args,
+                                 Py_ssize_t nargs) {
+  if (!CheckArguments("transitions_and_states", nargs, 10)) return nullptr;
+  Array frames, terminal, rewards, discounts, indices, next_indices,
+      is_terminal, returns, out;
+  int64_t stack, pixels;
+  if (!Int(args[1], &stack) || !indices.Take(args[5], 1) ||
+      !indices.IsInt64() || indices.length() == 0 ||
+      !TakeStates(args[0], args[9], 2 * indices.length(), stack, &frames,
+                  &out, &pixels) ||
+      !TakeTerminal(args[2], frames.length(), &terminal) ||
+      !TakeReturns(args[3], args[4], frames.length(), &rewards, &discounts) ||
+      !TakeTrajectoryOutputs(args + 6, indices.length(), &next_indices,
+                             &is_terminal, &returns)) {
+    return NotCovered();
+  }
+  const int64_t count = indices.length(), capacity = frames.length();
+  {
+    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil ||
+                        count >= kSlotBatchWithoutGil);
+    // The indices, then the next ones: the ends of the states.
+    std::vector<int64_t> ends(2 * count);
+    std::memcpy(ends.data(), indices.data<int64_t>(), count * 8);
+    Trajectories(ends.data(), count, capacity, terminal.data<uint8_t>(),
+                 terminal.itemsize(), rewards.data<float>(),
+                 discounts.data<float>(), discounts.length(),
+                 ends.data() + count, is_terminal.data<uint8_t>(),
+                 returns.data<float>());
+    std::memcpy(next_indices.data<int64_t>(), ends.data() + count,
+                count * 8);
+    // Each state, then its next state, which shares frames with it (read
+    // while they are still cached).
+    const int64_t item = frames.itemsize(), frame_bytes = pixels * item;
+    const uint8_t* storage = frames.data<uint8_t>();
+    uint8_t* states = out.data<uint8_t>();
+    std::vector<const uint8_t*> sources(stack);
+    for (int64_t b = 0; b < count; ++b) {
+      for (const int64_t row : {b, count + b}) {
+        for (int64_t k = 0; k < stack; ++k) {
+          sources[k] = storage + Mod(ends[row] - stack + 1 + k, capacity) *
+                                     frame_bytes;
+        }
+        FillStack(sources.data(), pixels, item, stack,
+                  states + row * frame_bytes * stack);
+      }
+    }
+  }
+  return Done();
+}
+
+#define DOPAMINE_PER_METHOD(name, function, doc)                         \
+  {                                                                      \
+    name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
+              function)),                                                \
+        METH_FASTCALL, doc                                               \
+  }
+
+PyMethodDef methods[] = {
+    DOPAMINE_PER_METHOD("level_sums", LevelSumsPy,
+                        "level_sums(blocks, out) -> True | NotImplemented"),
+    DOPAMINE_PER_METHOD("update_parents", UpdateParentsPy,
+                        "update_parents(flat, offsets, fanout, leaves) -> "
+                        "total | NotImplemented"),
+    DOPAMINE_PER_METHOD("update_leaf", UpdateLeafPy,
+                        "update_leaf(flat, offsets, fanout, leaf) -> total | "
+                        "NotImplemented"),
+    DOPAMINE_PER_METHOD("set_leaves", SetLeavesPy,
+                        "set_leaves(flat, offsets, fanout, capacity, leaves, "
+                        "values, smallest, largest) -> (total, largest "
+                        "written) | None | NotImplemented"),
+    DOPAMINE_PER_METHOD("get_leaves", GetLeavesPy,
+                        "get_leaves(leaves, indices, out) -> True | None | "
+                        "NotImplemented"),
+    DOPAMINE_PER_METHOD("descend", DescendPy,
+                        "descend(flat, offsets, fanout, targets, out) -> "
+                        "True | NotImplemented"),
+    DOPAMINE_PER_METHOD("descend_uniforms", DescendUniformsPy,
+                        "descend_uniforms(flat, offsets, fanout, uniforms, "
+                        "lower, width, scale, out) -> True | NotImplemented"),
+    DOPAMINE_PER_METHOD("descend_draws", DescendDrawsPy,
+                        "descend_draws(flat, offsets, fanout, words, lower, "
+                        "width, scale, out) -> True | NotImplemented"),
+    DOPAMINE_PER_METHOD("valid_mask", ValidMaskPy,
+                        "valid_mask(indices, capacity, add_count, horizon, "
+                        "stack, episode_end, terminal, out) -> True | "
+                        "NotImplemented"),
+    DOPAMINE_PER_METHOD("trajectories", TrajectoriesPy,
+                        "trajectories(indices, capacity, terminal, rewards, "
+                        "discounts, next_indices, is_terminal, returns) -> "
+                        "True | NotImplemented"),
+    DOPAMINE_PER_METHOD("gather_stacks", GatherStacksPy,
+                        "gather_stacks(frames, windows, out) -> True | False "
+                        "| NotImplemented"),
+    DOPAMINE_PER_METHOD("stacks_ending_at", StacksEndingAtPy,
+                        "stacks_ending_at(frames, ends, stack, out) -> True "
+                        "| NotImplemented"),
+    DOPAMINE_PER_METHOD("transitions_and_states", TransitionsAndStatesPy,
+                        "transitions_and_states(frames, stack, terminal, "
+                        "rewards, discounts, indices, next_indices, "
+                        "is_terminal, returns, out) -> True | "
+                        "NotImplemented"),
+    {nullptr, nullptr, 0, nullptr},
+};
+
+#undef DOPAMINE_PER_METHOD
+
+PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "_replay",
+    "The replay kernels of replay_core.h, called from Python "
+    "(dopamine_per/native/replay_python.cc).",
+    0,
+    methods,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+};
+
+}  // namespace
+}  // namespace dopamine_per
+
+PyMODINIT_FUNC PyInit__replay(void) {
+  return PyModule_Create(&dopamine_per::module);
+}

@@ -1,0 +1,174 @@
+"""Tests for dopamine_per.native.build and core: compiling, caching, loading.
+
+The libraries are built once, for real (~20 s), into a cache directory of
+this test ($DOPAMINE_PER_NATIVE_CACHE); tests of failures get fresh ones.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from dopamine_per.native import build
+from dopamine_per.native import extension
+from tests.support import fixtures
+
+
+class BuildTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.cache = tempfile.mkdtemp()
+    with mock.patch.dict(os.environ, {build.CACHE_ENV: cls.cache}):
+      cls.core, cls.ops = build.core_library(), build.ops_library()
+      cls.extension = build.python_extension()
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.cache)
+    super().tearDownClass()
+
+  def setUp(self):
+    super().setUp()
+    patcher = mock.patch.dict(os.environ, {build.CACHE_ENV: self.cache})
+    patcher.start()
+    self.addCleanup(patcher.stop)
+
+  def _fresh_cache(self):
+    """Points $DOPAMINE_PER_NATIVE_CACHE at a new empty directory."""
+    cache = fixtures.temp_dir(self)
+    os.environ[build.CACHE_ENV] = cache
+    return cache
+
+  def test_builds_once_into_the_cache(self):
+    core, ops = self.core, self.ops
+    self.assertEqual(os.path.dirname(core), self.cache)
+    self.assertEqual(os.path.dirname(ops), self.cache)
+    stamps = os.stat(core).st_mtime_ns, os.stat(ops).st_mtime_ns
+    self.assertEqual(build.core_library(), core)
+    self.assertEqual(build.ops_library(), ops)
+    self.assertEqual((os.stat(core).st_mtime_ns, os.stat(ops).st_mtime_ns),
+                     stamps, 'a cached library was compiled again')
+    self.assertEqual(build.python_extension(), self.extension)
+    self.assertCountEqual(os.listdir(self.cache),
+                          [os.path.basename(core), os.path.basename(ops),
+                           os.path.basename(self.extension)],
+                          'temporary files left behind')
+
+  def test_the_extension_is_built_for_this_interpreter(self):
+    self.assertEqual(os.path.dirname(self.extension), self.cache)
+    self.assertTrue(self.extension.endswith(
+        sysconfig.get_config_var('EXT_SUFFIX')))
+    module = extension._import(self.extension)  # pylint: disable=protected-access
+    self.assertEqual(module.__name__, build.PYTHON_MODULE)
+    self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
+    commands = []
+
+    def record(command, target):
+      commands.append(command)
+      return target
+
+    with mock.patch.object(build, '_compile', record):
+      build.python_extension()
+    self.assertIn('-I' + sysconfig.get_paths()['include'], commands[-1])
+    self.assertIn('-ffp-contract=off', commands[-1])
+
+  def test_missing_python_headers_are_named(self):
+    cache = self._fresh_cache()
+    paths = dict(sysconfig.get_paths(), include='/no/such/include')
+    with mock.patch.object(sysconfig, 'get_paths', return_value=paths):
+      with self.assertRaisesRegex(build.NativeBuildError,
+                                  "C headers are missing.*python3-dev"):
+        build.python_extension()
+    self.assertEmpty(os.listdir(cache))
+
+  def test_the_name_changes_with_tensorflow_and_the_flags(self):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    ops = self.ops
+    with mock.patch.object(tf, '__version__', '0.0.0'), \
+        mock.patch.object(build, '_compile', lambda command, target: target):
+      self.assertNotEqual(build.ops_library(), ops)
+    with mock.patch.object(build, '_compile',
+                           lambda command, target: target):
+      self.assertNotEqual(build.core_library(sanitize=True),
+                          build.core_library())
+
+  def test_the_ops_are_compiled_with_tensorflows_abi(self):
+    commands = []
+
+    def record(command, target):
+      commands.append(command)
+      return target
+
+    with mock.patch.object(build, '_compile', record):
+      build.ops_library()
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    ops_command = commands[-1]
+    for flag in tf.sysconfig.get_compile_flags():
+      self.assertIn(flag, ops_command)
+    self.assertIn('-D_GLIBCXX_USE_CXX11_ABI=1', ops_command)
+    self.assertIn('-std=c++17', ops_command)
+
+  def test_a_missing_compiler_is_named(self):
+    cache = self._fresh_cache()
+    with mock.patch.dict(os.environ, {'CXX': 'no-such-compiler-here'}):
+      with self.assertRaisesRegex(build.NativeBuildError,
+                                  'no-such-compiler-here.*install g\\+\\+'):
+        build.core_library()
+    self.assertEmpty(os.listdir(cache))
+
+  def test_a_failed_compile_reports_the_compilers_error(self):
+    cache = self._fresh_cache()
+    flags = build._COMMON_FLAGS + ['-fno-such-option']  # pylint: disable=protected-access
+    with mock.patch.object(build, '_COMMON_FLAGS', flags):
+      with self.assertRaisesRegex(build.NativeBuildError,
+                                  '(?s)compiling libdopamine_per_core.*'
+                                  'failed.*no-such-option'):
+        build.core_library()
+    self.assertEmpty(os.listdir(cache), 'a failed build left files')
+
+  def test_the_build_command(self):
+    result = subprocess.run(
+        [sys.executable, '-m', 'dopamine_per.native.build'],
+        env=fixtures.subprocess_env(**{build.CACHE_ENV: self.cache}),
+        capture_output=True, text=True, check=False, timeout=300)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('core library: ' + self.cache, result.stdout)
+    self.assertIn('TensorFlow ops: ' + self.cache, result.stdout)
+    self.assertIn('Python extension: ' + self.cache, result.stdout)
+    failed = subprocess.run(
+        [sys.executable, '-m', 'dopamine_per.native.build'],
+        env=fixtures.subprocess_env(**{build.CACHE_ENV: self._fresh_cache(),
+                                       'CXX': 'no-such-compiler-here'}),
+        capture_output=True, text=True, check=False, timeout=300)
+    self.assertEqual(failed.returncode, 1)
+    self.assertIn('cannot build the native libraries', failed.stderr)
+
+  def test_the_core_library_loads_without_tensorflow(self):
+    script = (
+        'import sys\n'
+        'from dopamine_per.native import core\n'
+        'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
+        'memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer('
+        '(4,), 1, 100, 8)\n'
+        'memory.native_memory()\n'
+        'assert core.load().per_memory_count() == 1\n'
+        'assert "tensorflow" not in sys.modules, "TensorFlow was imported"\n'
+        'del memory\n'
+        'import gc; gc.collect()\n'
+        'assert core.load().per_memory_count() == 0, "still registered"\n')
+    result = subprocess.run(
+        [sys.executable, '-c', script],
+        env=fixtures.subprocess_env(**{build.CACHE_ENV: self.cache}),
+        capture_output=True, text=True, check=False, timeout=300)
+    self.assertEqual(result.returncode, 0, result.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,210 @@
+"""The native ops under AddressSanitizer and UBSan.
+
+Builds the sanitized libraries (`build.core_library(sanitize=True)`,
+`build.ops_library(sanitize=True)`; cached like the others) and runs, in a
+Python with the compiler's libasan preloaded and
+$DOPAMINE_PER_NATIVE_SANITIZE=1 (so that `native_ops` loads them), normal
+sampling, priority updates while Python adds, and every bad input of
+native_ops_test's BadInputTest: no sanitizer report, exit status 0.
+
+libstdc++ is preloaded with libasan: else ASan's `__cxa_throw` interceptor
+finds no libstdc++ when Python starts (it has none) and aborts at the first
+C++ exception thrown by a library loaded later.
+"""
+
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from dopamine_per.native import build
+from tests.support import fixtures
+
+_SCRIPT = r'''
+import gc
+import os
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.native import core
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import native_ops
+from dopamine_per.replay_memory import prioritized_replay_buffer
+
+native_ops.load()
+with open('/proc/self/maps') as f:
+  maps = f.read()
+for path in os.environ['SANITIZED_LIBRARIES'].split(os.pathsep):
+  assert path in maps, 'not loaded: ' + path
+assert 'libasan' in maps, 'no libasan'
+
+Prioritized = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
+rng = np.random.default_rng(0)
+
+
+def fill(memory, count):
+  for i in range(count):
+    memory.add(rng.integers(0, 256, (84, 84), dtype=np.uint8), i % 4,
+               float(i), i % 37 == 36, rng.standard_normal(3).astype(
+                   np.float32), priority=1.0 + i % 3,
+               episode_end=i % 23 == 22)
+
+
+memory = Prioritized(
+    (84, 84), 4, 64, 8, update_horizon=3, rng=0, extra_storage_types=[
+        circular_replay_buffer.ReplayElement('logits', (3,), np.float32)])
+fill(memory, 100)  # Wrapped around.
+native = native_ops.binding(memory, True)
+assert native is not None
+elements = memory.get_transition_elements()
+
+# Normal use: eagerly, in a session, with Python adding meanwhile.
+for _ in range(20):
+  batch = native_ops.sample(native, elements)
+  indices = batch[7].numpy()
+  expected = memory.sample_transition_batch(indices=indices)
+  for got, want in zip(batch, expected):
+    assert got.numpy().tobytes() == want.tobytes()
+  native_ops.set_priority(native, batch[7], tf.fill([8], 2.0))
+  native_ops.transitions_at(native, elements, batch[7])
+  native_ops.get_priority(native, batch[7])
+  native_ops.total_priority(native)
+graph = tf.Graph()
+with graph.as_default():
+  sample = native_ops.sample(native, elements)
+  update = native_ops.set_priority(native, sample[7], tf.fill([8], 0.5))
+  session = tf.compat.v1.Session()
+stop = threading.Event()
+
+
+def add():
+  while not stop.is_set():
+    fill(memory, 1)
+
+
+adder = threading.Thread(target=add)
+adder.start()
+for _ in range(200):
+  session.run([sample, update])
+stop.set()
+adder.join()
+memory.sum_tree.check_invariants()
+
+# Bad input: errors, nothing written.
+IAE = tf.errors.InvalidArgumentError
+FPE = tf.errors.FailedPreconditionError
+two = memory.get_transition_elements(2)
+valid = np.flatnonzero(memory.is_valid_transition(np.arange(64)))
+invalid = np.flatnonzero(~memory.is_valid_transition(np.arange(64)))
+bad = [
+    (IAE, lambda: native_ops.set_priority(native, [3, 64], [1.0, 1.0])),
+    (IAE, lambda: native_ops.set_priority(native, [-1], [1.0])),
+    (IAE, lambda: native_ops.get_priority(native, [64])),
+    (IAE, lambda: native_ops.get_priority(native, [-5])),
+    (IAE, lambda: native_ops.transitions_at(native, two, [valid[0], 64])),
+    (IAE, lambda: native_ops.transitions_at(native, two, [-1, valid[0]])),
+    (IAE, lambda: native_ops.transitions_at(native, two,
+                                            [valid[0], invalid[0]])),
+    (IAE, lambda: native_ops.transitions_at(native, two, [[1, 2], [3, 4]])),
+    (IAE, lambda: native_ops.transitions_at(native, two,
+                                            np.zeros(0, np.int64))),
+    (IAE, lambda: native_ops.transitions_at(native, two, valid[:3])),
+    (IAE, lambda: native_ops.transitions_at(native, two, [1.0, 2.0])),
+    (IAE, lambda: native_ops.set_priority(native, [1, 2, 3], [1.0, 2.0])),
+    (IAE, lambda: native_ops.set_priority(native, [1, 2], [1.0, np.nan])),
+    (IAE, lambda: native_ops.set_priority(native, [1, 2], [np.inf, 1.0])),
+    (IAE, lambda: native_ops.set_priority(native, [1], [-1.0])),
+    (IAE, lambda: native_ops.set_priority(native, [1], np.array([1e-300]))),
+    (IAE, lambda: native_ops.sample(native,
+                                    memory.get_transition_elements(65))),
+]
+leaves = memory.sum_tree._flat.copy()
+for error, function in bad:
+  try:
+    function()
+  except error:
+    pass
+  else:
+    raise AssertionError('no error')
+assert np.array_equal(memory.sum_tree._flat, leaves)
+
+uniform = circular_replay_buffer.OutOfGraphReplayBuffer((2,), 2, 10, 4)
+uniform_native = native_ops.binding(uniform, True)
+for function in (
+    lambda: native_ops.sample(uniform_native,
+                              uniform.get_transition_elements()),
+    lambda: native_ops.set_priority(uniform_native, [1], [1.0])):
+  try:
+    function()
+  except (IAE, FPE):
+    pass
+  else:
+    raise AssertionError('no error')
+memory.set_priority(np.arange(64), 0.0)
+try:
+  native_ops.sample(native, elements)
+except FPE:
+  pass
+else:
+  raise AssertionError('sampled an empty tree')
+
+# A deleted memory; a closed registration whose lock the memory keeps.
+with graph.as_default():
+  ops = [native_ops.sample(uniform_native, uniform.get_transition_elements()),
+         native_ops.total_priority(native)]
+del memory, uniform
+gc.collect()
+for op in ops:
+  try:
+    session.run(op)
+  except FPE:
+    pass
+  else:
+    raise AssertionError('a deleted memory answered')
+closed = Prioritized((2,), 1, 10, 2)
+closed.native_memory().close()
+for i in range(12):
+  closed.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0)
+assert len(closed.sample_transition_batch()[0]) == 2
+print('sanitized ops: OK')
+'''
+
+
+def _compiler_file(name):
+  """The path of the compiler's runtime library `name`."""
+  compiler = os.environ.get('CXX', 'g++')
+  path = subprocess.run([compiler, '-print-file-name=' + name],
+                        capture_output=True, text=True, check=True,
+                        timeout=60).stdout.strip()
+  if not os.path.isabs(path):
+    raise AssertionError('{} has no {} (it answered {!r})'.format(
+        compiler, name, path))
+  return path
+
+
+class SanitizerTest(absltest.TestCase):
+
+  def test_ops_under_address_sanitizer(self):
+    libraries = [build.core_library(sanitize=True),
+                 build.ops_library(sanitize=True)]
+    env = fixtures.subprocess_env(
+        LD_PRELOAD=' '.join([_compiler_file('libasan.so'),
+                             _compiler_file('libstdc++.so')]),
+        ASAN_OPTIONS='detect_leaks=0',
+        UBSAN_OPTIONS='halt_on_error=1:print_stacktrace=1',
+        SANITIZED_LIBRARIES=os.pathsep.join(libraries),
+        **{build.SANITIZE_ENV: '1'})
+    result = subprocess.run([sys.executable, '-c', _SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=600,
+                            cwd=fixtures.REPO_ROOT, check=False)
+    self.assertNotIn('ERROR: AddressSanitizer', result.stderr)
+    self.assertNotIn('runtime error:', result.stderr)  # UBSan.
+    self.assertEqual(result.returncode, 0, result.stderr[-5000:])
+    self.assertIn('sanitized ops: OK', result.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -157,18 +157,18 @@ int64_t ChooseChild(const double* block, int64_t fanout, double* remaining) {
   return chosen;
 }
 
-// `Descend` for a fanout of kFanout (0: t.fanout, read at run time; a
+// `DescendFrom` for a fanout of kFanout (0: t.fanout, read at run time; a
 // constant unrolls the child scans).
 template <int64_t kFanout>
-void DescendOf(const Tree& t, const double* targets, int64_t count,
-               int64_t* out) {
+bool DescendOf(const Tree& t, const int64_t* rows, double* remaining,
+               int64_t count, int64_t* out) {
   const int64_t fanout = kFanout ? kFanout : t.fanout;
-  std::vector<double> remaining(targets, targets + count);
   for (int64_t b = 0; b < count; ++b) out[b] = 0;
   for (int64_t level = t.levels - 1; level >= 0; --level) {
     const double* base = t.flat + t.offsets[level];
-    if (level < t.levels - 2) {
-      for (int64_t b = 0; b < count; ++b) {
+    for (int64_t b = 0; b < count; ++b) {
+      if (rows != nullptr && out[b] >= rows[level]) return false;
+      if (level < t.levels - 2) {
         for (int64_t j = 0; j < fanout; j += 8) {
           __builtin_prefetch(base + out[b] * fanout + j);
         }
@@ -180,13 +180,25 @@ void DescendOf(const Tree& t, const double* targets, int64_t count,
       out[b] = out[b] * fanout + chosen;
     }
   }
+  return true;
 }
 
-// The leaf holding each mass of `targets`, level by level.
+// The leaf holding each mass of `remaining` (overwritten), level by level.
+// With `rows` (each level's number of rows of `fanout` nodes), also checks
+// that every node's children lie in its level's rows (a consistent tree
+// never leaves them: padding holds no mass), and returns false, leaving
+// `out` unfinished, where a descent would.
+inline bool DescendFrom(const Tree& t, const int64_t* rows, double* remaining,
+                        int64_t count, int64_t* out) {
+  if (t.fanout == 16) return DescendOf<16>(t, rows, remaining, count, out);
+  return DescendOf<0>(t, rows, remaining, count, out);
+}
+
+// `DescendFrom` the masses `targets`, unchecked (a tree the library built).
 inline void Descend(const Tree& t, const double* targets, int64_t count,
                     int64_t* out) {
-  if (t.fanout == 16) return DescendOf<16>(t, targets, count, out);
-  DescendOf<0>(t, targets, count, out);
+  std::vector<double> remaining(targets, targets + count);
+  DescendFrom(t, nullptr, remaining.data(), count, out);
 }
 
 // `Descend` to the masses (lower + width * uniforms) * scale.

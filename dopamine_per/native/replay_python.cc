@@ -271,43 +271,12 @@ bool AllBelow(const Index* indices, int64_t count, int64_t limit) {
   return true;
 }
 
-// `Descend` (replay_core.h: ChooseChild's arithmetic), which also checks
-// that each node's children lie in its level's rows (a consistent tree
-// never leaves them: padding nodes hold no mass). Returns false where a
-// descent would leave them; NumPy's loop then raises its IndexError.
-template <int64_t kFanout>
-bool CheckedDescendOf(const Tree& t, const int64_t* rows, double* remaining,
-                      int64_t count, int64_t* out) {
-  const int64_t fanout = kFanout ? kFanout : t.fanout;
-  for (int64_t b = 0; b < count; ++b) out[b] = 0;
-  for (int64_t level = t.levels - 1; level >= 0; --level) {
-    const double* base = t.flat + t.offsets[level];
-    const int64_t limit = rows[level];
-    for (int64_t b = 0; b < count; ++b) {
-      if (out[b] >= limit) return false;
-      if (level < t.levels - 2) {
-        for (int64_t j = 0; j < fanout; j += 8) {
-          __builtin_prefetch(base + out[b] * fanout + j);
-        }
-      }
-    }
-    for (int64_t b = 0; b < count; ++b) {
-      const int64_t chosen =
-          ChooseChild<kFanout>(base + out[b] * fanout, fanout, &remaining[b]);
-      out[b] = out[b] * fanout + chosen;
-    }
-  }
-  return true;
-}
-
-// Descends from `remaining` (overwritten) to the leaves in `out`.
+// `DescendFrom` (replay_core.h), checked against the tree's rows: false
+// where a descent would leave them; NumPy's loop then raises its
+// IndexError.
 bool CheckedDescend(const TreeArgument& tree, double* remaining,
                     int64_t count, int64_t* out) {
-  if (tree.tree().fanout == 16) {
-    return CheckedDescendOf<16>(tree.tree(), tree.rows(), remaining, count,
-                                out);
-  }
-  return CheckedDescendOf<0>(tree.tree(), tree.rows(), remaining, count, out);
+  return DescendFrom(tree.tree(), tree.rows(), remaining, count, out);
 }
 
 // level_sums(blocks, out): blocks float64 [rows, fanout], out float64

@@ -129,8 +129,8 @@ def unsupported_reason(memory: Any) -> Optional[str]:
     return ('update_horizon {} (NumPy sums 8 or more terms pairwise, the '
             'native returns left to right)'.format(memory.update_horizon))
   if np.dtype(terminal.type).kind not in 'biu':
-    return 'terminals of dtype {} (the native ops take bools and ' \
-        'integers)'.format(np.dtype(terminal.type).name)
+    return ('terminals of dtype {} (the native ops take bools and '
+            'integers)'.format(np.dtype(terminal.type).name))
   for element in elements:
     if np.dtype(element.type).hasobject:
       return 'element {} of dtype object'.format(element.name)

@@ -38,10 +38,12 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import List, Optional, Sequence
+import threading
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Type
 
-__all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'cache_root',
-           'core_library', 'main', 'ops_library', 'python_extension']
+__all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'Once',
+           'cache_root', 'core_library', 'main', 'ops_library',
+           'python_extension']
 
 # The environment variable naming the cache directory.
 CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
@@ -66,6 +68,52 @@ _OPS_SANITIZER_FLAGS = _SANITIZER_FLAGS + [
 
 class NativeBuildError(RuntimeError):
   """The native libraries cannot be built here (the message says why)."""
+
+
+class Once(object):
+  """Builds and loads a library on the first call; then returns it.
+
+  A failure is remembered and raised again, so that a machine without a
+  compiler does not try to build on every call. Thread-safe.
+  """
+
+  def __init__(self, build_and_load: Callable[[], Any], failure: str,
+               load_errors: Tuple[Type[BaseException], ...]):
+    """Remembers how to build and load the library.
+
+    Args:
+      build_and_load: returns the library (raising NativeBuildError if it
+        cannot be built).
+      failure: str, what a load error means ('the core library does not
+        load'), the start of the NativeBuildError it becomes.
+      load_errors: the exceptions of loading that become NativeBuildError.
+    """
+    self._build_and_load = build_and_load
+    self._failure = failure
+    self._load_errors = load_errors
+    self._lock = threading.Lock()
+    self._library = None
+    self._error: Optional[NativeBuildError] = None
+
+  def __call__(self) -> Any:
+    """The library.
+
+    Raises:
+      NativeBuildError: If it cannot be built or loaded (now or before).
+    """
+    with self._lock:
+      if self._error is not None:
+        raise self._error
+      if self._library is None:
+        try:
+          self._library = self._build_and_load()
+        except NativeBuildError as e:
+          self._error = e
+          raise
+        except self._load_errors as e:
+          self._error = NativeBuildError('{}: {}'.format(self._failure, e))
+          raise self._error from e
+      return self._library
 
 
 def cache_root() -> str:

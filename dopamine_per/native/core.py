@@ -8,8 +8,6 @@ the memory's lock without holding it.
 """
 
 import ctypes
-import threading
-from typing import Optional
 
 from dopamine_per.native import build
 
@@ -46,34 +44,15 @@ class PerLayout(ctypes.Structure):
   ]
 
 
-_lock = threading.Lock()
-_library: Optional[ctypes.CDLL] = None
-_error: Optional[build.NativeBuildError] = None
+def _load() -> ctypes.CDLL:
+  library = ctypes.CDLL(build.core_library())
+  for name, (result, arguments) in _SIGNATURES.items():
+    function = getattr(library, name)
+    function.restype = result
+    function.argtypes = arguments
+  return library
 
 
-def load() -> ctypes.CDLL:
-  """The core library, built on first use (see `build.core_library`).
-
-  Raises:
-    build.NativeBuildError: If it cannot be built.
-  """
-  global _library, _error
-  with _lock:
-    if _error is not None:  # Not rebuilt on every call.
-      raise _error
-    if _library is None:
-      try:
-        library = ctypes.CDLL(build.core_library())
-      except build.NativeBuildError as e:
-        _error = e
-        raise
-      except OSError as e:
-        _error = build.NativeBuildError('the core library does not load: '
-                                        '{}'.format(e))
-        raise _error from e
-      for name, (result, arguments) in _SIGNATURES.items():
-        function = getattr(library, name)
-        function.restype = result
-        function.argtypes = arguments
-      _library = library
-    return _library
+# The core library, built on first use (see `build.core_library`); raises
+# build.NativeBuildError if it cannot be built or loaded.
+load = build.Once(_load, 'the core library does not load', (OSError,))

@@ -9,17 +9,11 @@ does not import). `replay_memory.native_kernels` calls its functions.
 
 import importlib.machinery
 import importlib.util
-import threading
 from types import ModuleType
-from typing import Optional
 
 from dopamine_per.native import build
 
 __all__ = ['load']
-
-_lock = threading.Lock()
-_module: Optional[ModuleType] = None
-_error: Optional[build.NativeBuildError] = None
 
 
 def _import(path: str) -> ModuleType:
@@ -32,24 +26,7 @@ def _import(path: str) -> ModuleType:
   return module
 
 
-def load() -> ModuleType:
-  """The extension module, built on first use.
-
-  Raises:
-    build.NativeBuildError: If it cannot be built or imported.
-  """
-  global _module, _error
-  with _lock:
-    if _error is not None:  # Not rebuilt on every call.
-      raise _error
-    if _module is None:
-      try:
-        _module = _import(build.python_extension())
-      except build.NativeBuildError as e:
-        _error = e
-        raise
-      except ImportError as e:
-        _error = build.NativeBuildError(
-            'the Python extension does not import: {}'.format(e))
-        raise _error from e
-    return _module
+# The extension module, built on first use (see `build.python_extension`);
+# raises build.NativeBuildError if it cannot be built or imported.
+load = build.Once(lambda: _import(build.python_extension()),
+                  'the Python extension does not import', (ImportError,))

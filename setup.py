@@ -98,8 +98,9 @@ setuptools.setup(
     package_data={'dopamine_per.native': ['*.h', '*.cc']},
     python_requires='>=3.9',
     install_requires=[
-        # The Wrapped* buffers build graph ops with tf.numpy_function (TF 2.x
-        # under tf.compat.v1, as Dopamine's TF agents run).
+        # The Wrapped* buffers build graph ops (the native ops, else
+        # tf.numpy_function; TF 2.x under tf.compat.v1, as Dopamine's TF
+        # agents run).
         'tensorflow>=2.12',
         # The sum tree and the OutOfGraph* buffers are NumPy code.
         'numpy>=1.22',
@@ -113,15 +114,6 @@ setuptools.setup(
         # font did before, worse. Imported on the first drawing only (Agg
         # canvas, no GUI backend), so importing the package stays cheap.
         'matplotlib>=3.5',
-        # Compiles the replay memory's kernels (dopamine_per/replay_memory/
-        # numba_kernels.py; bit-identical to the NumPy ones). Only these
-        # meet the speed goals of benchmarks/RESULTS.md against cpprb: with
-        # NumPy's loops the sum tree's set and stratified_sample at batch 32
-        # run at 0.27x and 0.37x cpprb's speed and the Atari memory's
-        # sample + set_priority at 0.17x, with Numba's at 2.7x, 5.6x and 1.2x.
-        # Where Numba cannot be imported the NumPy loops still run, with a
-        # warning (dopamine_per/replay_memory/kernels.py).
-        'numba>=0.59',
     ],
     extras_require={
         'test': [
@@ -184,8 +176,12 @@ setuptools.setup(
             'ale-py>=0.9',
         ],
         'fast': [
-            # Numba is now a requirement (above); the extra stays so that
-            # `pip install 'dopamine_per[fast]'` still works.
+            # Numba's compiled kernels (dopamine_per/replay_memory/
+            # numba_kernels.py), for machines without a C++ compiler: the
+            # default kernels are the native ones, built with the system's
+            # compiler on first use, which meet or beat Numba's on every row
+            # of benchmarks/RESULTS.md. Without either, the NumPy loops run
+            # (several times slower; one warning says so).
             'numba>=0.59',
         ],
         'distributed': [

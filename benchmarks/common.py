@@ -42,9 +42,10 @@ __all__ = [
 ]
 
 OURS_PREFIX = 'ours-'
-# Ours with each kernel set, Numba's first (the tables' column order);
-# 'ours-native' where its extension builds (`kernels.available`).
-OURS = ('ours-numba', 'ours-native', 'ours-numpy')
+# Ours with each kernel set, the default (native) first (the tables'
+# column order); 'ours-native' where its extension builds, 'ours-numba'
+# where Numba imports (`kernels.available`).
+OURS = ('ours-native', 'ours-numba', 'ours-numpy')
 
 
 def kernels_of(name: str) -> Optional[str]:

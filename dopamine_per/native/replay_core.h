@@ -384,21 +384,39 @@ inline void FillStack(const uint8_t* const* sources, int64_t pixels,
   }
 }
 
+// Fills states[b] and next_states[b] ([pixels * stack] items of `item`
+// bytes each, frames last) with the `stack` frames ending at ends[b] and
+// at next_ends[b], b < count, wrapping around capacity: each state with
+// its next state, which shares frames with it (read again while cached).
+// Without next states (next_states == nullptr), next_ends is not read.
+inline void TransitionStates(const uint8_t* frames, int64_t capacity,
+                             int64_t pixels, int64_t item, int64_t stack,
+                             const int64_t* ends, const int64_t* next_ends,
+                             int64_t count, uint8_t* states,
+                             uint8_t* next_states) {
+  const int64_t frame_bytes = pixels * item, state_bytes = frame_bytes * stack;
+  std::vector<const uint8_t*> sources(stack);
+  for (int64_t b = 0; b < count; ++b) {
+    for (const bool next : {false, true}) {
+      uint8_t* out = next ? next_states : states;
+      if (out == nullptr) continue;
+      const int64_t end = next ? next_ends[b] : ends[b];
+      for (int64_t k = 0; k < stack; ++k) {
+        sources[k] = frames + Mod(end - stack + 1 + k, capacity) *
+                     frame_bytes;
+      }
+      FillStack(sources.data(), pixels, item, stack, out + b * state_bytes);
+    }
+  }
+}
+
 // Fills out[row] ([pixels * stack] items of `item` bytes, frames last)
 // with the `stack` frames ending at ends[row], wrapping around capacity.
 inline void StacksEndingAt(const uint8_t* frames, int64_t capacity,
                            int64_t pixels, int64_t item, int64_t stack,
                            const int64_t* ends, int64_t rows, uint8_t* out) {
-  const int64_t frame_bytes = pixels * item;
-  std::vector<const uint8_t*> sources(stack);
-  for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t k = 0; k < stack; ++k) {
-      sources[k] = frames + Mod(ends[row] - stack + 1 + k, capacity) *
-                   frame_bytes;
-    }
-    FillStack(sources.data(), pixels, item, stack,
-              out + row * frame_bytes * stack);
-  }
+  TransitionStates(frames, capacity, pixels, item, stack, ends, nullptr, rows,
+                   out, nullptr);
 }
 
 // Fills out[row] as `StacksEndingAt` with the frames

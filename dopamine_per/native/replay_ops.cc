@@ -297,16 +297,16 @@ class TransitionsOp : public MemoryOp {
                  next.data(), is_terminal.data(), returns.data());
     std::vector<int32_t> as_int32(indices.begin(), indices.end());
     const int64_t state_bytes = m.pixels * m.observation_item * m.stack;
+    // The states come last, in one pass (see TransitionStates).
+    uint8_t* states = nullptr;
+    uint8_t* next_states = nullptr;
     for (int i = 0; i < static_cast<int>(elements_.size()); ++i) {
       const std::string& name = elements_[i];
       uint8_t* out = nullptr;
       if (name == "state" || name == "next_state") {
         out = Output(context, i, count, state_bytes);
         if (out == nullptr) return;
-        StacksEndingAt(m.observation, m.capacity, m.pixels,
-                       m.observation_item, m.stack,
-                       name == "state" ? indices.data() : next.data(), count,
-                       out);
+        (name == "state" ? states : next_states) = out;
       } else if (name == "action" || name == "next_action") {
         out = Output(context, i, count, m.action.row_bytes);
         if (out == nullptr) return;
@@ -354,6 +354,9 @@ class TransitionsOp : public MemoryOp {
         return;
       }
     }
+    TransitionStates(m.observation, m.capacity, m.pixels, m.observation_item,
+                     m.stack, indices.data(), next.data(), count, states,
+                     next_states);
   }
 
   std::vector<std::string> elements_;

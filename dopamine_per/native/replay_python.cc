@@ -707,22 +707,11 @@ PyObject* TransitionsAndStatesPy(PyObject*, PyObject* const* args,
                  returns.data<float>());
     std::memcpy(next_indices.data<int64_t>(), ends.data() + count,
                 count * 8);
-    // Each state, then its next state, which shares frames with it (read
-    // while they are still cached).
-    const int64_t item = frames.itemsize(), frame_bytes = pixels * item;
-    const uint8_t* storage = frames.data<uint8_t>();
     uint8_t* states = out.data<uint8_t>();
-    std::vector<const uint8_t*> sources(stack);
-    for (int64_t b = 0; b < count; ++b) {
-      for (const int64_t row : {b, count + b}) {
-        for (int64_t k = 0; k < stack; ++k) {
-          sources[k] = storage + Mod(ends[row] - stack + 1 + k, capacity) *
-                                     frame_bytes;
-        }
-        FillStack(sources.data(), pixels, item, stack,
-                  states + row * frame_bytes * stack);
-      }
-    }
+    TransitionStates(frames.data<uint8_t>(), capacity, pixels,
+                     frames.itemsize(), stack, ends.data(),
+                     ends.data() + count, count, states,
+                     states + count * pixels * frames.itemsize() * stack);
   }
   return Done();
 }

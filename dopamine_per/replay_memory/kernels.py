@@ -3,17 +3,18 @@
 
 A kernels object carries every per-batch loop of the sum tree and the
 memories (the interface: `numpy_kernels.NumpyKernels`). There are three,
-with bit-identical results: `NUMBA` (compiled with Numba, a requirement of
-the package, so the default), `NUMPY` (the reference, and the fallback where
-Numba cannot be imported, e.g. a platform without its wheels; it misses
-most of the speed goals of benchmarks/RESULTS.md) and `native()` (the loops
-in C++, `native_kernels.NativeKernels`, compiled with the system's C++
-compiler the first time they are asked for). `SumTree` and the memories
-take one as their `kernels` argument (gin-configurable on the memories:
+with bit-identical results: `native()` (the loops in C++,
+`native_kernels.NativeKernels`, compiled with the system's C++ compiler the
+first time they are asked for and cached; the default, the fastest on every
+row of benchmarks/RESULTS.md), `numba()` (compiled with Numba, where it is
+installed: the 'fast' extra) and `NUMPY` (the reference, and the last
+fallback; it misses most of the speed goals of benchmarks/RESULTS.md).
+`SumTree` and the memories take one as their `kernels` argument
+(gin-configurable on the memories:
 ``OutOfGraphPrioritizedReplayBuffer.kernels = 'numpy'``); without one they
 use the DOPAMINE_PER_KERNELS environment variable, else 'auto'. The first
-time 'auto' falls back to NumPy it logs one warning saying so and how to
-get Numba's.
+time 'auto' cannot have the native kernels it logs one warning saying why
+and which it runs instead.
 """
 
 import os
@@ -26,37 +27,37 @@ from dopamine_per.native import build
 from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import numpy_kernels
 
-try:
-  from dopamine_per.replay_memory import numba_kernels  # pylint: disable=g-import-not-at-top
-  _NUMBA_MISSING = ''
-except ImportError as e:  # NumPy's loops only.
-  numba_kernels = None
-  _NUMBA_MISSING = str(e)
-
-__all__ = ['ENV', 'FALLBACK_WARNING', 'Kernels', 'KernelsLike', 'NUMBA',
-           'NUMPY', 'available', 'choose', 'native']
+__all__ = ['ENV', 'FALLBACK_WARNING', 'Kernels', 'KernelsLike', 'NUMPY',
+           'available', 'choose', 'native', 'numba']
 
 # The environment variable that chooses the kernels when no argument does:
-# 'numpy', 'numba', 'native' or 'auto' (the default: Numba's, or NumPy's
-# where Numba cannot be imported).
+# 'numpy', 'numba', 'native' or 'auto' (the default: the native kernels,
+# else Numba's, else NumPy's).
 ENV = 'DOPAMINE_PER_KERNELS'
 
 # The interface every kernels object has.
 Kernels = numpy_kernels.NumpyKernels
 
 NUMPY = numpy_kernels.NumpyKernels()
-NUMBA = None if numba_kernels is None else numba_kernels.NumbaKernels()
 
-# The C++ kernels, created by the first `native()`; its lock.
+# The compiled kernels, each created by its first request (`native()`,
+# `numba()`), or why it cannot be (Numba's import error).
 _native: Optional[Kernels] = None
-_native_lock = threading.Lock()
+_numba: Optional[Kernels] = None
+_numba_missing: Optional[str] = None
+_lock = threading.Lock()
 
-# The warning that 'auto' logs the first time it falls back to NumPy.
+# The warning that 'auto' logs the first time it cannot have the native
+# kernels: why, and what it runs instead.
 FALLBACK_WARNING = (
-    'dopamine_per: Numba cannot be imported (%s), so the replay memory runs '
+    'dopamine_per: the native kernels cannot be built here (%s), so the '
+    'replay memory runs %s. Install a C++ compiler (e.g. `apt-get install '
+    'g++`, or set $CXX) for the native ones; see the README, "Native ops".')
+_WITH_NUMBA = "Numba's loops instead"
+_WITH_NUMPY = (
     'its NumPy loops, several times slower on batches of 32-256 (see '
-    "benchmarks/RESULTS.md); `pip install numba` (or 'dopamine_per[fast]') "
-    'gives the compiled ones.')
+    "benchmarks/RESULTS.md; `pip install numba`, or 'dopamine_per[fast]', "
+    "gives Numba's compiled ones meanwhile)")
 _fallback_logged = False
 
 # What `choose` takes: kernels, a name, or None for the environment's choice.
@@ -66,15 +67,17 @@ KernelsLike = Union[None, str, Kernels]
 def available() -> List[str]:
   """Names of the kernels that can be used here.
 
-  'native' is listed where its library builds (or was built) and loads;
-  the first call may compile it (see `native`).
+  'numba' is listed where Numba imports, 'native' where its library builds
+  (or was built) and loads; the first call may compile it (see `native`).
   """
-  names = ['numpy'] + (['numba'] if NUMBA is not None else [])
-  try:
-    native()
-  except ValueError:
-    return names
-  return names + ['native']
+  names = ['numpy']
+  for name, kernels in (('numba', numba), ('native', native)):
+    try:
+      kernels()
+    except ValueError:
+      continue
+    names.append(name)
+  return names
 
 
 def native() -> Kernels:
@@ -90,10 +93,19 @@ def native() -> Kernels:
   return _native_kernels('')
 
 
+def numba() -> Kernels:
+  """The Numba kernels (`numba_kernels.NumbaKernels`), created once.
+
+  Raises:
+    ValueError: If Numba cannot be imported here (the message says why).
+  """
+  return _numba_kernels('')
+
+
 def _native_kernels(source: str) -> Kernels:
   """`native()`, its error naming the `source` of the choice."""
   global _native
-  with _native_lock:
+  with _lock:
     if _native is None:
       try:
         _native = native_kernels.NativeKernels()
@@ -103,17 +115,36 @@ def _native_kernels(source: str) -> Kernels:
     return _native
 
 
+def _numba_kernels(source: str) -> Kernels:
+  """`numba()`, its error naming the `source` of the choice."""
+  global _numba, _numba_missing
+  with _lock:
+    if _numba is None and _numba_missing is None:
+      try:
+        from dopamine_per.replay_memory import numba_kernels  # pylint: disable=g-import-not-at-top
+      except ImportError as e:
+        _numba_missing = str(e) or 'not installed'
+      else:
+        _numba = numba_kernels.NumbaKernels()
+    if _numba is None:
+      raise ValueError("Kernels 'numba'{} need Numba, which cannot be imported "
+                       "({}): pip install numba (or 'dopamine_per[fast]')."
+                       .format(source, _numba_missing))
+    return _numba
+
+
 def choose(kernels: KernelsLike = None) -> Kernels:
   """Returns the kernels `kernels` names.
 
   Args:
     kernels: kernels (returned as they are), 'numpy', 'numba', 'native'
-      (built on first use), 'auto' (Numba's when Numba is installed, else
-      NumPy's), or None: the DOPAMINE_PER_KERNELS environment variable,
+      (built on first use), 'auto' (the native kernels; where they cannot be
+      built, Numba's where Numba is installed, else NumPy's, with one
+      warning), or None: the DOPAMINE_PER_KERNELS environment variable,
       else 'auto'.
 
   Returns:
-    `NUMPY`, `NUMBA` or `native()`.
+    `NUMPY`, `numba()` or `native()`.
 
   Raises:
     ValueError: If the name is unknown, is 'numba' without Numba installed,
@@ -126,25 +157,29 @@ def choose(kernels: KernelsLike = None) -> Kernels:
     kernels = os.environ.get(ENV, 'auto')
     source = ' (from ${})'.format(ENV)
   if kernels == 'auto':
-    return NUMBA if NUMBA is not None else _numpy_fallback()
+    return _auto()
   if kernels == 'numpy':
     return NUMPY
   if kernels == 'numba':
-    if NUMBA is None:
-      raise ValueError("Kernels 'numba'{} need Numba, which cannot be imported "
-                       "({}): pip install numba (or 'dopamine_per[fast]')."
-                       .format(source, _NUMBA_MISSING or 'not installed'))
-    return NUMBA
+    return _numba_kernels(source)
   if kernels == 'native':
     return _native_kernels(source)
   raise ValueError("Unknown kernels {!r}{}: use 'numpy', 'numba', 'native' "
                    "or 'auto'.".format(kernels, source))
 
 
-def _numpy_fallback() -> Kernels:
-  """Returns `NUMPY` for 'auto' without Numba, warning the first time."""
+def _auto() -> Kernels:
+  """The native kernels, else Numba's, else NumPy's; warns the first time."""
   global _fallback_logged
+  try:
+    return native()
+  except ValueError as e:
+    reason = str(e.__cause__ or e)
+  try:
+    chosen, instead = numba(), _WITH_NUMBA
+  except ValueError:
+    chosen, instead = NUMPY, _WITH_NUMPY
   if not _fallback_logged:
     _fallback_logged = True
-    logging.warning(FALLBACK_WARNING, _NUMBA_MISSING or 'not installed')
-  return NUMPY
+    logging.warning(FALLBACK_WARNING, reason, instead)
+  return chosen

@@ -30,18 +30,19 @@ class ChooseTest(absltest.TestCase):
 
   def test_names_and_choices(self):
     self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
-    self.assertIs(kernels.choose('numba'), kernels.NUMBA)
-    self.assertIs(kernels.choose('auto'), kernels.NUMBA)
+    numba = kernels.numba()
+    self.assertIs(kernels.choose('numba'), numba)
+    self.assertIs(kernels.numba(), numba)  # Created once.
+    self.assertIs(kernels.choose('auto'), kernels.native())
     self.assertIs(kernels.choose(kernels.NUMPY), kernels.NUMPY)
-    self.assertIs(kernels.choose(kernels.NUMBA), kernels.NUMBA)
+    self.assertIs(kernels.choose(numba), numba)
     self.assertIs(kernels.Kernels, numpy_kernels.NumpyKernels)
     self.assertIs(type(kernels.NUMPY), numpy_kernels.NumpyKernels)
-    self.assertIs(type(kernels.NUMBA), numba_kernels.NumbaKernels)
-    self.assertIsInstance(kernels.NUMBA, kernels.Kernels)
+    self.assertIs(type(numba), numba_kernels.NumbaKernels)
+    self.assertIsInstance(numba, kernels.Kernels)
     self.assertEqual((kernels.NUMPY.name, kernels.NUMPY.compiled),
                      ('numpy', False))
-    self.assertEqual((kernels.NUMBA.name, kernels.NUMBA.compiled),
-                     ('numba', True))
+    self.assertEqual((numba.name, numba.compiled), ('numba', True))
     self.assertEqual(kernels.available(), ['numpy', 'numba', 'native'])
 
   def test_native(self):
@@ -53,35 +54,67 @@ class ChooseTest(absltest.TestCase):
     self.assertEqual((native.name, native.compiled), ('native', True))
     self.assertIs(kernels.choose(native), native)
 
+  def _without_a_compiler(self, script, *preamble):
+    """Runs `script` with a fresh native cache and no compiler.
+
+    Returns:
+      (the lines it printed, its stderr), after checking that it built
+      nothing.
+    """
+    cache = fixtures.temp_dir(self)
+    result = subprocess.run(
+        [sys.executable, '-c', ''.join(preamble) + script, cache],
+        cwd=fixtures.REPO_ROOT,
+        env=fixtures.subprocess_env(CXX='no-such-compiler',
+                                    DOPAMINE_PER_NATIVE_CACHE=cache),
+        capture_output=True, text=True, timeout=300, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(os.listdir(cache), [])
+    return result.stdout.splitlines(), result.stderr
+
   def test_native_without_a_compiler(self):
     # A fresh cache and no compiler: importing `kernels` builds nothing (nor
-    # imports TensorFlow); asking for 'native' says why it cannot be built.
-    cache = fixtures.temp_dir(self)
-    script = (
+    # imports TensorFlow or Numba); asking for 'native' says why it cannot
+    # be built, and 'auto' runs Numba's with one warning saying so.
+    lines, stderr = self._without_a_compiler(
         'import os, sys\n'
         'from dopamine_per.replay_memory import kernels\n'
         'assert not os.listdir(sys.argv[1]), os.listdir(sys.argv[1])\n'
         'assert "tensorflow" not in sys.modules\n'
+        'assert "numba" not in sys.modules\n'
         'assert kernels.available() == ["numpy", "numba"]\n'
         'for _ in range(2):\n'
         '  try:\n'
         '    kernels.choose("native")\n'
         '  except ValueError as e:\n'
         '    print(e)\n'
-        'print(kernels.choose("auto").name)\n')
-    result = subprocess.run(
-        [sys.executable, '-c', script, cache], cwd=fixtures.REPO_ROOT,
-        env=fixtures.subprocess_env(CXX='no-such-compiler',
-                                    DOPAMINE_PER_NATIVE_CACHE=cache),
-        capture_output=True, text=True, timeout=300, check=False)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    lines = result.stdout.splitlines()
-    self.assertEqual(lines[:2], [
-        "Kernels 'native' cannot be built here: no C++ compiler: "
-        "'no-such-compiler' is not on PATH (install g++, e.g. `apt-get "
-        "install g++`, or set $CXX)"] * 2)
-    self.assertEqual(lines[2:], ['numba'])
-    self.assertEqual(os.listdir(cache), [])
+        'for _ in range(3):\n'
+        '  print(kernels.choose("auto").name)\n')
+    reason = ("no C++ compiler: 'no-such-compiler' is not on PATH (install "
+              "g++, e.g. `apt-get install g++`, or set $CXX)")
+    self.assertEqual(lines, [
+        "Kernels 'native' cannot be built here: " + reason] * 2 +
+                     ['numba'] * 3)
+    self.assertEqual(stderr.count('the native kernels cannot be built'), 1,
+                     stderr)
+    self.assertIn('the native kernels cannot be built here ({}), so the '
+                  "replay memory runs Numba's loops instead".format(reason),
+                  stderr)
+
+  def test_auto_without_a_compiler_or_numba_runs_numpy_s(self):
+    lines, stderr = self._without_a_compiler(
+        'from dopamine_per.replay_memory import kernels\n'
+        'assert kernels.available() == ["numpy"], kernels.available()\n'
+        'for _ in range(3):\n'
+        '  print(kernels.choose("auto").name)\n',
+        'import sys\n',
+        'sys.modules["numba"] = None  # As if it could not be imported.\n')
+    self.assertEqual(lines, ['numpy'] * 3)
+    self.assertEqual(stderr.count('the native kernels cannot be built'), 1,
+                     stderr)
+    self.assertIn("so the replay memory runs its NumPy loops, several times "
+                  'slower', stderr)
+    self.assertIn('pip install numba', stderr)
 
   def test_kernels_are_returned_as_they_are(self):
     own = numba_kernels.NumbaKernels()
@@ -95,38 +128,41 @@ class ChooseTest(absltest.TestCase):
         kernels.choose(name)
 
   def test_missing_numba(self):
-    with mock.patch.object(kernels, 'NUMBA', None), \
-        mock.patch.object(kernels, '_NUMBA_MISSING', 'No module numba'), \
-        mock.patch.object(kernels, '_fallback_logged', True):
+    with mock.patch.object(kernels, '_numba', None), \
+        mock.patch.object(kernels, '_numba_missing', 'No module numba'):
       self.assertEqual(kernels.available(), ['numpy', 'native'])
-      self.assertIs(kernels.choose('auto'), kernels.NUMPY)
+      self.assertIs(kernels.choose('auto'), kernels.native())
       self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
       with self.assertRaisesRegex(
           ValueError, r"Kernels 'numba' need Numba, which cannot be imported "
           r"\(No module numba\): .*dopamine_per\[fast\]"):
         kernels.choose('numba')
 
-  def test_auto_falls_back_where_numba_cannot_be_imported(self):
-    # The import itself fails here (not a patched attribute).
+  def test_auto_needs_no_numba(self):
+    # The import itself fails here (not a patched attribute): 'auto' is the
+    # native kernels, without a warning; 'numba' says why it cannot be.
     script = (
         'import sys\n'
         'sys.modules["numba"] = None\n'
         'from dopamine_per.replay_memory import kernels\n'
-        'assert kernels.NUMBA is None and kernels.numba_kernels is None\n'
         'assert kernels.available() == ["numpy", "native"], '
         'kernels.available()\n'
-        'assert kernels.choose("auto") is kernels.NUMPY\n'
-        'try:\n'
-        '  kernels.choose("numba")\n'
-        'except ValueError as e:\n'
-        '  print(e)\n')
+        'assert kernels.choose("auto") is kernels.native()\n'
+        'for _ in range(2):\n'
+        '  try:\n'
+        '    kernels.choose("numba")\n'
+        '  except ValueError as e:\n'
+        '    print(e)\n')
     result = subprocess.run([sys.executable, '-c', script],
                             cwd=fixtures.REPO_ROOT,
                             env=fixtures.subprocess_env(), capture_output=True,
                             text=True, timeout=300, check=False)
     self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("Kernels 'numba' need Numba", result.stdout)
-    self.assertIn('Numba cannot be imported', result.stderr)  # Warned.
+    self.assertEqual(result.stdout.splitlines(), [
+        "Kernels 'numba' need Numba, which cannot be imported (import of "
+        "numba halted; None in sys.modules): pip install numba (or "
+        "'dopamine_per[fast]')."] * 2)
+    self.assertNotIn('cannot be built', result.stderr)
 
 
 class EnvironmentDefaultTest(absltest.TestCase):
@@ -142,18 +178,18 @@ class EnvironmentDefaultTest(absltest.TestCase):
   def test_the_variable_chooses_when_no_argument_does(self):
     self.assertEqual(kernels.ENV, 'DOPAMINE_PER_KERNELS')
     with self._environment():
-      self.assertIs(kernels.choose(), kernels.NUMBA)  # 'auto'.
-      self.assertIs(kernels.choose(None), kernels.NUMBA)
+      self.assertIs(kernels.choose(), kernels.native())  # 'auto'.
+      self.assertIs(kernels.choose(None), kernels.native())
     for value, expected in (('numpy', kernels.NUMPY),
-                            ('numba', kernels.NUMBA),
+                            ('numba', kernels.numba()),
                             ('native', kernels.native()),
-                            ('auto', kernels.NUMBA)):
+                            ('auto', kernels.native())):
       with self._environment(value):
         self.assertIs(kernels.choose(), expected)
     with self._environment('numpy'):
       # An argument wins over the variable.
-      self.assertIs(kernels.choose('numba'), kernels.NUMBA)
-      self.assertIs(kernels.choose(kernels.NUMBA), kernels.NUMBA)
+      self.assertIs(kernels.choose('numba'), kernels.numba())
+      self.assertIs(kernels.choose(kernels.numba()), kernels.numba())
 
   def test_errors_name_the_variable(self):
     with self._environment('Numba'):
@@ -162,7 +198,8 @@ class EnvironmentDefaultTest(absltest.TestCase):
           r"Unknown kernels 'Numba' \(from \$DOPAMINE_PER_KERNELS\)"):
         kernels.choose()
     with self._environment('numba'), \
-        mock.patch.object(kernels, 'NUMBA', None):
+        mock.patch.object(kernels, '_numba', None), \
+        mock.patch.object(kernels, '_numba_missing', 'No module numba'):
       with self.assertRaisesRegex(
           ValueError,
           r"Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\) need Numba"):
@@ -183,7 +220,7 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
   """The tree's, the sampling checks' and the gathers' loops follow it."""
 
   def test_the_tree(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA),
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.numba()),
                          ('native', kernels.native())):
       self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
       self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
@@ -191,7 +228,7 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
       sum_tree.SumTree(4, kernels='fortran')
 
   def test_the_memories_and_their_trees(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.NUMBA),
+    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.numba()),
                          ('native', kernels.native())):
       plain = circular_replay_buffer.OutOfGraphReplayBuffer(
           (3, 3), 4, 20, 2, kernels=name)

@@ -132,7 +132,7 @@ class PythonSamplePathTest(SamplePathTestBase):
     modules = {callee for _, callee in trace.crossings}
     modules.update(caller for caller, _ in trace.crossings)
     self.assertIn('dopamine_per.replay_memory.numpy_function', modules)
-    self.assertIn('dopamine_per.replay_memory.numba_kernels', modules)
+    self.assertIn('dopamine_per.replay_memory.native_kernels', modules)
     self.assertLessEqual(len(modules), _MAX_MODULES, sorted(modules))
     self.assertEqual(trace.reentries, [])
     self.assertLessEqual(len(trace.crossings), _MAX_CROSSINGS,

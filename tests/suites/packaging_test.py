@@ -34,7 +34,9 @@ import dopamine_per
 from dopamine_per import configs
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
+from dopamine_per.native import build
 from dopamine_per.replay_memory import kernels
+from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import sum_tree
 from tests.support import fixtures
 
@@ -52,12 +54,16 @@ _SCRIPTS = {
 }
 
 
-def _run(command, cwd, pythonpath=None, **kwargs):
-  """Runs `command` in `cwd` (kernel choice unset); returns the result."""
+def _run(command, cwd, pythonpath=None, environ=None, **kwargs):
+  """Runs `command` in `cwd` (kernel choice unset); returns the result.
+
+  `environ` holds variables to set besides.
+  """
   env = {k: v for k, v in os.environ.items()
          if k not in (kernels.ENV, 'PYTHONPATH')}
   if pythonpath:
     env['PYTHONPATH'] = pythonpath
+  env.update(environ or {})
   env['TF_CPP_MIN_LOG_LEVEL'] = '2'
   return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
                         text=True, timeout=300, check=False, **kwargs)
@@ -104,10 +110,10 @@ class WheelTest(absltest.TestCase):
       return wheel.read('dopamine_per-{}.dist-info/{}'.format(
           dopamine_per.__version__, name)).decode('utf-8')
 
-  def _installed(self, *arguments):
+  def _installed(self, *arguments, environ=None):
     """Runs the installed package's Python in the unrelated directory."""
     return _run([sys.executable] + list(arguments), cwd=self.elsewhere,
-                pythonpath=self.site)
+                pythonpath=self.site, environ=environ)
 
   def _script(self, name, *arguments):
     return _run([os.path.join(self.site, 'bin', name)] + list(arguments),
@@ -139,12 +145,13 @@ class WheelTest(absltest.TestCase):
       self.assertIn("pip install '{}[gym]'".format(
           os.path.basename(self.wheel)), f.read())
 
-  def test_numba_is_a_requirement_and_fast_an_alias(self):
+  def test_numba_is_the_fast_extra_only(self):
     metadata = email.parser.Parser().parsestr(self._wheel_metadata('METADATA'))
     self.assertEqual(metadata['Version'], dopamine_per.__version__)
     requirements = metadata.get_all('Requires-Dist')
-    # Unconditional: no `; extra == ...` marker.
-    self.assertIn('numba>=0.59', requirements)
+    # The native kernels are the default: Numba comes with an extra only.
+    self.assertNotIn('numba>=0.59', requirements)
+    self.assertIn('numba>=0.59; extra == "fast"', requirements)
     self.assertIn('fast', metadata.get_all('Provides-Extra'))
 
   def test_console_scripts_and_their_targets(self):
@@ -212,41 +219,57 @@ class WheelTest(absltest.TestCase):
       self.assertIn(name[:-len('.gin')], result.stderr)
     self.assertFalse(os.path.exists(os.path.join(self.elsewhere, 'run')))
 
-  def test_installed_kernels_are_numba_s(self):
+  def test_installed_kernels_are_the_native_ones(self):
+    # Built from the sources the wheel carries, on first use, into a fresh
+    # cache.
     result = self._installed(
-        '-c', 'from dopamine_per.replay_memory import kernels, sum_tree\n'
+        '-c', 'import os\n'
+        'from dopamine_per.replay_memory import kernels, sum_tree\n'
         'print(kernels.__file__, kernels.choose("auto").name,\n'
-        '      type(sum_tree.SumTree(8, kernels="auto")._kernels).__name__)')
+        '      type(sum_tree.SumTree(8, kernels="auto")._kernels).__name__,\n'
+        '      len(os.listdir(os.environ["DOPAMINE_PER_NATIVE_CACHE"])))',
+        environ={'DOPAMINE_PER_NATIVE_CACHE': fixtures.temp_dir(self)})
     self.assertEqual(result.returncode, 0, result.stderr)
-    path, name, tree_kernels = result.stdout.split()
+    path, name, tree_kernels, built = result.stdout.split()
     self.assertTrue(path.startswith(self.site), path)
-    self.assertEqual(name, 'numba')
-    self.assertEqual(tree_kernels, 'NumbaKernels')
+    self.assertEqual(name, 'native')
+    self.assertEqual(tree_kernels, 'NativeKernels')
+    self.assertGreater(int(built), 0)
+    self.assertNotIn('cannot be built', result.stderr)
 
 
 class KernelsTest(absltest.TestCase):
-  """Numba's loops are the default; NumPy's warn once when they stand in."""
+  """The native loops are the default; the others warn once standing in."""
 
-  def test_numba_is_the_default(self):
+  def test_native_is_the_default(self):
     # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
-    # (kernels_test), is Numba's: Numba is a requirement ('native' follows
-    # where a C++ compiler builds it).
-    self.assertEqual(kernels.available()[:2], ['numpy', 'numba'])
-    self.assertIs(kernels.choose('auto'), kernels.NUMBA)
+    # (kernels_test), is the native kernels' where a C++ compiler builds
+    # them; Numba is not needed.
+    self.assertEqual(kernels.available(), ['numpy', 'numba', 'native'])
+    self.assertIs(kernels.choose('auto'), kernels.native())
     self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
-                  kernels.NUMBA)
+                  kernels.native())
 
   def test_the_fallback_warns_once(self):
-    with mock.patch.object(kernels, 'NUMBA', None), \
-        mock.patch.object(kernels, '_fallback_logged', False), \
-        mock.patch.object(kernels.logging, 'warning') as warning:
-      for _ in range(3):
-        self.assertIs(kernels.choose('auto'), kernels.NUMPY)
-      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
-    warning.assert_called_once()
-    self.assertIs(warning.call_args[0][0], kernels.FALLBACK_WARNING)
+    error = build.NativeBuildError('no C++ compiler')
+    for missing_numba, expected in ((False, kernels.numba()),
+                                    (True, kernels.NUMPY)):
+      numba = (mock.patch.object(kernels, '_numba', None) if missing_numba
+               else mock.patch.object(kernels, '_numba', expected))
+      with mock.patch.object(kernels, '_native', None), \
+          mock.patch.object(native_kernels.NativeKernels, '__init__',
+                            side_effect=error), numba, \
+          mock.patch.object(kernels, '_numba_missing', 'No module numba'), \
+          mock.patch.object(kernels, '_fallback_logged', False), \
+          mock.patch.object(kernels.logging, 'warning') as warning:
+        for _ in range(3):
+          self.assertIs(kernels.choose('auto'), expected)
+        self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+      warning.assert_called_once()
+      self.assertIs(warning.call_args[0][0], kernels.FALLBACK_WARNING)
+      self.assertEqual(warning.call_args[0][1], 'no C++ compiler')
 
-  def test_a_memory_without_numba_warns_in_one_line(self):
+  def test_a_memory_without_a_compiler_or_numba_warns_in_one_line(self):
     script = (
         'import sys\n'
         'sys.modules["numba"] = None  # As if it could not be imported.\n'
@@ -259,11 +282,17 @@ class KernelsTest(absltest.TestCase):
         '      batch_size=4, observation_dtype=np.float32, kernels="auto")\n'
         'assert not memory._kernels.compiled\n')
     result = _run([sys.executable, '-c', script], cwd=fixtures.REPO_ROOT,
-                  pythonpath=os.pathsep.join(p for p in sys.path if p))
+                  pythonpath=os.pathsep.join(p for p in sys.path if p),
+                  environ={'CXX': 'no-such-compiler',
+                           'DOPAMINE_PER_NATIVE_CACHE':
+                               fixtures.temp_dir(self)})
     self.assertEqual(result.returncode, 0, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if 'Numba' in line]
+    lines = [line for line in result.stderr.splitlines()
+             if 'cannot be built' in line]
     self.assertLen(lines, 1, result.stderr)
-    self.assertIn('Numba cannot be imported', lines[0])
+    self.assertIn('the native kernels cannot be built here (no C++ '
+                  "compiler: 'no-such-compiler' is not on PATH", lines[0])
+    self.assertIn('runs its NumPy loops', lines[0])
     self.assertIn('pip install numba', lines[0])
 
 

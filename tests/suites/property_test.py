@@ -116,7 +116,7 @@ class SumTreeMachine(stateful.RuleBasedStateMachine):
 
   def __init__(self):
     super().__init__()
-    self.kernels = 'numba'
+    self.kernels = 'native'  # The default.
     self.tree = sum_tree.SumTree(_CAPACITY, rng=0, kernels=self.kernels)
     self.model = [0.0] * _CAPACITY
     self.max_priority = 1.0

@@ -39,7 +39,10 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Type
+
+from absl import logging
 
 __all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'Once',
            'cache_root', 'core_library', 'main', 'ops_library',
@@ -165,6 +168,10 @@ def _compile(command: List[str], target: str) -> str:
   os.makedirs(directory, exist_ok=True)
   handle, temporary = tempfile.mkstemp(suffix='.so', dir=directory)
   os.close(handle)
+  # The first use on a machine waits for the compiler: say why.
+  logging.info('dopamine_per: compiling %s (once; cached in %s)',
+               os.path.basename(target), directory)
+  start = time.monotonic()
   try:
     result = subprocess.run([part.replace('{output}', temporary)
                              for part in command],
@@ -173,6 +180,8 @@ def _compile(command: List[str], target: str) -> str:
       raise NativeBuildError('compiling {} failed:\n{}'.format(
           os.path.basename(target), result.stderr[-4000:]))
     os.replace(temporary, target)
+    logging.info('dopamine_per: compiled %s in %.1f s',
+                 os.path.basename(target), time.monotonic() - start)
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)

@@ -61,6 +61,19 @@ class BuildTest(absltest.TestCase):
                            os.path.basename(self.extension)],
                           'temporary files left behind')
 
+  def test_a_compile_says_so_and_a_cached_library_is_silent(self):
+    cache = self._fresh_cache()
+    with mock.patch.object(build.logging, 'info') as info:
+      core = build.core_library()
+      build.core_library()
+    self.assertLen(info.call_args_list, 2)
+    self.assertEqual(info.call_args_list[0].args,
+                     ('dopamine_per: compiling %s (once; cached in %s)',
+                      os.path.basename(core), cache))
+    self.assertEqual(info.call_args_list[1].args[:2],
+                     ('dopamine_per: compiled %s in %.1f s',
+                      os.path.basename(core)))
+
   def test_the_extension_is_built_for_this_interpreter(self):
     self.assertEqual(os.path.dirname(self.extension), self.cache)
     self.assertTrue(self.extension.endswith(

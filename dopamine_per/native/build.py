@@ -165,8 +165,13 @@ def _compile(command: List[str], target: str) -> str:
   if os.path.exists(target):
     return target
   directory = os.path.dirname(target)
-  os.makedirs(directory, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(suffix='.so', dir=directory)
+  try:
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(suffix='.so', dir=directory)
+  except OSError as e:
+    raise NativeBuildError(
+        'cannot write the cache directory {} ({}): set ${} to a writable '
+        'directory'.format(directory, e, CACHE_ENV)) from e
   os.close(handle)
   # The first use on a machine waits for the compiler: say why.
   logging.info('dopamine_per: compiling %s (once; cached in %s)',
@@ -182,6 +187,9 @@ def _compile(command: List[str], target: str) -> str:
     os.replace(temporary, target)
     logging.info('dopamine_per: compiled %s in %.1f s',
                  os.path.basename(target), time.monotonic() - start)
+  except OSError as e:  # The compiler would not start; a full disk.
+    raise NativeBuildError('compiling {} failed: {}'.format(
+        os.path.basename(target), e)) from e
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)

@@ -61,6 +61,34 @@ class BuildTest(absltest.TestCase):
                            os.path.basename(self.extension)],
                           'temporary files left behind')
 
+  def test_an_unwritable_cache_is_named(self):
+    # A file where the cache directory should be: even root cannot write.
+    blocker = os.path.join(fixtures.temp_dir(self), 'a_file')
+    with open(blocker, 'w') as f:
+      f.write('not a directory')
+    os.environ[build.CACHE_ENV] = os.path.join(blocker, 'cache')
+    with self.assertRaisesRegex(
+        build.NativeBuildError,
+        r'^cannot write the cache directory .*a_file/cache \(.*\): set '
+        r'\$DOPAMINE_PER_NATIVE_CACHE to a writable directory$'):
+      build.core_library()
+
+  def test_a_compiler_that_will_not_start_is_named(self):
+    self._fresh_cache()
+    run = subprocess.run
+
+    def refuse_to_compile(command, **kwargs):
+      if '-shared' in command:  # Not the compiler's --version.
+        raise PermissionError(13, 'Permission denied')
+      return run(command, **kwargs)
+    with mock.patch.object(build.subprocess, 'run',
+                           side_effect=refuse_to_compile):
+      with self.assertRaisesRegex(
+          build.NativeBuildError,
+          r'^compiling libdopamine_per_core-\w+\.so failed: '
+          r'.*Permission denied'):
+        build.core_library()
+
   def test_a_compile_says_so_and_a_cached_library_is_silent(self):
     cache = self._fresh_cache()
     with mock.patch.object(build.logging, 'info') as info:

@@ -101,6 +101,24 @@ class ChooseTest(absltest.TestCase):
                   "replay memory runs Numba's loops instead".format(reason),
                   stderr)
 
+  def test_auto_with_an_unwritable_cache_runs_numba_s(self):
+    # A file where the cache should be (root can write anywhere else).
+    blocker = os.path.join(fixtures.temp_dir(self), 'a_file')
+    with open(blocker, 'w') as f:
+      f.write('not a directory')
+    result = subprocess.run(
+        [sys.executable, '-c',
+         'from dopamine_per.replay_memory import kernels\n'
+         'print(kernels.choose("auto").name)\n'],
+        cwd=fixtures.REPO_ROOT,
+        env=fixtures.subprocess_env(
+            DOPAMINE_PER_NATIVE_CACHE=os.path.join(blocker, 'cache')),
+        capture_output=True, text=True, timeout=300, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stdout.split(), ['numba'])
+    self.assertIn('the native kernels cannot be built here (cannot write the '
+                  'cache directory', result.stderr)
+
   def test_auto_without_a_compiler_or_numba_runs_numpy_s(self):
     lines, stderr = self._without_a_compiler(
         'from dopamine_per.replay_memory import kernels\n'

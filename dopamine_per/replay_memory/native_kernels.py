@@ -25,7 +25,7 @@ system's C++ compiler against Python's headers on first use
 creates one only when asked.
 """
 
-from typing import Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -53,6 +53,20 @@ def _converted(indices: np.ndarray) -> Optional[np.ndarray]:
     return None
   converted = np.asarray(indices, dtype=np.int64, order='C')
   return None if converted is indices else converted
+
+
+def _retried(function: Callable[..., Any], arguments: Tuple[Any, ...],
+             position: int) -> Any:
+  """`function(*arguments)` with the indices at `position` `_converted`.
+
+  The second try of an extension call that returned NotImplemented (only
+  then: the first try stays a plain call); NotImplemented again where the
+  indices cannot be converted.
+  """
+  indices = _converted(arguments[position])
+  if indices is None:
+    return NotImplemented
+  return function(*arguments[:position], indices, *arguments[position + 1:])
 
 
 class NativeKernels(numpy_kernels.NumpyKernels):
@@ -94,9 +108,8 @@ class NativeKernels(numpy_kernels.NumpyKernels):
   def update_parents(self, flat, offsets, fanout, leaves):
     total = self._update_parents(flat, offsets, fanout, leaves)
     if total is NotImplemented:
-      indices = _converted(leaves)
-      if indices is not None:
-        total = self._update_parents(flat, offsets, fanout, indices)
+      total = _retried(self._update_parents, (flat, offsets, fanout, leaves),
+                       3)
       if total is NotImplemented:
         return super().update_parents(flat, offsets, fanout, leaves)
     return total
@@ -112,10 +125,9 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     result = self._set_leaves(flat, offsets, fanout, capacity, leaves, values,
                               smallest, largest)
     if result is NotImplemented:
-      indices = _converted(leaves)
-      if indices is not None:
-        result = self._set_leaves(flat, offsets, fanout, capacity, indices,
-                                  values, smallest, largest)
+      result = _retried(self._set_leaves, (flat, offsets, fanout, capacity,
+                                           leaves, values, smallest, largest),
+                        4)
       if result is NotImplemented:
         return super().set_leaves(flat, offsets, fanout, capacity, leaves,
                                   values, smallest, largest)
@@ -125,9 +137,7 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     values = np.empty(len(indices), _FLOAT64)
     result = self._get_leaves(leaves, indices, values)
     if result is NotImplemented:
-      positions = _converted(indices)
-      if positions is not None:
-        result = self._get_leaves(leaves, positions, values)
+      result = _retried(self._get_leaves, (leaves, indices, values), 1)
       if result is NotImplemented:
         return super().get_leaves(leaves, indices)
     return values if result is True else None
@@ -165,10 +175,9 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     done = self._valid_mask(indices, capacity, add_count, horizon, stack,
                             episode_end, terminal, valid)
     if done is NotImplemented:
-      slots = _converted(indices)
-      if slots is not None:
-        done = self._valid_mask(slots, capacity, add_count, horizon, stack,
-                                episode_end, terminal, valid)
+      done = _retried(self._valid_mask, (indices, capacity, add_count,
+                                         horizon, stack, episode_end,
+                                         terminal, valid), 0)
       if done is NotImplemented:
         return super().valid_mask(indices, capacity, add_count, horizon,
                                   stack, episode_end, terminal)
@@ -182,11 +191,9 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     done = self._trajectories(indices, capacity, terminal, rewards, discounts,
                               next_indices, is_terminal, returns)
     if done is NotImplemented:
-      slots = _converted(indices)
-      if slots is not None:
-        done = self._trajectories(slots, capacity, terminal, rewards,
-                                  discounts, next_indices, is_terminal,
-                                  returns)
+      done = _retried(self._trajectories, (indices, capacity, terminal,
+                                           rewards, discounts, next_indices,
+                                           is_terminal, returns), 0)
       if done is NotImplemented:
         return super().trajectories(indices, capacity, terminal, rewards,
                                     discounts)
@@ -195,9 +202,7 @@ class NativeKernels(numpy_kernels.NumpyKernels):
   def gather_stacks(self, frames, windows, out):
     done = self._gather_stacks(frames, windows, out)
     if done is NotImplemented:
-      slots = _converted(windows)
-      if slots is not None:
-        done = self._gather_stacks(frames, slots, out)
+      done = _retried(self._gather_stacks, (frames, windows, out), 1)
     # False: an index is out of range, and NumPy's loop raises IndexError.
     if done is True:
       return out
@@ -206,9 +211,7 @@ class NativeKernels(numpy_kernels.NumpyKernels):
   def stacks_ending_at(self, frames, ends, stack, out):
     done = self._stacks_ending_at(frames, ends, stack, out)
     if done is NotImplemented:
-      slots = _converted(ends)
-      if slots is not None:
-        done = self._stacks_ending_at(frames, slots, stack, out)
+      done = _retried(self._stacks_ending_at, (frames, ends, stack, out), 1)
       if done is NotImplemented:
         return super().stacks_ending_at(frames, ends, stack, out)
     return out
@@ -223,11 +226,9 @@ class NativeKernels(numpy_kernels.NumpyKernels):
                                         discounts, indices, next_indices,
                                         is_terminal, returns, out)
     if done is NotImplemented:
-      slots = _converted(indices)
-      if slots is not None:
-        done = self._transitions_and_states(frames, stack, terminal, rewards,
-                                            discounts, slots, next_indices,
-                                            is_terminal, returns, out)
+      done = _retried(self._transitions_and_states,
+                      (frames, stack, terminal, rewards, discounts, indices,
+                       next_indices, is_terminal, returns, out), 5)
       if done is NotImplemented:  # NumPy's, which calls this class's loops.
         return super().transitions_and_states(frames, stack, terminal,
                                               rewards, discounts, indices,

@@ -19,6 +19,22 @@ from dopamine_per.native import extension
 from tests.support import fixtures
 
 
+def _compile_command(build_library):
+  """The compiler command the last library `build_library()` builds runs.
+
+  Nothing is compiled: `build._compile` only records its command.
+  """
+  commands = []
+
+  def record(command, target):
+    commands.append(command)
+    return target
+
+  with mock.patch.object(build, '_compile', record):
+    build_library()
+  return commands[-1]
+
+
 class BuildTest(absltest.TestCase):
 
   @classmethod
@@ -109,16 +125,9 @@ class BuildTest(absltest.TestCase):
     module = extension._import(self.extension)  # pylint: disable=protected-access
     self.assertEqual(module.__name__, build.PYTHON_MODULE)
     self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
-    commands = []
-
-    def record(command, target):
-      commands.append(command)
-      return target
-
-    with mock.patch.object(build, '_compile', record):
-      build.python_extension()
-    self.assertIn('-I' + sysconfig.get_paths()['include'], commands[-1])
-    self.assertIn('-ffp-contract=off', commands[-1])
+    command = _compile_command(build.python_extension)
+    self.assertIn('-I' + sysconfig.get_paths()['include'], command)
+    self.assertIn('-ffp-contract=off', command)
 
   def test_missing_python_headers_are_named(self):
     cache = self._fresh_cache()
@@ -141,16 +150,8 @@ class BuildTest(absltest.TestCase):
                           build.core_library())
 
   def test_the_ops_are_compiled_with_tensorflows_abi(self):
-    commands = []
-
-    def record(command, target):
-      commands.append(command)
-      return target
-
-    with mock.patch.object(build, '_compile', record):
-      build.ops_library()
+    ops_command = _compile_command(build.ops_library)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    ops_command = commands[-1]
     for flag in tf.sysconfig.get_compile_flags():
       self.assertIn(flag, ops_command)
     self.assertIn('-D_GLIBCXX_USE_CXX11_ABI=1', ops_command)

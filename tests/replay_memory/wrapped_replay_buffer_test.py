@@ -48,6 +48,14 @@ def _fill(replay, count, seed=0, episode=25):
     replay.add(*args)
 
 
+def _assert_is_memorys_batch(memory, batch):
+  """Asserts that `batch` (name -> array) is `memory`'s at its indices."""
+  expected = memory.sample_transition_batch(indices=batch['indices'])
+  for element, value in zip(memory.get_transition_elements(), expected):
+    np.testing.assert_array_equal(batch[element.name], value,
+                                  err_msg=element.name)
+
+
 class GraphTestCase(graph_util.GraphTestCase):
   """A graph and session per test, and a wrapper factory.
 
@@ -178,12 +186,7 @@ class SamplingOpsTest(GraphTestCase):
     _fill(replay, 90)
     for _ in range(3):
       batch = self.session.run(replay.transition)
-      expected = replay.memory.sample_transition_batch(
-          indices=batch['indices'])
-      for element, value in zip(replay.memory.get_transition_elements(),
-                                expected):
-        np.testing.assert_array_equal(batch[element.name], value,
-                                      err_msg=element.name)
+      _assert_is_memorys_batch(replay.memory, batch)
 
   def test_sampling_error_surfaces_as_tf_error(self):
     replay = self.wrapper()
@@ -225,12 +228,7 @@ class SamplingOpsTest(GraphTestCase):
                             batch_size=16)
       _fill(replay, 40)
       batch = self.session.run(replay.transition)
-      expected = replay.memory.sample_transition_batch(
-          indices=batch['indices'])
-      for element, value in zip(replay.memory.get_transition_elements(),
-                                expected):
-        np.testing.assert_array_equal(batch[element.name], value,
-                                      err_msg=element.name)
+      _assert_is_memorys_batch(replay.memory, batch)
 
   def test_the_graph_keeps_the_memory_alive(self):
     # As a py_func holds its memory while its graph lives, so do the native
@@ -608,9 +606,7 @@ class DatasetTest(parameterized.TestCase):
     batches = list(dataset.take(3).as_numpy_iterator())
     self.assertLen(batches, 3)
     for batch in batches:
-      expected = memory.sample_transition_batch(indices=batch['indices'])
-      for element, value in zip(memory.get_transition_elements(), expected):
-        np.testing.assert_array_equal(batch[element.name], value)
+      _assert_is_memorys_batch(memory, batch)
     small = memory.as_dataset(batch_size=5, use_native_ops=use_native_ops)
     self.assertEqual(small.element_spec['state'].shape[0], 5)
     batch = next(iter(small))

@@ -254,8 +254,8 @@ class KernelsTest(absltest.TestCase):
     error = build.NativeBuildError('no C++ compiler')
     for missing_numba, expected in ((False, kernels.numba()),
                                     (True, kernels.NUMPY)):
-      numba = (mock.patch.object(kernels, '_numba', None) if missing_numba
-               else mock.patch.object(kernels, '_numba', expected))
+      numba = mock.patch.object(kernels, '_numba',
+                                None if missing_numba else expected)
       with mock.patch.object(kernels, '_native', None), \
           mock.patch.object(native_kernels.NativeKernels, '__init__',
                             side_effect=error), numba, \

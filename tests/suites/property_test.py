@@ -116,8 +116,8 @@ class SumTreeMachine(stateful.RuleBasedStateMachine):
 
   def __init__(self):
     super().__init__()
-    self.kernels = 'native'  # The default.
-    self.tree = sum_tree.SumTree(_CAPACITY, rng=0, kernels=self.kernels)
+    self.tree = sum_tree.SumTree(_CAPACITY, rng=0,
+                                 kernels='native')  # The default.
     self.model = [0.0] * _CAPACITY
     self.max_priority = 1.0
 

@@ -198,6 +198,13 @@ class WithoutGil {
 PyObject* NotCovered() { Py_RETURN_NOTIMPLEMENTED; }
 PyObject* Done() { Py_RETURN_TRUE; }
 
+// Calls object.name(); false, with the exception set, if it raised.
+bool CallMethod(PyObject* object, const char* name) {
+  PyObject* result = PyObject_CallMethod(object, name, nullptr);
+  Py_XDECREF(result);
+  return result != nullptr;
+}
+
 // ---------------------------------------------------------------- sum tree
 
 // A tree whose layout the loops stay within: `flat` float64, `offsets`
@@ -716,6 +723,163 @@ PyObject* TransitionsAndStatesPy(PyObject*, PyObject* const* args,
   return Done();
 }
 
+// One element of a batch that is a row of an array per transition: out[b]
+// is source's row at the transition's slot, or at its next slot.
+struct RowGather {
+  Array source, out;
+  bool at_next = false;
+  bool narrowed = false;  // float64 source, float32 out (priorities).
+  int64_t row_bytes = 0;
+};
+
+// Takes (name, at_next, out) of `rows`: sources[name] C-contiguous
+// [>= capacity, *row], out [count, *row] of the same items, or a 1-D
+// float64 source and a float32 out.
+bool TakeRowGather(PyObject* sources, PyObject* triple, int64_t capacity,
+                   int64_t count, RowGather* gather) {
+  if (!PyTuple_CheckExact(triple) || PyTuple_GET_SIZE(triple) != 3) {
+    return false;
+  }
+  PyObject* source_object = PyDict_GetItemWithError(
+      sources, PyTuple_GET_ITEM(triple, 0));  // Borrowed.
+  const int at_next = PyObject_IsTrue(PyTuple_GET_ITEM(triple, 1));
+  if (source_object == nullptr || at_next < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  gather->at_next = at_next == 1;
+  Array& source = gather->source;
+  Array& out = gather->out;
+  if (!source.Take(source_object, -1) || source.length() < capacity ||
+      !out.Take(PyTuple_GET_ITEM(triple, 2), -1, true) ||
+      out.length() != count || out.ndim() != source.ndim()) {
+    return false;
+  }
+  for (int axis = 1; axis < source.ndim(); ++axis) {
+    if (out.dim(axis) != source.dim(axis)) return false;
+  }
+  gather->row_bytes = source.bytes() / source.length();
+  if (out.SameItems(source)) return true;
+  gather->narrowed = true;
+  return source.ndim() == 1 && source.IsDouble() && out.IsFloat();
+}
+
+// An optional output of `count` items: None, or an array that `accept`s.
+template <typename Accept>
+bool TakeOptional(PyObject* object, int64_t count, Array* out,
+                  bool* present, Accept accept) {
+  *present = object != Py_None;
+  return !*present || (out->Take(object, 1, true) &&
+                       out->length() == count && accept(*out));
+}
+
+// transition_batch(frames, stack, terminal, rewards, discounts, indices,
+// states, returns, is_terminal, indices_out, sources, rows, lock):
+// `transitions_and_states` (without states when None) and every other
+// element of the batch in one call: returns float32, is_terminal integers
+// or bools, indices_out int32 (each None or [count]), and for each (name,
+// at_next, out) of the tuple `rows`, the rows of the dict's sources[name],
+// copied while `lock` (None, or anything with acquire() and release()) is
+// held. Indices in [0, capacity); True, or NotImplemented (nothing
+// written), or an exception from the lock.
+PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
+                            Py_ssize_t nargs) {
+  if (!CheckArguments("transition_batch", nargs, 13)) return nullptr;
+  Array frames, terminal, rewards, discounts, indices, states, returns,
+      is_terminal, indices_out;
+  int64_t stack, pixels = 0;
+  const bool has_states = args[6] != Py_None;
+  bool has_returns, has_terminal, has_indices;
+  if (!Int(args[1], &stack) || !indices.Take(args[5], 1) ||
+      !indices.IsInt64() || indices.length() == 0 ||
+      !(has_states ? TakeStates(args[0], args[6], 2 * indices.length(),
+                                stack, &frames, &states, &pixels)
+                   : frames.Take(args[0], -1) && frames.length() >= 1) ||
+      !TakeTerminal(args[2], frames.length(), &terminal) ||
+      !TakeReturns(args[3], args[4], frames.length(), &rewards, &discounts)) {
+    return NotCovered();
+  }
+  const int64_t count = indices.length(), capacity = frames.length();
+  if (!TakeOptional(args[7], count, &returns, &has_returns,
+                    [](const Array& a) { return a.IsFloat(); }) ||
+      !TakeOptional(args[8], count, &is_terminal, &has_terminal,
+                    [](const Array& a) { return a.IsFlags(); }) ||
+      !TakeOptional(args[9], count, &indices_out, &has_indices,
+                    [](const Array& a) { return a.IsInt32(); }) ||
+      !PyDict_CheckExact(args[10]) || !PyTuple_CheckExact(args[11])) {
+    return NotCovered();
+  }
+  const Py_ssize_t row_count = PyTuple_GET_SIZE(args[11]);
+  std::vector<RowGather> rows(row_count);
+  for (Py_ssize_t r = 0; r < row_count; ++r) {
+    if (!TakeRowGather(args[10], PyTuple_GET_ITEM(args[11], r), capacity,
+                       count, &rows[r])) {
+      return NotCovered();
+    }
+  }
+  // A copy, read once: the slots, then the next ones (the states' ends).
+  std::vector<int64_t> ends(2 * count);
+  std::memcpy(ends.data(), indices.data<int64_t>(), count * 8);
+  if (!AllBelow(ends.data(), count, capacity)) return NotCovered();
+  const int64_t* const slots = ends.data();
+  int64_t* const next = ends.data() + count;
+  const bool large = count >= kSlotBatchWithoutGil;
+  {
+    WithoutGil unlocked(large);
+    std::vector<uint8_t> cut(count);
+    std::vector<float> sums(count);
+    Trajectories(slots, count, capacity, terminal.data<uint8_t>(),
+                 terminal.itemsize(), rewards.data<float>(),
+                 discounts.data<float>(), discounts.length(), next,
+                 cut.data(), sums.data());
+    if (has_returns) {
+      std::memcpy(returns.data<float>(), sums.data(), 4 * count);
+    }
+    if (has_terminal) {
+      const int64_t item = is_terminal.itemsize();
+      uint8_t* flags = is_terminal.data<uint8_t>();
+      std::memset(flags, 0, count * item);
+      const int64_t low = kLittleEndian ? 0 : item - 1;
+      for (int64_t b = 0; b < count; ++b) flags[b * item + low] = cut[b];
+    }
+    if (has_indices) {
+      int32_t* out = indices_out.data<int32_t>();
+      for (int64_t b = 0; b < count; ++b) {
+        out[b] = static_cast<int32_t>(slots[b]);
+      }
+    }
+  }
+  // The rows under `lock` (the sum tree's, for the priorities), which is
+  // not held while the frames are copied.
+  PyObject* const lock = args[12];
+  if (lock != Py_None && !CallMethod(lock, "acquire")) return nullptr;
+  {
+    WithoutGil unlocked(large);
+    for (const RowGather& row : rows) {
+      const int64_t* at = row.at_next ? next : slots;
+      if (!row.narrowed) {
+        GatherRows(row.source.data<uint8_t>(), row.row_bytes, at, count,
+                   row.out.data<uint8_t>());
+        continue;
+      }
+      const double* source = row.source.data<double>();
+      float* out = row.out.data<float>();
+      for (int64_t b = 0; b < count; ++b) {
+        out[b] = static_cast<float>(source[at[b]]);
+      }
+    }
+  }
+  if (lock != Py_None && !CallMethod(lock, "release")) return nullptr;
+  if (has_states) {
+    WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil || large);
+    uint8_t* out = states.data<uint8_t>();
+    TransitionStates(frames.data<uint8_t>(), capacity, pixels,
+                     frames.itemsize(), stack, slots, next, count, out,
+                     out + count * pixels * frames.itemsize() * stack);
+  }
+  return Done();
+}
+
 #define DOPAMINE_PER_METHOD(name, function, doc)                         \
   {                                                                      \
     name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
@@ -766,6 +930,11 @@ PyMethodDef methods[] = {
                         "transitions_and_states(frames, stack, terminal, "
                         "rewards, discounts, indices, next_indices, "
                         "is_terminal, returns, out) -> True | "
+                        "NotImplemented"),
+    DOPAMINE_PER_METHOD("transition_batch", TransitionBatchPy,
+                        "transition_batch(frames, stack, terminal, rewards, "
+                        "discounts, indices, states, returns, is_terminal, "
+                        "indices_out, sources, rows, lock) -> True | "
                         "NotImplemented"),
     {nullptr, nullptr, 0, nullptr},
 };

@@ -32,6 +32,7 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import add_checks
+from dopamine_per.replay_memory import batch_plan
 from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import native_memory as native_memory_lib
@@ -191,14 +192,16 @@ class OutOfGraphReplayBuffer(object):
         [math.pow(self._gamma, j) for j in range(self._update_horizon)],
         dtype=np.float32)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
+    # The add count from which a batch can be sampled (sampling_range).
+    self._sampleable_from = self._stack_size + self._update_horizon
     # Guards the storage; every public method that reads or writes it takes
     # it (TensorFlow samples on several threads while the agent adds).
     self._lock = threading.RLock()
     # The registration with the native ops (see `native_memory`), or None.
     self._native = None
-    # get_transition_elements(batch_size) by batch size (see _batch_layout).
-    self._batch_layouts = {}
-    # Memory for sampled states, reused once the caller has dropped them.
+    # Batch plans by batch size (see _batch_plan).
+    self._batch_plans = {}
+    # Memory for sampled batches, reused once the caller has dropped them.
     self._stack_buffers = storage.BufferPool()
     self._prepare_add()
 
@@ -538,11 +541,11 @@ class OutOfGraphReplayBuffer(object):
     Every draw that lands on an invalid slot (the first ones included)
     counts against max_sample_attempts; redraws come in vectorized rounds.
     """
-    if self._storage.counters[0] < self._replay_capacity:
-      self._sampling_range()  # Raises if too few transitions were added.
+    if self._storage.counters[0] < self._sampleable_from:
+      self._sampling_range()  # Raises: too few transitions were added.
     candidates = self._draw(batch_size)
     valid = self._valid_mask(candidates)
-    if np.count_nonzero(valid) == len(valid):  # A third of all()'s cost.
+    if 0 not in valid.tobytes():  # All valid: a tenth of all()'s cost.
       return candidates
     pending = np.flatnonzero(~valid)
     failures = 0
@@ -615,14 +618,7 @@ class OutOfGraphReplayBuffer(object):
         indices = sampling.check_sample_indices(indices, self._valid_mask,
                                                 self._invalid_reason)
         batch_size = sampling.batch_size_of(indices, batch_size)
-      elements, names = self._batch_layout(batch_size)
-      values = self._gather(indices, names)
-      batch = []
-      for element in elements:
-        value = values.get(element.name)
-        batch.append(self._transition_element(element, indices)
-                     if value is None else value)
-      return tuple(batch)
+      return self._gather(indices, self._batch_plan(batch_size))
 
   def _invalid_reason(self, index: int) -> str:
     """Why slot `index` is not a valid transition (for errors)."""
@@ -630,52 +626,51 @@ class OutOfGraphReplayBuffer(object):
         index, self._storage.add_count, self._replay_capacity,
         self._stack_size, self._update_horizon, self._storage.episode_end)
 
-  def _batch_layout(self, batch_size: int) -> Tuple[List[ReplayElement],
-                                                    frozenset]:
-    """The transition elements of a batch and their names (cached).
+  def _batch_plan(self, batch_size: int) -> batch_plan.BatchPlan:
+    """The plan of a batch of `batch_size` (cached).
 
     Training samples one or two batch sizes; a sweep over many keeps the
     16 newest.
     """
-    layout = self._batch_layouts.get(batch_size)
-    if layout is None:
-      if len(self._batch_layouts) >= 16:
-        del self._batch_layouts[next(iter(self._batch_layouts))]
-      elements = self.get_transition_elements(batch_size)
-      layout = self._batch_layouts[batch_size] = (
-          elements, frozenset(e.name for e in elements))
-    return layout
+    plan = self._batch_plans.get(batch_size)
+    if plan is None:
+      if len(self._batch_plans) >= 16:
+        del self._batch_plans[next(iter(self._batch_plans))]
+      plan = self._batch_plans[batch_size] = batch_plan.BatchPlan(
+          self.get_transition_elements(batch_size), self._row_elements())
+    return plan
 
-  def _gather(self, indices: np.ndarray, names: frozenset
-             ) -> Dict[str, np.ndarray]:
-    """The elements this class computes for a batch of valid slots."""
-    arrays = self._storage.arrays
-    out = {}
-    if 'state' in names or 'next_state' in names:
-      # One call, states first: the Atari kernel builds each state with its
-      # next state, which shares frames with it.
-      count = len(indices)
-      stacks = self._stack_buffers.empty((2 * count,) + self._state_shape,
-                                         self._observation_dtype)
-      next_indices, is_terminal, returns = (
-          self._kernels.transitions_and_states(
-              arrays['observation'], self._stack_size, arrays['terminal'],
-              arrays['reward'], self._cumulative_discount_vector, indices,
-              stacks))
-      out['state'], out['next_state'] = stacks[:count], stacks[count:]
-    else:
-      next_indices, is_terminal, returns = self._kernels.trajectories(
-          indices, self._replay_capacity, arrays['terminal'],
-          arrays['reward'], self._cumulative_discount_vector)
-    out['reward'] = returns
-    out['next_action'] = arrays['action'][next_indices]
-    out['next_reward'] = arrays['reward'][next_indices]
-    out['terminal'] = is_terminal.astype(self._terminal_dtype)
-    out['indices'] = indices.astype(np.int32)
-    for name in names:
-      if name not in out and name in arrays:
-        out[name] = arrays[name][indices]
-    return out
+  def _row_elements(self) -> batch_plan.RowElements:
+    """The batch elements that are rows of a `_row_sources` array."""
+    return batch_plan.storage_rows(list(self._storage.arrays))
+
+  def _row_sources(self) -> Dict[str, np.ndarray]:
+    """The arrays `_row_elements` name (read under `_row_lock`)."""
+    return self._storage.arrays
+
+  def _row_lock(self) -> Any:
+    """The lock of the `_row_sources` beyond the storage, or None.
+
+    The kernels hold it (after `_lock`) while they copy the rows only.
+    """
+    return None
+
+  def _gather(self, indices: np.ndarray, plan: batch_plan.BatchPlan
+             ) -> Tuple[np.ndarray, ...]:
+    """The batch at valid slots `indices`, laid out as `plan` says."""
+    arrays, states, outputs, rows = self._stack_buffers.carved(
+        plan, plan.nbytes, plan.carve)
+    store = self._storage.arrays
+    self._kernels.transition_batch(
+        store['observation'], self._stack_size, store['terminal'],
+        store['reward'], self._cumulative_discount_vector, indices, states,
+        *outputs, self._row_sources(), rows, self._row_lock())
+    if not plan.own:
+      return arrays
+    batch = list(arrays)
+    for position, element in plan.own:
+      batch[position] = self._transition_element(element, indices)
+    return tuple(batch)
 
   def _create_batch_arrays(self, batch_size: int) -> Tuple[np.ndarray, ...]:
     """Dopamine's hook: uninitialized arrays of `batch_size`'s layout."""

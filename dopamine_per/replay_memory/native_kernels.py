@@ -95,6 +95,7 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     self._gather_stacks = module.gather_stacks
     self._stacks_ending_at = module.stacks_ending_at
     self._transitions_and_states = module.transitions_and_states
+    self._transition_batch = module.transition_batch
 
   # ------------------------------------------------------------ sum tree
 
@@ -234,3 +235,15 @@ class NativeKernels(numpy_kernels.NumpyKernels):
                                               rewards, discounts, indices,
                                               out)
     return next_indices, is_terminal, returns
+
+  def transition_batch(self, frames, stack, terminal, rewards, discounts,
+                       indices, states, returns, is_terminal, indices_out,
+                       sources, rows, lock):
+    if self._transition_batch(
+        frames, stack, terminal, rewards, discounts, indices, states,
+        returns, is_terminal, indices_out, sources, rows,
+        lock) is NotImplemented:
+      # NumPy's, which calls this class's loops.
+      super().transition_batch(frames, stack, terminal, rewards, discounts,
+                               indices, states, returns, is_terminal,
+                               indices_out, sources, rows, lock)

@@ -34,7 +34,8 @@ __all__ = ['NativeLock', 'NativeMemory', 'UnsupportedMemoryError',
 # samples otherwise than the ops would, and keeps the Python path.
 _SAMPLING_METHODS = ('sample_transition_batch', 'sample_index_batch',
                      '_sample_indices', '_draw', '_redraw', '_valid_mask',
-                     '_gather', '_transition_element',
+                     '_gather', '_transition_element', '_batch_plan',
+                     '_row_elements', '_row_sources', '_row_lock',
                      'get_transition_elements', 'get_storage_signature')
 
 # NumPy sums 8 or more terms pairwise; the native returns sum left to right.

@@ -32,7 +32,8 @@ The arithmetic all three share, so that trees and batches are identical:
 * A state holds the `stack` frames ending at its slot, frames last.
 """
 
-from typing import List, Optional, Tuple
+import contextlib
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -42,6 +43,8 @@ __all__ = ['NumpyKernels', 'uniforms_from_words']
 SetResult = Optional[Tuple[float, float]]
 # (next_indices, is_terminal, returns) from `trajectories`.
 Trajectories = Tuple[np.ndarray, np.ndarray, np.ndarray]
+# (source name, at_next, out) of `transition_batch`.
+RowGather = Tuple[str, bool, np.ndarray]
 
 
 def uniforms_from_words(words: bytes) -> np.ndarray:
@@ -310,6 +313,52 @@ class NumpyKernels(object):
     self.stacks_ending_at(frames, np.concatenate([indices, result[0]]),
                           stack, out)
     return result
+
+  def transition_batch(self, frames: np.ndarray, stack: int,
+                       terminal: np.ndarray, rewards: np.ndarray,
+                       discounts: np.ndarray, indices: np.ndarray,
+                       states: Optional[np.ndarray],
+                       returns: Optional[np.ndarray],
+                       is_terminal: Optional[np.ndarray],
+                       indices_out: Optional[np.ndarray],
+                       sources: Dict[str, np.ndarray],
+                       rows: Tuple[RowGather, ...], lock: Any) -> None:
+    """Fills every element of a batch of transitions (one call natively).
+
+    The memory's sample in one kernel call: `trajectories`, the elements
+    that are rows of an array at a transition's slot or at its next slot,
+    then the states at both ends (as `transitions_and_states`).
+
+    Args:
+      frames: the frame storage [capacity, *observation_shape].
+      stack: int, frames per state.
+      terminal, rewards, discounts: see `trajectories`.
+      indices: int64 array [batch] of valid slots.
+      states: None, or the `out` of `transitions_and_states` to fill.
+      returns: None, or an array [batch] for the n-step returns.
+      is_terminal: None, or an array [batch] for whether each return was
+        cut by a terminal (in its dtype).
+      indices_out: None, or an array [batch] for the indices (in its
+        dtype).
+      sources: dict of the arrays `rows` name.
+      rows: tuple of (name, at_next, out): fills out[b] with
+        ``sources[name][indices[b]]``, or with the row at the next slot of
+        transition b if at_next, cast to out's dtype.
+      lock: None, or a lock held while the rows are copied (the sum
+        tree's, for the priorities), not while the frames are.
+    """
+    next_indices, cut, sums = self.trajectories(indices, len(frames),
+                                                terminal, rewards, discounts)
+    for out, value in ((returns, sums), (is_terminal, cut),
+                       (indices_out, indices)):
+      if out is not None:
+        out[...] = value
+    with contextlib.nullcontext() if lock is None else lock:
+      for name, at_next, out in rows:
+        out[...] = sources[name][next_indices if at_next else indices]
+    if states is not None:
+      self.stacks_ending_at(frames, np.concatenate([indices, next_indices]),
+                            stack, states)
 
 
 def _returns(rewards: np.ndarray, lengths: np.ndarray,

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gin
 import numpy as np
 
+from dopamine_per.replay_memory import batch_plan
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import sum_tree
@@ -199,12 +200,16 @@ class OutOfGraphPrioritizedReplayBuffer(
     with self._priority_lock:
       return self.sum_tree.sample_batch(count)
 
-  def _transition_element(self, element: ReplayElement, indices: np.ndarray
-                         ) -> np.ndarray:
-    if element.name == 'sampling_probabilities':
-      with self._priority_lock:  # The indices were just checked.
-        return self.sum_tree.get(indices).astype(np.float32)
-    return super()._transition_element(element, indices)
+  def _row_elements(self) -> batch_plan.RowElements:
+    # Each transition's priority, the leaf at its slot.
+    return dict(batch_plan.storage_rows(list(self._storage.arrays)),
+                sampling_probabilities=('priorities', False))
+
+  def _row_sources(self) -> Dict[str, np.ndarray]:
+    return dict(self._storage.arrays, priorities=self.sum_tree.leaves)
+
+  def _row_lock(self) -> Any:
+    return self._priority_lock  # The kernels read the priorities.
 
   # ----------------------------------------------------------- priorities
 
@@ -233,8 +238,7 @@ class OutOfGraphPrioritizedReplayBuffer(
         TypeError and ValueError) if the indices are not integers.
     """
     with self._priority_lock:
-      if np.ndim(indices) and self.sum_tree.set_if_valid(indices,
-                                                         priorities):
+      if self.sum_tree.set_if_valid(indices, priorities):
         return
       indices = validation.check_index_array(indices, self._replay_capacity)
       if np.ndim(priorities) and np.shape(priorities) != indices.shape:

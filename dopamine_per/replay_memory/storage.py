@@ -20,12 +20,12 @@ import math
 import mmap
 import sys
 import threading
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ['BufferPool', 'CircularStorage', 'DEFAULT_POOL_BYTES', 'allocate',
-           'populate', 'zeros']
+__all__ = ['ALIGNMENT', 'BufferPool', 'CircularStorage', 'DEFAULT_POOL_BYTES',
+           'allocate', 'populate', 'zeros']
 
 
 class CircularStorage(object):
@@ -140,13 +140,46 @@ class CircularStorage(object):
 # TensorFlow adopts a returned array's memory without copying it (from
 # tf.numpy_function, i.e. the sampling op) only if it is 64-byte aligned;
 # NumPy aligns to 16. For an Atari batch that saves a 1.8 MB copy.
-_ALIGNMENT = 64
+ALIGNMENT = 64
 
 # What a BufferPool keeps at most, by default: 3 Atari batches of 2 * 512
 # states of 84 x 84 x 4 bytes (29 MB each) fit. A larger output is handed
 # out but not kept: a sweep over many large batch sizes held 750 MB before
 # (issue 12).
 DEFAULT_POOL_BYTES = 256 << 20
+
+
+class _Buffer(object):
+  """A pool's buffer, and what was carved out of it (see `BufferPool`)."""
+
+  __slots__ = ('raw', 'offset', 'key', 'carved', 'watched', 'references')
+
+  def __init__(self, raw: np.ndarray):
+    self.raw = raw
+    self.offset = -raw.ctypes.data % ALIGNMENT
+    self.key = None
+    self.carved = None  # Returned again while the key is the same.
+    # The carved objects a caller may keep: the arrays and their tuple.
+    self.watched = ()
+    # (references to raw, to each watched object) while nobody holds them.
+    self.references = (2, ())
+
+  def is_free(self) -> bool:
+    """Whether nothing but the pool refers to the buffer or its arrays."""
+    # getrefcount counts its argument, as when `references` was taken.
+    return (sys.getrefcount(self.raw) == self.references[0] and
+            tuple(map(sys.getrefcount, self.watched)) == self.references[1])
+
+  def carve(self, key: Any, nbytes: int,
+            carve: Callable[[np.ndarray], Tuple[Any, ...]]) -> None:
+    """Carves the first aligned `nbytes` for `key`; records the references."""
+    self.key = key
+    self.carved = carve(self.raw[self.offset:self.offset + nbytes])
+    arrays = self.carved[0]
+    self.watched = (arrays,) + tuple(a for a in arrays if a is not None)
+    del arrays
+    self.references = (sys.getrefcount(self.raw),
+                       tuple(map(sys.getrefcount, self.watched)))
 
 
 class BufferPool(object):
@@ -160,13 +193,17 @@ class BufferPool(object):
   To make room it drops a buffer nobody uses (of an earlier batch size)
   first, else the newest, so that a caller holding more than `size` outputs
   still gets the older ones back.
+
+  `carved` hands out a whole batch's arrays, carved out of one buffer once
+  and returned again (the same objects) once nothing refers to the buffer
+  or to any of them: setting up a batch's arrays was a tenth of an Atari
+  sample's cost beyond its copy (see batch_plan.py).
   """
 
   def __init__(self, size: int = 3, max_bytes: int = DEFAULT_POOL_BYTES):
     self._size = size
     self._max_bytes = max_bytes
-    # [raw uint8 buffer, offset of its first aligned byte]
-    self._buffers: List[List[Any]] = []
+    self._buffers: List[_Buffer] = []
     self._held_bytes = 0
     self._lock = threading.Lock()
 
@@ -180,31 +217,53 @@ class BufferPool(object):
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     with self._lock:
-      raw, offset = self._take(nbytes + _ALIGNMENT)
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+      buffer = self._take(nbytes + ALIGNMENT, None)
+    offset = buffer.offset
+    return buffer.raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
-  def _take(self, size: int) -> List[Any]:
-    for entry in self._buffers:
-      # References to a free buffer: the entry's and getrefcount's argument.
-      if entry[0].nbytes == size and sys.getrefcount(entry[0]) == 2:
-        return entry
-    raw = np.empty(size, dtype=np.uint8)
-    entry = [raw, -raw.ctypes.data % _ALIGNMENT]
+  def carved(self, key: Any, nbytes: int,
+             carve: Callable[[np.ndarray], Tuple[Any, ...]]
+            ) -> Tuple[Any, ...]:
+    """`carve(memory)` of `nbytes` aligned bytes, or its earlier result.
+
+    Args:
+      key: what the arrays are for (a batch plan); only the same object
+        (by identity) gets them again.
+      nbytes: int, the bytes `carve` needs.
+      carve: callable taking a uint8 array of `nbytes` (64-byte aligned),
+        returning a tuple whose first item is a tuple of the arrays (or
+        None) a caller may keep, each a view of that memory.
+
+    Returns:
+      `carve`'s tuple; the same one again for `key` once nothing refers to
+      its arrays' memory or to the arrays in its first item.
+    """
+    with self._lock:
+      buffer = self._take(nbytes + ALIGNMENT, key)
+      if buffer.key is not key or buffer.carved is None:
+        buffer.carve(key, nbytes, carve)
+      return buffer.carved
+
+  def _take(self, size: int, key: Any) -> _Buffer:
+    for buffer in self._buffers:
+      if (buffer.raw.nbytes == size and buffer.key is key and
+          buffer.is_free()):
+        return buffer
+    buffer = _Buffer(np.empty(size, dtype=np.uint8))
     if self._size > 0 and size <= self._max_bytes:
       while self._buffers and (len(self._buffers) >= self._size or
                                self._held_bytes + size > self._max_bytes):
-        self._held_bytes -= self._buffers.pop(self._victim())[0].nbytes
-      self._buffers.append(entry)
+        self._held_bytes -= self._buffers.pop(self._victim()).raw.nbytes
+      self._buffers.append(buffer)
       self._held_bytes += size
-    return entry
+    return buffer
 
   def _victim(self) -> int:
     """The position of the buffer to drop: a free one, else the newest."""
-    for position, entry in enumerate(self._buffers):
-      if sys.getrefcount(entry[0]) == 2:  # The entry's and the argument.
+    for position, buffer in enumerate(self._buffers):
+      if buffer.is_free():
         return position
     return len(self._buffers) - 1
-
 
 
 # Arrays of at least this many bytes are mapped, and backed _POPULATE_BYTES

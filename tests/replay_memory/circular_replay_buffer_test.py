@@ -413,6 +413,65 @@ class SamplingTest(absltest.TestCase):
       self.assertEqual(batch[7].dtype, np.int32)
 
 
+  def test_kept_batches_stay_as_sampled(self):
+    # Batches' arrays are handed out again only once nothing refers to them
+    # (storage.BufferPool.carved): whatever part of a batch is kept, later
+    # samples do not write into it.
+    buffer = self._filled(rng=2)
+    valid = np.flatnonzero(buffer.is_valid_transition(np.arange(40)))
+    first, second = valid[:8], valid[-8:]
+    expected = tuple(a.copy() for a in buffer.sample_transition_batch(
+        indices=first))
+    for keep in (lambda b: b, lambda b: b[0], lambda b: b[3][2:],
+                 lambda b: b[7]):
+      kept = keep(buffer.sample_transition_batch(indices=first))
+      for _ in range(5):
+        buffer.sample_transition_batch(indices=second)
+      if isinstance(kept, tuple):
+        for array, wanted in zip(kept, expected):
+          np.testing.assert_array_equal(array, wanted)
+      else:
+        np.testing.assert_array_equal(kept, keep(expected))
+      del kept
+
+  def test_elements_of_a_subclass_come_from_its_hook(self):
+
+    class WithSteps(crb.OutOfGraphReplayBuffer):
+
+      def get_transition_elements(self, batch_size=None):
+        elements = super().get_transition_elements(batch_size)
+        size = len(elements[0].shape) and elements[0].shape[0]
+        return elements + [ReplayElement('step', (size,), np.int64)]
+
+      def _transition_element(self, element, indices):
+        if element.name == 'step':
+          return indices.astype(np.int64) * 10
+        return super()._transition_element(element, indices)
+
+    buffer = WithSteps((), 2, 40, 8, update_horizon=2,
+                       observation_dtype=np.int32, rng=3)
+    for i in range(30):
+      buffer.add(i + 1, 0, 0.0, False)
+    plain = self._filled(rng=3, steps=0)
+    for i in range(30):
+      plain.add(i + 1, 0, 0.0, False)
+    batch = buffer.sample_transition_batch(indices=[5, 9, 12])
+    np.testing.assert_array_equal(batch[-1], [50, 90, 120])
+    for mine, theirs in zip(batch, plain.sample_transition_batch(
+        indices=[5, 9, 12])):
+      np.testing.assert_array_equal(mine, theirs)
+
+  def test_extras_of_python_objects(self):
+    buffer = crb.OutOfGraphReplayBuffer(
+        (2,), 1, 10, 2, extra_storage_types=[
+            ReplayElement('note', (), object)])
+    for i in range(6):
+      buffer.add(np.zeros(2, np.uint8), 0, 0.0, False, {'step': i})
+    for _ in range(2):  # The second batch reuses the first's memory.
+      batch = buffer.sample_transition_batch(indices=[1, 4])
+      self.assertEqual(batch[-1].dtype, object)
+      self.assertEqual(list(batch[-1]), [{'step': 1}, {'step': 4}])
+
 class ReferenceModelTest(parameterized.TestCase):
   """Seeded random add/sample sequences against ReferenceBuffer."""
 

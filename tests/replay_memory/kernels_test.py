@@ -265,8 +265,8 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
     for t in range(12):
       memory.add(np.full((3, 3), t, np.uint8), 0, 1.0, 0, 1.0)
     numpy = kernels.NUMPY
-    with mock.patch.object(numpy, 'transitions_and_states',
-                           wraps=numpy.transitions_and_states) as gather, \
+    with mock.patch.object(numpy, 'transition_batch',
+                           wraps=numpy.transition_batch) as gather, \
         mock.patch.object(numpy, 'valid_mask',
                           wraps=numpy.valid_mask) as valid_mask, \
         mock.patch.object(numpy, 'descend_draws',

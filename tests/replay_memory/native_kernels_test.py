@@ -571,6 +571,246 @@ class StacksTest(parameterized.TestCase):
     kernel_cases.assert_same(self, *outs)
 
 
+def _batch_inputs(rng, capacity, shape, dtype, horizon, terminal_dtype):
+  """A random memory's arrays, and the sources a batch's rows read."""
+  frames = kernel_cases.frames(rng, capacity, shape, dtype)
+  terminal = (rng.random(capacity) < 0.15).astype(terminal_dtype)
+  rewards = rng.standard_normal(capacity).astype(np.float32)
+  discounts = np.array([0.9**j for j in range(horizon)], np.float32)
+  sources = {'action': rng.integers(0, 9, capacity).astype(np.int32),
+             'reward': rewards,
+             'extra': rng.standard_normal((capacity, 2, 3)),
+             'priorities': kernel_cases.priorities(rng, capacity)}
+  return frames, terminal, rewards, discounts, sources
+
+
+def _batch_outputs(count, frames, stack, terminal_out_dtype, with_states):
+  """Garbage outputs of `transition_batch`: (states, returns, is_terminal,
+  indices_out, rows)."""
+  garbage = kernel_cases.garbage
+  states = (garbage((2 * count,) + frames.shape[1:] + (stack,), frames.dtype)
+            if with_states else None)
+  rows = (('action', False, garbage((count,), np.int32)),
+          ('action', True, garbage((count,), np.int32)),
+          ('reward', True, garbage((count,), np.float32)),
+          ('extra', False, garbage((count, 2, 3), np.float64)),
+          ('priorities', False, garbage((count,), np.float32)))
+  return (states, garbage((count,), np.float32),
+          garbage((count,), terminal_out_dtype), garbage((count,), np.int32),
+          rows)
+
+
+def _filled(outputs):
+  """The arrays `transition_batch` filled, for comparison."""
+  states, returns, is_terminal, indices_out, rows = outputs
+  return (states, returns, is_terminal, indices_out) + tuple(
+      out for _, _, out in rows)
+
+
+class TransitionBatchTest(parameterized.TestCase):
+  """A whole batch in one call: NumPy's composition of the loops, bit for
+  bit, or handed back to it."""
+
+  @parameterized.named_parameters(
+      ('atari', (84, 84), np.uint8, 4, 3, np.uint8, np.uint8, True),
+      ('cartpole', (4,), np.float32, 1, 1, np.uint8, np.uint8, True),
+      ('horizon_7_bool_terminals', (6, 6), np.uint8, 4, 7, np.bool_,
+       np.bool_, True),
+      ('int32_terminal_outputs', (6,), np.float64, 3, 3, np.uint8, np.int32,
+       True),
+      ('no_states', (6, 6), np.uint8, 4, 3, np.int32, np.uint8, False))
+  def test_same_batch(self, shape, dtype, stack, horizon, terminal_dtype,
+                      terminal_out_dtype, with_states):
+    rng = np.random.default_rng(21)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 60, shape, dtype, horizon, terminal_dtype)
+    indices = rng.integers(0, 60, 17)
+    mine, theirs = [_batch_outputs(17, frames, stack, terminal_out_dtype,
+                                   with_states) for _ in range(2)]
+    with _numpy_calls(self, 'transition_batch', 0):
+      NATIVE.transition_batch(frames, stack, terminal, rewards, discounts,
+                              indices, *mine[:4], sources, mine[4], None)
+    NUMPY.transition_batch(frames, stack, terminal, rewards, discounts,
+                           indices, *theirs[:4], sources, theirs[4], None)
+    kernel_cases.assert_same(self, _filled(mine), _filled(theirs))
+    # NumPy's composition is the loops': the same arrays, one by one.
+    next_indices, is_terminal, returns = NUMPY.trajectories(
+        indices, 60, terminal, rewards, discounts)
+    np.testing.assert_array_equal(theirs[1], returns)
+    np.testing.assert_array_equal(theirs[2], is_terminal)
+    np.testing.assert_array_equal(theirs[3], indices)
+    np.testing.assert_array_equal(theirs[4][1][2],
+                                  sources['action'][next_indices])
+    np.testing.assert_array_equal(
+        theirs[4][4][2], sources['priorities'][indices].astype(np.float32))
+    if with_states:
+      np.testing.assert_array_equal(theirs[0], NUMPY.stacks_ending_at(
+          frames, np.concatenate([indices, next_indices]), stack,
+          np.empty_like(theirs[0])))
+
+  def test_absent_outputs_are_skipped(self):
+    rng = np.random.default_rng(22)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 40, (5,), np.uint8, 3, np.uint8)
+    indices = rng.integers(0, 40, 9)
+    out = kernel_cases.garbage((9,), np.int32)
+    with _numpy_calls(self, 'transition_batch', 0):
+      NATIVE.transition_batch(frames, 4, terminal, rewards, discounts,
+                              indices, None, None, None, None, sources,
+                              (('action', False, out),), None)
+    np.testing.assert_array_equal(out, sources['action'][indices])
+
+  @parameterized.named_parameters(
+      ('object_extras', 'object_extra'),
+      ('float_terminal_outputs', 'float_terminal'),
+      ('float64_rewards', 'float64_rewards'),
+      ('a_source_of_another_dtype', 'cast'),
+      ('a_missing_source', 'missing'),
+      ('indices_beyond_the_memory', 'beyond'))
+  def test_other_inputs_fall_back(self, case):
+    rng = np.random.default_rng(23)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 40, (6, 6), np.uint8, 3, np.uint8)
+    indices = rng.integers(0, 40, 11)
+    terminal_out_dtype = np.float32 if case == 'float_terminal' else np.uint8
+    outputs = [list(_batch_outputs(11, frames, 4, terminal_out_dtype, True))
+               for _ in range(2)]
+    if case == 'object_extra':
+      sources['extra'] = np.array([(slot, 'x') for slot in range(40)] +
+                                  [None], object)[:40]
+      for o in outputs:
+        o[4] = o[4][:3] + (('extra', False, np.full(11, None, object)),)
+    elif case == 'float64_rewards':
+      rewards = rewards.astype(np.float64)
+    elif case == 'cast':  # int16 actions into int32 outputs.
+      sources['action'] = sources['action'].astype(np.int16)
+    elif case == 'missing':
+      del sources['extra']
+    elif case == 'beyond':
+      indices[3] = 40
+    if case == 'missing':
+      for kernels, given in ((NATIVE, outputs[0]), (NUMPY, outputs[1])):
+        with self.assertRaises(KeyError):
+          kernels.transition_batch(frames, 4, terminal, rewards, discounts,
+                                   indices, *given[:4], sources, given[4],
+                                   None)
+      return
+    with _numpy_calls(self, 'transition_batch', 1):
+      mine = _outcome(NATIVE.transition_batch, frames, 4, terminal, rewards,
+                      discounts, indices, *outputs[0][:4], sources,
+                      outputs[0][4], None)
+    theirs = _outcome(NUMPY.transition_batch, frames, 4, terminal, rewards,
+                      discounts, indices, *outputs[1][:4], sources,
+                      outputs[1][4], None)
+    self.assertEqual(mine, theirs)
+    if theirs[1] is None:
+      kernel_cases.assert_same(self, _filled(outputs[0]),
+                               _filled(outputs[1]))
+    else:
+      self.assertEqual(case, 'beyond')
+
+  def test_the_lock_is_held_for_the_rows_not_the_frames(self):
+    rng = np.random.default_rng(25)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 40, (6, 6), np.uint8, 3, np.uint8)  # Frames below 200.
+    indices = rng.integers(0, 40, 7)
+    test = self
+
+    class Lock(object):
+      """Records what the kernels had written when it was taken and let go."""
+
+      def __init__(self, outputs):
+        self.outputs = outputs
+        self.events = []
+
+      def _written(self):
+        states, _, _, _, rows = self.outputs
+        return ((states != 250).any(), (rows[0][2] != -7).any())
+
+      def acquire(self):
+        self.events.append(('acquire',) + self._written())
+
+      def release(self):
+        self.events.append(('release',) + self._written())
+
+      __enter__ = acquire
+
+      def __exit__(self, *unused):
+        self.release()
+
+    for kernels in (NATIVE, NUMPY):
+      outputs = _batch_outputs(7, frames, 4, np.uint8, True)
+      outputs[0][...] = 250
+      outputs[4][0][2][...] = -7
+      lock = Lock(outputs)
+      kernels.transition_batch(frames, 4, terminal, rewards, discounts,
+                               indices, *outputs[:4], sources, outputs[4],
+                               lock)
+      # Taken before any row, let go after the rows, before the frames.
+      test.assertEqual(lock.events, [('acquire', False, False),
+                                     ('release', False, True)])
+      test.assertFalse((outputs[0] == 250).any())
+
+    class Failing(object):
+
+      def acquire(self):
+        raise RuntimeError('no lock')
+
+    outputs = _batch_outputs(7, frames, 4, np.uint8, True)
+    before = [a.copy() for a in _filled(outputs)]
+    with self.assertRaisesRegex(RuntimeError, 'no lock'):
+      NATIVE.transition_batch(frames, 4, terminal, rewards, discounts,
+                              indices, *outputs[:4], sources, outputs[4],
+                              Failing())
+    # Neither the rows nor the frames were written.
+    np.testing.assert_array_equal(outputs[0], before[0])
+    for (_, _, out), original in zip(outputs[4], before[4:]):
+      np.testing.assert_array_equal(out, original)
+
+  def test_arguments_that_do_not_fit_are_refused(self):
+    module = extension.load()
+    rng = np.random.default_rng(24)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 40, (6, 6), np.uint8, 3, np.uint8)
+    indices = rng.integers(0, 40, 5)
+    states, returns, is_terminal, indices_out, rows = _batch_outputs(
+        5, frames, 4, np.uint8, True)
+    before = [a.copy() for a in _filled(
+        (states, returns, is_terminal, indices_out, rows))]
+    read_only = np.zeros(5, np.int32)
+    read_only.flags.writeable = False
+    good = [frames, 4, terminal, rewards, discounts, indices, states,
+            returns, is_terminal, indices_out, sources, rows, None]
+    changes = [
+        (5, indices.astype(np.float64)), (5, indices[:0]),
+        (5, np.append(indices, -1)[1:]),  # A slot outside the memory.
+        (6, states[:-1]), (6, states[..., :3]),
+        (7, returns.astype(np.float64)), (7, returns[:-1]),
+        (8, is_terminal.astype(np.float32)),
+        (9, indices_out.astype(np.int64)), (9, read_only),
+        (10, dict(sources, extra=sources['extra'][:39])),
+        (10, dict(sources, action=sources['action'][::2])),
+        (10, list(sources.items())),
+        (11, list(rows)), (11, rows + (('action', False),)),
+        (11, rows + (('action', False, read_only),)),
+        (11, rows + (('action', False, np.zeros(4, np.int32)),)),
+        (11, rows + (('extra', False, np.zeros((5, 3, 2))),)),
+        (11, rows + (('priorities', False, np.zeros(5, np.float16)),)),
+        (11, rows + (('nothing', False, np.zeros(5, np.int32)),)),
+        (3, rewards[:39]), (2, terminal.astype(np.float32))]
+    for position, bad in changes:
+      arguments = list(good)
+      arguments[position] = bad
+      self.assertIs(module.transition_batch(*arguments), NotImplemented,
+                    (position, bad))
+    for array, original in zip(_filled((states, returns, is_terminal,
+                                        indices_out, rows)), before):
+      np.testing.assert_array_equal(array, original)
+    with self.assertRaisesRegex(TypeError, r'takes 13 arguments'):
+      module.transition_batch(*good[:12])
+    self.assertIs(module.transition_batch(*good), True)
+
+
 class ExtensionArgumentsTest(parameterized.TestCase):
   """The extension checks every buffer before its loops touch one.
 

@@ -330,6 +330,42 @@ class BufferPoolTest(absltest.TestCase):
     self.assertEqual(pool.held_bytes, storage.DEFAULT_POOL_BYTES)
     del kept, too_large
 
+  def test_carved_arrays_come_back_only_once_nothing_holds_them(self):
+    pool = storage.BufferPool(size=4)
+    carvings = []
+
+    def carve(memory):
+      carvings.append(memory.ctypes.data)
+      arrays = (memory[:64].view(np.float32), memory[64:96], None)
+      return arrays, 'plan data'
+
+    key = object()
+    first = pool.carved(key, 96, carve)
+    self.assertEqual(first[1], 'plan data')
+    self.assertEqual(first[0][0].ctypes.data % 64, 0)
+    self.assertEqual(first[0][0].shape, (16,))
+    arrays = first[0]
+    del first
+    # Each way of keeping some of the batch: the tuple, an array, a view.
+    for keep in (lambda a: a, lambda a: a[1], lambda a: a[0][3:],
+                 lambda a: memoryview(a[1])):
+      held = keep(arrays)
+      del arrays
+      again = pool.carved(key, 96, carve)[0]
+      self.assertNotEqual(again[0].ctypes.data, carvings[0])
+      del again
+      arrays = pool.carved(key, 96, carve)[0]  # Free again: the second.
+      self.assertEqual(arrays[0].ctypes.data, carvings[1])
+      del held
+      arrays = pool.carved(key, 96, carve)[0]
+      self.assertEqual(arrays[0].ctypes.data, carvings[0])
+    self.assertLen(carvings, 2)  # Carved once per buffer.
+    # Another key does not get these arrays.
+    other = pool.carved(object(), 96, carve)[0]
+    self.assertNotIn(other[0].ctypes.data, carvings[:2])
+    self.assertEqual(pool.held_bytes, 3 * (96 + 64))
+    del arrays, other
+
   def test_a_pool_of_size_zero_keeps_nothing(self):
     pool = storage.BufferPool(size=0)
     for _ in range(2):

@@ -126,7 +126,7 @@ class CacheBoundTest(absltest.TestCase):
     for batch_size in range(1, 60):
       self.assertLen(memory.sample_transition_batch(batch_size)[0],
                      batch_size)
-    self.assertLessEqual(len(memory._batch_layouts), 16)  # The 16 newest.
+    self.assertLessEqual(len(memory._batch_plans), 16)  # The 16 newest.
 
   def test_resident_memory_of_many_large_batch_sizes(self):
     # 24 batch sizes of ~150,000 from a prioritized memory. Before the fix

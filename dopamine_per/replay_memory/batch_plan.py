@@ -1,0 +1,130 @@
+# coding=utf-8
+"""How a memory fills a sampled batch of one layout: one kernel call.
+
+`sample_transition_batch` returns one array per element of
+`get_transition_elements(batch_size)`. A `BatchPlan`, made once per layout,
+sorts those elements by what fills them: the kernels' `transition_batch`
+(the states, the n-step return, its terminal flag, the indices, and the
+elements that are rows of an array at a transition's slot or at its next
+slot) or the memory's `_transition_element` hook (elements a subclass adds
+that the memory does not know). `carve` lays a batch's arrays out in one
+buffer, with the kernel's arguments for them, once: the memory's
+`storage.BufferPool` hands the same arrays out again once nothing refers to
+them.
+
+Why one call: the Python of a sample runs right after the kernel copied
+the batch's frames (1.8 MB at Atari shapes, batch 32) through the caches,
+so every line of it runs several times slower than when measured alone;
+gathering each element with its own NumPy call cost the Atari cycle about
+a tenth of the copy floor (docs/architecture.md, "What a sample costs
+beyond the copy floor"). NumPy only.
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dopamine_per.replay_memory import storage
+
+__all__ = ['BatchPlan', 'RowElements', 'storage_rows']
+
+# Element name -> (source name, at_next): the element holds, per
+# transition, the source array's row at its slot or at its next slot.
+RowElements = Mapping[str, Tuple[str, bool]]
+
+# The elements `transition_batch` computes, in the order of its arguments.
+_COMPUTED = ('reward', 'terminal', 'indices')
+_STATES = ('state', 'next_state')
+
+
+class BatchPlan(object):
+  """Which arrays of a batch layout the kernel fills, and which a hook does.
+
+  Attributes:
+    elements: list of ReplayElement, the layout (batch dimension first).
+    nbytes: int, the bytes `carve` lays the batch's arrays out in.
+    own: list of (position, ReplayElement) the kernel does not fill.
+  """
+
+  def __init__(self, elements: Sequence[Any], rows: RowElements):
+    """Sorts the elements of a layout.
+
+    Args:
+      elements: list of ReplayElement (name, shape, type), the layout.
+      rows: which elements are rows of a source array (see RowElements);
+        the computed ones (states, reward, terminal, indices) win.
+    """
+    self.elements = list(elements)
+    positions = {e.name: p for p, e in enumerate(self.elements)}
+    self._states = tuple(positions.get(name) for name in _STATES)
+    self._outputs = tuple(positions.get(name) for name in _COMPUTED)
+    self._rows = [(rows[e.name][0], rows[e.name][1], p)
+                  for p, e in enumerate(self.elements)
+                  if e.name in rows and e.name not in _COMPUTED + _STATES]
+    filled = set(self._outputs) | {p for _, _, p in self._rows}
+    self.own = [(p, e) for p, e in enumerate(self.elements)
+                if p not in filled and e.name not in _STATES]
+    # (position or None for the states, shape, dtype, offset): each piece
+    # starts on a 64-byte boundary, as the pool's outputs do.
+    self._pieces = []
+    self.nbytes = 0
+    states = [p for p in self._states if p is not None]
+    if states:
+      element = self.elements[states[0]]
+      self._add_piece(None, (2 * element.shape[0],) + tuple(
+          element.shape[1:]), element.type)
+    for p, e in enumerate(self.elements):
+      if p in filled:
+        self._add_piece(p, e.shape, e.type)
+
+  def _add_piece(self, position: Optional[int], shape: Tuple[int, ...],
+                 dtype: Any) -> None:
+    dtype = np.dtype(dtype)
+    self._pieces.append((position, tuple(shape), dtype, self.nbytes))
+    size = int(np.prod(shape)) * dtype.itemsize
+    self.nbytes += -(-size // storage.ALIGNMENT) * storage.ALIGNMENT
+
+  def carve(self, memory: np.ndarray) -> Tuple[Any, ...]:
+    """Lays the batch's arrays out in `memory` (uint8, `nbytes`, aligned).
+
+    Arrays of Python objects cannot live in raw memory: they are allocated
+    on their own.
+
+    Returns:
+      (arrays, states, outputs, rows): the batch's arrays in layout order
+      (None at the `own` positions); the kernel's `states` (None without
+      states; the batch's state and next state are its halves), its
+      returns, is_terminal and indices_out (None where the layout lacks
+      them) and its rows, (source name, at_next, out) each.
+    """
+    arrays: List[Optional[np.ndarray]] = [None] * len(self.elements)
+    states = None
+    for position, shape, dtype, offset in self._pieces:
+      if dtype.hasobject:
+        array = np.empty(shape, dtype)
+      else:
+        size = int(np.prod(shape)) * dtype.itemsize
+        array = memory[offset:offset + size].view(dtype).reshape(shape)
+      if position is not None:
+        arrays[position] = array
+        continue
+      states, count = array, len(array) // 2
+      for half, state in zip((array[:count], array[count:]), self._states):
+        if state is not None:
+          arrays[state] = half
+    outputs = tuple(None if p is None else arrays[p] for p in self._outputs)
+    rows = tuple((name, at_next, arrays[p])
+                 for name, at_next, p in self._rows)
+    return tuple(arrays), states, outputs, rows
+
+
+def storage_rows(storage_names: Sequence[str]) -> Dict[str, Tuple[str, bool]]:
+  """The row elements of a circular memory with these storage arrays.
+
+  Each stored element at the transition's slot (the action, extras), and
+  the action and reward at its next slot.
+  """
+  rows = {name: (name, False) for name in storage_names}
+  rows['next_action'] = ('action', True)
+  rows['next_reward'] = ('reward', True)
+  return rows

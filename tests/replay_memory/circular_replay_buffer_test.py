@@ -412,7 +412,6 @@ class SamplingTest(absltest.TestCase):
       self.assertTrue(np.all(buffer.is_valid_transition(batch[7])))
       self.assertEqual(batch[7].dtype, np.int32)
 
-
   def test_kept_batches_stay_as_sampled(self):
     # Batches' arrays are handed out again only once nothing refers to them
     # (storage.BufferPool.carved): whatever part of a batch is kept, later
@@ -471,6 +470,7 @@ class SamplingTest(absltest.TestCase):
       batch = buffer.sample_transition_batch(indices=[1, 4])
       self.assertEqual(batch[-1].dtype, object)
       self.assertEqual(list(batch[-1]), [{'step': 1}, {'step': 4}])
+
 
 class ReferenceModelTest(parameterized.TestCase):
   """Seeded random add/sample sequences against ReferenceBuffer."""

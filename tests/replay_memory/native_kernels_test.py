@@ -676,8 +676,8 @@ class TransitionBatchTest(parameterized.TestCase):
     outputs = [list(_batch_outputs(11, frames, 4, terminal_out_dtype, True))
                for _ in range(2)]
     if case == 'object_extra':
-      sources['extra'] = np.array([(slot, 'x') for slot in range(40)] +
-                                  [None], object)[:40]
+      sources['extra'] = np.array(['slot-{}'.format(slot)
+                                   for slot in range(40)], object)
       for o in outputs:
         o[4] = o[4][:3] + (('extra', False, np.full(11, None, object)),)
     elif case == 'float64_rewards':

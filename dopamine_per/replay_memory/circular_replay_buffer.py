@@ -636,13 +636,16 @@ class OutOfGraphReplayBuffer(object):
     if plan is None:
       if len(self._batch_plans) >= 16:
         del self._batch_plans[next(iter(self._batch_plans))]
+      rows = batch_plan.storage_rows(list(self._storage.arrays))
+      rows.update(self._row_elements())
       plan = self._batch_plans[batch_size] = batch_plan.BatchPlan(
-          self.get_transition_elements(batch_size), self._row_elements())
+          self.get_transition_elements(batch_size), rows)
     return plan
 
   def _row_elements(self) -> batch_plan.RowElements:
-    """The batch elements that are rows of a `_row_sources` array."""
-    return batch_plan.storage_rows(list(self._storage.arrays))
+    """Batch elements that are rows of a `_row_sources` array beyond the
+    storage's (`batch_plan.storage_rows`): none here."""
+    return {}
 
   def _row_sources(self) -> Dict[str, np.ndarray]:
     """The arrays `_row_elements` name (read under `_row_lock`)."""

@@ -202,8 +202,7 @@ class OutOfGraphPrioritizedReplayBuffer(
 
   def _row_elements(self) -> batch_plan.RowElements:
     # Each transition's priority, the leaf at its slot.
-    return dict(batch_plan.storage_rows(list(self._storage.arrays)),
-                sampling_probabilities=('priorities', False))
+    return {'sampling_probabilities': ('priorities', False)}
 
   def _row_sources(self) -> Dict[str, np.ndarray]:
     return dict(self._storage.arrays, priorities=self.sum_tree.leaves)

@@ -478,6 +478,10 @@ class CheckpointTest(absltest.TestCase):
     buffer.save(directory, 1)
     expected = [buffer.sample_transition_batch() for _ in range(3)]
     restored = _buffer(rng=np.random.default_rng(99))
+    # Batch layouts and pooled batch arrays made before the load: the
+    # batches after it still read the loaded arrays and priorities.
+    _add(restored, 20, seed=5)
+    restored.sample_transition_batch()
     restored.load(directory, 1)
     self.assertIs(restored.sum_tree._rng, restored._rng)
     for batch in expected:

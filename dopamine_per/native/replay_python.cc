@@ -680,49 +680,6 @@ PyObject* StacksEndingAtPy(PyObject*, PyObject* const* args,
   return Done();
 }
 
-// transitions_and_states(frames, stack, terminal, rewards, discounts,
-// indices, next_indices, is_terminal, returns, out): `trajectories`, then
-// the states ending at the indices and at the next indices (rows [0, count)
-// and [count, 2 * count) of out); True, or NotImplemented.
-PyObject* TransitionsAndStatesPy(PyObject*, PyObject* const* args,
-                                 Py_ssize_t nargs) {
-  if (!CheckArguments("transitions_and_states", nargs, 10)) return nullptr;
-  Array frames, terminal, rewards, discounts, indices, next_indices,
-      is_terminal, returns, out;
-  int64_t stack, pixels;
-  if (!Int(args[1], &stack) || !indices.Take(args[5], 1) ||
-      !indices.IsInt64() || indices.length() == 0 ||
-      !TakeStates(args[0], args[9], 2 * indices.length(), stack, &frames,
-                  &out, &pixels) ||
-      !TakeTerminal(args[2], frames.length(), &terminal) ||
-      !TakeReturns(args[3], args[4], frames.length(), &rewards, &discounts) ||
-      !TakeTrajectoryOutputs(args + 6, indices.length(), &next_indices,
-                             &is_terminal, &returns)) {
-    return NotCovered();
-  }
-  const int64_t count = indices.length(), capacity = frames.length();
-  {
-    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil ||
-                        count >= kSlotBatchWithoutGil);
-    // The indices, then the next ones: the ends of the states.
-    std::vector<int64_t> ends(2 * count);
-    std::memcpy(ends.data(), indices.data<int64_t>(), count * 8);
-    Trajectories(ends.data(), count, capacity, terminal.data<uint8_t>(),
-                 terminal.itemsize(), rewards.data<float>(),
-                 discounts.data<float>(), discounts.length(),
-                 ends.data() + count, is_terminal.data<uint8_t>(),
-                 returns.data<float>());
-    std::memcpy(next_indices.data<int64_t>(), ends.data() + count,
-                count * 8);
-    uint8_t* states = out.data<uint8_t>();
-    TransitionStates(frames.data<uint8_t>(), capacity, pixels,
-                     frames.itemsize(), stack, ends.data(),
-                     ends.data() + count, count, states,
-                     states + count * pixels * frames.itemsize() * stack);
-  }
-  return Done();
-}
-
 // One element of a batch that is a row of an array per transition: out[b]
 // is source's row at the transition's slot, or at its next slot.
 struct RowGather {
@@ -775,13 +732,14 @@ bool TakeOptional(PyObject* object, int64_t count, Array* out,
 
 // transition_batch(frames, stack, terminal, rewards, discounts, indices,
 // states, returns, is_terminal, indices_out, sources, rows, lock):
-// `transitions_and_states` (without states when None) and every other
-// element of the batch in one call: returns float32, is_terminal integers
-// or bools, indices_out int32 (each None or [count]), and for each (name,
-// at_next, out) of the tuple `rows`, the rows of the dict's sources[name],
-// copied while `lock` (None, or anything with acquire() and release()) is
-// held. Indices in [0, capacity); True, or NotImplemented (nothing
-// written), or an exception from the lock.
+// `trajectories`, then the states ending at the indices and at the next
+// indices (rows [0, count) and [count, 2 * count) of states; skipped when
+// None), and every other element of the batch, in one call: returns
+// float32, is_terminal integers or bools, indices_out int32 (each None or
+// [count]), and for each (name, at_next, out) of the tuple `rows`, the rows
+// of the dict's sources[name], copied while `lock` (None, or anything with
+// acquire() and release()) is held. Indices in [0, capacity); True, or
+// NotImplemented (nothing written), or an exception from the lock.
 PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
                             Py_ssize_t nargs) {
   if (!CheckArguments("transition_batch", nargs, 13)) return nullptr;
@@ -926,11 +884,6 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("stacks_ending_at", StacksEndingAtPy,
                         "stacks_ending_at(frames, ends, stack, out) -> True "
                         "| NotImplemented"),
-    DOPAMINE_PER_METHOD("transitions_and_states", TransitionsAndStatesPy,
-                        "transitions_and_states(frames, stack, terminal, "
-                        "rewards, discounts, indices, next_indices, "
-                        "is_terminal, returns, out) -> True | "
-                        "NotImplemented"),
     DOPAMINE_PER_METHOD("transition_batch", TransitionBatchPy,
                         "transition_batch(frames, stack, terminal, rewards, "
                         "discounts, indices, states, returns, is_terminal, "

@@ -94,7 +94,6 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     self._trajectories = module.trajectories
     self._gather_stacks = module.gather_stacks
     self._stacks_ending_at = module.stacks_ending_at
-    self._transitions_and_states = module.transitions_and_states
     self._transition_batch = module.transition_batch
 
   # ------------------------------------------------------------ sum tree
@@ -216,25 +215,6 @@ class NativeKernels(numpy_kernels.NumpyKernels):
       if done is NotImplemented:
         return super().stacks_ending_at(frames, ends, stack, out)
     return out
-
-  def transitions_and_states(self, frames, stack, terminal, rewards,
-                             discounts, indices, out):
-    count = len(indices)
-    next_indices = np.empty(count, _INT64)
-    is_terminal = np.empty(count, _BOOL)
-    returns = np.empty(count, _FLOAT32)
-    done = self._transitions_and_states(frames, stack, terminal, rewards,
-                                        discounts, indices, next_indices,
-                                        is_terminal, returns, out)
-    if done is NotImplemented:
-      done = _retried(self._transitions_and_states,
-                      (frames, stack, terminal, rewards, discounts, indices,
-                       next_indices, is_terminal, returns, out), 5)
-      if done is NotImplemented:  # NumPy's, which calls this class's loops.
-        return super().transitions_and_states(frames, stack, terminal,
-                                              rewards, discounts, indices,
-                                              out)
-    return next_indices, is_terminal, returns
 
   def transition_batch(self, frames, stack, terminal, rewards, discounts,
                        indices, states, returns, is_terminal, indices_out,

@@ -335,20 +335,6 @@ def trajectories_loop(indices, capacity, terminal, rewards, discounts):
   return next_indices, is_terminal, returns
 
 
-@jit
-def atari_transitions(frames, terminal, rewards, discounts, indices, out):
-  # trajectories_loop, then the states ending at the indices and the next
-  # states ending at the trajectories' ends (rows b and b + n, in one pass).
-  count = len(indices)
-  next_indices, is_terminal, returns = trajectories_loop(
-      indices, frames.shape[0], terminal, rewards, discounts)
-  ends = np.empty(2 * count, dtype=np.int64)
-  ends[:count] = indices
-  ends[count:] = next_indices
-  gather_4x8_ending_at(frames, ends, out)
-  return next_indices, is_terminal, returns
-
-
 # ---------------------------------------------------------------- kernels
 
 # NumPy sums fewer than this many numbers one after the other (more are
@@ -452,17 +438,3 @@ class NumbaKernels(numpy_kernels.NumpyKernels):
     gather_4x8_ending_at(_byte_rows(frames), ends,
                          out.reshape(len(ends), -1).view(np.uint32))
     return out
-
-  def transitions_and_states(self, frames, stack, terminal, rewards,
-                             discounts, indices, out):
-    if not (len(indices) and _packs_4x8(frames, stack) and
-            _compiled_returns(terminal, rewards, discounts)):
-      # As NumPy's, but on this class's loops (without entering NumPy's).
-      result = self.trajectories(indices, len(frames), terminal, rewards,
-                                 discounts)
-      self.stacks_ending_at(frames, np.concatenate([indices, result[0]]),
-                            stack, out)
-      return result
-    return atari_transitions(_byte_rows(frames), terminal, rewards,
-                             discounts, indices,
-                             out.reshape(len(out), -1).view(np.uint32))

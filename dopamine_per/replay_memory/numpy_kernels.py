@@ -292,28 +292,6 @@ class NumpyKernels(object):
     windows = (ends[:, None] + np.arange(1 - stack, 1)) % len(frames)
     return self.gather_stacks(frames, windows, out)
 
-  def transitions_and_states(self, frames: np.ndarray, stack: int,
-                             terminal: np.ndarray, rewards: np.ndarray,
-                             discounts: np.ndarray, indices: np.ndarray,
-                             out: np.ndarray) -> Trajectories:
-    """`trajectories`, and fills `out` with the states at both ends.
-
-    Args:
-      frames: the frame storage [capacity, *observation_shape].
-      stack: int, frames per state.
-      terminal, rewards, discounts, indices: see `trajectories`.
-      out: array [2 * batch, *observation_shape, stack] to fill with the
-        states ending at `indices`, then those ending at the next indices.
-
-    Returns:
-      `trajectories`' result.
-    """
-    result = self.trajectories(indices, len(frames), terminal, rewards,
-                               discounts)
-    self.stacks_ending_at(frames, np.concatenate([indices, result[0]]),
-                          stack, out)
-    return result
-
   def transition_batch(self, frames: np.ndarray, stack: int,
                        terminal: np.ndarray, rewards: np.ndarray,
                        discounts: np.ndarray, indices: np.ndarray,
@@ -327,14 +305,16 @@ class NumpyKernels(object):
 
     The memory's sample in one kernel call: `trajectories`, the elements
     that are rows of an array at a transition's slot or at its next slot,
-    then the states at both ends (as `transitions_and_states`).
+    then the states ending at both.
 
     Args:
       frames: the frame storage [capacity, *observation_shape].
       stack: int, frames per state.
       terminal, rewards, discounts: see `trajectories`.
       indices: int64 array [batch] of valid slots.
-      states: None, or the `out` of `transitions_and_states` to fill.
+      states: None, or an array [2 * batch, *observation_shape, stack] to
+        fill with the states ending at `indices`, then those ending at the
+        next indices.
       returns: None, or an array [batch] for the n-step returns.
       is_terminal: None, or an array [batch] for whether each return was
         cut by a terminal (in its dtype).

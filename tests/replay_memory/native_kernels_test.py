@@ -422,10 +422,11 @@ class TrajectoriesTest(parameterized.TestCase):
 
 
 # (frame shape, dtype, stack): Atari, the other stacks and item sizes of
-# the C gathers (1, 2, 4, 8 and 16 bytes); 35 pixels: the Atari loop's
-# blocks of 16 and its tail.
+# the C gathers (1, 2, 4, 8 and 16 bytes); 35 and 143 pixels: the Atari
+# loop's tail alone, and two lines of 64 with a tail of 15.
 _ATARI = ((84, 84), np.uint8, 4)
-_FRAME_CASES = [_ATARI, ((5, 7), np.uint8, 4), ((84, 84), np.uint8, 3),
+_FRAME_CASES = [_ATARI, ((5, 7), np.uint8, 4), ((11, 13), np.uint8, 4),
+                ((84, 84), np.uint8, 3),
                 ((84, 84), np.uint8, 1),
                 ((6,), np.int8, 4), ((5,), np.bool_, 2),
                 ((3, 2), np.uint16, 4), ((7,), np.float16, 3),
@@ -514,62 +515,6 @@ class StacksTest(parameterized.TestCase):
         with self.assertRaises(error):  # From NumPy's loop.
           NATIVE.stacks_ending_at(frames, np.arange(3), 4, out)
 
-  @parameterized.named_parameters(
-      ('atari', (84, 84), np.uint8, 4, 3, np.uint8),
-      ('stack_3', (84, 84), np.uint8, 3, 3, np.uint8),
-      ('stack_1', (84, 84), np.uint8, 1, 1, np.uint8),
-      ('horizon_7_bool_terminals', (6, 6), np.uint8, 4, 7, np.bool_),
-      ('float_frames_int32_terminals', (6,), np.float32, 4, 3, np.int32),
-      ('uint16_frames', (3, 2), np.uint16, 4, 3, np.uint8),
-      ('horizon_9', (6, 6), np.uint8, 4, 9, np.uint8))
-  def test_transitions_and_states(self, shape, dtype, stack, horizon,
-                                  terminal_dtype):
-    rng = np.random.default_rng(3)
-    frames = kernel_cases.frames(rng, 40, shape, dtype)
-    terminal = (rng.random(40) < 0.15).astype(terminal_dtype)
-    rewards = rng.standard_normal(40).astype(np.float32)
-    discounts = np.array([0.9**j for j in range(horizon)], np.float32)
-    for batch in (13, 0):
-      indices = rng.integers(0, 40, batch)
-      outs = [kernel_cases.garbage((2 * batch,) + shape + (stack,), dtype)
-              for _ in range(2)]
-      # Beyond 7 steps only the returns are NumPy's.
-      with _numpy_calls(self, 'trajectories',
-                        1 if horizon > 7 or not batch else 0):
-        with _numpy_calls(self, 'stacks_ending_at', 0 if batch else 1):
-          mine = NATIVE.transitions_and_states(
-              frames, stack, terminal, rewards, discounts, indices, outs[0])
-      other = NUMPY.transitions_and_states(
-          frames, stack, terminal, rewards, discounts, indices, outs[1])
-      kernel_cases.assert_same(self, mine, other)
-      kernel_cases.assert_same(self, *outs)
-
-  @parameterized.named_parameters(
-      ('float64_rewards', np.float64, (), np.uint8, False),
-      ('vector_rewards', np.float32, (2,), np.uint8, False),
-      ('float_terminals', np.float32, (), np.float32, False),
-      ('object_frames', np.float32, (), np.uint8, True))
-  def test_transitions_and_states_fall_back(self, reward_dtype, reward_shape,
-                                            terminal_dtype, object_frames):
-    rng = np.random.default_rng(4)
-    if object_frames:
-      frames = _object_frames(40)
-    else:
-      frames = kernel_cases.frames(rng, 40, (6, 6), np.uint8)
-    terminal = (rng.random(40) < 0.15).astype(terminal_dtype)
-    rewards = rng.standard_normal((40,) + reward_shape).astype(reward_dtype)
-    discounts = np.array([0.9**j for j in range(3)], np.float32)
-    indices = rng.integers(0, 40, 13)
-    outs = _outs((26,) + frames.shape[1:] + (4,), frames.dtype)
-    with _numpy_calls(self, 'trajectories', 0 if object_frames else 1):
-      with _numpy_calls(self, 'stacks_ending_at', 1 if object_frames else 0):
-        mine = NATIVE.transitions_and_states(
-            frames, 4, terminal, rewards, discounts, indices, outs[0])
-    other = NUMPY.transitions_and_states(
-        frames, 4, terminal, rewards, discounts, indices, outs[1])
-    kernel_cases.assert_same(self, mine, other)
-    kernel_cases.assert_same(self, *outs)
-
 
 def _batch_inputs(rng, capacity, shape, dtype, horizon, terminal_dtype):
   """A random memory's arrays, and the sources a batch's rows read."""
@@ -613,6 +558,9 @@ class TransitionBatchTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('atari', (84, 84), np.uint8, 4, 3, np.uint8, np.uint8, True),
+      ('stack_3', (84, 84), np.uint8, 3, 3, np.uint8, np.uint8, True),
+      ('stack_1', (84, 84), np.uint8, 1, 1, np.uint8, np.uint8, True),
+      ('uint16_frames', (3, 2), np.uint16, 4, 3, np.uint8, np.uint8, True),
       ('cartpole', (4,), np.float32, 1, 1, np.uint8, np.uint8, True),
       ('horizon_7_bool_terminals', (6, 6), np.uint8, 4, 7, np.bool_,
        np.bool_, True),
@@ -666,15 +614,38 @@ class TransitionBatchTest(parameterized.TestCase):
       ('float64_rewards', 'float64_rewards'),
       ('a_source_of_another_dtype', 'cast'),
       ('a_missing_source', 'missing'),
-      ('indices_beyond_the_memory', 'beyond'))
+      ('indices_beyond_the_memory', 'beyond'),
+      ('vector_rewards', 'vector_rewards'),
+      ('float_terminals', 'float_terminals'),
+      ('object_frames', 'object_frames'),
+      ('horizon_9', 'horizon_9'),  # Returns of 8+ terms: NumPy sums pairwise.
+      ('an_empty_batch', 'empty'))
   def test_other_inputs_fall_back(self, case):
     rng = np.random.default_rng(23)
+    horizon = 9 if case == 'horizon_9' else 3
     frames, terminal, rewards, discounts, sources = _batch_inputs(
-        rng, 40, (6, 6), np.uint8, 3, np.uint8)
-    indices = rng.integers(0, 40, 11)
+        rng, 40, (6, 6), np.uint8, horizon, np.uint8)
+    if case == 'object_frames':
+      frames = _object_frames(40)
+    elif case == 'vector_rewards':
+      rewards = sources['reward'] = rng.standard_normal(
+          (40, 2)).astype(np.float32)
+    elif case == 'float_terminals':
+      terminal = terminal.astype(np.float32)
+    indices = rng.integers(0, 40, 0 if case == 'empty' else 11)
+    count = len(indices)
     terminal_out_dtype = np.float32 if case == 'float_terminal' else np.uint8
-    outputs = [list(_batch_outputs(11, frames, 4, terminal_out_dtype, True))
+    outputs = [list(_batch_outputs(count, frames, 4, terminal_out_dtype,
+                                   case != 'object_frames'))
                for _ in range(2)]
+    if case == 'object_frames':
+      for o in outputs:
+        o[0] = np.full((2 * count,) + frames.shape[1:] + (4,), None, object)
+    if case == 'vector_rewards':  # Returns and rewards of [count, 2].
+      for o in outputs:
+        o[1] = kernel_cases.garbage((count, 2), np.float32)
+        o[4] = o[4][:2] + (('reward', True, kernel_cases.garbage(
+            (count, 2), np.float32)),) + o[4][3:]
     if case == 'object_extra':
       sources['extra'] = np.array(['slot-{}'.format(slot)
                                    for slot in range(40)], object)

@@ -266,21 +266,29 @@ class StacksTest(parameterized.TestCase):
       ('horizon_8', (6, 6), np.uint8, 4, 8, (), np.float32),
       ('float64_rewards', (6, 6), np.uint8, 4, 3, (), np.float64),
       ('vector_rewards', (6, 6), np.uint8, 4, 3, (2,), np.float32))
-  def test_transitions_and_states(self, shape, dtype, stack, horizon,
-                                  reward_shape, reward_dtype):
+  def test_transition_batch(self, shape, dtype, stack, horizon,
+                            reward_shape, reward_dtype):
     rng = np.random.default_rng(3)
     frames = kernel_cases.frames(rng, 40, shape, dtype)
     terminal = (rng.random(40) < 0.15).astype(np.uint8)
     rewards = rng.standard_normal((40,) + reward_shape).astype(reward_dtype)
     discounts = np.array([0.9**j for j in range(horizon)], np.float32)
+    sources = {'reward': rewards, 'action': rng.integers(0, 9, 40)}
     for batch in (13, 0):
       indices = rng.integers(0, 40, batch)
-      outs = [kernel_cases.garbage((2 * batch,) + shape + (stack,), dtype)
-              for _ in range(2)]
-      results = [kernels.transitions_and_states(
-          frames, stack, terminal, rewards, discounts, indices, out)
-                 for kernels, out in zip((NUMBA, NUMPY), outs)]
-      kernel_cases.assert_same(self, *results)
+      outs = []
+      for kernels in (NUMBA, NUMPY):
+        garbage = kernel_cases.garbage
+        out = (garbage((2 * batch,) + shape + (stack,), dtype),
+               garbage((batch,) + reward_shape, reward_dtype),
+               garbage((batch,), np.uint8), garbage((batch,), np.int32),
+               garbage((batch,) + reward_shape, reward_dtype),
+               garbage((batch,), np.int64))
+        kernels.transition_batch(
+            frames, stack, terminal, rewards, discounts, indices, *out[:4],
+            sources, (('reward', True, out[4]), ('action', False, out[5])),
+            None)
+        outs.append(out)
       kernel_cases.assert_same(self, *outs)
 
 

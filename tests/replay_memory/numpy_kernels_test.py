@@ -252,22 +252,47 @@ class StacksTest(parameterized.TestCase):
     windows = (ends[:, None] + np.arange(1 - stack, 1)) % 30
     np.testing.assert_array_equal(out, stacks_reference(frames, windows))
 
-  def test_transitions_and_states(self):
+  def test_transition_batch(self):
     rng = np.random.default_rng(2)
     frames = rng.integers(0, 256, (40, 5, 5), dtype=np.uint8)
     terminal = (rng.random(40) < 0.2).astype(np.uint8)
     rewards = rng.standard_normal(40).astype(np.float32)
     discounts = np.array([1.0, 0.9, 0.81], np.float32)
+    actions = rng.integers(0, 9, 40).astype(np.int32)
+    priorities = rng.random(40)
     indices = rng.integers(0, 40, 12)
-    out = np.zeros((24, 5, 5, 4), np.uint8)
-    result = KERNELS.transitions_and_states(frames, 4, terminal, rewards,
-                                            discounts, indices, out)
-    expected = KERNELS.trajectories(indices, 40, terminal, rewards, discounts)
-    for got, want in zip(result, expected):
-      np.testing.assert_array_equal(got, want)
-    ends = np.concatenate([indices, expected[0]])
+    states = np.zeros((24, 5, 5, 4), np.uint8)
+    returns, indices_out = np.zeros(12, np.float32), np.zeros(12, np.int32)
+    is_terminal = np.full(12, 7, np.int32)
+    next_actions = np.zeros(12, np.int32)
+    batch_priorities = np.zeros(12, np.float32)
+    held = []
+
+    class Lock(object):
+
+      def __enter__(self):
+        held.append(batch_priorities.any())
+
+      def __exit__(self, *unused):
+        held.append(batch_priorities.all())
+
+    KERNELS.transition_batch(
+        frames, 4, terminal, rewards, discounts, indices, states, returns,
+        is_terminal, indices_out, {'action': actions, 'p': priorities},
+        (('action', True, next_actions), ('p', False, batch_priorities)),
+        Lock())
+    next_indices, cut, sums = KERNELS.trajectories(indices, 40, terminal,
+                                                   rewards, discounts)
+    np.testing.assert_array_equal(returns, sums)
+    np.testing.assert_array_equal(is_terminal, cut.astype(np.int32))
+    np.testing.assert_array_equal(indices_out, indices)
+    np.testing.assert_array_equal(next_actions, actions[next_indices])
+    np.testing.assert_array_equal(batch_priorities,
+                                  priorities[indices].astype(np.float32))
+    self.assertEqual(held, [False, True])  # The rows, inside the lock.
+    ends = np.concatenate([indices, next_indices])
     windows = (ends[:, None] + np.arange(-3, 1)) % 40
-    np.testing.assert_array_equal(out, stacks_reference(frames, windows))
+    np.testing.assert_array_equal(states, stacks_reference(frames, windows))
 
 
 if __name__ == '__main__':

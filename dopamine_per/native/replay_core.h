@@ -14,10 +14,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -476,28 +478,33 @@ void FillStacks(int64_t count, int64_t pixels, int64_t item, int64_t stack,
 // bytes each, frames last) with the `stack` frames ending at ends[b] and
 // at next_ends[b], b < count, wrapping around capacity: each state with
 // its next state, which shares frames with it (read again while cached).
-// Without next states (next_states == nullptr), next_ends is not read.
+// Either output may be null: it is skipped, and its ends are not read.
 inline void TransitionStates(const uint8_t* frames, int64_t capacity,
                              int64_t pixels, int64_t item, int64_t stack,
                              const int64_t* ends, const int64_t* next_ends,
                              int64_t count, uint8_t* states,
                              uint8_t* next_states) {
   const int64_t frame_bytes = pixels * item, state_bytes = frame_bytes * stack;
-  const int64_t per_transition = next_states == nullptr ? 1 : 2;
+  // The outputs given (either may be null), in the order they are filled.
+  const int64_t* ends_of[2];
+  uint8_t* outs[2];
+  int64_t given = 0;
+  for (const auto& [at, out] : {std::pair(ends, states),
+                                std::pair(next_ends, next_states)}) {
+    if (out == nullptr) continue;
+    ends_of[given] = at;
+    outs[given++] = out;
+  }
   FillStacks(
-      count * per_transition, pixels, item, stack,
+      count * given, pixels, item, stack,
       [&](int64_t i, const uint8_t** sources) {
-        const int64_t b = i / per_transition;
-        const int64_t end = i % per_transition ? next_ends[b] : ends[b];
+        const int64_t end = ends_of[i % given][i / given];
         for (int64_t k = 0; k < stack; ++k) {
           sources[k] = frames + Mod(end - stack + 1 + k, capacity) *
                        frame_bytes;
         }
       },
-      [&](int64_t i) {
-        uint8_t* out = i % per_transition ? next_states : states;
-        return out + (i / per_transition) * state_bytes;
-      });
+      [&](int64_t i) { return outs[i % given] + (i / given) * state_bytes; });
 }
 
 // Fills out[row] ([pixels * stack] items of `item` bytes, frames last)

@@ -165,6 +165,29 @@ class SameBatchesTest(parameterized.TestCase):
         memory.sample_transition_batch(indices=valid))
 
 
+  @parameterized.named_parameters(
+      ('no_state', ('state',)), ('no_next_state', ('next_state',)),
+      ('no_states', ('state', 'next_state')))
+  def test_a_layout_without_states(self, left_out):
+    # A subclass's layout may leave states out: the op fills the rest and
+    # writes no state (Atari frames: the interleave that fetches ahead).
+    memory = make_memory(observation_shape=(84, 84),
+                         observation_dtype=np.uint8, stack_size=4,
+                         update_horizon=3)
+    fill(memory, 60, seed=8)
+    native = bind(memory)
+    every = memory.get_transition_elements()
+    kept = [i for i, e in enumerate(every) if e.name not in left_out]
+    elements = [every[i] for i in kept]
+    names = [e.name for e in elements]
+    for batch in (native_ops.sample(native, elements),
+                  native_ops.transitions_at(native, elements,
+                                            valid_slots(memory)[:8])):
+      indices = batch[names.index('indices')].numpy()
+      want = memory.sample_transition_batch(indices=indices)
+      assert_same_batch(self, elements, batch, [want[i] for i in kept])
+
+
 class SamplingDistributionTest(graph_util.GraphTestCase):
   """Graph-mode frequencies: chi-square at p=1e-6 (stats_util), seeded.
 

@@ -241,7 +241,7 @@ class BufferPool(object):
     """
     with self._lock:
       buffer = self._take(nbytes + ALIGNMENT, key)
-      if buffer.key is not key or buffer.carved is None:
+      if buffer.carved is None:  # A new buffer (`_take` matched the key).
         buffer.carve(key, nbytes, carve)
       return buffer.carved
 

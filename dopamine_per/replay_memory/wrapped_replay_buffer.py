@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per import errors
 from dopamine_per.replay_memory import validation
 
 if TYPE_CHECKING:
@@ -106,7 +107,9 @@ class WrappedReplayBufferBase(object):
       ValueError: If update_horizon is not positive, or the capacity does
         not exceed the update horizon.
       dopamine_per.errors.ArgumentError: (a ValueError) If gamma is not a
-        real number in [0, 1] (also with `wrapped_memory`).
+        real number in [0, 1] (also with `wrapped_memory`): Dopamine's
+        message, 'Discount factor (gamma) must be in [0, 1].', then which
+        value was refused.
     """
     if replay_capacity < update_horizon + 1:
       raise ValueError(
@@ -114,7 +117,12 @@ class WrappedReplayBufferBase(object):
           'than replay capacity ({}).'.format(update_horizon, replay_capacity))
     if not update_horizon >= 1:
       raise ValueError('Update horizon must be positive.')
-    validation.check_real('gamma', gamma, 0.0, 1.0)
+    try:
+      validation.check_real('gamma', gamma, 0.0, 1.0)
+    except errors.ArgumentError as e:
+      # Dopamine's message first, for tests that match it; then ours.
+      raise errors.ArgumentError(
+          'Discount factor (gamma) must be in [0, 1]. {}'.format(e)) from None
     self.batch_size = batch_size
     if wrapped_memory is None:
       wrapped_memory = self._memory_class(

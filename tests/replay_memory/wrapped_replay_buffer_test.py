@@ -24,7 +24,6 @@ import tensorflow as tf
 
 from dopamine_per import errors
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
 from tests.support import graph_util
@@ -89,6 +88,15 @@ class ConstructorTest(GraphTestCase):
   def test_invalid_arguments(self, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
       self.wrapper(**kwargs)
+
+  @parameterized.parameters(-1, -0.1, 1.5, 2)
+  def test_gamma_out_of_range_says_what_dopamine_says(self, gamma):
+    # Dopamine's testConstructorWithOutOfBoundsDiscountFactor matches this
+    # message; ours goes on to name the value.
+    with self.assertRaisesRegex(
+        ValueError, r'^Discount factor \(gamma\) must be in \[0, 1\]\. .*'
+        r'got {}\b'.format(gamma)):
+      self.wrapper(gamma=gamma)
 
   @parameterized.product(prioritized=[True, False],
                          gamma=[True, np.True_, np.array([0.5]), '0.9',
@@ -169,8 +177,7 @@ class SamplingOpsTest(GraphTestCase):
       self.assertEqual(op.type, 'DopaminePerSampleTransitions')
     else:
       self.assertIn('replay_sample_py_func', op.name)
-      # Handed over without TF's per-output conversion (numpy_function_test).
-      self.assertTrue(numpy_function.uses_direct_outputs(op))
+      self.assertEqual(op.type, 'PyFunc')  # Stateful: sampled every run.
 
   @parameterized.parameters(True, False)
   def test_each_run_samples_a_fresh_batch(self, prioritized):
@@ -430,10 +437,10 @@ class PriorityOpsTest(GraphTestCase):
     else:
       self.assertEqual(setter.name,
                        'prioritized_replay_set_priority_py_func')
-      self.assertTrue(numpy_function.uses_direct_outputs(setter))
+      self.assertEqual(setter.type, 'PyFunc')
       self.assertIn('prioritized_replay_get_priority_py_func',
                     fetched.op.name)
-      self.assertTrue(numpy_function.uses_direct_outputs(fetched.op))
+      self.assertEqual(fetched.op.type, 'PyFunc')
     self.session.run(setter)
     self.assertEqual(fetched.shape.as_list(), [7])
     self.assertEqual(fetched.dtype, tf.float32)

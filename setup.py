@@ -122,9 +122,6 @@ setuptools.setup(
             # Property-based tests: random operation sequences on the sum
             # tree and the buffers, checked against their invariants.
             'hypothesis>=6.0',
-            # The tests run the sum tree with both kernels, NumPy and Numba,
-            # and check that they agree bit for bit.
-            'numba>=0.59',
             # The agent and runner tests train on CartPole (gymnasium) and
             # run a Rainbow smoke test on Pong (ale-py ships the ROMs).
             'gymnasium>=1.0',
@@ -175,15 +172,6 @@ setuptools.setup(
             'gymnasium>=1.0',
             'ale-py>=0.9',
         ],
-        'fast': [
-            # Numba's compiled kernels (dopamine_per/replay_memory/
-            # numba_kernels.py), for machines without a C++ compiler: the
-            # default kernels are the native ones, built with the system's
-            # compiler on first use, which meet or beat Numba's on every row
-            # of benchmarks/RESULTS.md. Without either, the NumPy loops run
-            # (several times slower; one warning says so).
-            'numba>=0.59',
-        ],
         'distributed': [
             # dopamine_per.distributed shards the prioritized memory over Ray
             # actors (Ape-X, Horgan et al., 2018): Ray starts and places the
@@ -197,8 +185,6 @@ setuptools.setup(
             # the replay benchmarks. (dopamine-rl, the other reference, is
             # installed with --no-deps as for 'test'.)
             'cpprb>=10.0',
-            # Both sum tree kernels are measured.
-            'numba>=0.59',
             # The distributed section starts a local Ray and steps
             # CartPole actors against the single-process runner.
             'ray>=2.9',

@@ -236,7 +236,7 @@ def _settings_from_flags():
 def describe_packages():
   """Returns 'name version' of the packages the benchmarks compare."""
   versions = []
-  for name in ('tensorflow', 'numba', 'dopamine-rl', 'cpprb'):
+  for name in ('tensorflow', 'dopamine-rl', 'cpprb'):
     try:
       versions.append(f'{name} {importlib.metadata.version(name)}')
     except importlib.metadata.PackageNotFoundError:

@@ -1,7 +1,7 @@
 """What the benchmark sections share besides timing (see timing.py).
 
-Our implementations are named `ours-<kernels>` ('ours-numba', 'ours-native',
-'ours-numpy'; plain 'ours' is ours with the default kernels), and run with
+Our implementations are named `ours-<kernels>` ('ours-native', 'ours-numpy';
+plain 'ours' is ours with the default kernels), and run with
 the kernels their name gives chosen through the environment variable the
 library reads.
 The peers (Dopamine's TF replay memory, cpprb) take part when installed.
@@ -43,13 +43,13 @@ __all__ = [
 
 OURS_PREFIX = 'ours-'
 # Ours with each kernel set, the default (native) first (the tables'
-# column order); 'ours-native' where its extension builds, 'ours-numba'
-# where Numba imports (`kernels.available`).
-OURS = ('ours-native', 'ours-numba', 'ours-numpy')
+# column order); 'ours-native' where its extension builds
+# (`kernels.available`).
+OURS = ('ours-native', 'ours-numpy')
 
 
 def kernels_of(name: str) -> Optional[str]:
-  """The kernels an implementation's name gives ('numba'), or None."""
+  """The kernels an implementation's name gives ('numpy'), or None."""
   if name.startswith(OURS_PREFIX):
     return name[len(OURS_PREFIX):]
   return None

@@ -9,7 +9,7 @@ benchmarks/RESULTS.md. This section alone, printed and not written:
 Every memory holds 84x84 uint8 frames, stacks of 4, 3-step returns with
 gamma 0.99, at capacity 2**20:
 
-* `ours-native` (the default), `ours-numba` and `ours-numpy`: dopamine_per's
+* `ours-native` (the default) and `ours-numpy`: dopamine_per's
   OutOfGraphPrioritizedReplayBuffer, with each of its kernel sets (chosen
   by the environment variable the library reads, set around its
   construction and each of its bursts: `common.kernels_environ`);
@@ -94,8 +94,7 @@ CPPRB_CONTIGUOUS = 'cpprb-contiguous'
 # CopyFloor), as a lower bound.
 COPY_FLOOR = 'copy-floor'
 PEERS = ('dopamine', 'cpprb', CPPRB_CONTIGUOUS, COPY_FLOOR)
-TITLES = {'ours-numba': 'ours-numba', 'ours-native': 'ours-native',
-          'ours-numpy': 'ours-numpy',
+TITLES = {'ours-native': 'ours-native', 'ours-numpy': 'ours-numpy',
           'dopamine': 'Dopamine TF', 'cpprb': 'cpprb',
           CPPRB_CONTIGUOUS: 'cpprb, contiguous states',
           COPY_FLOOR: 'copy floor', 'ours': 'ours'}
@@ -488,7 +487,7 @@ def rss_child(name, capacity, cpprb_transitions, seed=0, after_adds=10000,
   pool = FramePool(256, seed)
   if name == 'cpprb':
     pool.stacks  # pylint: disable=pointless-statement
-  # Warm up on a small memory first (imports, Numba's compiled code), so
+  # Warm up on a small memory first (imports, the native kernels), so
   # that the baseline holds everything that does not depend on capacity.
   warmup = make_memory(name, 1000, pool)
   warmup.add_transitions(100)
@@ -606,7 +605,7 @@ def format_section(results, rss=None, capacity=None):
       'batch of uniformly drawn transitions out of our frame storage with one '
       'NumPy fancy index, without interleaving them or setting priorities: '
       'the least any memory that returns the frames can do. '
-      'Ours: `ours-native` (the default), `ours-numba` and `ours-numpy` are the same '
+      'Ours: `ours-native` (the default) and `ours-numpy` are the same '
       'memory with each kernel set. Method: benchmarks/replay_benchmark.py.',
       '',
   ]

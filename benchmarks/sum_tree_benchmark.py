@@ -12,7 +12,7 @@ For trees of 2**17 and 2**20 priorities (uniform in (0, 1]) and batches of
 * `set` of a batch of priorities at distinct random indices, `get` of a
   batch, `stratified_sample` of a batch (one draw per equal stratum of the
   total), and `fill`: setting every priority;
-* on `ours-native` (the default), `ours-numba` and `ours-numpy`, dopamine_per's SumTree
+* on `ours-native` (the default) and `ours-numpy`, dopamine_per's SumTree
   with each of its kernels; `dopamine`, Dopamine 4.1.2's TF SumTree driven
   one index per call as its prioritized buffer drives it; `cpprb`, cpprb's
   PrioritizedReplayBuffer over a 1-byte observation with alpha = 1
@@ -69,7 +69,6 @@ OPERATIONS = ('set', 'get', 'stratified_sample', 'fill')
 # Peers, in table order, with their column titles.
 PEERS = ('dopamine', 'cpprb', 'naive')
 TITLES = {
-    'ours-numba': 'ours-numba',
     'ours-native': 'ours-native',
     'ours-numpy': 'ours-numpy',
     'dopamine': 'Dopamine TF',
@@ -379,7 +378,7 @@ def run_benchmark(capacities, batch_sizes, rounds, burst_seconds, seed,
 
 
 def _ours_names(results):
-  """Our variants present in `results`, Numba's first."""
+  """Our variants present in `results`, in `common.OURS` order."""
   present = {key[3] for key in results if isinstance(key, tuple)}
   return [name for name in common.OURS if name in present]
 

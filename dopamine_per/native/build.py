@@ -18,8 +18,15 @@ $CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
 
 A library's file name carries a hash of its sources, the compiler's version
 and the flags (and TensorFlow's version, for the ops): a new release or
-another TensorFlow gets its own build, and concurrent processes never see
-a half-written file (each is compiled to a temporary name and renamed).
+another TensorFlow gets its own build. Beside each library, its record
+(`<library>.sha256`: its size and SHA-256) is written after it, and a
+cached library is used only if it matches its record: anything else there
+(truncated, empty, not a regular file, left by an older release) is
+treated as absent and rebuilt, because loading a truncated ELF kills the
+process (SIGBUS). Each build compiles into its own locked work directory in
+the cache (`.build-*`) and renames the library there only once the compiler
+succeeded, so concurrent processes never see a half-written file; the work
+of a build that was killed is removed by the next process to use the cache.
 `python -m dopamine_per.native.build` builds all three now and prints where.
 With $DOPAMINE_PER_NATIVE_SANITIZE=1, `core_library()` and `ops_library()`
 (and so the libraries the memories and ops load) are the AddressSanitizer
@@ -30,10 +37,13 @@ memories then fall back to their Python paths (see
 `replay_memory.native_ops`).
 """
 
+import fcntl
 import hashlib
 import os
 import platform
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -52,6 +62,15 @@ __all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'Once',
 CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
 # The environment variable that, set to 1, selects the sanitized builds.
 SANITIZE_ENV = 'DOPAMINE_PER_NATIVE_SANITIZE'
+
+# A library's record, `<library>.sha256` beside it: its size and SHA-256.
+_RECORD_SUFFIX = '.sha256'
+_RECORD_FORMAT = 'size={} sha256={}\n'
+_RECORD_PATTERN = re.compile(rb'size=(\d+) sha256=([0-9a-f]{64})\n')
+# A build's work directory in the cache, `.build-XXXX`, and its lock,
+# `.build-XXXX.lock`, which the build holds (flock) while it runs.
+_WORK_PREFIX = '.build-'
+_LOCK_SUFFIX = '.lock'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CORE_SOURCES = ('replay_core.h', 'replay_core.cc')
@@ -160,39 +179,207 @@ def _digest(sources: Sequence[str], *parts: str) -> str:
   return digest.hexdigest()[:16]
 
 
+def _contents(path: str, size: Optional[int] = None
+              ) -> Optional[Tuple[int, str]]:
+  """The size and SHA-256 of the regular file at `path`, else None.
+
+  None for anything but a readable regular file (missing, a directory, a
+  FIFO, a dangling link), or, given `size`, for a file of another size. It
+  is opened without blocking (a FIFO would wait for a writer) and checked
+  and read through that one descriptor.
+  """
+  try:
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+  except OSError:
+    return None
+  try:
+    status = os.fstat(handle)
+    if not stat.S_ISREG(status.st_mode) or (
+        size is not None and status.st_size != size):
+      return None
+    digest = hashlib.sha256()
+    length = 0
+    while True:
+      chunk = os.read(handle, 1 << 20)
+      if not chunk:
+        return length, digest.hexdigest()
+      digest.update(chunk)
+      length += len(chunk)
+  except OSError:
+    return None
+  finally:
+    os.close(handle)
+
+
+def _record(path: str) -> Optional[Tuple[int, str]]:
+  """The size and SHA-256 that the record at `path` holds, else None."""
+  try:
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+  except OSError:
+    return None
+  try:
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+      return None
+    text = os.read(handle, 256)  # A record is under 100 bytes.
+  except OSError:
+    return None
+  finally:
+    os.close(handle)
+  match = _RECORD_PATTERN.fullmatch(text)
+  return (int(match.group(1)), match.group(2).decode()) if match else None
+
+
+def _verified(target: str) -> bool:
+  """Whether `target` is the library its record describes (size, SHA-256).
+
+  The check that stands between the cache and dlopen: a truncated library
+  would be mapped past its end (SIGBUS), an empty one would not load.
+  """
+  record = _record(target + _RECORD_SUFFIX)
+  return record is not None and _contents(target, record[0]) == record
+
+
+def _start_work(directory: str) -> Tuple[str, int]:
+  """Creates this build's work directory in `directory`: (path, lock).
+
+  The lock, an flock on `<work>.lock` held until `_end_work`, tells other
+  processes that the build is alive; the kernel drops it however the
+  process ends, so `_sweep` can tell a killed build's work from a running
+  one's.
+  """
+  while True:
+    handle, lock = tempfile.mkstemp(prefix=_WORK_PREFIX, suffix=_LOCK_SUFFIX,
+                                    dir=directory)
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError:  # No locks on this filesystem: sweeps skip it too.
+      break
+    try:  # A sweep may have locked and removed it before this process did.
+      if os.path.samestat(os.fstat(handle), os.lstat(lock)):
+        break
+    except FileNotFoundError:
+      pass
+    os.close(handle)
+  work = lock[:-len(_LOCK_SUFFIX)]
+  try:
+    os.mkdir(work)
+  except OSError:
+    _end_work(work, handle)
+    raise
+  return work, handle
+
+
+def _end_work(work: str, lock: int) -> None:
+  """Removes a build's work directory and then its lock."""
+  shutil.rmtree(work, ignore_errors=True)
+  try:
+    os.remove(work + _LOCK_SUFFIX)
+  except OSError:
+    pass
+  os.close(lock)
+
+
+def _sweep(directory: str) -> None:
+  """Removes the work of builds that were killed (their lock is free).
+
+  A running build holds its lock, so its work is left alone; nothing else
+  in the cache is touched.
+  """
+  try:
+    names = os.listdir(directory)
+  except OSError:
+    return
+  for name in names:
+    if not (name.startswith(_WORK_PREFIX) and name.endswith(_LOCK_SUFFIX)):
+      continue
+    lock = os.path.join(directory, name)
+    try:
+      handle = os.open(lock, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+      continue
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      if os.path.samestat(os.fstat(handle), os.lstat(lock)):
+        shutil.rmtree(lock[:-len(_LOCK_SUFFIX)], ignore_errors=True)
+        os.remove(lock)
+    except OSError:  # Held (the build runs), gone, or read-only.
+      pass
+    finally:
+      os.close(handle)
+
+
+def _install(source: str, target: str, work: str) -> None:
+  """Renames `source` to `target`, atomically replacing what is there.
+
+  A directory at `target`, which a rename cannot replace, is first moved
+  into the work directory (removed with it).
+  """
+  try:
+    os.replace(source, target)
+  except IsADirectoryError:
+    try:
+      os.replace(target, os.path.join(work, 'in-the-way'))
+    except FileNotFoundError:  # Another build moved it.
+      pass
+    os.replace(source, target)
+
+
 def _compile(command: List[str], target: str) -> str:
-  """Runs `command` (writing to {output}) and renames its output to target."""
-  if os.path.exists(target):
+  """Runs `command` (writing to {output}) unless `target` verifies.
+
+  The library is compiled into a new work directory beside `target`, given
+  the mode of a new executable (0777 & ~umask: 0755 under the usual umask,
+  readable by all, as a shared library is), recorded, and renamed to
+  `target` only after the compiler succeeded; its record follows it.
+  Whatever was at `target` and did not verify is replaced.
+
+  Returns:
+    `target`, which `_verified` accepts.
+
+  Raises:
+    NativeBuildError: If the cache cannot be written or the compiler fails.
+  """
+  directory, name = os.path.split(target)
+  _sweep(directory)
+  if _verified(target):
     return target
-  directory = os.path.dirname(target)
   try:
     os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix='.so', dir=directory)
+    work, lock = _start_work(directory)
   except OSError as e:
     raise NativeBuildError(
         'cannot write the cache directory {} ({}): set ${} to a writable '
         'directory'.format(directory, e, CACHE_ENV)) from e
-  os.close(handle)
   # The first use on a machine waits for the compiler: say why.
-  logging.info('dopamine_per: compiling %s (once; cached in %s)',
-               os.path.basename(target), directory)
+  logging.info('dopamine_per: compiling %s (once; cached in %s)', name,
+               directory)
   start = time.monotonic()
   try:
-    result = subprocess.run([part.replace('{output}', temporary)
+    output = os.path.join(work, name)
+    result = subprocess.run([part.replace('{output}', output)
                              for part in command],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
       raise NativeBuildError('compiling {} failed:\n{}'.format(
-          os.path.basename(target), result.stderr[-4000:]))
-    os.replace(temporary, target)
-    logging.info('dopamine_per: compiled %s in %.1f s',
-                 os.path.basename(target), time.monotonic() - start)
+          name, result.stderr[-4000:]))
+    contents = _contents(output)
+    if not contents or not contents[0]:
+      raise NativeBuildError('compiling {} failed: the compiler wrote no '
+                             'library'.format(name))
+    # The work directory was made with the mode of a new executable
+    # (0777 & ~umask); the owner must at least read the library.
+    os.chmod(output, stat.S_IMODE(os.stat(work).st_mode) & 0o777 | 0o400)
+    record = output + _RECORD_SUFFIX
+    with open(record, 'x') as f:
+      f.write(_RECORD_FORMAT.format(*contents))
+    _install(output, target, work)
+    _install(record, target + _RECORD_SUFFIX, work)
+    logging.info('dopamine_per: compiled %s in %.1f s', name,
+                 time.monotonic() - start)
   except OSError as e:  # The compiler would not start; a full disk.
-    raise NativeBuildError('compiling {} failed: {}'.format(
-        os.path.basename(target), e)) from e
+    raise NativeBuildError('compiling {} failed: {}'.format(name, e)) from e
   finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+    _end_work(work, lock)
   return target
 
 

@@ -19,7 +19,7 @@ _D = ctypes.c_double
 
 # name: (result type, argument types)
 _SIGNATURES = {
-    'per_memory_create': (_I, [ctypes.POINTER(_P)]),
+    'per_memory_create': (_I, [ctypes.POINTER(_P), ctypes.c_uint64]),
     'per_memory_bind': (None, [_P, _P]),
     'per_memory_destroy': (None, [_I, _P]),
     'per_memory_release': (None, [_P]),

@@ -11,34 +11,29 @@ namespace dopamine_per {
 namespace {
 
 std::mutex registry_mutex;
-std::map<int64_t, std::shared_ptr<Memory>>& Registry() {
-  static auto* registry = new std::map<int64_t, std::shared_ptr<Memory>>();
+
+// A registered memory: its token, and the memory (null once destroyed; the
+// entry stays, so that an op can tell a deleted memory from another
+// process's).
+struct Entry {
+  uint64_t token;
+  std::shared_ptr<Memory> memory;
+};
+
+std::map<int64_t, Entry>& Registry() {
+  static auto* registry = new std::map<int64_t, Entry>();
   return *registry;
 }
 int64_t next_id = 1;
 
-// per_set_leaves for leaves of type Index.
-template <typename Index>
-int SetLeaves(double* flat, const int64_t* offsets, int64_t levels,
-              int64_t fanout, int64_t capacity, const Index* leaves,
-              const double* values, int64_t count, double smallest,
-              double largest, double* total, double* written_max) {
-  int64_t bad;
-  if (!LeavesValid(leaves, values, count, capacity, smallest, largest,
-                   &bad)) {
-    return 0;
-  }
-  *total = WriteLeaves(Tree{flat, offsets, levels, fanout}, leaves, values,
-                       count, written_max);
-  return 1;
-}
-
 }  // namespace
 
-std::shared_ptr<Memory> FindMemory(int64_t id) {
+std::shared_ptr<Memory> FindMemory(int64_t id, uint64_t token,
+                                   bool* foreign) {
   std::lock_guard<std::mutex> guard(registry_mutex);
   auto found = Registry().find(id);
-  return found == Registry().end() ? nullptr : found->second;
+  *foreign = found == Registry().end() || found->second.token != token;
+  return *foreign ? nullptr : found->second.memory;
 }
 
 }  // namespace dopamine_per
@@ -50,15 +45,16 @@ extern "C" {
 
 // ------------------------------------------------------------ memories
 
-// Registers an unbound memory; returns its id (never reused) and, in
-// *handle, a reference to it that `per_lock` and friends take. The
+// Registers an unbound memory under `token` (unguessable, chosen by the
+// caller; the ops carry it beside the id); returns its id (never reused)
+// and, in *handle, a reference to it that `per_lock` and friends take. The
 // reference keeps the memory (its lock) alive until `per_memory_release`,
 // also after `per_memory_destroy`: Python's lock outlives the registration.
-int64_t per_memory_create(void** handle) {
+int64_t per_memory_create(void** handle, uint64_t token) {
   auto memory = std::make_shared<Memory>();
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
   const int64_t id = dopamine_per::next_id++;
-  dopamine_per::Registry()[id] = memory;
+  dopamine_per::Registry()[id] = dopamine_per::Entry{token, memory};
   *handle = new std::shared_ptr<Memory>(memory);
   return id;
 }
@@ -80,7 +76,8 @@ void per_memory_destroy(int64_t id, void* handle) {
     MemoryOf(handle)->Unbind();
   }
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
-  dopamine_per::Registry().erase(id);
+  auto found = dopamine_per::Registry().find(id);
+  if (found != dopamine_per::Registry().end()) found->second.memory.reset();
 }
 
 // Drops `handle`'s reference: it is invalid afterwards.
@@ -95,7 +92,11 @@ void per_unlock(void* handle) { MemoryOf(handle)->mutex.unlock(); }
 // The number of registered memories (for tests of their lifetime).
 int64_t per_memory_count() {
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
-  return static_cast<int64_t>(dopamine_per::Registry().size());
+  int64_t count = 0;
+  for (const auto& entry : dopamine_per::Registry()) {
+    count += entry.second.memory != nullptr;
+  }
+  return count;
 }
 
 }  // extern "C"

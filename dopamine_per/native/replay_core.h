@@ -653,8 +653,12 @@ inline void Memory::Bind(const PerLayout& l) {
 }
 
 // The registry: memories by id, shared by every library loading this
-// header's core (replay_core.cc defines these).
-std::shared_ptr<Memory> FindMemory(int64_t id);
+// header's core (replay_core.cc defines these). The memory registered as
+// `id` with `token`, or nullptr: with *foreign true if no memory of this
+// process ever had that id and token (the graph comes from another
+// process), false if it was destroyed.
+std::shared_ptr<Memory> FindMemory(int64_t id, uint64_t token,
+                                   bool* foreign);
 
 // An unbiased draw in [0, range) (range > 0).
 inline uint64_t DrawBelow(std::mt19937_64& rng, uint64_t range) {

@@ -49,6 +49,7 @@ absl::Status OutputShapesFromAttr(InferenceContext* c) {
 
 REGISTER_OP("DopaminePerSampleTransitions")
     .Attr("memory_id: int")
+    .Attr("memory_token: int")
     .Attr("batch_size: int >= 1")
     .Attr("elements: list(string)")
     .Attr("Tout: list(type)")
@@ -61,6 +62,7 @@ REGISTER_OP("DopaminePerSampleTransitions")
 REGISTER_OP("DopaminePerTransitionsAt")
     .Input("indices: Tindices")
     .Attr("memory_id: int")
+    .Attr("memory_token: int")
     .Attr("elements: list(string)")
     .Attr("Tindices: {int32, int64}")
     .Attr("Tout: list(type)")
@@ -74,6 +76,7 @@ REGISTER_OP("DopaminePerSetPriority")
     .Input("indices: Tindices")
     .Input("priorities: Tpriorities")
     .Attr("memory_id: int")
+    .Attr("memory_token: int")
     .Attr("Tindices: {int32, int64}")
     .Attr("Tpriorities: {float, double}")
     .SetIsStateful()
@@ -83,6 +86,7 @@ REGISTER_OP("DopaminePerSetPriority")
 REGISTER_OP("DopaminePerGetPriority")
     .Input("indices: Tindices")
     .Attr("memory_id: int")
+    .Attr("memory_token: int")
     .Attr("Tindices: {int32, int64}")
     .Output("priorities: float")
     .SetIsStateful()
@@ -91,6 +95,7 @@ REGISTER_OP("DopaminePerGetPriority")
 
 REGISTER_OP("DopaminePerTotalPriority")
     .Attr("memory_id: int")
+    .Attr("memory_token: int")
     .Output("total: double")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
@@ -101,17 +106,28 @@ class MemoryOp : public OpKernel {
  public:
   explicit MemoryOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("memory_id", &memory_id_));
+    int64_t token = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("memory_token", &token));
+    memory_token_ = static_cast<uint64_t>(token);
   }
 
  protected:
-  // The memory, or nullptr with an error set on the context.
+  // The memory, or nullptr with an error set on the context: the op's
+  // memory must be this process's, by id and token, never another's.
   std::shared_ptr<Memory> Find(OpKernelContext* context, bool prioritized) {
-    std::shared_ptr<Memory> memory = FindMemory(memory_id_);
-    if (memory == nullptr) {
+    bool foreign = false;
+    std::shared_ptr<Memory> memory =
+        FindMemory(memory_id_, memory_token_, &foreign);
+    if (foreign) {
+      context->SetStatus(errors::InvalidArgument(
+          "dopamine_per replay memory ", memory_id_, " of this op is not in "
+          "this process: the graph was built by another process (a GraphDef, "
+          "meta graph or SavedModel); build the replay ops anew on a memory "
+          "of this process"));
+    } else if (memory == nullptr) {
       context->SetStatus(errors::FailedPrecondition(
           "dopamine_per replay memory ", memory_id_,
-          " does not exist (it was deleted, or the graph comes from another "
-          "process)"));
+          " does not exist (it was deleted)"));
     }
     return memory;
   }
@@ -134,6 +150,7 @@ class MemoryOp : public OpKernel {
   }
 
   int64_t memory_id_;
+  uint64_t memory_token_;
 };
 
 // Reads a 1-D integer tensor as int64.
@@ -196,6 +213,14 @@ class TransitionsOp : public MemoryOp {
     }
     OP_REQUIRES(context, elements_.size() == types_.size(),
                 errors::InvalidArgument("elements and Tout differ in length"));
+    // The extras' positions, parsed once here: -1 for a built-in element.
+    for (const std::string& name : elements_) {
+      int64_t k = -1;
+      OP_REQUIRES(context, ParseElement(name, &k),
+                  errors::InvalidArgument("unknown transition element ",
+                                          name));
+      extra_index_.push_back(k);
+    }
     sampling_ = !context->HasAttr("Tindices");
     if (sampling_) {
       OP_REQUIRES_OK(context, context->GetAttr("batch_size", &batch_size_));
@@ -340,9 +365,9 @@ class TransitionsOp : public MemoryOp {
         for (int64_t b = 0; b < count; ++b) {
           probabilities[b] = static_cast<float>(m.tree.flat[indices[b]]);
         }
-      } else if (name.rfind("extra:", 0) == 0) {
-        const size_t k = std::stoul(name.substr(6));
-        OP_REQUIRES(context, k < m.extras.size(),
+      } else if (extra_index_[i] >= 0) {
+        const int64_t k = extra_index_[i];
+        OP_REQUIRES(context, k < static_cast<int64_t>(m.extras.size()),
                     errors::InvalidArgument("no extra element ", k));
         const Column& column = m.extras[k];
         out = Output(context, i, count, column.row_bytes);
@@ -359,7 +384,31 @@ class TransitionsOp : public MemoryOp {
                      next_states);
   }
 
+  // Whether `name` is an element the op fills: a built-in one (`*extra`
+  // -1) or "extra:" and the extra's position, at most 9 decimal digits.
+  static bool ParseElement(const std::string& name, int64_t* extra) {
+    static const char* const kBuiltIn[] = {
+        "state", "action", "reward", "next_state", "next_action",
+        "next_reward", "terminal", "indices", "sampling_probabilities"};
+    *extra = -1;
+    for (const char* built_in : kBuiltIn) {
+      if (name == built_in) return true;
+    }
+    const std::string prefix = "extra:";
+    if (name.compare(0, prefix.size(), prefix) != 0) return false;
+    const size_t digits = name.size() - prefix.size();
+    if (digits == 0 || digits > 9) return false;
+    int64_t k = 0;
+    for (size_t i = prefix.size(); i < name.size(); ++i) {
+      if (name[i] < '0' || name[i] > '9') return false;
+      k = 10 * k + (name[i] - '0');
+    }
+    *extra = k;
+    return true;
+  }
+
   std::vector<std::string> elements_;
+  std::vector<int64_t> extra_index_;
   std::vector<DataType> types_;
   std::vector<TensorShape> rows_;
   std::vector<int64_t> batches_;

@@ -19,7 +19,8 @@ import numpy as np
 
 from dopamine_per import errors
 
-__all__ = ['AddSpec', 'check_shape', 'check_value', 'check_values']
+__all__ = ['AddSpec', 'check_extra', 'check_shape', 'check_value',
+           'check_values', 'native_byte_order']
 
 # Result of checking whether values of one dtype may be stored in another:
 # always, if every value is in the target's range (integers into integers),
@@ -52,6 +53,57 @@ def check_shape(name: str, shape: Any) -> Tuple[int, ...]:
     raise ValueError('{} must be a tuple of ints >= 0, got {!r}'.format(
         name, shape))
   return dims
+
+
+# The names of a sampled transition's own elements, which an extra storage
+# element would shadow in the batch (the storage's own names are refused as
+# duplicates by the storage).
+TRANSITION_NAMES = frozenset((
+    'state', 'next_state', 'next_action', 'next_reward', 'indices',
+    'sampling_probabilities'))
+
+
+def check_extra(element: Any) -> Tuple[str, Tuple[int, ...], Any]:
+  """An extra storage element's (name, shape, dtype), checked.
+
+  A batch names its elements (`get_transition_elements`), and the graph
+  ops find them by name: an extra named like one of the batch's own
+  elements would come back in its place. The dtype is made native (see
+  `native_byte_order`).
+
+  Args:
+    element: a ReplayElement (name, shape, type).
+
+  Returns:
+    tuple (name, shape as a tuple of ints, dtype).
+
+  Raises:
+    ValueError: If the name is not a non-empty string or is one of
+      `TRANSITION_NAMES`, or the shape is malformed.
+  """
+  name, shape, dtype = element
+  if not isinstance(name, str) or not name:
+    raise ValueError('extra_storage_types: an element name must be a '
+                     'non-empty string, got {!r}'.format(name))
+  if name in TRANSITION_NAMES:
+    raise ValueError(
+        'extra_storage_types: the name {!r} is taken by a sampled '
+        "transition's own element ({}); rename the extra element.".format(
+            name, ', '.join(sorted(TRANSITION_NAMES))))
+  return name, check_shape(name + ' shape', shape), native_byte_order(dtype)
+
+
+def native_byte_order(dtype: Any) -> Any:
+  """`dtype` in this machine's byte order: the same values, stored natively.
+
+  An element declared big-endian on a little-endian machine ('>i4') holds
+  the same numbers in native order; TensorFlow, which takes raw bytes in
+  native order, then reads them right. Other dtypes are returned as given.
+  """
+  checked = np.dtype(dtype)
+  if checked.isnative:
+    return dtype
+  return checked.newbyteorder('=')
 
 
 def _overflow_limit(dtype: np.dtype) -> float:

@@ -129,16 +129,17 @@ class OutOfGraphReplayBuffer(object):
       rng: None to draw indices from NumPy's global generator (``np.random``,
         as Dopamine; reproducible with ``np.random.seed``), or a
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
-      kernels: the per-batch loops: 'numpy', 'numba', 'native', 'auto' or
-        kernels (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
+      kernels: the per-batch loops: 'numpy', 'native', 'auto' or kernels
+        (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
         environment variable, else 'auto'. Results are the same.
 
     Raises:
-      ValueError: If an argument is malformed, or replay_capacity is smaller
-        than update_horizon + stack_size. A non-tuple observation_shape (as
-        Dopamine asserts), and a gamma that is not a real number in [0, 1]
-        (NaN, inf, a string, a bool), raise dopamine_per.errors.ArgumentError,
-        also an AssertionError.
+      ValueError: If an argument is malformed (an extra's name: see
+        `add_checks.check_extra`), or replay_capacity is below
+        update_horizon + stack_size or above 2**31 - 1. A
+        non-tuple observation_shape (as Dopamine asserts), and a gamma that
+        is not a real number in [0, 1] (NaN, inf, a string, a bool), raise
+        dopamine_per.errors.ArgumentError, also an AssertionError.
     """
     if not isinstance(observation_shape, (tuple, list)):
       raise errors.ArgumentError('observation_shape must be a tuple, got '
@@ -147,7 +148,8 @@ class OutOfGraphReplayBuffer(object):
     self._observation_shape = add_checks.check_shape('observation_shape',
                                                      observation_shape)
     self._stack_size = check_int('stack_size', stack_size, 1)
-    self._replay_capacity = check_int('replay_capacity', replay_capacity, 1)
+    self._replay_capacity = check_int('replay_capacity', replay_capacity, 1,
+                                      validation.MAX_REPLAY_CAPACITY)
     self._batch_size = check_int('batch_size', batch_size, 1)
     self._update_horizon = check_int('update_horizon', update_horizon, 1)
     self._max_sample_attempts = check_int('max_sample_attempts',
@@ -160,17 +162,16 @@ class OutOfGraphReplayBuffer(object):
       raise ValueError('There is not enough capacity to cover '
                        'update_horizon and stack_size.')
     self._gamma = validation.check_real('gamma', gamma, 0.0, 1.0)
-    self._observation_dtype = observation_dtype
-    self._terminal_dtype = terminal_dtype
+    native = add_checks.native_byte_order
+    self._observation_dtype = native(observation_dtype)
+    self._terminal_dtype = native(terminal_dtype)
     self._action_shape = add_checks.check_shape('action_shape', action_shape)
-    self._action_dtype = action_dtype
+    self._action_dtype = native(action_dtype)
     self._reward_shape = add_checks.check_shape('reward_shape', reward_shape)
-    self._reward_dtype = reward_dtype
+    self._reward_dtype = native(reward_dtype)
     self._state_shape = self._observation_shape + (self._stack_size,)
-    self._extra_storage_types = [
-        ReplayElement(e.name, add_checks.check_shape(e.name + ' shape',
-                                                     e.shape), e.type)
-        for e in (extra_storage_types or [])]
+    self._extra_storage_types = [ReplayElement(*add_checks.check_extra(e))
+                                 for e in (extra_storage_types or [])]
     self._rng = validation.check_rng(rng)
     self._kernels = kernels_lib.choose(kernels)
 

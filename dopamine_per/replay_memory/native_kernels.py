@@ -5,7 +5,7 @@
 interface and its reference) as one call into a CPython extension module
 (dopamine_per/native/replay_python.cc, on the loops of replay_core.h), with
 the same results, and falls back to NumPy's for inputs its loops do not
-cover, as `numba_kernels.NumbaKernels` does: returns of 8 steps or more and
+cover: returns of 8 steps or more and
 rewards that are not float32 scalars, terminal flags that are not a 1-D
 array of bools or integers (the C loops test their bytes), arrays that are
 not plain C-contiguous, aligned ones of the dtype the loops read (object

@@ -18,7 +18,7 @@ ops library.
 
 import ctypes
 import hashlib
-import random
+import secrets
 import threading
 import weakref
 from typing import Any, List, Optional, Sequence
@@ -30,9 +30,11 @@ from dopamine_per.native import core
 __all__ = ['NativeLock', 'NativeMemory', 'UnsupportedMemoryError',
            'element_codes', 'unsupported_reason']
 
-# The methods that decide what a batch holds: a subclass overriding one
-# samples otherwise than the ops would, and keeps the Python path.
+# The methods that decide what a batch holds or what the priority ops do: a
+# subclass overriding one samples (or sets priorities) otherwise than the
+# ops would, and keeps the Python path.
 _SAMPLING_METHODS = ('sample_transition_batch', 'sample_index_batch',
+                     'set_priority', 'get_priority',
                      '_sample_indices', '_draw', '_redraw', '_valid_mask',
                      '_gather', '_transition_element', '_batch_plan',
                      '_row_elements', '_row_sources', '_row_lock',
@@ -116,9 +118,9 @@ def unsupported_reason(memory: Any) -> Optional[str]:
     return '{} is not a dopamine_per out-of-graph memory'.format(
         type(memory).__name__)
   for name in _SAMPLING_METHODS:
-    if (getattr(type(memory), name) is not getattr(stock, name) or
-        name in vars(memory)):
-      return '{}.{} changes how batches are sampled'.format(
+    if (getattr(type(memory), name, None) is not getattr(stock, name, None)
+        or name in vars(memory)):
+      return '{}.{} changes how batches are sampled or priorities set'.format(
           type(memory).__name__, name)
   elements = memory.get_storage_signature()
   reward, terminal = elements[2], elements[3]
@@ -155,12 +157,15 @@ def _address(array: np.ndarray) -> int:
 def _seed(memory: Any) -> int:
   """The ops' generator seed, without drawing from the memory's generator.
 
-  From the state of the memory's generator (else from Python's `random`,
-  Dopamine's source) and its add count: a memory restored from a checkpoint
-  does not replay the draws its run started with.
+  From the state of the memory's generator and its add count, so that a
+  seeded run samples the same batches again, and a memory restored from a
+  checkpoint does not replay the draws its run started with. Without a
+  generator, from fresh entropy: each run (and each resume) draws its own
+  stream, and Python's `random`, which the agent's exploration may use, is
+  not advanced.
   """
-  if memory.rng is None:
-    return random.getrandbits(64)
+  if memory.rng is None:  # Fresh entropy; Python's `random` is untouched.
+    return secrets.randbits(64)
   state = repr((memory.rng.bit_generator.state,
                 memory.storage.add_count)).encode()
   return int.from_bytes(hashlib.sha256(state).digest()[:8], 'little')
@@ -171,6 +176,7 @@ class NativeMemory(object):
 
   Attributes:
     id: int, the memory's id in the registry (the ops' `memory_id`).
+    token: int, a random 64-bit number the ops carry beside the id.
     lock: NativeLock, the lock the memory and the ops share.
     storage_names: list of str, the storage elements' names, in order.
   """
@@ -189,7 +195,11 @@ class NativeMemory(object):
       raise UnsupportedMemoryError(reason)
     self._library = core.load()
     handle = ctypes.c_void_p()
-    self.id = self._library.per_memory_create(ctypes.byref(handle))
+    # Unguessable, beside the id (which counts from 1 in every process): an
+    # op from another process's graph never finds a memory of this one.
+    self.token = secrets.randbits(64)
+    self.id = self._library.per_memory_create(ctypes.byref(handle),
+                                              self.token)
     self._handle = handle.value
     self._registered = True
     self.lock = NativeLock(self._library, self._handle)

@@ -82,10 +82,16 @@ def binding(memory: Any, use_native_ops: bool
     return None
 
 
+def _memory_attrs(native: native_memory.NativeMemory) -> dict:
+  """The attributes naming an op's memory: its id and token (an int64)."""
+  token = native.token - 2**64 if native.token >= 2**63 else native.token
+  return dict(memory_id=native.id, memory_token=token)
+
+
 def _transition_attrs(native: native_memory.NativeMemory,
                       elements: Sequence[Any]) -> dict:
   return dict(
-      memory_id=native.id,
+      **_memory_attrs(native),
       elements=native_memory.element_codes(elements, native.storage_names),
       Tout=[tf.as_dtype(element.type) for element in elements],
       output_shapes=[tf.TensorShape(element.shape) for element in elements])
@@ -125,19 +131,20 @@ def set_priority(native: native_memory.NativeMemory, indices: Any,
                 ) -> tf.Operation:
   """An op setting `priorities` (float32/64) at `indices` (int32/64)."""
   op = load().dopamine_per_set_priority(indices=indices,
-                                        priorities=priorities,
-                                        memory_id=native.id, name=name)
+                                        priorities=priorities, name=name,
+                                        **_memory_attrs(native))
   return op if isinstance(op, tf.Operation) else None
 
 
 def get_priority(native: native_memory.NativeMemory, indices: Any,
                  name: Optional[str] = None) -> tf.Tensor:
   """A float32 tensor shaped like `indices`: their priorities."""
-  return load().dopamine_per_get_priority(indices=indices,
-                                          memory_id=native.id, name=name)
+  return load().dopamine_per_get_priority(indices=indices, name=name,
+                                          **_memory_attrs(native))
 
 
 def total_priority(native: native_memory.NativeMemory,
                    name: Optional[str] = None) -> tf.Tensor:
   """A float64 scalar: the memory's total priority."""
-  return load().dopamine_per_total_priority(memory_id=native.id, name=name)
+  return load().dopamine_per_total_priority(name=name,
+                                            **_memory_attrs(native))

@@ -4,17 +4,16 @@
 Every loop of the replay memory that runs once per batch is a method of one
 kernels object: the sum tree's (write leaves and update their ancestors,
 descend to the leaves holding given masses), the validity test of sampled
-slots, n-step trajectories, and the gathering of stacked states. Three
+slots, n-step trajectories, and the gathering of stacked states. Two
 implementations share this interface and give bit-identical results:
 `NumpyKernels` here (vectorized over the batch; the reference, always
-available), `numba_kernels.NumbaKernels` (the same loops compiled with
-Numba, several times faster on batches of 32-256) and
-`native_kernels.NativeKernels` (the same loops in C++, dopamine_per/native,
-built with the system's compiler on first use). `kernels.choose` picks
-one; the sum tree and the memories take the choice as their `kernels`
-argument and call nothing else.
+available) and `native_kernels.NativeKernels` (the same loops in C++,
+dopamine_per/native, built with the system's compiler on first use;
+several times faster on batches of 32-256). `kernels.choose` picks one; the
+sum tree and the memories take the choice as their `kernels` argument and
+call nothing else.
 
-The arithmetic all three share, so that trees and batches are identical:
+The arithmetic both share, so that trees and batches are identical:
 
 * A parent in the sum tree is the pairwise ("halving") sum of its `fanout`
   children: adjacent pairs first, then pairs of those, and so on. The

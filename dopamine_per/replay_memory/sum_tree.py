@@ -224,10 +224,10 @@ class SumTree(object):
       rng: None to draw from Python's `random` module (Dopamine's behaviour,
         reproducible with `random.seed`), or a `numpy.random.Generator` or an
         int seed for an independent, checkpointable stream.
-      kernels: a `kernels.Kernels`, 'numpy', 'numba', 'native', 'auto' or
-        None (the DOPAMINE_PER_KERNELS environment variable, default 'auto':
-        Numba's when Numba imports); see `kernels.choose`. All give
-        bit-identical results.
+      kernels: a `kernels.Kernels`, 'numpy', 'native', 'auto' or None (the
+        DOPAMINE_PER_KERNELS environment variable, default 'auto': the
+        native kernels where they build, else NumPy's); see
+        `kernels.choose`. Both give bit-identical results.
       priority_dtype: float16, float32 or float64: priorities must be 0 or
         in [its smallest positive value, its largest value]. The
         prioritized memory uses float32, the dtype of `get_priority`;
@@ -282,12 +282,29 @@ class SumTree(object):
 
   @property
   def max_recorded_priority(self) -> float:
-    """The largest priority ever set, at least 1.0 (assignable)."""
+    """The largest priority ever set, at least 1.0 (assignable, checked).
+
+    Assigning it (as Dopamine's users may) takes a priority of
+    `priority_dtype` that still bounds every leaf and 1.0: the same rule a
+    checkpoint's is loaded by, so what `save` writes `load` takes.
+
+    Raises:
+      ValueError: If the value is not a valid priority (see
+        `check_priority`: NaN, inf, negative, a string, ...) or is below
+        1.0 or the largest leaf; nothing changes.
+    """
     return float(self._scalars[1])
 
   @max_recorded_priority.setter
   def max_recorded_priority(self, value: float) -> None:
-    self._scalars[1] = value
+    number = validation.check_priority(value, 'max_recorded_priority',
+                                       self.priority_dtype)
+    largest = max(1.0, float(self._levels[0].max(initial=0.0)))
+    if number < largest:
+      raise ValueError(
+          'max_recorded_priority must bound every priority and 1.0: {!r} is '
+          'below {!r}; nothing was changed.'.format(number, largest))
+    self._scalars[1] = number
 
   @property
   def leaves(self) -> np.ndarray:
@@ -425,7 +442,7 @@ class SumTree(object):
         self.max_recorded_priority > self._safe_largest):
       self._check_total(indices, values)
     self._levels[0][indices] = values
-    self.max_recorded_priority = max(self.max_recorded_priority, largest)
+    self._scalars[1] = max(self._scalars[1], largest)
     self._total = self._kernels.update_parents(self._flat, self._offsets,
                                                FANOUT, indices)
 
@@ -505,8 +522,8 @@ class SumTree(object):
         the total finite.
     """
     self._levels[0][index] = value
-    if value > self.max_recorded_priority:
-      self.max_recorded_priority = value
+    if value > self._scalars[1]:
+      self._scalars[1] = value
     self._total = self._kernels.update_leaf(self._flat, self._offsets,
                                             FANOUT, index)
 
@@ -697,7 +714,7 @@ class SumTree(object):
       rng.bit_generator.state = rng_state
       self._rng = rng
     self._levels[0][:self.capacity] = leaves[:self.capacity]
-    self.max_recorded_priority = max_priority
+    self._scalars[1] = max_priority  # Checked with the leaves.
     self._rebuild()
 
   def _check_finite_total(self, leaves: np.ndarray) -> None:

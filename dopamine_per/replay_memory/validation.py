@@ -21,6 +21,7 @@ from dopamine_per import errors
 
 __all__ = [
     'MAX_ADD_COUNT',
+    'MAX_REPLAY_CAPACITY',
     'check_add_count',
     'check_batch_size',
     'check_index_array',
@@ -43,26 +44,32 @@ __all__ = [
 # ---------------------------------------------------------------- integers
 
 
-def check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int,
+              maximum: Optional[int] = None) -> int:
   """Returns `value` as an int if it is an integer (not a bool) >= minimum.
 
   Args:
     name: str, the argument's name, for the error message.
     value: the argument.
     minimum: int, the smallest value accepted.
+    maximum: int, the largest value accepted, or None for no bound.
 
   Returns:
     int, the value.
 
   Raises:
-    ValueError: If the value is not an integer or is below `minimum`.
+    ValueError: If the value is not an integer or is outside [minimum,
+      maximum].
   """
-  if type(value) is int and value >= minimum:  # pylint: disable=unidiomatic-typecheck
+  if (type(value) is int and value >= minimum and  # pylint: disable=unidiomatic-typecheck
+      (maximum is None or value <= maximum)):
     return value  # The common case, without the slow ABC check.
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
     raise ValueError('{} must be an int, got {!r}'.format(name, value))
   if value < minimum:
     raise ValueError('{} must be >= {}, got {}'.format(name, minimum, value))
+  if maximum is not None and value > maximum:
+    raise ValueError('{} must be <= {}, got {}'.format(name, maximum, value))
   return int(value)
 
 
@@ -98,6 +105,11 @@ def check_batch_size(batch_size: Any, minimum: int, expected: str) -> int:
 # million adds per second.
 _ADD_COUNT_BITS = 53
 MAX_ADD_COUNT = 2**_ADD_COUNT_BITS
+
+# The largest replay_capacity a memory takes: a sampled batch's `indices`
+# are int32, as Dopamine's, and slots past it would wrap (and a graph's
+# `set_priority` write other slots' priorities).
+MAX_REPLAY_CAPACITY = 2**31 - 1
 
 
 def check_add_count(value: Any, name: str = 'add_count') -> int:

@@ -13,14 +13,13 @@ differs from Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
 
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import weakref
 
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
 from dopamine_per.replay_memory import native_ops
-from dopamine_per.replay_memory import numpy_function
 from dopamine_per.replay_memory import validation
 
 __all__ = ['dataset', 'get_priority_tensor', 'native_binding',
@@ -50,6 +49,35 @@ def _keep_alive(memory: Any) -> None:
     memories = _GRAPH_MEMORIES.setdefault(graph, [])
     if not any(kept is memory for kept in memories):
       memories.append(memory)
+
+
+def _numpy_function(func: Callable[..., Any], inp: Sequence[Any],
+                    out_types: Sequence[Any], name: str
+                   ) -> Union[List[tf.Tensor], tf.Operation, None]:
+  """`tf.numpy_function(func, inp, out_types, stateful=True, name=name)`.
+
+  Stateful, so that TensorFlow neither folds nor merges the op: each run
+  calls `func` again (a fresh batch, an update applied each time). Eagerly,
+  one output is still a list, as in graph mode, so that callers unpack it
+  alike.
+
+  Args:
+    func: callable taking NumPy arrays and returning one array per
+      `out_types` entry (None for no outputs).
+    inp: list of tensors, the arguments.
+    out_types: list of dtypes of the outputs.
+    name: str, the op's name.
+
+  Returns:
+    list of tf.Tensor, one per `out_types` entry; when `out_types` is
+    empty, the tf.Operation (None eagerly: `func` has run).
+  """
+  out_types = list(out_types)
+  result = tf.numpy_function(func, list(inp), out_types, stateful=True,
+                             name=name)
+  if tf.executing_eagerly() and len(out_types) == 1:
+    return [result]  # tf.numpy_function returns a lone output bare eagerly.
+  return result
 
 
 def sampling_ops(memory: Any, use_staging: bool, native: Any = None
@@ -115,7 +143,7 @@ def _sampling_op(memory: Any, elements: Sequence[Any], name: str,
     _keep_alive(memory)
     return native_ops.sample(native, elements,
                              name=name.replace('_py_func', ''))
-  tensors = numpy_function.numpy_function(
+  tensors = _numpy_function(
       memory.sample_transition_batch, [], [e.type for e in elements],
       name=name)
   for tensor, element in zip(tensors, elements):
@@ -159,7 +187,7 @@ def set_priority_op(memory: Any, indices: Any, priorities: Any,
     return native_ops.set_priority(native, _native_indices(indices),
                                    _native_priorities(priorities),
                                    name='prioritized_replay_set_priority')
-  return numpy_function.numpy_function(
+  return _numpy_function(
       memory.set_priority, [indices, priorities], [],
       name='prioritized_replay_set_priority_py_func')
 
@@ -178,7 +206,7 @@ def get_priority_tensor(memory: Any, indices: Any, native: Any = None
     _keep_alive(memory)
     return native_ops.get_priority(native, _native_indices(indices),
                                    name='prioritized_replay_get_priority')
-  priorities, = numpy_function.numpy_function(
+  priorities, = _numpy_function(
       memory.get_priority, [indices], [tf.float32],
       name='prioritized_replay_get_priority_py_func')
   priorities.set_shape(indices.shape)

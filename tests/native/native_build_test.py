@@ -1,11 +1,15 @@
 """Tests for dopamine_per.native.build and core: compiling, caching, loading.
 
 The libraries are built once, for real (~20 s), into a cache directory of
-this test ($DOPAMINE_PER_NATIVE_CACHE); tests of failures get fresh ones.
+this test ($DOPAMINE_PER_NATIVE_CACHE); tests of failures get fresh ones,
+tests of a damaged cache damage copies of it.
 """
 
+import filecmp
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -72,10 +76,22 @@ class BuildTest(absltest.TestCase):
     self.assertEqual((os.stat(core).st_mtime_ns, os.stat(ops).st_mtime_ns),
                      stamps, 'a cached library was compiled again')
     self.assertEqual(build.python_extension(), self.extension)
-    self.assertCountEqual(os.listdir(self.cache),
-                          [os.path.basename(core), os.path.basename(ops),
-                           os.path.basename(self.extension)],
-                          'temporary files left behind')
+    libraries = [os.path.basename(path)
+                 for path in (core, ops, self.extension)]
+    self.assertCountEqual(
+        os.listdir(self.cache),
+        libraries + [name + '.sha256' for name in libraries],
+        'temporary files left behind')
+
+  def test_libraries_are_readable_with_a_new_executables_mode(self):
+    # Not 0711, which the compiler gave a temporary file it wrote over.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in (self.core, self.ops, self.extension):
+      self.assertEqual(oct(stat.S_IMODE(os.stat(path).st_mode)),
+                       oct(0o777 & ~umask | 0o400), path)
+      self.assertEqual(stat.S_IMODE(os.stat(path + '.sha256').st_mode),
+                       0o666 & ~umask, path)
 
   def test_an_unwritable_cache_is_named(self):
     # A file where the cache directory should be: even root cannot write.
@@ -192,6 +208,120 @@ class BuildTest(absltest.TestCase):
     self.assertEqual(failed.returncode, 1)
     self.assertIn('cannot build the native libraries', failed.stderr)
 
+  def _copy_of_the_cache(self):
+    """Points $DOPAMINE_PER_NATIVE_CACHE at a copy of the built cache."""
+    cache = os.path.join(fixtures.temp_dir(self), 'cache')
+    shutil.copytree(self.cache, cache)
+    os.environ[build.CACHE_ENV] = cache
+    return cache
+
+  def _in_copy(self, cache, library):
+    return os.path.join(cache, os.path.basename(library))
+
+  def test_a_truncated_library_is_rebuilt_before_it_is_loaded(self):
+    # A truncated ELF is mapped past its end: SIGBUS on load, which killed
+    # even a process that only makes a NumPy memory (its kernels are the
+    # extension's).
+    cache = self._copy_of_the_cache()
+    for library in (self.core, self.extension):
+      os.truncate(self._in_copy(cache, library),
+                  os.path.getsize(library) // 2)
+    script = (
+        'from dopamine_per.native import core\n'
+        'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
+        'memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer('
+        '(4,), 1, 100, 8)\n'
+        'memory.native_memory()\n'
+        'assert core.load().per_memory_count() == 1\n')
+    result = subprocess.run(
+        [sys.executable, '-c', script],
+        env=fixtures.subprocess_env(**{build.CACHE_ENV: cache}),
+        capture_output=True, text=True, check=False, timeout=300)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertNotIn('cannot be built', result.stderr)
+    for library in (self.core, self.extension):
+      self.assertTrue(filecmp.cmp(self._in_copy(cache, library), library,
+                                  shallow=False), library)
+
+  def test_what_does_not_verify_is_rebuilt(self):
+    cache = self._copy_of_the_cache()
+    core, extension_path = (self._in_copy(cache, path)
+                            for path in (self.core, self.extension))
+    # An empty library (which used to disable the native path for good)
+    # and a directory in its place are rebuilt and replaced.
+    open(core, 'wb').close()
+    os.remove(extension_path)
+    os.makedirs(os.path.join(extension_path, 'inside'))
+    self.assertEqual(build.core_library(), core)
+    self.assertEqual(build.python_extension(), extension_path)
+    for library, copy in ((self.core, core),
+                          (self.extension, extension_path)):
+      self.assertTrue(filecmp.cmp(copy, library, shallow=False), library)
+    self.assertCountEqual(os.listdir(cache), os.listdir(self.cache))
+    verified = build._verified  # pylint: disable=protected-access
+    for library in (self.core, self.ops, self.extension):
+      self.assertTrue(verified(library), library)
+    # Each damage to a copy of the ops library: none verifies (nor blocks).
+    size = os.path.getsize(self.ops)
+    damages = {
+        'missing': os.remove,
+        'empty': lambda path: os.truncate(path, 0),
+        'truncated': lambda path: os.truncate(path, size - 1),
+        'one byte changed': _flip_last_byte,
+        'a FIFO': _replaced(os.mkfifo),
+        'a directory': _replaced(os.mkdir),
+        'a dangling link': _replaced(lambda path: os.symlink('gone', path)),
+        'no record': lambda path: os.remove(path + '.sha256'),
+        'a FIFO as its record': lambda path: _replaced(os.mkfifo)(
+            path + '.sha256'),
+        "another library's record": lambda path: shutil.copy(
+            self.core + '.sha256', path + '.sha256'),
+        'a garbled record': lambda path: _flip_last_byte(path + '.sha256'),
+    }
+    scratch = fixtures.temp_dir(self)
+    for number, (damage, make) in enumerate(damages.items()):
+      with self.subTest(damage):
+        os.mkdir(os.path.join(scratch, str(number)))
+        path = os.path.join(scratch, str(number), os.path.basename(self.ops))
+        shutil.copy(self.ops, path)
+        shutil.copy(self.ops + '.sha256', path + '.sha256')
+        self.assertTrue(verified(path))
+        make(path)
+        self.assertFalse(verified(path))
+
+  def test_a_killed_build_leaves_nothing_behind(self):
+    # A compiler that never finishes, in a process killed (SIGKILL) while
+    # it runs: what it left in the cache is removed by the next process,
+    # even one that finds its libraries built.
+    cache = self._copy_of_the_cache()
+    before = sorted(os.listdir(cache))
+    directory = fixtures.temp_dir(self)
+    started = os.path.join(directory, 'started')
+    compiler = os.path.join(directory, 'slow-g++')
+    with open(compiler, 'w') as f:
+      f.write('#!/bin/sh\n'
+              'if [ "$1" = --version ]; then echo slow-g++ 1.0; exit 0; fi\n'
+              'touch {}\n'
+              'exec sleep 600\n'.format(started))
+    os.chmod(compiler, 0o755)
+    process = subprocess.Popen(
+        [sys.executable, '-c',
+         'from dopamine_per.native import build\nbuild.core_library()\n'],
+        env=fixtures.subprocess_env(**{build.CACHE_ENV: cache,
+                                       'CXX': compiler}),
+        start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+      fixtures.wait_until(lambda: os.path.exists(started), timeout_s=120,
+                          message='the build never started')
+    finally:
+      os.killpg(process.pid, signal.SIGKILL)
+      process.wait(timeout=60)
+    self.assertNotEqual(sorted(os.listdir(cache)), before,
+                        'the killed build left nothing to remove')
+    self.assertEqual(build.core_library(), self._in_copy(cache, self.core))
+    self.assertEqual(sorted(os.listdir(cache)), before)
+
   def test_the_core_library_loads_without_tensorflow(self):
     script = (
         'import sys\n'
@@ -210,6 +340,24 @@ class BuildTest(absltest.TestCase):
         env=fixtures.subprocess_env(**{build.CACHE_ENV: self.cache}),
         capture_output=True, text=True, check=False, timeout=300)
     self.assertEqual(result.returncode, 0, result.stderr)
+
+
+def _flip_last_byte(path):
+  """Changes the last byte of the file at `path`, keeping its size."""
+  with open(path, 'r+b') as f:
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([last[0] ^ 1]))
+
+
+def _replaced(make):
+  """A damage: removes the file at a path, then `make(path)` (a FIFO...)."""
+
+  def damage(path):
+    os.remove(path)
+    make(path)
+  return damage
 
 
 if __name__ == '__main__':

@@ -18,7 +18,6 @@ from dopamine_per.native import build
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import kernels
 from dopamine_per.replay_memory import native_kernels
-from dopamine_per.replay_memory import numba_kernels
 from dopamine_per.replay_memory import numpy_kernels
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
@@ -30,20 +29,15 @@ class ChooseTest(absltest.TestCase):
 
   def test_names_and_choices(self):
     self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
-    numba = kernels.numba()
-    self.assertIs(kernels.choose('numba'), numba)
-    self.assertIs(kernels.numba(), numba)  # Created once.
     self.assertIs(kernels.choose('auto'), kernels.native())
     self.assertIs(kernels.choose(kernels.NUMPY), kernels.NUMPY)
-    self.assertIs(kernels.choose(numba), numba)
     self.assertIs(kernels.Kernels, numpy_kernels.NumpyKernels)
     self.assertIs(type(kernels.NUMPY), numpy_kernels.NumpyKernels)
-    self.assertIs(type(numba), numba_kernels.NumbaKernels)
-    self.assertIsInstance(numba, kernels.Kernels)
     self.assertEqual((kernels.NUMPY.name, kernels.NUMPY.compiled),
                      ('numpy', False))
-    self.assertEqual((numba.name, numba.compiled), ('numba', True))
-    self.assertEqual(kernels.available(), ['numpy', 'numba', 'native'])
+    self.assertEqual(kernels.available(), ['numpy', 'native'])
+    self.assertNotIn('numba', kernels.__all__)
+    self.assertFalse(hasattr(kernels, 'numba'))
 
   def test_native(self):
     native = kernels.choose('native')
@@ -54,7 +48,7 @@ class ChooseTest(absltest.TestCase):
     self.assertEqual((native.name, native.compiled), ('native', True))
     self.assertIs(kernels.choose(native), native)
 
-  def _without_a_compiler(self, script, *preamble):
+  def _without_a_compiler(self, script):
     """Runs `script` with a fresh native cache and no compiler.
 
     Returns:
@@ -63,7 +57,7 @@ class ChooseTest(absltest.TestCase):
     """
     cache = fixtures.temp_dir(self)
     result = subprocess.run(
-        [sys.executable, '-c', ''.join(preamble) + script, cache],
+        [sys.executable, '-c', script, cache],
         cwd=fixtures.REPO_ROOT,
         env=fixtures.subprocess_env(CXX='no-such-compiler',
                                     DOPAMINE_PER_NATIVE_CACHE=cache),
@@ -74,15 +68,14 @@ class ChooseTest(absltest.TestCase):
 
   def test_native_without_a_compiler(self):
     # A fresh cache and no compiler: importing `kernels` builds nothing (nor
-    # imports TensorFlow or Numba); asking for 'native' says why it cannot
-    # be built, and 'auto' runs Numba's with one warning saying so.
+    # imports TensorFlow); asking for 'native' says why it cannot be built,
+    # and 'auto' runs NumPy's with one warning saying so.
     lines, stderr = self._without_a_compiler(
         'import os, sys\n'
         'from dopamine_per.replay_memory import kernels\n'
         'assert not os.listdir(sys.argv[1]), os.listdir(sys.argv[1])\n'
         'assert "tensorflow" not in sys.modules\n'
-        'assert "numba" not in sys.modules\n'
-        'assert kernels.available() == ["numpy", "numba"]\n'
+        'assert kernels.available() == ["numpy"], kernels.available()\n'
         'for _ in range(2):\n'
         '  try:\n'
         '    kernels.choose("native")\n'
@@ -94,14 +87,14 @@ class ChooseTest(absltest.TestCase):
               "g++, e.g. `apt-get install g++`, or set $CXX)")
     self.assertEqual(lines, [
         "Kernels 'native' cannot be built here: " + reason] * 2 +
-                     ['numba'] * 3)
+                     ['numpy'] * 3)
     self.assertEqual(stderr.count('the native kernels cannot be built'), 1,
                      stderr)
     self.assertIn('the native kernels cannot be built here ({}), so the '
-                  "replay memory runs Numba's loops instead".format(reason),
-                  stderr)
+                  'replay memory runs its NumPy loops, several times slower'
+                  .format(reason), stderr)
 
-  def test_auto_with_an_unwritable_cache_runs_numba_s(self):
+  def test_auto_with_an_unwritable_cache_runs_numpy_s(self):
     # A file where the cache should be (root can write anywhere else).
     blocker = os.path.join(fixtures.temp_dir(self), 'a_file')
     with open(blocker, 'w') as f:
@@ -115,72 +108,46 @@ class ChooseTest(absltest.TestCase):
             DOPAMINE_PER_NATIVE_CACHE=os.path.join(blocker, 'cache')),
         capture_output=True, text=True, timeout=300, check=False)
     self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertEqual(result.stdout.split(), ['numba'])
+    self.assertEqual(result.stdout.split(), ['numpy'])
     self.assertIn('the native kernels cannot be built here (cannot write the '
                   'cache directory', result.stderr)
+    # The remedy is the cache's, not a compiler (the probe found that).
+    self.assertIn('set $DOPAMINE_PER_NATIVE_CACHE to a writable directory',
+                  result.stderr)
+    self.assertNotIn('install g++', result.stderr.lower())
 
-  def test_auto_without_a_compiler_or_numba_runs_numpy_s(self):
-    lines, stderr = self._without_a_compiler(
-        'from dopamine_per.replay_memory import kernels\n'
-        'assert kernels.available() == ["numpy"], kernels.available()\n'
-        'for _ in range(3):\n'
-        '  print(kernels.choose("auto").name)\n',
-        'import sys\n',
-        'sys.modules["numba"] = None  # As if it could not be imported.\n')
-    self.assertEqual(lines, ['numpy'] * 3)
-    self.assertEqual(stderr.count('the native kernels cannot be built'), 1,
-                     stderr)
-    self.assertIn("so the replay memory runs its NumPy loops, several times "
-                  'slower', stderr)
-    self.assertIn('pip install numba', stderr)
+  def test_the_fallback_warning_names_no_other_kernels(self):
+    # One %s, the reason; NumPy's loops are all that can stand in.
+    self.assertEqual(kernels.FALLBACK_WARNING.count('%s'), 1)
+    self.assertIn('runs its NumPy loops', kernels.FALLBACK_WARNING)
+    self.assertNotIn('numba', kernels.FALLBACK_WARNING.lower())
+    self.assertNotIn('pip install', kernels.FALLBACK_WARNING)
 
   def test_kernels_are_returned_as_they_are(self):
-    own = numba_kernels.NumbaKernels()
+    own = numpy_kernels.NumpyKernels()
+    self.assertIsNot(own, kernels.NUMPY)
     self.assertIs(kernels.choose(own), own)
+    native = native_kernels.NativeKernels()
+    self.assertIsNot(native, kernels.native())
+    self.assertIs(kernels.choose(native), native)
 
   def test_unknown_names(self):
     for name in ('fortran', 'Numba', '', 'NUMPY'):
       with self.assertRaisesRegex(
-          ValueError, "Unknown kernels '{}': use 'numpy', 'numba', 'native' "
-          "or 'auto'".format(name)):
+          ValueError, "^Unknown kernels '{}': use 'numpy', 'native' or "
+          "'auto'.$".format(name)):
         kernels.choose(name)
 
-  def test_missing_numba(self):
-    with mock.patch.object(kernels, '_numba', None), \
-        mock.patch.object(kernels, '_numba_missing', 'No module numba'):
-      self.assertEqual(kernels.available(), ['numpy', 'native'])
-      self.assertIs(kernels.choose('auto'), kernels.native())
-      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+  def test_numba_was_removed(self):
+    # Configs written for earlier versions may still ask for Numba's
+    # kernels: the error says they are gone and what to use instead.
+    for _ in range(2):
       with self.assertRaisesRegex(
-          ValueError, r"Kernels 'numba' need Numba, which cannot be imported "
-          r"\(No module numba\): .*dopamine_per\[fast\]"):
+          ValueError, r"^Kernels 'numba': the Numba kernels were removed; "
+          r"use 'native' \(or 'numpy', or 'auto'\)\.$"):
         kernels.choose('numba')
-
-  def test_auto_needs_no_numba(self):
-    # The import itself fails here (not a patched attribute): 'auto' is the
-    # native kernels, without a warning; 'numba' says why it cannot be.
-    script = (
-        'import sys\n'
-        'sys.modules["numba"] = None\n'
-        'from dopamine_per.replay_memory import kernels\n'
-        'assert kernels.available() == ["numpy", "native"], '
-        'kernels.available()\n'
-        'assert kernels.choose("auto") is kernels.native()\n'
-        'for _ in range(2):\n'
-        '  try:\n'
-        '    kernels.choose("numba")\n'
-        '  except ValueError as e:\n'
-        '    print(e)\n')
-    result = subprocess.run([sys.executable, '-c', script],
-                            cwd=fixtures.REPO_ROOT,
-                            env=fixtures.subprocess_env(), capture_output=True,
-                            text=True, timeout=300, check=False)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertEqual(result.stdout.splitlines(), [
-        "Kernels 'numba' need Numba, which cannot be imported (import of "
-        "numba halted; None in sys.modules): pip install numba (or "
-        "'dopamine_per[fast]')."] * 2)
-    self.assertNotIn('cannot be built', result.stderr)
+    with self.assertRaisesRegex(ValueError, 'Numba kernels were removed'):
+      sum_tree.SumTree(4, kernels='numba')
 
 
 class EnvironmentDefaultTest(absltest.TestCase):
@@ -199,15 +166,16 @@ class EnvironmentDefaultTest(absltest.TestCase):
       self.assertIs(kernels.choose(), kernels.native())  # 'auto'.
       self.assertIs(kernels.choose(None), kernels.native())
     for value, expected in (('numpy', kernels.NUMPY),
-                            ('numba', kernels.numba()),
                             ('native', kernels.native()),
                             ('auto', kernels.native())):
       with self._environment(value):
         self.assertIs(kernels.choose(), expected)
     with self._environment('numpy'):
       # An argument wins over the variable.
-      self.assertIs(kernels.choose('numba'), kernels.numba())
-      self.assertIs(kernels.choose(kernels.numba()), kernels.numba())
+      self.assertIs(kernels.choose('native'), kernels.native())
+      self.assertIs(kernels.choose(kernels.native()), kernels.native())
+    with self._environment('native'):
+      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
 
   def test_errors_name_the_variable(self):
     with self._environment('Numba'):
@@ -215,12 +183,11 @@ class EnvironmentDefaultTest(absltest.TestCase):
           ValueError,
           r"Unknown kernels 'Numba' \(from \$DOPAMINE_PER_KERNELS\)"):
         kernels.choose()
-    with self._environment('numba'), \
-        mock.patch.object(kernels, '_numba', None), \
-        mock.patch.object(kernels, '_numba_missing', 'No module numba'):
+    with self._environment('numba'):
       with self.assertRaisesRegex(
           ValueError,
-          r"Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\) need Numba"):
+          r"^Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\): the Numba "
+          r"kernels were removed; use 'native'"):
         kernels.choose()
     error = build.NativeBuildError('no C++ compiler')
     with self._environment('native'), \
@@ -238,7 +205,7 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
   """The tree's, the sampling checks' and the gathers' loops follow it."""
 
   def test_the_tree(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.numba()),
+    for name, chosen in (('numpy', kernels.NUMPY),
                          ('native', kernels.native())):
       self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
       self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
@@ -246,7 +213,7 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
       sum_tree.SumTree(4, kernels='fortran')
 
   def test_the_memories_and_their_trees(self):
-    for name, chosen in (('numpy', kernels.NUMPY), ('numba', kernels.numba()),
+    for name, chosen in (('numpy', kernels.NUMPY),
                          ('native', kernels.native())):
       plain = circular_replay_buffer.OutOfGraphReplayBuffer(
           (3, 3), 4, 20, 2, kernels=name)

@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -310,7 +309,6 @@ class ConcurrencyTest(graph_util.GraphTestCase):
 
   _CAPACITY, _STACK, _HORIZON, _ACTIONS, _BATCH = 64, 3, 3, 5, 16
   _PRIORITIES = (0.5, 1.0, 2.0, 3.0)
-  _RUN_S = 2.0
 
   def _check_rows(self, batches):
     stack, horizon = self._STACK, self._HORIZON
@@ -395,8 +393,15 @@ class ConcurrencyTest(graph_util.GraphTestCase):
     start = added[0]
     for thread in threads:
       thread.start()
-    time.sleep(self._RUN_S)
-    stop.set()
+    # Until the adds have wrapped the memory and both ops sampled batches
+    # meanwhile (or something failed): counted, not timed.
+    try:
+      fixtures.wait_until(
+          lambda: failures or (added[0] - start > 2 * self._CAPACITY and all(
+              len(batches) > 20 for batches in sampled.values())),
+          message='the threads did not wrap the memory and sample')
+    finally:
+      stop.set()
     for thread in threads:
       thread.join(fixtures.DEADLINE_S)
     self.assertFalse(any(thread.is_alive() for thread in threads),

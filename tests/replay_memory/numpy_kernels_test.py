@@ -3,7 +3,7 @@
 `NumpyKernels` is checked against the rules of its module docstring,
 written out slot by slot and leaf by leaf: the halving sums of the tree,
 descents against a brute-force cumulative sum, validity, Dopamine's n-step
-returns and the frame stacks. numba_kernels_test checks that the compiled
+returns and the frame stacks. native_kernels_test checks that the compiled
 kernels give the same results.
 """
 

@@ -20,8 +20,8 @@ checks how the count grows with the batch size:
   transitions or is full.
 
 Each operation is called once at each size before it is counted, so that
-one-off work (loading Numba's compiled kernels, caches keyed by the batch
-size) is not counted.
+one-off work (loading the native kernels, caches keyed by the batch size)
+is not counted.
 """
 
 import collections

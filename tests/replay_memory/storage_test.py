@@ -13,7 +13,7 @@ from absl.testing import absltest
 import numpy as np
 
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import numba_kernels
+from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import storage
 
 Element = circular_replay_buffer.ReplayElement
@@ -268,7 +268,7 @@ class BufferPoolTest(absltest.TestCase):
   def test_gathered_batches_stay_intact(self):
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (40, 84, 84), dtype=np.uint8)
-    kernels = numba_kernels.NumbaKernels()
+    kernels = native_kernels.NativeKernels()
     pool = storage.BufferPool()
     kept = []
 

@@ -620,11 +620,11 @@ def _run_with_kernels(test_class, kernels):
   return type(name, (test_class,), {'setUp': set_up, '__qualname__': name})
 
 
-# Every test above runs with each kernel set (the test extra installs Numba).
+# Every test above runs with each kernel set.
 for _test_class in [value for value in list(globals().values())
                     if isinstance(value, type) and
                     issubclass(value, absltest.TestCase)]:
-  for _kernels in ('numpy', 'numba', 'native'):
+  for _kernels in ('numpy', 'native'):
     _variant = _run_with_kernels(_test_class, _kernels)
     globals()[_variant.__name__] = _variant
   del globals()[_test_class.__name__]

@@ -103,7 +103,7 @@ class CommonTest(absltest.TestCase):
 
   def test_kernels_of_our_names(self):
     self.assertEqual([common.kernels_of(n) for n in common.OURS],
-                     ['native', 'numba', 'numpy'])
+                     ['native', 'numpy'])
     self.assertIsNone(common.kernels_of('ours'))
     self.assertIsNone(common.kernels_of('cpprb'))
     self.assertEqual(common.kernels_environ('numpy'),

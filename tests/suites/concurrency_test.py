@@ -29,7 +29,7 @@ def _memory(kernels):
 
 class ConcurrencyTest(parameterized.TestCase):
 
-  @parameterized.parameters('numpy', 'numba', 'native')
+  @parameterized.parameters('numpy', 'native')
   def test_invariants_hold_under_concurrent_use(self, kernels):
     memory = _memory(kernels)
     self.assertEqual(memory.sum_tree._kernels.name, kernels)

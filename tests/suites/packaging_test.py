@@ -9,11 +9,11 @@ PYTHONPATH, so that they import the installed copy, not the checkout (each
 test checks that they do). .ci/run does the same into a fresh virtual
 environment with the dependencies and trains from it.
 
-Checked: every config of configs/ is in the wheel and the sdist; Numba is a
-requirement and its kernels are the default, with one warning where Numba
-cannot be imported; the console scripts' targets exist and their --help
-lists their flags; the trainer resolves a shipped config by name (in the
-checkout and installed) and lists the shipped ones.
+Checked: every config of configs/ is in the wheel and the sdist; its
+requirements and extras; the native kernels are the default, with one
+warning where they cannot be built; the console scripts' targets exist and
+their --help lists their flags; the trainer resolves a shipped config by
+name (in the checkout and installed) and lists the shipped ones.
 """
 
 import email.parser
@@ -145,14 +145,16 @@ class WheelTest(absltest.TestCase):
       self.assertIn("pip install '{}[gym]'".format(
           os.path.basename(self.wheel)), f.read())
 
-  def test_numba_is_the_fast_extra_only(self):
+  def test_requirements_and_extras(self):
     metadata = email.parser.Parser().parsestr(self._wheel_metadata('METADATA'))
     self.assertEqual(metadata['Version'], dopamine_per.__version__)
-    requirements = metadata.get_all('Requires-Dist')
-    # The native kernels are the default: Numba comes with an extra only.
-    self.assertNotIn('numba>=0.59', requirements)
-    self.assertIn('numba>=0.59; extra == "fast"', requirements)
-    self.assertIn('fast', metadata.get_all('Provides-Extra'))
+    # The native kernels are the default and NumPy's the fallback: the Numba
+    # kernels were removed, and with them Numba and the 'fast' extra.
+    for requirement in metadata.get_all('Requires-Dist'):
+      self.assertNotIn('numba', requirement.lower())
+    extras = metadata.get_all('Provides-Extra')
+    self.assertContainsSubset({'test', 'bench'}, extras)
+    self.assertNotIn('fast', extras)
 
   def test_console_scripts_and_their_targets(self):
     entry_points = self._wheel_metadata('entry_points.txt')
@@ -239,40 +241,33 @@ class WheelTest(absltest.TestCase):
 
 
 class KernelsTest(absltest.TestCase):
-  """The native loops are the default; the others warn once standing in."""
+  """The native loops are the default; NumPy's warn once standing in."""
 
   def test_native_is_the_default(self):
     # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
     # (kernels_test), is the native kernels' where a C++ compiler builds
-    # them; Numba is not needed.
-    self.assertEqual(kernels.available(), ['numpy', 'numba', 'native'])
+    # them.
+    self.assertEqual(kernels.available(), ['numpy', 'native'])
     self.assertIs(kernels.choose('auto'), kernels.native())
     self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
                   kernels.native())
 
   def test_the_fallback_warns_once(self):
     error = build.NativeBuildError('no C++ compiler')
-    for missing_numba, expected in ((False, kernels.numba()),
-                                    (True, kernels.NUMPY)):
-      numba = mock.patch.object(kernels, '_numba',
-                                None if missing_numba else expected)
-      with mock.patch.object(kernels, '_native', None), \
-          mock.patch.object(native_kernels.NativeKernels, '__init__',
-                            side_effect=error), numba, \
-          mock.patch.object(kernels, '_numba_missing', 'No module numba'), \
-          mock.patch.object(kernels, '_fallback_logged', False), \
-          mock.patch.object(kernels.logging, 'warning') as warning:
-        for _ in range(3):
-          self.assertIs(kernels.choose('auto'), expected)
-        self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
-      warning.assert_called_once()
-      self.assertIs(warning.call_args[0][0], kernels.FALLBACK_WARNING)
-      self.assertEqual(warning.call_args[0][1], 'no C++ compiler')
+    with mock.patch.object(kernels, '_native', None), \
+        mock.patch.object(native_kernels.NativeKernels, '__init__',
+                          side_effect=error), \
+        mock.patch.object(kernels, '_fallback_logged', False), \
+        mock.patch.object(kernels.logging, 'warning') as warning:
+      for _ in range(3):
+        self.assertIs(kernels.choose('auto'), kernels.NUMPY)
+      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+    warning.assert_called_once()
+    self.assertEqual(warning.call_args[0],
+                     (kernels.FALLBACK_WARNING, 'no C++ compiler'))
 
-  def test_a_memory_without_a_compiler_or_numba_warns_in_one_line(self):
+  def test_a_memory_without_a_compiler_warns_in_one_line(self):
     script = (
-        'import sys\n'
-        'sys.modules["numba"] = None  # As if it could not be imported.\n'
         'import numpy as np\n'
         'from dopamine_per.replay_memory import prioritized_replay_buffer\n'
         'for _ in range(2):\n'
@@ -293,7 +288,7 @@ class KernelsTest(absltest.TestCase):
     self.assertIn('the native kernels cannot be built here (no C++ '
                   "compiler: 'no-such-compiler' is not on PATH", lines[0])
     self.assertIn('runs its NumPy loops', lines[0])
-    self.assertIn('pip install numba', lines[0])
+    self.assertIn('install g++', lines[0])  # The reason's remedy.
 
 
 class ConfigsTest(absltest.TestCase):

@@ -27,9 +27,14 @@ class ReadmeTest(absltest.TestCase):
     with open(README_PATH, encoding='utf-8') as readme:
       cls.text = readme.read()
 
-  def test_starts_with_the_two_setup_commands(self):
-    first_block = _FENCED_BLOCK.match(self.text)
-    self.assertIsNotNone(first_block, 'README.md must start with a code block')
+  def test_opens_with_the_title_then_the_two_setup_commands(self):
+    title, sentence, rest = self.text.split('\n\n', 2)
+    self.assertEqual(title, '# dopamine_per')
+    self.assertIn('replay', sentence)
+    self.assertFalse(sentence.startswith(('#', '`')), sentence)
+    first_block = _FENCED_BLOCK.match(rest)
+    self.assertIsNotNone(first_block,
+                         'the title and one paragraph come before the commands')
     self.assertEqual(first_block.group(1), 'bash')
     commands = [line.split('#')[0].strip()
                 for line in first_block.group(2).splitlines()]

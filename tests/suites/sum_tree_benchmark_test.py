@@ -65,7 +65,7 @@ class RunBenchmarkTest(absltest.TestCase):
     implementations = {key[3] for key in results if isinstance(key, tuple)}
     self.assertEqual(set(sum_tree_benchmark.default_implementations()),
                      implementations)
-    self.assertContainsSubset({'ours-numpy', 'ours-numba', 'naive'},
+    self.assertContainsSubset({'ours-native', 'ours-numpy', 'naive'},
                               implementations)
     self.assertEqual(results['query_mismatches'], 0)
     # `fill` is timed once per capacity, with the capacity as its batch.

@@ -3,9 +3,9 @@
 The tests every compiled kernels set must pass: `SumTreeEquivalence` (a
 tree on `KERNELS` and one on NumPy's hold the same nodes, draw the same
 samples and refuse the same values) and `MemoryEquivalence` (two Atari
-memories give the same batches and trees). numba_kernels_test and
-native_kernels_test subclass them with their `KERNELS`; here they are not
-collected (test modules import this module, not the classes).
+memories give the same batches and trees). native_kernels_test subclasses
+them with its `KERNELS`; here they are not collected (test modules import
+this module, not the classes).
 """
 
 import random

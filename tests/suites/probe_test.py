@@ -1,0 +1,261 @@
+"""What an adversarial probe broke at the Python/native seam (issue 32).
+
+Each test reproduces one finding of the probe and fails on the code it ran
+against; docs/reliability.md ("The native seam") says what each guarantees.
+Crashes are caught in a subprocess.
+"""
+
+import random
+import subprocess
+import sys
+import textwrap
+
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+from dopamine_per.replay_memory import add_checks
+from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import prioritized_replay_buffer as prb
+from tests.support import fixtures
+from tests.support import graph_util
+
+ReplayElement = crb.ReplayElement
+
+
+def _prioritized(**kwargs):
+  config = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
+                batch_size=4, observation_dtype=np.float32)
+  config.update(kwargs)
+  return prb.OutOfGraphPrioritizedReplayBuffer(**config)
+
+
+def _fill(memory, count=10):
+  for step in range(count):
+    memory.add(np.full((2,), step, np.float32), step % 3, float(step),
+               False, *([1.0 + step] if hasattr(memory, 'sum_tree') else []))
+
+
+class MaxRecordedPriorityTest(parameterized.TestCase):
+  """`sum_tree.max_recorded_priority` is assignable, and checked."""
+
+  # NaN, inf and negative priorities were written by the next add(None);
+  # below 1.0 or the largest priority (10.0), `load` refused the checkpoint.
+  @parameterized.parameters(float('nan'), float('inf'), -1.0, 'x', None,
+                            0.5, 9.5)
+  def test_a_value_that_would_break_a_checkpoint_is_refused(self, value):
+    memory = _prioritized()
+    _fill(memory)  # Priorities 1.0 .. 10.0.
+    before = memory.sum_tree.max_recorded_priority
+    with self.assertRaisesRegex(ValueError, 'max_recorded_priority'):
+      memory.sum_tree.max_recorded_priority = value
+    self.assertEqual(memory.sum_tree.max_recorded_priority, before)
+
+  def test_an_assigned_priority_is_what_new_transitions_get_and_save_keeps(
+      self):
+    memory = _prioritized()
+    _fill(memory)
+    memory.sum_tree.max_recorded_priority = 12.5
+    memory.add(np.zeros(2, np.float32), 0, 0.0, False, None)
+    self.assertEqual(memory.get_priority(np.array([10]))[0], 12.5)
+    directory = fixtures.temp_dir(self)
+    memory.save(directory, 0)
+    restored = _prioritized()
+    restored.load(directory, 0)  # Refused a NaN it was given before.
+    self.assertEqual(restored.sum_tree.max_recorded_priority, 12.5)
+
+
+class ExtraNamesTest(parameterized.TestCase):
+  """An extra element cannot take a name the batch uses for its own."""
+
+  @parameterized.product(name=sorted(add_checks.TRANSITION_NAMES),
+                         prioritized=[False, True])
+  def test_a_transition_name_is_refused(self, name, prioritized):
+    cls = (prb.OutOfGraphPrioritizedReplayBuffer if prioritized else
+           crb.OutOfGraphReplayBuffer)
+    with self.assertRaisesRegex(ValueError,
+                                "extra_storage_types: the name '{}'".format(
+                                    name)):
+      cls((2,), 1, 16, 4, extra_storage_types=[
+          ReplayElement(name, (), np.int32)])
+
+  def test_an_op_asked_for_a_malformed_extra_fails_cleanly(self):
+    # The op parsed 'extra:<digits>' with std::stoul inside the kernel: a
+    # non-number aborted the process. Run where an abort cannot hurt.
+    script = textwrap.dedent("""
+        import numpy as np
+        import tensorflow as tf
+        from dopamine_per.replay_memory import circular_replay_buffer as crb
+        from dopamine_per.replay_memory import native_ops
+        tf.compat.v1.disable_eager_execution()
+        memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
+        for step in range(8):
+          memory.add(np.zeros(2, np.float32), 0, 0.0, False)
+        native = native_ops.binding(memory, True)
+        elements = [crb.ReplayElement(name, (4,), np.int32)
+                    for name in ('indices', 'extra:x', 'extra:',
+                                 'extra:99999999999999999999')]
+        for element in elements[1:]:
+          try:
+            ops = native_ops.sample(native, [elements[0], element])
+            with tf.compat.v1.Session() as session:
+              session.run(ops)
+          except tf.errors.InvalidArgumentError as e:
+            assert 'unknown transition element' in e.message, e.message
+            print('refused', element.name)
+        """)
+    result = subprocess.run([sys.executable, '-c', script],
+                            capture_output=True, text=True, timeout=240,
+                            env=fixtures.subprocess_env(), check=False)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(result.stdout.split('\n')[:3], [
+        'refused extra:x', 'refused extra:',
+        'refused extra:99999999999999999999'])
+
+
+class ByteOrderTest(graph_util.GraphTestCase):
+  """Elements declared in the other byte order come out with their values."""
+
+  @parameterized.parameters(True, False)
+  def test_the_graph_returns_the_values_added(self, use_native_ops):
+    replay = crb.WrappedReplayBuffer(
+        observation_shape=(2,), stack_size=1, replay_capacity=16,
+        batch_size=4, observation_dtype='>i4', action_dtype='>i2',
+        extra_storage_types=[ReplayElement('weight', (), '>f8')],
+        use_native_ops=use_native_ops)
+    for step in range(10):
+      replay.add(np.full((2,), 1000 + step), step, 0.0, False,
+                 np.float64(step) / 4)
+    batch = self.session.run(replay.transition)
+    indices = batch['indices']
+    np.testing.assert_array_equal(batch['state'][:, :, 0],
+                                  np.stack([1000 + indices] * 2, axis=1))
+    np.testing.assert_array_equal(batch['action'], indices)
+    np.testing.assert_array_equal(batch['weight'], indices / 4)
+
+
+class _OwnPriorities(prb.OutOfGraphPrioritizedReplayBuffer):
+  """A user's subclass whose priority methods count their calls."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.calls = []
+
+  def set_priority(self, indices, priorities):
+    self.calls.append('set')
+    super().set_priority(indices, 2 * np.asarray(priorities))
+
+  def get_priority(self, indices):
+    self.calls.append('get')
+    return super().get_priority(indices)
+
+
+class PriorityOverridesTest(graph_util.GraphTestCase):
+  """The graph's priority ops call a subclass's own methods."""
+
+  def test_tf_set_and_get_priority_call_the_overrides(self):
+    memory = _OwnPriorities((2,), 1, 16, 4, observation_dtype=np.float32)
+    _fill(memory)
+    replay = prb.WrappedPrioritizedReplayBuffer(
+        observation_shape=(2,), stack_size=1, wrapped_memory=memory,
+        replay_capacity=16, batch_size=4)
+    indices = tf.constant([1, 2], tf.int32)
+    update = replay.tf_set_priority(indices, tf.constant([1.5, 3.0]))
+    read = replay.tf_get_priority(indices)
+    self.session.run(update)
+    np.testing.assert_array_equal(self.session.run(read), [3.0, 6.0])
+    self.assertEqual(memory.calls, ['set', 'get'])
+
+
+class ForeignGraphTest(graph_util.GraphTestCase):
+  """A graph's ops never sample another process's memory."""
+
+  def test_an_imported_graph_finds_no_memory_of_the_importing_process(self):
+    replay = crb.WrappedReplayBuffer(
+        observation_shape=(2,), stack_size=1, replay_capacity=16,
+        batch_size=4, observation_dtype=np.float32)
+    _fill(replay.memory)
+    target = replay.indices.name
+    self.assertEqual(self.session.run(replay.indices).shape, (4,))
+    graph_file = fixtures.temp_dir(self) + '/graph.pb'
+    with open(graph_file, 'wb') as f:
+      f.write(self.graph.as_graph_def().SerializeToString())
+    memory_id = replay.memory.native_memory().id
+    # The importing process registers memories until one has the id the
+    # graph's ops name (ids count from 1 in every process), filled with
+    # other rewards.
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import tensorflow as tf
+        from dopamine_per.replay_memory import circular_replay_buffer as crb
+        from dopamine_per.replay_memory import native_ops
+        tf.compat.v1.disable_eager_execution()
+        native_ops.load()
+        graph_file, target, memory_id = sys.argv[1], sys.argv[2], int(
+            sys.argv[3])
+        memories = []
+        while True:
+          memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4,
+                                              observation_dtype=np.float32)
+          for step in range(10):
+            memory.add(np.zeros(2, np.float32), 0, 100.0, False)
+          memories.append(memory)
+          if memory.native_memory().id >= memory_id:
+            break
+        graph_def = tf.compat.v1.GraphDef()
+        with open(graph_file, 'rb') as f:
+          graph_def.ParseFromString(f.read())
+        with tf.Graph().as_default():
+          indices, = tf.compat.v1.import_graph_def(
+              graph_def, return_elements=[target], name='')
+          with tf.compat.v1.Session() as session:
+            try:
+              session.run(indices)
+            except tf.errors.InvalidArgumentError as e:
+              print('refused:', e.message.split('dopamine_per replay memory'
+                                                )[1].split(':')[0])
+            else:
+              print('sampled a memory of this process')
+        """)
+    result = subprocess.run(
+        [sys.executable, '-c', script, graph_file, target, str(memory_id)],
+        capture_output=True, text=True, timeout=240,
+        env=fixtures.subprocess_env(), check=False)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertEqual(
+        result.stdout.strip(),
+        'refused:  {} of this op is not in this process'.format(memory_id))
+
+
+class SeedTest(parameterized.TestCase):
+  """Binding a memory without `rng` leaves Python's `random` alone."""
+
+  def test_binding_does_not_draw_from_pythons_random(self):
+    memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
+    state = random.getstate()
+    memory.native_memory()
+    self.assertEqual(random.getstate(), state)
+
+
+class CapacityTest(parameterized.TestCase):
+  """Capacities whose slots int32 indices cannot hold are refused."""
+
+  @parameterized.parameters(crb.OutOfGraphReplayBuffer,
+                            prb.OutOfGraphPrioritizedReplayBuffer)
+  def test_capacity_past_int32_is_refused_before_allocating(self, cls):
+    with self.assertRaisesRegex(ValueError,
+                                r'replay_capacity must be <= 2147483647, got '
+                                r'2147483648'):
+      cls((2,), 1, 2**31, 4)
+
+  def test_the_largest_capacity_is_accepted(self):
+    # Lazily backed storage: nothing of 2**31 - 1 slots is touched yet.
+    memory = crb.OutOfGraphReplayBuffer((), 1, 2**31 - 1, 4,
+                                        observation_dtype=np.uint8)
+    self.assertEqual(memory.replay_capacity, 2**31 - 1)
+
+
+if __name__ == '__main__':
+  tf.compat.v1.disable_eager_execution()
+  parameterized.absltest.main()

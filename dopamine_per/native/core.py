@@ -3,37 +3,42 @@
 
 `load()` returns the library with every function's argument types set, or
 raises `build.NativeBuildError` saying why it cannot (no compiler, a failed
-build). ctypes releases the GIL while a function runs: `per_lock` waits for
-the memory's lock without holding it.
+build). ctypes releases the GIL while a function runs: `per_memory_destroy`
+waits for the memory's locks without holding it.
 """
 
 import ctypes
 
 from dopamine_per.native import build
 
-__all__ = ['PerLayout', 'load']
+__all__ = ['LAYOUT_VERSION', 'PerLayout', 'load']
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _D = ctypes.c_double
 
+# replay_core.h's kLayoutVersion: the layout's version, checked at bind.
+LAYOUT_VERSION = 2
+
 # name: (result type, argument types)
 _SIGNATURES = {
     'per_memory_create': (_I, [ctypes.POINTER(_P), ctypes.c_uint64]),
-    'per_memory_bind': (None, [_P, _P]),
-    'per_memory_destroy': (None, [_I, _P]),
+    'per_memory_bind': (ctypes.c_int, [_P, _P]),
+    'per_memory_destroy': (None, [_I, _P, ctypes.c_int, ctypes.c_int]),
     'per_memory_release': (None, [_P]),
-    'per_lock': (None, [_P]),
-    'per_unlock': (None, [_P]),
     'per_memory_count': (_I, []),
 }
 
 
 class PerLayout(ctypes.Structure):
-  """replay_core.h's PerLayout: a memory's arrays and configuration."""
+  """replay_core.h's PerLayout: a memory's arrays and configuration.
+
+  `size` and `version` come first; the library refuses a layout whose size
+  is not its own or whose version is not LAYOUT_VERSION.
+  """
   _fields_ = [
-      ('capacity', _I), ('stack', _I), ('horizon', _I),
-      ('max_sample_attempts', _I), ('add_count', _P), ('episode_end', _P),
+      ('size', _I), ('version', _I), ('capacity', _I), ('stack', _I),
+      ('horizon', _I), ('max_sample_attempts', _I), ('add_count', _P), ('episode_end', _P),
       ('observation', _P), ('pixels', _I), ('observation_item', _I),
       ('action', _P), ('action_bytes', _I), ('reward', _P),
       ('terminal', _P), ('terminal_item', _I), ('extras', _I),

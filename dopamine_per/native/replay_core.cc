@@ -1,7 +1,8 @@
 // The TensorFlow-free core library: the registry of memories shared with
-// the TensorFlow ops, and their lock, as a C interface for Python's ctypes
-// (dopamine_per/replay_memory/native_memory.py). The kernels reach Python
-// through the extension module (replay_python.cc) instead.
+// the TensorFlow ops, as a C interface for Python's ctypes
+// (dopamine_per/replay_memory/native_memory.py). The memories' locks and
+// the kernels reach Python through the extension module (replay_python.cc)
+// instead.
 
 #include <map>
 
@@ -39,7 +40,6 @@ std::shared_ptr<Memory> FindMemory(int64_t id, uint64_t token,
 }  // namespace dopamine_per
 
 using dopamine_per::Memory;
-using dopamine_per::Tree;
 
 extern "C" {
 
@@ -47,9 +47,10 @@ extern "C" {
 
 // Registers an unbound memory under `token` (unguessable, chosen by the
 // caller; the ops carry it beside the id); returns its id (never reused)
-// and, in *handle, a reference to it that `per_lock` and friends take. The
-// reference keeps the memory (its lock) alive until `per_memory_release`,
-// also after `per_memory_destroy`: Python's lock outlives the registration.
+// and, in *handle, a reference to it (for `per_memory_bind` and friends,
+// and the extension's Lock objects, which take references of their own).
+// It keeps the memory alive until `per_memory_release`, also after
+// `per_memory_destroy`.
 int64_t per_memory_create(void** handle, uint64_t token) {
   auto memory = std::make_shared<Memory>();
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
@@ -63,18 +64,29 @@ static Memory* MemoryOf(void* handle) {
   return static_cast<std::shared_ptr<Memory>*>(handle)->get();
 }
 
-// Installs a layout; the caller holds the memory's lock.
-void per_memory_bind(void* handle, const dopamine_per::PerLayout* layout) {
+// Installs a layout; the caller holds both of the memory's locks. Returns
+// 0, or -1 (nothing installed) for a layout of another size or version.
+int per_memory_bind(void* handle, const dopamine_per::PerLayout* layout) {
+  if (layout->size != static_cast<int64_t>(sizeof(dopamine_per::PerLayout)) ||
+      layout->version != dopamine_per::kLayoutVersion) {
+    return -1;
+  }
   MemoryOf(handle)->Bind(*layout);
+  return 0;
 }
 
-// Unbinds and unregisters a memory: ops that find it no longer fail
-// cleanly. Takes the lock; `handle` stays valid (for the lock).
-void per_memory_destroy(int64_t id, void* handle) {
-  {
-    std::lock_guard<std::mutex> guard(MemoryOf(handle)->mutex);
-    MemoryOf(handle)->Unbind();
-  }
+// Unbinds and unregisters a memory: ops that find it fail cleanly from
+// now on. Takes the storage lock and the tree lock unless the caller
+// holds them (`take_storage`, `take_tree` 0); `handle` stays valid.
+void per_memory_destroy(int64_t id, void* handle, int take_storage,
+                        int take_tree) {
+  Memory* memory = MemoryOf(handle);
+  std::unique_lock<std::timed_mutex> storage(memory->mutex, std::defer_lock);
+  std::unique_lock<std::timed_mutex> tree(memory->tree_mutex,
+                                          std::defer_lock);
+  if (take_storage) storage.lock();
+  if (take_tree) tree.lock();
+  memory->Unbind();
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
   auto found = dopamine_per::Registry().find(id);
   if (found != dopamine_per::Registry().end()) found->second.memory.reset();
@@ -84,10 +96,6 @@ void per_memory_destroy(int64_t id, void* handle) {
 void per_memory_release(void* handle) {
   delete static_cast<std::shared_ptr<Memory>*>(handle);
 }
-
-// The memory's lock (ctypes releases the GIL while this waits).
-void per_lock(void* handle) { MemoryOf(handle)->mutex.lock(); }
-void per_unlock(void* handle) { MemoryOf(handle)->mutex.unlock(); }
 
 // The number of registered memories (for tests of their lifetime).
 int64_t per_memory_count() {

@@ -561,10 +561,15 @@ struct Column {
   int64_t row_bytes = 0;
 };
 
+// The version of PerLayout; native_memory.py's PerLayout says the same.
+constexpr int64_t kLayoutVersion = 2;
+
 // The layout a Python memory registers (see native_memory.py): pointers
 // into its NumPy arrays and its configuration. A plain C struct, filled by
-// ctypes.
+// ctypes; its size and version come first, checked when it is bound.
 struct PerLayout {
+  int64_t size;     // sizeof(PerLayout) as the writer knew it
+  int64_t version;  // kLayoutVersion
   int64_t capacity;
   int64_t stack;
   int64_t horizon;
@@ -594,9 +599,14 @@ struct PerLayout {
   uint64_t seed;
 };
 
-// A registered memory: what the ops and Python share, under `mutex`.
+// A registered memory: what the ops and Python share. Its two locks are
+// the Python memory's (replay_python.cc's Lock objects take them too):
+// `mutex` guards the storage and the layout, `tree_mutex` the sum tree,
+// always taken after `mutex` by whoever takes both, so that priority
+// updates need not wait for frames being copied. Binding takes both.
 struct Memory {
-  std::mutex mutex;
+  std::timed_mutex mutex;
+  std::timed_mutex tree_mutex;
   bool bound = false;
   int64_t capacity = 0, stack = 0, horizon = 0, max_sample_attempts = 0;
   int64_t* add_count = nullptr;
@@ -615,9 +625,9 @@ struct Memory {
   double smallest = 0.0, largest = 0.0;
   std::mt19937_64 rng;
 
-  // Installs `layout` (the caller holds `mutex`).
+  // Installs `layout` (the caller holds both locks).
   void Bind(const PerLayout& layout);
-  // Forgets every pointer (the caller holds `mutex`).
+  // Forgets every pointer (the caller holds both locks).
   void Unbind() { bound = false; }
 };
 

@@ -259,7 +259,8 @@ class TransitionsOp : public MemoryOp {
       }
       given = IndicesOf(tensor);
     }
-    std::lock_guard<std::mutex> lock(memory->mutex);
+    // Storage, then tree: the draws read the tree, the batch both.
+    std::scoped_lock lock(memory->mutex, memory->tree_mutex);
     if (!Usable(context, *memory, prioritized)) return;
     Memory& m = *memory;
     std::vector<int64_t> indices;
@@ -455,7 +456,7 @@ class SetPriorityOp : public MemoryOp {
     }
     std::shared_ptr<Memory> memory = Find(context, true);
     if (memory == nullptr) return;
-    std::lock_guard<std::mutex> lock(memory->mutex);
+    std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     Memory& m = *memory;
     const int64_t bad = FirstOutOfRange(indices, m.capacity);
@@ -493,7 +494,7 @@ class GetPriorityOp : public MemoryOp {
                                 0, indices_tensor.shape(), &output));
     std::shared_ptr<Memory> memory = Find(context, true);
     if (memory == nullptr) return;
-    std::lock_guard<std::mutex> lock(memory->mutex);
+    std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     const int64_t bad = FirstOutOfRange(indices, memory->capacity);
     OP_REQUIRES(context, bad < 0,
@@ -515,7 +516,7 @@ class TotalPriorityOp : public MemoryOp {
                                                      &output));
     std::shared_ptr<Memory> memory = Find(context, true);
     if (memory == nullptr) return;
-    std::lock_guard<std::mutex> lock(memory->mutex);
+    std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     output->scalar<double>()() = memory->tree_scalars[0];
   }

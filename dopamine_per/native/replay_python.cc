@@ -20,8 +20,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "replay_core.h"
@@ -198,12 +202,201 @@ class WithoutGil {
 PyObject* NotCovered() { Py_RETURN_NOTIMPLEMENTED; }
 PyObject* Done() { Py_RETURN_TRUE; }
 
-// Calls object.name(); false, with the exception set, if it raised.
-bool CallMethod(PyObject* object, const char* name) {
-  PyObject* result = PyObject_CallMethod(object, name, nullptr);
-  Py_XDECREF(result);
-  return result != nullptr;
+
+// ------------------------------------------------------------------ locks
+
+// Lock(handle, tree): one of a registered memory's two locks (replay_core.h
+// `Memory`: the storage's `mutex`, or with `tree` true the sum tree's
+// `tree_mutex`), as the Python memory's lock. `handle` is the
+// per_memory_create reference (an address, from native_memory.py); the
+// lock takes a reference of its own. Re-entrant per thread, with RLock's
+// acquire(blocking=True, timeout=-1) and release(): the native mutex is
+// held while the lock is held at any depth, so the TensorFlow ops, which
+// take the mutex, wait for Python and Python for them.
+//
+// Waiting releases the GIL and, every kWaitSlice, takes it back to run the
+// signal handlers: an exception from one (KeyboardInterrupt) leaves the
+// wait with the mutex not taken. The mutex and the owner are set together
+// in C, with the GIL held, so no Python code runs between them. The owner
+// and depth are read and written with the GIL held only.
+struct LockObject {
+  PyObject_HEAD
+  std::shared_ptr<Memory>* memory;
+  bool tree;
+  unsigned long owner;
+  int64_t depth;
+};
+
+constexpr std::chrono::milliseconds kWaitSlice(20);
+
+// The Lock type, made when the module is.
+PyTypeObject* lock_type = nullptr;
+
+bool IsLock(PyObject* object) {
+  return lock_type != nullptr && PyObject_TypeCheck(object, lock_type);
 }
+
+std::timed_mutex& MutexOf(LockObject* lock) {
+  return lock->tree ? (*lock->memory)->tree_mutex : (*lock->memory)->mutex;
+}
+
+// Takes `lock`: 1 taken, 0 not (not blocking, or `timeout` seconds passed
+// first, if it is not negative), -1 with an exception set (and not taken).
+int AcquireLock(LockObject* lock, bool blocking, double timeout) {
+  const unsigned long me = PyThread_get_thread_ident();
+  if (lock->depth > 0 && lock->owner == me) {
+    ++lock->depth;
+    return 1;
+  }
+  std::timed_mutex& mutex = MutexOf(lock);
+  bool taken = mutex.try_lock();
+  const auto start = std::chrono::steady_clock::now();
+  while (!taken && blocking) {
+    auto wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        kWaitSlice);
+    if (timeout >= 0) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(timeout)) -
+          (std::chrono::steady_clock::now() - start);
+      if (left <= left.zero()) break;
+      wait = std::min(wait, left);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    taken = mutex.try_lock_for(wait);
+    Py_END_ALLOW_THREADS
+    if (!taken && PyErr_CheckSignals() < 0) return -1;
+  }
+  if (!taken) return 0;
+  lock->owner = me;
+  lock->depth = 1;
+  return 1;
+}
+
+// Releases one level of `lock`; false, with RuntimeError set, if this
+// thread does not hold it.
+bool ReleaseLock(LockObject* lock) {
+  if (lock->depth == 0 || lock->owner != PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+    return false;
+  }
+  if (--lock->depth == 0) {
+    lock->owner = 0;
+    MutexOf(lock).unlock();
+  }
+  return true;
+}
+
+PyObject* LockNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"handle", "tree", nullptr};
+  PyObject* handle = nullptr;
+  int tree = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!p",
+                                   const_cast<char**>(keywords),
+                                   &PyLong_Type, &handle, &tree)) {
+    return nullptr;
+  }
+  void* address = PyLong_AsVoidPtr(handle);
+  if (address == nullptr) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "Lock: handle must not be 0");
+    }
+    return nullptr;
+  }
+  LockObject* self = reinterpret_cast<LockObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->memory = new std::shared_ptr<Memory>(
+      *static_cast<std::shared_ptr<Memory>*>(address));
+  self->tree = tree != 0;
+  self->owner = 0;
+  self->depth = 0;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void LockDealloc(PyObject* object) {
+  LockObject* self = reinterpret_cast<LockObject*>(object);
+  delete self->memory;
+  PyTypeObject* type = Py_TYPE(object);
+  type->tp_free(object);
+  Py_DECREF(type);
+}
+
+PyObject* LockAcquire(PyObject* object, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"blocking", "timeout", nullptr};
+  int blocking = 1;
+  double timeout = -1.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd",
+                                   const_cast<char**>(keywords), &blocking,
+                                   &timeout)) {
+    return nullptr;
+  }
+  if (!blocking && timeout != -1.0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "can't specify a timeout for a non-blocking call");
+    return nullptr;
+  }
+  if (timeout < 0 && timeout != -1.0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "timeout value must be a non-negative number");
+    return nullptr;
+  }
+  const int taken = AcquireLock(reinterpret_cast<LockObject*>(object),
+                                blocking != 0, timeout);
+  if (taken < 0) return nullptr;
+  return PyBool_FromLong(taken);
+}
+
+PyObject* LockEnter(PyObject* object, PyObject*) {
+  if (AcquireLock(reinterpret_cast<LockObject*>(object), true, -1.0) < 0) {
+    return nullptr;
+  }
+  Py_RETURN_TRUE;
+}
+
+PyObject* LockRelease(PyObject* object, PyObject*) {
+  if (!ReleaseLock(reinterpret_cast<LockObject*>(object))) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* LockExit(PyObject* object, PyObject*) {
+  return LockRelease(object, nullptr);
+}
+
+// Whether this thread holds the lock (threading.Condition's hook).
+PyObject* LockIsOwned(PyObject* object, PyObject*) {
+  const LockObject* self = reinterpret_cast<LockObject*>(object);
+  return PyBool_FromLong(self->depth > 0 &&
+                         self->owner == PyThread_get_thread_ident());
+}
+
+PyMethodDef lock_methods[] = {
+    {"acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                    LockAcquire)),
+     METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as RLock's"},
+    {"release", LockRelease, METH_NOARGS, "Releases one level."},
+    {"__enter__", LockEnter, METH_NOARGS, "acquire()"},
+    {"__exit__", LockExit, METH_VARARGS, "release()"},
+    {"held", LockIsOwned, METH_NOARGS, "Whether this thread holds it."},
+    {"_is_owned", LockIsOwned, METH_NOARGS,
+     "held(), under threading.Condition's name for it."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot lock_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(LockNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(LockDealloc)},
+    {Py_tp_methods, lock_methods},
+    {Py_tp_doc, const_cast<char*>(
+        "Lock(handle, tree): a registered memory's storage (or tree) lock, "
+        "re-entrant, shared with the TensorFlow ops.")},
+    {0, nullptr},
+};
+
+PyType_Spec lock_spec = {
+    "dopamine_per._replay.Lock", sizeof(LockObject), 0, Py_TPFLAGS_DEFAULT,
+    lock_slots,
+};
 
 // ---------------------------------------------------------------- sum tree
 
@@ -737,12 +930,19 @@ bool TakeOptional(PyObject* object, int64_t count, Array* out,
 // None), and every other element of the batch, in one call: returns
 // float32, is_terminal integers or bools, indices_out int32 (each None or
 // [count]), and for each (name, at_next, out) of the tuple `rows`, the rows
-// of the dict's sources[name], copied while `lock` (None, or anything with
-// acquire() and release()) is held. Indices in [0, capacity); True, or
-// NotImplemented (nothing written), or an exception from the lock.
+// of the dict's sources[name], copied while `lock` (None, or a Lock of this
+// module) is held. Indices in [0, capacity); True, or NotImplemented
+// (nothing written), or an exception from waiting for the lock.
 PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
                             Py_ssize_t nargs) {
   if (!CheckArguments("transition_batch", nargs, 13)) return nullptr;
+  // The rows' lock: None, or one of this module's Lock objects (taken in
+  // C); any other object is not covered.
+  PyObject* const lock_object = args[12];
+  if (lock_object != Py_None && !IsLock(lock_object)) return NotCovered();
+  LockObject* const lock = lock_object == Py_None
+                               ? nullptr
+                               : reinterpret_cast<LockObject*>(lock_object);
   Array frames, terminal, rewards, discounts, indices, states, returns,
       is_terminal, indices_out;
   int64_t stack, pixels = 0;
@@ -809,8 +1009,7 @@ PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
   }
   // The rows under `lock` (the sum tree's, for the priorities), which is
   // not held while the frames are copied.
-  PyObject* const lock = args[12];
-  if (lock != Py_None && !CallMethod(lock, "acquire")) return nullptr;
+  if (lock != nullptr && AcquireLock(lock, true, -1.0) < 0) return nullptr;
   {
     WithoutGil unlocked(large);
     for (const RowGather& row : rows) {
@@ -827,7 +1026,7 @@ PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
       }
     }
   }
-  if (lock != Py_None && !CallMethod(lock, "release")) return nullptr;
+  if (lock != nullptr && !ReleaseLock(lock)) return nullptr;
   if (has_states) {
     WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil || large);
     uint8_t* out = states.data<uint8_t>();
@@ -911,5 +1110,20 @@ PyModuleDef module = {
 }  // namespace dopamine_per
 
 PyMODINIT_FUNC PyInit__replay(void) {
-  return PyModule_Create(&dopamine_per::module);
+  PyObject* module = PyModule_Create(&dopamine_per::module);
+  if (module == nullptr) return nullptr;
+  PyObject* lock = PyType_FromSpec(&dopamine_per::lock_spec);
+  if (lock == nullptr) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_INCREF(lock);  // The module's reference, and lock_type's.
+  if (PyModule_AddObject(module, "Lock", lock) < 0) {
+    Py_DECREF(lock);
+    Py_DECREF(lock);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  dopamine_per::lock_type = reinterpret_cast<PyTypeObject*>(lock);
+  return module;
 }

@@ -22,7 +22,6 @@ Dopamine: docs/compat.md#circular_replay_buffer.
 import collections
 import math
 import operator
-import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
@@ -195,11 +194,13 @@ class OutOfGraphReplayBuffer(object):
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
     # The add count from which a batch can be sampled (sampling_range).
     self._sampleable_from = self._stack_size + self._update_horizon
+    # The memory's entry in the native registry (see `native_memory`), or
+    # None where the library cannot be built.
+    self._native = native_memory_lib.create(self)
     # Guards the storage; every public method that reads or writes it takes
-    # it (TensorFlow samples on several threads while the agent adds).
-    self._lock = threading.RLock()
-    # The registration with the native ops (see `native_memory`), or None.
-    self._native = None
+    # it (TensorFlow samples on several threads while the agent adds), and
+    # so do the native ops: chosen once, here.
+    self._lock = native_memory_lib.lock_of(self._native)
     # Batch plans by batch size (see _batch_plan).
     self._batch_plans = {}
     # Memory for sampled batches, reused once the caller has dropped them.
@@ -713,27 +714,25 @@ class OutOfGraphReplayBuffer(object):
         self, batch_size, prefetch, use_native_ops)
 
   def native_memory(self) -> native_memory_lib.NativeMemory:
-    """This memory registered with the native TensorFlow ops (once).
-
-    From then on its lock is the native library's, which the ops take too:
-    register before other threads use the memory (the `Wrapped*` classes
-    and `as_dataset` do when built).
+    """This memory's registry entry, its arrays bound for the ops (once).
 
     Raises:
       native_memory.UnsupportedMemoryError: If the ops cannot sample it.
       dopamine_per.native.build.NativeBuildError: If the native library
-        cannot be built (no compiler, ...).
+        could not be built when the memory was made (no compiler, ...).
     """
     with self._lock:
       if self._native is None:
-        native = native_memory_lib.NativeMemory(self)
-        self._share_lock(native.lock)
-        self._native = native
+        native_memory_lib.raise_unavailable()
+      if not self._native.bound:
+        self._native.bind(self)
       return self._native
 
-  def _share_lock(self, lock: native_memory_lib.NativeLock) -> None:
-    """Makes `lock` (the native one) guard everything `_lock` guarded."""
-    self._lock = lock
+  def __copy__(self) -> None:
+    """Refused: a copy would share the arrays, the lock and the ops."""
+    raise TypeError('{} cannot be copied (a copy would share its arrays, '
+                    'its lock and its native ops): make another and load a '
+                    'checkpoint into it'.format(type(self).__name__))
 
   # ---------------------------------------------------------- checkpoints
 
@@ -782,8 +781,8 @@ class OutOfGraphReplayBuffer(object):
     """
     with self._lock:
       memory_checkpoint.load(self, checkpoint_dir, suffix)
-      if self._native is not None:  # The load replaced the arrays.
-        self._native.bind(self)
+      if self._native is not None and self._native.bound:
+        self._native.bind(self)  # The load replaced the arrays.
 
 
 @gin.configurable(

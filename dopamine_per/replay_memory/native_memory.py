@@ -1,16 +1,21 @@
 # coding=utf-8
-"""A replay memory shared with the native TensorFlow ops.
+"""A replay memory's entry in the native registry, shared with the ops.
 
-`NativeMemory` registers a memory's arrays with the native core library
-(dopamine_per/native): its storage's arrays, add count and episode ends,
-and the sum tree's flat levels and [total, max_recorded_priority]. The ops
-(`native_ops`) read and write those very arrays: adds from Python are what
-the next graph sample sees, priorities set in the graph are what
-`get_priority` returns. Both sides take one lock, a mutex of the core
-library: `NativeLock` is the Python side of it (re-entrant per thread,
-waiting without the GIL); the ops take it without the GIL at all. The
-registry outlives sessions and `tf.function`s; the memory's finalizer
-unregisters it. The design: docs/architecture.md#native-ops.
+Every memory made where the native library builds gets a `NativeMemory`
+when it is made (`create`): an entry in the core library's registry
+(dopamine_per/native) with an id and a random token, and the memory's two
+locks, `lock` (the storage's) and `tree_lock` (the sum tree's), which are
+the registry entry's mutexes (the extension module's `Lock`: re-entrant per
+thread, waiting without the GIL and interruptible by a signal). So the
+memory's lock is chosen once, and is the lock the ops take, from the start.
+
+`bind` registers the memory's arrays for the ops (`native_ops`): its
+storage's arrays, add count and episode ends, and the sum tree's flat
+levels and [total, max_recorded_priority]. The ops read and write those
+very arrays: adds from Python are what the next graph sample sees,
+priorities set in the graph are what `get_priority` returns. The registry
+entry outlives sessions and `tf.function`s; the memory's finalizer closes
+it. The design: docs/architecture.md#native-ops.
 
 TensorFlow-free: the core library is a separate shared object from the
 ops library.
@@ -25,9 +30,12 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from dopamine_per.native import build
 from dopamine_per.native import core
+from dopamine_per.native import extension
 
-__all__ = ['NativeLock', 'NativeMemory', 'UnsupportedMemoryError',
+__all__ = ['NativeMemory', 'UnsupportedMemoryError', 'create', 'lock_of',
+           'raise_unavailable',
            'element_codes', 'unsupported_reason']
 
 # The methods that decide what a batch holds or what the priority ops do: a
@@ -46,51 +54,6 @@ _MAX_NATIVE_HORIZON = 7
 
 class UnsupportedMemoryError(ValueError):
   """The native ops cannot sample this memory as it samples itself."""
-
-
-class NativeLock(object):
-  """The memory's lock, held in the native library (shared with the ops).
-
-  Re-entrant for the thread holding it, as the memories' RLocks are: only
-  the outermost acquire takes the native mutex, through ctypes, which
-  releases the GIL while it waits. Owns `handle`, the native reference that
-  keeps the mutex alive, also after the memory is unregistered.
-  """
-
-  def __init__(self, library: ctypes.CDLL, handle: int):
-    self._lock = library.per_lock
-    self._unlock = library.per_unlock
-    self._handle = handle
-    self._owner = None
-    self._depth = 0
-    # Not at exit: daemon threads may still take the lock then.
-    weakref.finalize(self, library.per_memory_release, handle).atexit = False
-
-  def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-    """Takes the lock (blocking only; the arguments are RLock's)."""
-    del blocking, timeout
-    me = threading.get_ident()
-    if self._owner == me:
-      self._depth += 1
-      return True
-    self._lock(self._handle)
-    self._owner = me
-    self._depth = 1
-    return True
-
-  def release(self) -> None:
-    """Releases one level of the lock."""
-    if self._owner != threading.get_ident():
-      raise RuntimeError('cannot release un-acquired lock')
-    self._depth -= 1
-    if not self._depth:
-      self._owner = None
-      self._unlock(self._handle)
-
-  __enter__ = acquire
-
-  def __exit__(self, *unused_exc_info: Any) -> None:
-    self.release()
 
 
 def _stock_class(memory: Any) -> Optional[type]:
@@ -172,54 +135,60 @@ def _seed(memory: Any) -> int:
 
 
 class NativeMemory(object):
-  """A memory registered with the native library, for the ops.
+  """A memory's entry in the native registry: its id, token and locks.
 
   Attributes:
     id: int, the memory's id in the registry (the ops' `memory_id`).
-    token: int, a random 64-bit number the ops carry beside the id.
-    lock: NativeLock, the lock the memory and the ops share.
-    storage_names: list of str, the storage elements' names, in order.
+    token: int, a random 64-bit number the ops carry beside the id: an op
+      from another process's graph never finds a memory of this one.
+    lock: the storage's lock, the memory's `_lock`.
+    tree_lock: the sum tree's lock (the prioritized memory's
+      `_priority_lock`), taken after `lock` by whoever takes both.
+    bound: bool, whether `bind` registered the memory's arrays.
   """
 
-  def __init__(self, memory: Any):
-    """Registers `memory` (the caller then makes `lock` its lock).
+  def __init__(self):
+    """Makes the registry entry, unbound (see `create`).
 
     Raises:
-      UnsupportedMemoryError: If the ops cannot sample it (see
-        `unsupported_reason`).
-      dopamine_per.native.build.NativeBuildError: If the core library
-        cannot be built.
+      dopamine_per.native.build.NativeBuildError: If the core library or
+        the extension module cannot be built.
     """
-    reason = unsupported_reason(memory)
-    if reason is not None:
-      raise UnsupportedMemoryError(reason)
     self._library = core.load()
+    module = extension.load()
     handle = ctypes.c_void_p()
-    # Unguessable, beside the id (which counts from 1 in every process): an
-    # op from another process's graph never finds a memory of this one.
     self.token = secrets.randbits(64)
     self.id = self._library.per_memory_create(ctypes.byref(handle),
                                               self.token)
     self._handle = handle.value
-    self._registered = True
-    self.lock = NativeLock(self._library, self._handle)
-    self.storage_names = [e.name for e in memory.get_storage_signature()]
+    # The locks hold references of their own to the entry.
+    self.lock = module.Lock(self._handle, False)
+    self.tree_lock = module.Lock(self._handle, True)
+    weakref.finalize(self, self._library.per_memory_release, self._handle)
+    self._open = True
+    self.bound = False
+    self.storage_names: List[str] = []
     self._kept: List[Any] = []  # What the registered pointers point into.
-    try:
-      self.bind(memory)
-    except BaseException:
-      self.close()
-      raise
-    self._finalizer = weakref.finalize(memory, self.close)
 
   def bind(self, memory: Any) -> None:
-    """(Re-)registers the memory's arrays: after a load replaced them.
+    """(Re-)registers the memory's arrays: first for the ops, after a load.
 
-    The caller holds the memory's lock (or no op knows the id yet). After
+    Takes both locks (re-entrantly: the caller may hold them). After
     `close`, does nothing.
+
+    Raises:
+      UnsupportedMemoryError: If the ops cannot sample the memory (see
+        `unsupported_reason`), or its storage arrays are not C-contiguous.
     """
-    if not self._registered:
-      return
+    reason = unsupported_reason(memory)
+    if reason is not None:
+      raise UnsupportedMemoryError(reason)
+    with self.lock, self.tree_lock:
+      if self._open:
+        self._bind(memory)
+
+  def _bind(self, memory: Any) -> None:
+    self.storage_names = [e.name for e in memory.get_storage_signature()]
     arrays = memory.storage.arrays
     columns = [np.ascontiguousarray(arrays[name])
                for name in self.storage_names]
@@ -235,6 +204,7 @@ class NativeMemory(object):
         *[e[0].nbytes if len(e) else 0 for e in extras])
     discounts = np.ascontiguousarray(memory.discounts, dtype=np.float32)
     layout = core.PerLayout(
+        size=ctypes.sizeof(core.PerLayout), version=core.LAYOUT_VERSION,
         capacity=memory.replay_capacity, stack=memory.stack_size,
         horizon=memory.update_horizon,
         max_sample_attempts=memory.max_sample_attempts,
@@ -263,15 +233,69 @@ class NativeMemory(object):
       layout.largest = tree_layout['largest']
       kept += [tree_layout['flat'], tree_layout['offsets'],
                tree_layout['scalars']]
-    self._library.per_memory_bind(self._handle, ctypes.byref(layout))
+    # Both the old arrays and the new stay referenced until the library
+    # points at the new ones, whatever interrupts this.
+    self._kept = self._kept + kept
+    if self._library.per_memory_bind(self._handle, ctypes.byref(layout)):
+      raise build.NativeBuildError(
+          'the core library does not take this layout (size {}, version '
+          '{}): it was built from other sources; rebuild it (python -m '
+          'dopamine_per.native.build)'.format(ctypes.sizeof(layout),
+                                              core.LAYOUT_VERSION))
     self._kept = kept
+    self.bound = True
 
   def close(self) -> None:
-    """Unregisters the memory: its ops fail cleanly from now on.
+    """Unbinds and unregisters the memory: its ops fail cleanly from now on.
 
-    The memory keeps `lock` (and works on without the ops).
+    The memory keeps its locks (and works on without the ops). Safe with
+    either lock held by this thread, and from a finalizer: the library
+    takes the locks this thread does not hold, waiting without the GIL
+    and without being interrupted.
     """
-    if self._registered:
-      self._library.per_memory_destroy(self.id, self._handle)
-      self._registered = False
-      self._kept = []
+    if not self._open:
+      return
+    self._library.per_memory_destroy(
+        self.id, self._handle, not self.lock.held(),
+        not self.tree_lock.held())
+    self._open = False
+    self.bound = False
+    self._kept = []
+
+
+def raise_unavailable() -> None:
+  """Raises why a memory has no registry entry (`create` gave None).
+
+  Raises:
+    dopamine_per.native.build.NativeBuildError: The build's error, which
+      the library remembers.
+    UnsupportedMemoryError: If the library loads now (it did not when the
+      memory was made).
+  """
+  core.load()
+  extension.load()
+  raise UnsupportedMemoryError(
+      'the memory was made before the native library could be built')
+
+
+def create(owner: Any) -> Optional[NativeMemory]:
+  """A new memory's registry entry, closed when `owner` (the memory) goes.
+
+  None where the library cannot be built: the memory then locks with
+  `threading.RLock`s, and its ops fall back to `tf.numpy_function`, saying
+  why.
+  """
+  try:
+    native = NativeMemory()
+  except build.NativeBuildError:
+    return None
+  # Not at exit: a daemon thread may still hold a lock then.
+  weakref.finalize(owner, native.close).atexit = False
+  return native
+
+
+def lock_of(native: Optional[NativeMemory], tree: bool = False) -> Any:
+  """The memory's storage lock (or `tree` lock): `native`'s, else an RLock."""
+  if native is None:
+    return threading.RLock()
+  return native.tree_lock if tree else native.lock

@@ -17,7 +17,6 @@ As the circular memory, it is NumPy only: `WrappedPrioritizedReplayBuffer`
 What differs from Dopamine: docs/compat.md#prioritized_replay_buffer.
 """
 
-import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -26,6 +25,7 @@ import numpy as np
 from dopamine_per.replay_memory import batch_plan
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory import native_memory as native_memory_lib
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory import wrapped_replay_buffer
@@ -129,11 +129,12 @@ class OutOfGraphPrioritizedReplayBuffer(
         kernels=kernels)
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
-    self.sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
-                                     priority_dtype=np.float32,
-                                     kernels=self._kernels)
-    # Guards the sum tree; taken after `_lock` when both are needed.
-    self._priority_lock = threading.RLock()
+    self._sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
+                                      priority_dtype=np.float32,
+                                      kernels=self._kernels)
+    # Guards the sum tree; taken after `_lock` when both are needed (the
+    # native registry entry's tree lock, where there is one).
+    self._priority_lock = native_memory_lib.lock_of(self._native, tree=True)
 
   def get_add_args_signature(self) -> List[ReplayElement]:
     """Returns the elements `add` takes: the storage ones, then the priority.
@@ -268,11 +269,6 @@ class OutOfGraphPrioritizedReplayBuffer(
       return self.sum_tree.get(validation.check_index_array(
           indices, self._replay_capacity)).astype(np.float32)
 
-  def _share_lock(self, lock):
-    # One lock for the storage and the tree: the ops take it for both.
-    super()._share_lock(lock)
-    self._priority_lock = lock
-
   # ---------------------------------------------------------- checkpoints
 
   # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.
@@ -282,6 +278,26 @@ class OutOfGraphPrioritizedReplayBuffer(
     """`sum_tree.get_state()`, taken while no priority changes."""
     with self._priority_lock:
       return self.sum_tree.get_state()
+
+  @property
+  def sum_tree(self) -> sum_tree.SumTree:
+    """The sum tree over the slots' priorities (assignable, as Dopamine's).
+
+    An assigned tree must be a `SumTree` of the memory's capacity; the
+    native ops, if bound, read it from then on.
+    """
+    return self._sum_tree
+
+  @sum_tree.setter
+  def sum_tree(self, tree: 'sum_tree.SumTree') -> None:
+    if (not isinstance(tree, sum_tree.SumTree) or
+        tree.capacity != self._replay_capacity):
+      raise ValueError('sum_tree must be a SumTree of capacity {}, got '
+                       '{!r}'.format(self._replay_capacity, tree))
+    with self._lock, self._priority_lock:
+      self._sum_tree = tree
+      if self._native is not None and self._native.bound:
+        self._native.bind(self)
 
   def set_sum_tree_state(self, state: Dict[str, Any]) -> None:
     """`sum_tree.set_state(state)`, while no priority is read or set."""

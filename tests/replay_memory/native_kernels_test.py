@@ -21,6 +21,7 @@ import numpy as np
 from dopamine_per.native import extension
 from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import kernel_cases
 from tests.support import kernel_equivalence
 
@@ -685,7 +686,6 @@ class TransitionBatchTest(parameterized.TestCase):
     frames, terminal, rewards, discounts, sources = _batch_inputs(
         rng, 40, (6, 6), np.uint8, 3, np.uint8)  # Frames below 200.
     indices = rng.integers(0, 40, 7)
-    test = self
 
     class Lock(object):
       """Records what the kernels had written when it was taken and let go."""
@@ -698,45 +698,52 @@ class TransitionBatchTest(parameterized.TestCase):
         states, _, _, _, rows = self.outputs
         return ((states != 250).any(), (rows[0][2] != -7).any())
 
-      def acquire(self):
+      def __enter__(self):
         self.events.append(('acquire',) + self._written())
 
-      def release(self):
+      def __exit__(self, *unused):
         self.events.append(('release',) + self._written())
 
-      __enter__ = acquire
-
-      def __exit__(self, *unused):
-        self.release()
-
-    for kernels in (NATIVE, NUMPY):
+    # NumPy's loop, and the native one handed a lock that is not one of its
+    # own, which it leaves to NumPy's (it calls no Python lock): one call of
+    # NumPy's loop each.
+    for kernels in (NUMPY, NATIVE):
       outputs = _batch_outputs(7, frames, 4, np.uint8, True)
       outputs[0][...] = 250
       outputs[4][0][2][...] = -7
       lock = Lock(outputs)
-      kernels.transition_batch(frames, 4, terminal, rewards, discounts,
-                               indices, *outputs[:4], sources, outputs[4],
-                               lock)
+      with _numpy_calls(self, 'transition_batch', 1):
+        kernels.transition_batch(frames, 4, terminal, rewards, discounts,
+                                 indices, *outputs[:4], sources, outputs[4],
+                                 lock)
       # Taken before any row, let go after the rows, before the frames.
-      test.assertEqual(lock.events, [('acquire', False, False),
+      self.assertEqual(lock.events, [('acquire', False, False),
                                      ('release', False, True)])
-      test.assertFalse((outputs[0] == 250).any())
+      self.assertFalse((outputs[0] == 250).any())
 
-    class Failing(object):
-
-      def acquire(self):
-        raise RuntimeError('no lock')
-
-    outputs = _batch_outputs(7, frames, 4, np.uint8, True)
-    before = [a.copy() for a in _filled(outputs)]
-    with self.assertRaisesRegex(RuntimeError, 'no lock'):
-      NATIVE.transition_batch(frames, 4, terminal, rewards, discounts,
-                              indices, *outputs[:4], sources, outputs[4],
-                              Failing())
-    # Neither the rows nor the frames were written.
-    np.testing.assert_array_equal(outputs[0], before[0])
-    for (_, _, out), original in zip(outputs[4], before[4:]):
-      np.testing.assert_array_equal(out, original)
+  def test_a_native_lock_is_taken_in_c_and_let_go(self):
+    rng = np.random.default_rng(26)
+    frames, terminal, rewards, discounts, sources = _batch_inputs(
+        rng, 40, (6, 6), np.uint8, 3, np.uint8)
+    indices = rng.integers(0, 40, 7)
+    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+        (2,), 1, 10, 2)
+    lock = memory.native_memory().tree_lock
+    expected = _batch_outputs(7, frames, 4, np.uint8, True)
+    NUMPY.transition_batch(frames, 4, terminal, rewards, discounts, indices,
+                           *expected[:4], sources, expected[4], None)
+    for held in (False, True):  # Re-entrant: this thread may hold it.
+      outputs = _batch_outputs(7, frames, 4, np.uint8, True)
+      with contextlib.ExitStack() as stack:
+        if held:
+          stack.enter_context(lock)
+        with _numpy_calls(self, 'transition_batch', 0):
+          NATIVE.transition_batch(frames, 4, terminal, rewards, discounts,
+                                  indices, *outputs[:4], sources,
+                                  outputs[4], lock)
+        self.assertEqual(lock.held(), held)
+      self.assertFalse(lock.held())
+      kernel_cases.assert_same(self, _filled(outputs), _filled(expected))
 
   def test_arguments_that_do_not_fit_are_refused(self):
     module = extension.load()

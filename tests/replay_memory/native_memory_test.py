@@ -8,16 +8,21 @@ which memories the ops can sample (`unsupported_reason`). The ops on a
 registered memory: native_ops_test.
 """
 
+import contextlib
+import copy
+import ctypes
 import gc
 import subprocess
 import sys
+import textwrap
 import threading
-import time
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from dopamine_per.native import build
 from dopamine_per.native import core
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import native_memory
@@ -27,10 +32,6 @@ from tests.support import fixtures
 ReplayElement = circular_replay_buffer.ReplayElement
 Prioritized = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
 Uniform = circular_replay_buffer.OutOfGraphReplayBuffer
-
-# How long a test waits to see that a thread is (still) blocked.
-_BLOCKED_S = 0.2
-
 
 def _memory(prioritized=True, cls=None, **config):
   kwargs = dict(observation_shape=(2,), stack_size=2, replay_capacity=20,
@@ -90,18 +91,45 @@ class RegistrationTest(parameterized.TestCase):
     _hold_garbage(self)
 
   @parameterized.parameters(True, False)
-  def test_registers_once_and_shares_its_lock(self, prioritized):
-    memory = _memory(prioritized)
+  def test_registered_when_made_with_its_locks_chosen_once(self,
+                                                           prioritized):
     before = _count()
+    memory = _memory(prioritized)
+    self.assertEqual(_count(), before + 1)
+    locks = (memory._lock, memory._priority_lock if prioritized else None)
     native = memory.native_memory()
     self.assertIsInstance(native, native_memory.NativeMemory)
+    self.assertTrue(native.bound)
     self.assertIs(memory.native_memory(), native)
     self.assertEqual(_count(), before + 1)
+    # The locks the memory was made with are the registry entry's: nothing
+    # is swapped when the ops bind it.
     self.assertIs(memory._lock, native.lock)
+    self.assertIs(locks[0], native.lock)
     if prioritized:
-      self.assertIs(memory._priority_lock, native.lock)
+      self.assertIs(memory._priority_lock, native.tree_lock)
+      self.assertIs(locks[1], native.tree_lock)
+      self.assertIsNot(native.lock, native.tree_lock)
     self.assertEqual(native.storage_names[:4],
                      ['observation', 'action', 'reward', 'terminal'])
+
+  def test_without_the_library_the_memory_locks_in_python(self):
+    with mock.patch.object(native_memory, 'NativeMemory',
+                           side_effect=build.NativeBuildError('no compiler')):
+      memory = _memory()
+    self.assertIsInstance(memory._lock, type(threading.RLock()))
+    self.assertIsInstance(memory._priority_lock, type(threading.RLock()))
+    with self.assertRaisesRegex(native_memory.UnsupportedMemoryError,
+                                'made before the native library'):
+      memory.native_memory()
+    _add(memory, 5)
+    self.assertLen(memory.sample_transition_batch(4)[0], 4)
+
+  def test_a_copy_is_refused(self):
+    memory = _memory()
+    memory.native_memory()
+    with self.assertRaisesRegex(TypeError, 'cannot be copied'):
+      copy.copy(memory)
 
   def test_ids_are_never_reused(self):
     first = _memory().native_memory().id
@@ -141,6 +169,37 @@ class RegistrationTest(parameterized.TestCase):
     memory.load(directory, 1)
     self.assertEqual(native._kept, [], 'a closed memory was bound again')
     self.assertEqual(_count(), before - 1)
+
+  @parameterized.parameters((True, False), (False, True), (True, True))
+  def test_close_with_a_lock_held_does_not_wait_for_itself(self, storage,
+                                                            tree):
+    memory = _memory()
+    native = memory.native_memory()
+    before = _count()
+    with contextlib.ExitStack() as held:
+      if storage:
+        held.enter_context(native.lock)
+      if tree:
+        held.enter_context(native.tree_lock)
+      native.close()  # It waited forever for the held lock.
+    self.assertEqual(_count(), before - 1)
+    _add(memory, 3)
+
+  @parameterized.parameters(dict(size=8), dict(version=1),
+                            dict(version=core.LAYOUT_VERSION + 1))
+  def test_a_layout_of_another_size_or_version_is_refused(self, **field):
+    memory = _memory()
+    _add(memory, 5)
+    native = memory.native_memory()
+    layout = core.PerLayout(size=ctypes.sizeof(core.PerLayout),
+                            version=core.LAYOUT_VERSION)
+    for name, value in field.items():
+      setattr(layout, name, value)
+    self.assertEqual(
+        core.load().per_memory_bind(native._handle, ctypes.byref(layout)),
+        -1)
+    # Still bound to the memory's arrays: it samples as before.
+    self.assertLen(memory.sample_transition_batch(4)[0], 4)
 
   def test_the_lock_outlives_the_memory(self):
     memory = _memory()
@@ -202,86 +261,145 @@ class RegistrationTest(parameterized.TestCase):
 
 
 class NativeLockTest(absltest.TestCase):
+  """The locks of a registry entry: RLock's behaviour, without sleeping."""
 
   def setUp(self):
     super().setUp()
     self.memory = _memory()
     _add(self.memory, 10)
-    self.lock = self.memory.native_memory().lock
+    native = self.memory.native_memory()
+    self.lock, self.tree_lock = native.lock, native.tree_lock
 
   def _in_thread(self, function):
-    """Runs `function` in a thread; returns (thread, event set when done)."""
-    done = threading.Event()
-    errors = []
+    """Runs `function` in a thread to its end; returns what it returned."""
+    results, errors = [], []
 
     def run():
       try:
-        function()
+        results.append(function())
       except Exception as e:  # pylint: disable=broad-except
         errors.append(e)
-      done.set()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    self.addCleanup(thread.join, fixtures.DEADLINE_S)
-    self.addCleanup(lambda: self.assertEqual(errors, []))
-    return thread, done
+    thread.join(fixtures.DEADLINE_S)
+    self.assertFalse(thread.is_alive(), 'the thread is stuck')
+    self.assertEqual(errors, [])
+    return results[0]
+
+  def _try_in_thread(self, lock):
+    """Whether another thread can take `lock` now (it lets it go again)."""
+    return self._in_thread(lambda: lock.acquire(blocking=False) and
+                           (lock.release() or True))
 
   def test_reentrant_in_one_thread(self):
     with self.lock:
       with self.lock:
         self.assertTrue(self.lock.acquire())
+        self.assertTrue(self.lock.held())
         self.lock.release()
       _add(self.memory, 1)  # add takes it again.
-    _, done = self._in_thread(lambda: self.lock.acquire() and
-                              self.lock.release())
-    fixtures.wait_until(done.is_set, message='the lock was not released')
+      self.assertFalse(self._try_in_thread(self.lock))
+    self.assertFalse(self.lock.held())
+    self.assertTrue(self._try_in_thread(self.lock))
 
-  def test_excludes_other_threads(self):
-    acquired = threading.Event()
-
-    def take():
-      with self.lock:
-        acquired.set()
-
+  def test_excludes_other_threads_and_times_out(self):
     with self.lock:
-      self._in_thread(take)
-      time.sleep(_BLOCKED_S)
-      self.assertFalse(acquired.is_set(), 'two threads held the lock')
-    fixtures.wait_until(acquired.is_set, message='the lock was not taken')
+      self.assertFalse(self._try_in_thread(self.lock))
+      self.assertFalse(self._in_thread(
+          lambda: self.lock.acquire(timeout=0.05)))
+    self.assertTrue(self._in_thread(
+        lambda: self.lock.acquire(timeout=5) and (self.lock.release() or
+                                                  True)))
+
+  def test_acquire_checks_its_arguments(self):
+    with self.assertRaisesRegex(ValueError, 'non-blocking'):
+      self.lock.acquire(False, 1.0)
+    with self.assertRaisesRegex(ValueError, 'non-negative'):
+      self.lock.acquire(True, -2.0)
+    self.assertFalse(self.lock.held())
 
   def test_release_by_another_thread_raises(self):
+    with self.assertRaisesRegex(RuntimeError, 'un-acquired'):
+      self.lock.release()
     caught = []
 
     def release():
       try:
         self.lock.release()
       except RuntimeError as e:
-        caught.append(e)
+        caught.append(str(e))
 
-    with self.assertRaisesRegex(RuntimeError, 'un-acquired'):
-      self.lock.release()
     with self.lock:
-      _, done = self._in_thread(release)
-      fixtures.wait_until(done.is_set)
-    self.assertLen(caught, 1)
+      self._in_thread(release)
+      self.assertTrue(self.lock.held())
+    self.assertEqual(caught, ['cannot release un-acquired lock'])
     _add(self.memory, 1)  # Still released properly.
 
-  def test_add_and_set_priority_wait_for_the_lock(self):
-    count = int(self.memory.add_count)
+  def test_the_storage_lock_and_the_tree_lock_are_two(self):
+    # A priority update waits for the tree only: not for an add or a
+    # sample's frames under the storage lock.
     with self.lock:
-      _, added = self._in_thread(lambda: _add(self.memory, 1))
-      _, updated = self._in_thread(lambda: self.memory.set_priority(
-          np.array([5]), np.array([4.0])))
-      time.sleep(_BLOCKED_S)
-      self.assertFalse(added.is_set() or updated.is_set(),
-                       'the memory was changed while its lock was held')
-      self.assertEqual(int(self.memory.add_count), count)
-      self.assertEqual(self.memory.get_priority(np.array([5])).tolist(),
-                       [1.0])
-    fixtures.wait_until(lambda: added.is_set() and updated.is_set())
-    self.assertEqual(int(self.memory.add_count), count + 1)
+      self.assertTrue(self._try_in_thread(self.tree_lock))
+      self._in_thread(lambda: self.memory.set_priority(np.array([5]),
+                                                       np.array([4.0])))
     self.assertEqual(self.memory.get_priority(np.array([5])).tolist(), [4.0])
+    with self.tree_lock:
+      self.assertTrue(self._try_in_thread(self.lock))
+      self.assertFalse(self._try_in_thread(self.tree_lock))
+
+  def test_a_condition_can_wait_on_it(self):
+    condition = threading.Condition(self.lock)
+    with condition:
+      self.assertFalse(condition.wait(timeout=0.01))
+      self.assertTrue(self.lock.held())
+    self.assertFalse(self.lock.held())
+
+
+class InterruptTest(absltest.TestCase):
+  """A signal's exception while a thread waits for the lock leaves it free."""
+
+  def test_ctrl_c_while_waiting_leaves_the_memory_usable(self):
+    # The main thread waits for the lock another thread holds; SIGALRM's
+    # handler raises KeyboardInterrupt (as Ctrl-C's does) during the wait.
+    # Before, the mutex stayed held with no owner: every later add, sample
+    # and save waited forever, and so did the exit.
+    code = textwrap.dedent("""
+        import signal, threading
+        import numpy as np
+        from dopamine_per.replay_memory import prioritized_replay_buffer
+        memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+            (2,), 1, 10, 2)
+        memory.native_memory()
+        holding, done = threading.Event(), threading.Event()
+        def hold():
+          with memory._lock:
+            holding.set()
+            done.wait()
+        thread = threading.Thread(target=hold)
+        thread.start()
+        holding.wait()
+        def interrupt(*unused):
+          raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+          memory.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0)
+        except KeyboardInterrupt:
+          print('interrupted')
+        done.set()
+        thread.join()
+        for _ in range(3):
+          memory.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0)
+        print(len(memory.sample_transition_batch(2)[0]), 'sampled')
+        """)
+    result = subprocess.run([sys.executable, '-c', code],
+                            capture_output=True, text=True, timeout=120,
+                            env=fixtures.subprocess_env(),
+                            cwd=fixtures.REPO_ROOT, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+    self.assertEqual(result.stdout.split('\n')[:2],
+                     ['interrupted', '2 sampled'])
 
 
 class UnsupportedReasonTest(parameterized.TestCase):
@@ -307,7 +425,7 @@ class UnsupportedReasonTest(parameterized.TestCase):
   def test_supported(self, config):
     memory = _memory(**config)
     self.assertIsNone(native_memory.unsupported_reason(memory))
-    native_memory.NativeMemory(memory).close()
+    memory.native_memory().close()
 
   @parameterized.named_parameters(
       ('reward_vector', dict(reward_shape=(2,)),
@@ -338,8 +456,11 @@ class UnsupportedReasonTest(parameterized.TestCase):
   def test_not_a_memory(self):
     self.assertEqual(native_memory.unsupported_reason(object()),
                      'object is not a dopamine_per out-of-graph memory')
+    native = native_memory.NativeMemory()
+    self.addCleanup(native.close)
     with self.assertRaises(native_memory.UnsupportedMemoryError):
-      native_memory.NativeMemory(object())
+      native.bind(object())
+    self.assertFalse(native.bound)
 
 
 class ElementCodesTest(absltest.TestCase):

@@ -17,6 +17,7 @@ import tensorflow as tf
 from dopamine_per.replay_memory import add_checks
 from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
+from dopamine_per.replay_memory import sum_tree
 from tests.support import fixtures
 from tests.support import graph_util
 
@@ -236,6 +237,31 @@ class SeedTest(parameterized.TestCase):
     state = random.getstate()
     memory.native_memory()
     self.assertEqual(random.getstate(), state)
+
+
+class ReplacedTreeTest(graph_util.GraphTestCase):
+  """A sum tree assigned after the ops were built is the one they read."""
+
+  def test_the_graph_reads_the_new_tree(self):
+    replay = prb.WrappedPrioritizedReplayBuffer(
+        observation_shape=(2,), stack_size=1, replay_capacity=16,
+        batch_size=4, observation_dtype=np.float32)
+    _fill(replay.memory)
+    indices = tf.constant([1, 2], tf.int32)
+    read = replay.tf_get_priority(indices)
+    tree = sum_tree.SumTree(16)
+    tree.set(np.arange(10), np.full(10, 7.0))
+    replay.memory.sum_tree = tree
+    np.testing.assert_array_equal(self.session.run(read), [7.0, 7.0])
+    self.session.run(replay.tf_set_priority(indices, tf.constant([2.5, 3.0])))
+    np.testing.assert_array_equal(tree.get(np.array([1, 2])), [2.5, 3.0])
+
+  def test_a_tree_of_another_capacity_is_refused(self):
+    memory = _prioritized()
+    tree = memory.sum_tree
+    with self.assertRaisesRegex(ValueError, 'SumTree of capacity 16'):
+      memory.sum_tree = sum_tree.SumTree(8)
+    self.assertIs(memory.sum_tree, tree)
 
 
 class CapacityTest(parameterized.TestCase):

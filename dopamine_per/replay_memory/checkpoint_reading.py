@@ -5,9 +5,10 @@
 journal, if its save was cut short) and hands them here: `read` reads every
 file and validates it against the memory's configuration, within bounds
 derived from that configuration, and changes nothing; `install` then puts
-what `read` returned into the memory, and cannot fail. The checkpoint's
-layout (`Layout`: its files' names) and saving are `memory_checkpoint`'s;
-how each file is read is `file_io`'s.
+what `read` returned into the memory, and cannot fail (what `replaced`
+returned before puts the memory back the same way). The checkpoint's layout
+(`Layout`: its files' names) and saving are `memory_checkpoint`'s; how each
+file is read is `file_io`'s.
 """
 
 import collections
@@ -24,7 +25,7 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import sampling
 from dopamine_per.replay_memory import validation
 
-__all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'install']
+__all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'replaced', 'install']
 
 # The dopamine_per state's format version: what `memory_checkpoint` writes,
 # and the only one `read` accepts.
@@ -115,9 +116,10 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
   for element in memory.get_storage_signature():
     name = layout.store_prefix + element.name
     with atomic_files.refusing(filename(name)):
-      pending['store'][element.name] = gzip_files.load_npy_gz(
-          filename(name), shape=(capacity,) + tuple(element.shape),
-          dtype=element.type, expected=digest_of(name))
+      pending['store'][element.name] = _storage_array(
+          gzip_files.load_npy_gz(
+              filename(name), shape=(capacity,) + tuple(element.shape),
+              dtype=element.type, expected=digest_of(name)))
   add_count = _read_add_count(memory, filename('add_count'),
                               digest_of('add_count'))
   pending['add_count'] = add_count
@@ -162,6 +164,22 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
                                  digest_of(extension.name)))
       for extension in memory.checkpoint_extensions]
   return pending
+
+
+def _storage_array(array: np.ndarray) -> np.ndarray:
+  """A loaded storage array as the storage and the native ops take it.
+
+  The native ops read each storage array as C-contiguous rows (see
+  `native_memory.NativeMemory.bind`), and `add` writes into it. A valid
+  `.npy` may hold a Fortran-order array (``np.save`` of a transposed or
+  ``np.asfortranarray`` one): NumPy reads its values right, so it loads,
+  copied into C order, rather than being refused. `load_npy_gz` gives a
+  fresh array of the element's dtype (in this machine's byte order, as
+  the storage signature's), so aligned and writable; `np.require` copies
+  only an array that is not all of that.
+  """
+  return np.require(array, requirements=['C_CONTIGUOUS', 'ALIGNED',
+                                         'WRITEABLE'])
 
 
 def _read_add_count(memory: Any, path: str,
@@ -334,12 +352,43 @@ def _extra_state_problem(layout: Layout, extra: Any) -> Optional[str]:
   return None
 
 
+def replaced(memory: Any, pending: Dict[str, Any]) -> Dict[str, Any]:
+  """What `install(memory, pending)` would replace, in `read`'s format.
+
+  Installing it puts the memory back as it is now: the same storage arrays
+  (`install` adopts new ones and writes none of the old), add count,
+  episode ends, generator state, public attributes and extension states
+  (each extension's `value`). Only the storage's backing of pages ahead of
+  the cursor stops, as after any `CircularStorage.restore` (a matter of
+  speed). `memory_checkpoint.load` takes it before installing, to undo a
+  load that the native ops cannot take.
+
+  Args:
+    memory: the memory being loaded (the caller holds its lock).
+    pending: what `read` returned for it.
+  """
+  storage = memory.storage.state()
+  return {
+      'store': storage['arrays'], 'add_count': storage['add_count'],
+      'episode_end_indices': storage['episode_end_indices'],
+      'episode_start': storage['episode_start'],
+      'rng_state': (None if memory.rng is None else
+                    memory.rng.bit_generator.state),
+      'attributes': {name: vars(memory)[name]
+                     for name in pending['attributes']},
+      'extensions': [(extension, extension.value(memory))
+                     for extension, _ in pending['extensions']],
+  }
+
+
 def install(memory: Any, pending: Dict[str, Any]) -> None:
-  """Installs a checkpoint `read` returned. Cannot fail.
+  """Installs a checkpoint `read` returned, or what `replaced` returned.
+
+  Cannot fail.
 
   Args:
     memory: the memory `read` read it for (the caller still holds its lock).
-    pending: what `read` returned.
+    pending: what `read` or `replaced` returned.
   """
   for extension, state in pending['extensions']:
     extension.commit(memory, state)

@@ -771,7 +771,8 @@ class OutOfGraphReplayBuffer(object):
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Restores a checkpoint written by this class or by Dopamine.
 
-    All-or-nothing: on any error the memory is left as it was. See
+    All-or-nothing, for Python and the native ops alike: on any error the
+    memory is left as it was; else both sample the loaded arrays. See
     `memory_checkpoint.load` for what is read and the errors
     (`atomic_files.CheckpointNotFoundError`, `atomic_files.CheckpointError`).
 
@@ -780,9 +781,10 @@ class OutOfGraphReplayBuffer(object):
       suffix: int or str, the checkpoint's iteration number.
     """
     with self._lock:
-      memory_checkpoint.load(self, checkpoint_dir, suffix)
-      if self._native is not None and self._native.bound:
-        self._native.bind(self)  # The load replaced the arrays.
+      native = self._native
+      memory_checkpoint.load(
+          self, checkpoint_dir, suffix,
+          bind=native.bind if native is not None and native.bound else None)
 
 
 @gin.configurable(

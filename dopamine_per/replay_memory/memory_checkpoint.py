@@ -128,7 +128,11 @@ class CheckpointExtension(object):
     raise NotImplementedError
 
   def commit(self, memory: Any, state: Any) -> None:
-    """Installs what `read` returned. Must not fail."""
+    """Installs what `read` returned. Must not fail.
+
+    Also takes what `value` returned, and then puts the memory back as it
+    was (`load` undoes a load the native ops cannot take so).
+    """
     raise NotImplementedError
 
 
@@ -699,21 +703,31 @@ def _collect_garbage(memory: Any, checkpoint_dir: str,
 # ------------------------------------------------------------------- load
 
 
-def load(memory: Any, checkpoint_dir: str, suffix: Any) -> None:
+def load(memory: Any, checkpoint_dir: str, suffix: Any,
+         bind: Optional[Callable[[Any], None]] = None) -> None:
   """Restores `memory` from a checkpoint (`OutOfGraphReplayBuffer.load`).
 
   The caller holds the memory's lock. All-or-nothing: every file is checked
-  to exist, then read and validated against the memory's configuration,
-  and only then installed. A checkpoint whose save was committed but cut
-  short (its journal pending) is read through the journal, each file where
-  it is now (staged, or renamed already) and checked against the journal's
-  digests; nothing is written (the next save, or `roll_forward`, finishes
-  that save).
+  to exist, then read and validated against the memory's configuration
+  (storage arrays are made C-contiguous, as the native ops read them), and
+  only then installed; then `bind`, if given, registers the installed
+  arrays with the native ops. If it raises, the memory is put back as it
+  was (the same arrays, counters, episode ends, generator state, sum tree
+  and attributes), so Python samples what the ops still do: `bind` raises
+  before it registers anything (`native_memory.NativeMemory.bind`), and
+  the ops keep the previous arrays, which it holds.
+
+  A checkpoint whose save was committed but cut short (its journal
+  pending) is read through the journal, each file where it is now (staged,
+  or renamed already) and checked against the journal's digests; nothing
+  is written (the next save, or `roll_forward`, finishes that save).
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
     checkpoint_dir: str, the directory.
     suffix: int or str, the checkpoint's iteration number.
+    bind: optional callable taking the memory, run once the checkpoint is
+      installed: the native ops' `NativeMemory.bind`, or None.
 
   Raises:
     atomic_files.CheckpointNotFoundError: If an expected file is missing
@@ -723,7 +737,10 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any) -> None:
       never imported to raise it).
     atomic_files.CheckpointError: (a ValueError) If a file or the journal
       is corrupt, unsafe, not a regular file, larger than the memory can
-      need, or does not match the memory's configuration.
+      need, or does not match the memory's configuration; or if `bind`
+      raises an `Exception` (chained to it; the memory is as it was). An
+      exception that is not an `Exception` (KeyboardInterrupt) passes
+      unchanged, the memory put back too.
   """
   journal = transaction.pending(checkpoint_dir, journal_filename(suffix))
 
@@ -754,5 +771,21 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any) -> None:
       suffix, checkpoint_dir)):
     pending = checkpoint_reading.read(memory, layout, path_of, state_digest,
                                       missing_episode_ends)
+  previous = (None if bind is None else
+              checkpoint_reading.replaced(memory, pending))
   checkpoint_reading.install(memory, pending)
+  if bind is None:
+    return
+  try:
+    bind(memory)
+  except BaseException as e:
+    # Not bound again: that would reseed the ops' generator, and they read
+    # the previous arrays still (see above).
+    checkpoint_reading.install(memory, previous)
+    if not isinstance(e, Exception):
+      raise
+    raise atomic_files.CheckpointError(
+        'Checkpoint {} in {}: the native ops cannot take the loaded arrays '
+        '({}); the memory is as it was before the load.'.format(
+            suffix, checkpoint_dir, atomic_files.describe_error(e))) from e
 

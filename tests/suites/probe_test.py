@@ -9,17 +9,23 @@ import random
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from dopamine_per.file_io import atomic_files
+from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import add_checks
 from dopamine_per.replay_memory import circular_replay_buffer as crb
+from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory import native_memory
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
 from tests.support import fixtures
 from tests.support import graph_util
+from tests.support import replay_cases
 
 ReplayElement = crb.ReplayElement
 
@@ -280,6 +286,125 @@ class CapacityTest(parameterized.TestCase):
     memory = crb.OutOfGraphReplayBuffer((), 1, 2**31 - 1, 4,
                                         observation_dtype=np.uint8)
     self.assertEqual(memory.replay_capacity, 2**31 - 1)
+
+
+def _rewrite_in_fortran_order(directory, name, suffix):
+  """Rewrites a storage file as a valid Fortran-order `.npy`, same values.
+
+  Its digest is recorded in the dopamine_per state file, as a save that
+  wrote it would have: only what the file holds can tell it apart.
+  """
+  stored = memory_checkpoint.STORE_FILENAME_PREFIX + name
+  path = gzip_files.checkpoint_filename(directory, stored, suffix)
+  array = np.asfortranarray(gzip_files.load_npy_gz(path))
+  assert not array.flags.c_contiguous, 'np.save would write C order'
+  digest = gzip_files.save_npy_gz(path, array)
+  state_path = gzip_files.checkpoint_filename(
+      directory, memory_checkpoint.DOPAMINE_PER_STATE_NAME, suffix)
+  state = gzip_files.load_pickle_gz(state_path)
+  state['files'][stored] = tuple(digest)
+  gzip_files.save_pickle_gz(state_path, state)
+
+
+class LoadBothFacesTest(graph_util.GraphTestCase):
+  """A load is all or nothing for Python and the graph's native ops alike.
+
+  A valid Fortran-order `.npy` was installed, then refused by the ops'
+  re-registration with an UnsupportedMemoryError: Python sampled the new
+  data and the graph the old. docs/reliability.md ("A loaded memory is
+  consistent") says what holds now.
+  """
+
+  _CONFIG = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
+                 batch_size=4, observation_dtype=np.float32, rng=7,
+                 extra_storage_types=[ReplayElement('weight', (3,),
+                                                    np.float32)])
+
+  def _replay(self, prioritized, first_reward):
+    """A Wrapped memory bound to the native ops, 10 adds of its own data."""
+    cls = (prb.WrappedPrioritizedReplayBuffer if prioritized else
+           crb.WrappedReplayBuffer)
+    replay = cls(use_native_ops=True, **self._CONFIG)
+    # Registered with the ops (no fallback to tf.numpy_function).
+    self.assertIsNotNone(replay.memory.native_memory())
+    for step in range(10):
+      value = first_reward + step
+      replay.memory.add(
+          np.full((2,), value, np.float32), step % 3, float(value), False,
+          np.full((3,), value, np.float32),
+          priority=float(1 + step % 4) if prioritized else None)
+    return replay
+
+  def _assert_faces_agree(self, replay, rewards):
+    """Graph batches are Python's at their indices, with rewards in
+    `rewards` (whose data each face samples)."""
+    memory = replay.memory
+    names = [e.name for e in memory.get_transition_elements()]
+    for _ in range(5):
+      graph = self.session.run(replay.transition)
+      python = dict(zip(names, memory.sample_transition_batch(
+          indices=graph['indices'])))
+      for name in names:
+        np.testing.assert_array_equal(graph[name], python[name],
+                                      err_msg=name)
+      self.assertContainsSubset(set(graph['reward'].tolist()), set(rewards))
+
+  def _checkpoint(self, prioritized, fortran_order):
+    """A checkpoint of rewards 0..9, its 2-D arrays in Fortran order if
+    `fortran_order`."""
+    directory = fixtures.temp_dir(self)
+    self._replay(prioritized, 0).memory.save(directory, 1)
+    for name in ('observation', 'weight') if fortran_order else ():
+      _rewrite_in_fortran_order(directory, name, 1)
+    return directory
+
+  @parameterized.parameters(True, False)
+  def test_fortran_order_arrays_load_for_both_faces(self, prioritized):
+    directory = self._checkpoint(prioritized, fortran_order=True)
+    replay = self._replay(prioritized, 100)
+    self._assert_faces_agree(replay, range(100, 110))
+    replay.memory.load(directory, 1)  # Was an UnsupportedMemoryError.
+    self._assert_faces_agree(replay, range(10))
+    reference = self._replay(prioritized, 0).memory  # What was saved.
+    indices = np.arange(9)
+    for got, want in zip(
+        replay.memory.sample_transition_batch(indices=indices),
+        reference.sample_transition_batch(indices=indices)):
+      np.testing.assert_array_equal(got, want)
+
+  @parameterized.parameters(
+      (True, RuntimeError('injected'), atomic_files.CheckpointError,
+       'the native ops cannot take the loaded arrays .RuntimeError: '
+       'injected.; the memory is as it was before the load'),
+      (False, RuntimeError('injected'), atomic_files.CheckpointError, ''),
+      (True, KeyboardInterrupt(), KeyboardInterrupt, ''))
+  def test_a_failed_rebind_leaves_both_faces_as_they_were(
+      self, prioritized, error, raised, message):
+    directory = self._checkpoint(prioritized, fortran_order=False)
+    replay = self._replay(prioritized, 100)
+    memory = replay.memory
+    self._assert_faces_agree(replay, range(100, 110))
+    arrays = dict(memory.storage.arrays)
+    before = replay_cases.snapshot(memory)
+    total = memory.sum_tree.total_priority() if prioritized else None
+    with mock.patch.object(native_memory.NativeMemory, 'bind',
+                           side_effect=error):
+      with self.assertRaisesRegex(raised, message):
+        memory.load(directory, 1)
+    replay_cases.assert_same_snapshot(self, before,
+                                      replay_cases.snapshot(memory))
+    for name, array in arrays.items():  # What the ops still read.
+      self.assertIs(memory.storage.arrays[name], array, name)
+    if prioritized:
+      self.assertEqual(memory.sum_tree.total_priority(), total)
+      memory.sum_tree.check_invariants()
+    self._assert_faces_agree(replay, range(100, 110))
+    # Adds go on where they were, for both faces.
+    memory.add(np.full((2,), 110, np.float32), 0, 110.0, False,
+               np.full((3,), 110, np.float32),
+               priority=1.0 if prioritized else None)
+    self.assertEqual(memory.add_count, 11)
+    self._assert_faces_agree(replay, range(100, 111))
 
 
 if __name__ == '__main__':

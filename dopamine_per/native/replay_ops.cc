@@ -8,7 +8,9 @@
 // invalid draws) is a FailedPrecondition error.
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/platform/denormal.h"
 
 namespace dopamine_per {
 namespace {
@@ -181,6 +184,65 @@ absl::Status OutOfRange(const std::vector<int64_t>& indices, int64_t bad,
       "indices must be in [0, ", capacity, "). Got: ",
       bad < 0 ? 0 : indices[bad], " (indices[", bad, "]); nothing was "
       "written");
+}
+
+// Python's repr of a float: the shortest digits that read back as `value`,
+// positional from 1e-4 up to 1e16 ("100.0", "0.0001"), else in scientific
+// notation with a signed exponent of two digits or more ("3.4028235e+38",
+// "1e-05"); "nan", "inf", "-inf".
+std::string PythonRepr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[32];
+  const std::to_chars_result result = std::to_chars(
+      buffer, buffer + sizeof(buffer), value, std::chars_format::scientific);
+  const std::string text(buffer, result.ptr);  // [-]d[.ddd]e(+|-)dd[d]
+  const size_t e = text.find('e');
+  const int exponent = std::stoi(text.substr(e + 1));
+  if (exponent < -4 || exponent >= 16) return text;  // As Python writes it.
+  const std::string sign = text[0] == '-' ? "-" : "";
+  std::string digits = text.substr(sign.size(), e - sign.size());
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int point = exponent + 1;  // Digits before the decimal point.
+  const int count = static_cast<int>(digits.size());
+  if (point <= 0) return sign + "0." + std::string(-point, '0') + digits;
+  if (point >= count) {
+    return sign + digits + std::string(point - count, '0') + ".0";
+  }
+  return sign + digits.substr(0, point) + "." + digits.substr(point);
+}
+
+// The name of the float dtype whose smallest positive value is `smallest`,
+// a memory's lowest priority bound (float32 for the prioritized memory).
+const char* PriorityDtypeName(double smallest) {
+  if (smallest == std::numeric_limits<float>::denorm_min()) return "float32";
+  if (smallest == std::numeric_limits<double>::denorm_min()) return "float64";
+  if (smallest == std::ldexp(1.0, -24)) return "float16";
+  return "the priority dtype";
+}
+
+// The error for a priority that is neither 0 nor in [m.smallest,
+// m.largest]: the very text `set_priority` raises as ValueError
+// (validation._range_error, for its argument `priorities`), so that the
+// native op and the Python path (memory and py_func) say the same.
+absl::Status PriorityOutOfRange(const Memory& m, double value) {
+  return errors::InvalidArgument(
+      "priorities should be nonnegative and finite: 0 or in [",
+      PythonRepr(m.smallest), ", ", PythonRepr(m.largest),
+      "] (the positive range of ", PriorityDtypeName(m.smallest), "). Got ",
+      PythonRepr(value));
+}
+
+// Writes the priorities at `indices` (valid leaves) to `out` as float32,
+// rounded to nearest, subnormals kept: TensorFlow runs kernels with them
+// flushed to 0, which would read a valid priority below float32's smallest
+// normal (2**-126; priorities go down to 2**-149) as 0.
+void PrioritiesAsFloat(const Memory& m, const int64_t* indices,
+                       int64_t count, float* out) {
+  ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = static_cast<float>(m.tree.flat[indices[i]]);
+  }
 }
 
 // ------------------------------------------------------------ transitions
@@ -362,10 +424,8 @@ class TransitionsOp : public MemoryOp {
       } else if (name == "sampling_probabilities") {
         out = Output(context, i, count, 4);
         if (out == nullptr) return;
-        float* probabilities = reinterpret_cast<float*>(out);
-        for (int64_t b = 0; b < count; ++b) {
-          probabilities[b] = static_cast<float>(m.tree.flat[indices[b]]);
-        }
+        PrioritiesAsFloat(m, indices.data(), count,
+                          reinterpret_cast<float*>(out));
       } else if (extra_index_[i] >= 0) {
         const int64_t k = extra_index_[i];
         OP_REQUIRES(context, k < static_cast<int64_t>(m.extras.size()),
@@ -431,6 +491,11 @@ class SetPriorityOp : public MemoryOp {
   using MemoryOp::MemoryOp;
 
   void Compute(OpKernelContext* context) override {
+    // TensorFlow runs kernels with subnormals flushed to 0: a float32
+    // priority below 2**-126 (valid down to 2**-149) would be read as 0,
+    // and a float64 subnormal (below float32's range) would compare equal
+    // to 0 and be written. Priorities are read and checked as they are.
+    ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
     const Tensor& indices_tensor = context->input(0);
     const Tensor& priorities_tensor = context->input(1);
     OP_REQUIRES(context,
@@ -461,14 +526,10 @@ class SetPriorityOp : public MemoryOp {
     Memory& m = *memory;
     const int64_t bad = FirstOutOfRange(indices, m.capacity);
     OP_REQUIRES(context, bad < 0, OutOfRange(indices, bad, m.capacity));
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double value = values[i];
+    for (const double value : values) {
       OP_REQUIRES(context,
                   value == 0.0 || (value >= m.smallest && value <= m.largest),
-                  errors::InvalidArgument(
-                      "priorities should be nonnegative and finite: 0 or in "
-                      "[", m.smallest, ", ", m.largest, "]. Got ", value,
-                      " (priorities[", i, "]); nothing was written"));
+                  PriorityOutOfRange(m, value));
     }
     if (indices.empty()) return;
     double written_max = 0.0;
@@ -499,10 +560,8 @@ class GetPriorityOp : public MemoryOp {
     const int64_t bad = FirstOutOfRange(indices, memory->capacity);
     OP_REQUIRES(context, bad < 0,
                 OutOfRange(indices, bad, memory->capacity));
-    auto out = output->flat<float>();
-    for (size_t i = 0; i < indices.size(); ++i) {
-      out(i) = static_cast<float>(memory->tree.flat[indices[i]]);
-    }
+    PrioritiesAsFloat(*memory, indices.data(), indices.size(),
+                      output->flat<float>().data());
   }
 };
 

@@ -327,14 +327,22 @@ def priority_bounds(dtype: Any) -> Tuple[float, float]:
   """The smallest positive and the largest priority `dtype` holds.
 
   Between them (and at 0) a float64 priority reads back in `dtype` as a
-  positive finite number; below the first it would read back as 0, above the
-  second as the largest value or inf.
+  positive finite number; below the first it would read back as 0. The
+  largest is `dtype`'s largest value as NumPy prints it (the shortest
+  decimal that reads back as it), read as a float64, when that is above the
+  value itself: 3.4028235e38 for float32, which rounds to float32's
+  largest, 3.4028234663852886e38. So the bound that the docs and the error
+  messages state is itself accepted. Above it a priority would read back
+  as the largest value, then inf.
   """
   info = np.finfo(dtype)
-  return float(info.smallest_subnormal), float(info.max)
+  printed = float(np.format_float_scientific(info.max, unique=True))
+  return float(info.smallest_subnormal), max(float(info.max), printed)
 
 
 def _range_error(name: str, number: Any, dtype: Any) -> ValueError:
+  # The native op setting priorities writes this text too (PriorityOutOfRange
+  # in dopamine_per/native/replay_ops.cc): change both.
   smallest, largest = priority_bounds(dtype)
   return ValueError(
       '{} should be nonnegative and finite: 0 or in [{!r}, {!r}] (the '

@@ -407,6 +407,180 @@ class LoadBothFacesTest(graph_util.GraphTestCase):
     self._assert_faces_agree(replay, range(100, 111))
 
 
+# float32's largest value as NumPy prints it and the docs state it: a float64
+# a little above that value, 3.4028234663852886e38, to which it rounds.
+_LARGEST = 3.4028235e38
+
+
+def _wrapped(memory, use_native_ops=True):
+  replay = prb.WrappedPrioritizedReplayBuffer(
+      observation_shape=(2,), stack_size=1, wrapped_memory=memory,
+      replay_capacity=16, batch_size=4, use_native_ops=use_native_ops)
+  assert (replay.transition['indices'].op.type ==
+          ('DopaminePerSampleTransitions' if use_native_ops else
+           'PyFunc')), replay.transition['indices'].op.type
+  return replay
+
+
+def _python_error(memory, priorities):
+  """The message of set_priority's ValueError for slots 1, 2, 3."""
+  try:
+    memory.set_priority(np.array([1, 2, 3]), priorities)
+  except ValueError as e:
+    return str(e)
+  raise AssertionError('set_priority took {!r}'.format(priorities))
+
+
+class PriorityErrorTextTest(graph_util.GraphTestCase):
+  """A bad priority raises set_priority's message on every path."""
+
+  # The native op wrote its own text ('0 or in [1.4013e-45, 3.40282e+38].
+  # Got -1 (priorities[1]); nothing was written'), and took 1e-310, a
+  # float64 subnormal, for 0 and wrote it: TensorFlow runs kernels with
+  # subnormals flushed. The negative values try each form of Python's repr.
+  @parameterized.parameters(
+      (np.float64, float('nan')), (np.float64, float('inf')),
+      (np.float64, -float('inf')), (np.float64, 1e39), (np.float64, 1e-300),
+      (np.float64, 1e-310), (np.float64, 5e-324), (np.float64, 1e-46),
+      (np.float64, np.nextafter(_LARGEST, np.inf)), (np.float64, -1.0),
+      (np.float64, -0.1), (np.float64, -1 / 3), (np.float64, -1234.5678),
+      (np.float64, -0.0001), (np.float64, -1e-05), (np.float64, -1e15),
+      (np.float64, -1e16), (np.float64, -2.5e-200),
+      (np.float32, np.float32(-0.5)), (np.float32, np.float32('inf')),
+      (np.float32, np.float32('nan')))
+  def test_the_native_op_raises_the_memorys_message(self, dtype, value):
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory)
+    priorities = np.array([5.0, value, 1.0], dtype)
+    text = _python_error(memory, priorities)
+    update = replay.tf_set_priority(tf.constant([1, 2, 3]),
+                                    tf.constant(priorities))
+    self.assertEqual(update.type, 'DopaminePerSetPriority')
+    before = memory.get_priority(np.arange(16))
+    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
+      self.session.run(update)
+    # The op's message is a line of TensorFlow's, as the memory wrote it.
+    self.assertIn(text, raised.exception.message.split('\n'))
+    np.testing.assert_array_equal(memory.get_priority(np.arange(16)), before)
+
+  @parameterized.parameters(-1.0, float('nan'), 1e39)
+  def test_the_py_func_op_raises_it_too(self, value):
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory, use_native_ops=False)
+    priorities = np.array([5.0, value, 1.0])
+    text = _python_error(memory, priorities)
+    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
+      self.session.run(replay.tf_set_priority(tf.constant([1, 2, 3]),
+                                              tf.constant(priorities)))
+    self.assertIn('ValueError: ' + text,
+                  raised.exception.message.split('\n'))
+
+
+class LargestPriorityTest(graph_util.GraphTestCase):
+  """3.4028235e38, the largest priority the docs state, is accepted."""
+
+  # A Python float or a float64 of it was refused (it is above float32's
+  # largest value, 3.4028234663852886e38); a float32 of it was taken.
+  @parameterized.product(kernels=['numpy', 'native'],
+                         kind=[float, np.float64, np.float32])
+  def test_set_priority_and_add_take_it(self, kernels, kind):
+    memory = _prioritized(kernels=kernels)
+    _fill(memory)
+    value = kind(_LARGEST)
+    memory.set_priority(np.array([1, 2]), value)
+    memory.set_priority(np.array([3]), np.array([value]))
+    memory.add(np.zeros(2, np.float32), 0, 0.0, False, priority=value)
+    memory.sum_tree.max_recorded_priority = value
+    np.testing.assert_array_equal(memory.get_priority(np.array([1, 2, 3, 10])),
+                                  np.full(4, np.finfo(np.float32).max))
+    memory.sum_tree.check_invariants()
+
+  @parameterized.parameters(tf.float32, tf.float64)
+  def test_the_native_op_takes_it(self, dtype):
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory)
+    slots = tf.constant([1, 2])
+    self.session.run(replay.tf_set_priority(
+        slots, tf.constant([_LARGEST, 1.0], dtype)))
+    np.testing.assert_array_equal(self.session.run(replay.tf_get_priority(
+        slots)), [np.finfo(np.float32).max, 1.0])
+    memory.sum_tree.check_invariants()
+
+  def test_the_next_float64_is_refused_on_every_path(self):
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory)
+    too_large = np.nextafter(_LARGEST, np.inf)
+    text = _python_error(memory, too_large)
+    self.assertIn('3.4028235e+38] (the positive range of float32). Got '
+                  '3.4028235000000003e+38', text)
+    with self.assertRaisesRegex(ValueError, 'priority should be'):
+      memory.add(np.zeros(2, np.float32), 0, 0.0, False, too_large)
+    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
+      self.session.run(replay.tf_set_priority(
+          tf.constant([1, 2, 3]), tf.constant(too_large, tf.float64)))
+    self.assertIn(text, raised.exception.message.split('\n'))
+
+  def test_a_tree_of_them_sums_and_samples(self):
+    # The float64 total of 16 such leaves, about 5.4e39, is far from
+    # overflowing: the overflow check (for float64 trees) never fires here.
+    memory = _prioritized()
+    _fill(memory, 20)
+    replay = _wrapped(memory)
+    self.session.run(replay.tf_set_priority(
+        tf.range(16), tf.fill([16], tf.constant(_LARGEST, tf.float64))))
+    self.assertAlmostEqual(memory.sum_tree.total_priority() / _LARGEST, 16.0,
+                           places=12)
+    memory.sum_tree.check_invariants()
+    batch = self.session.run(replay.transition)
+    np.testing.assert_array_equal(batch['sampling_probabilities'],
+                                  np.full(4, np.finfo(np.float32).max))
+
+
+class SubnormalPriorityTest(graph_util.GraphTestCase):
+  """Priorities below float32's smallest normal keep their value."""
+
+  # In (2**-149, 2**-126) they are valid, but TensorFlow runs kernels with
+  # subnormals flushed to 0: the native op wrote a float32 one as 0, and
+  # tf_get_priority and sampling_probabilities read any as 0.
+  _TINY = np.array([5, 2**22, 1], np.float32) * np.finfo(
+      np.float32).smallest_subnormal
+
+  @parameterized.parameters(tf.float32, tf.float64)
+  def test_the_native_ops_keep_them(self, dtype):
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory)
+    slots = np.array([1, 2, 3])
+    memory.set_priority(np.arange(16), 0.0)  # Only these can be sampled.
+    self.session.run(replay.tf_set_priority(
+        tf.constant(slots), tf.constant(self._TINY, dtype)))
+    np.testing.assert_array_equal(memory.get_priority(slots), self._TINY)
+    np.testing.assert_array_equal(
+        self.session.run(replay.tf_get_priority(tf.constant(slots))),
+        self._TINY)
+    batch = self.session.run(replay.transition)
+    np.testing.assert_array_equal(batch['sampling_probabilities'],
+                                  memory.get_priority(batch['indices']))
+    self.assertTrue(np.all(batch['sampling_probabilities'] > 0))
+
+  def test_the_py_func_fallback_reads_them_as_0(self):
+    # As docs/compat.md says: its NumPy code runs on TensorFlow's threads,
+    # with subnormals flushed.
+    memory = _prioritized()
+    _fill(memory)
+    replay = _wrapped(memory, use_native_ops=False)
+    self.session.run(replay.tf_set_priority(tf.constant([1]),
+                                            tf.constant(self._TINY[:1])))
+    self.assertEqual(memory.get_priority(np.array([1]))[0], 0.0)
+    memory.set_priority(np.array([2]), self._TINY[:1])  # Out of the graph.
+    self.assertEqual(memory.get_priority(np.array([2]))[0], self._TINY[0])
+    self.assertEqual(
+        self.session.run(replay.tf_get_priority(tf.constant([2])))[0], 0.0)
+
 if __name__ == '__main__':
   tf.compat.v1.disable_eager_execution()
   parameterized.absltest.main()

@@ -27,6 +27,9 @@ _SIGNATURES = {
     'per_memory_destroy': (None, [_I, _P, ctypes.c_int, ctypes.c_int]),
     'per_memory_release': (None, [_P]),
     'per_memory_count': (_I, []),
+    'per_memory_sampler_state': (_I, [_P, ctypes.c_char_p, _I]),
+    'per_memory_set_sampler_state': (ctypes.c_int,
+                                     [_P, ctypes.c_char_p, ctypes.c_int]),
 }
 
 

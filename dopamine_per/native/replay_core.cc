@@ -4,7 +4,10 @@
 // the kernels reach Python through the extension module (replay_python.cc)
 // instead.
 
+#include <cerrno>
+#include <cstdlib>
 #include <map>
+#include <sstream>
 
 #include "replay_core.h"
 
@@ -95,6 +98,50 @@ void per_memory_destroy(int64_t id, void* handle, int take_storage,
 // Drops `handle`'s reference: it is invalid afterwards.
 void per_memory_release(void* handle) {
   delete static_cast<std::shared_ptr<Memory>*>(handle);
+}
+
+// The sampling ops' generator state as text (std::mt19937_64's stream
+// format: its 312 words, then its position), for checkpoints. Writes it,
+// with a terminating NUL, into `out` if `capacity` holds it; returns its
+// length. The caller holds the storage lock (the ops draw under it).
+int64_t per_memory_sampler_state(void* handle, char* out, int64_t capacity) {
+  std::ostringstream text;
+  text << MemoryOf(handle)->rng;
+  const std::string state = text.str();
+  const int64_t length = static_cast<int64_t>(state.size());
+  if (out != nullptr && length < capacity) {
+    std::memcpy(out, state.c_str(), length + 1);
+  }
+  return length;
+}
+
+// Makes `text` (per_memory_sampler_state's) the generator state, unless
+// `check_only`. Returns 0, or -1 (nothing changed) for anything but 312
+// words and a position in [0, 312], each a plain decimal number, separated
+// by single spaces. The caller holds the storage lock.
+int per_memory_set_sampler_state(void* handle, const char* text,
+                                 int check_only) {
+  constexpr int kWords = std::mt19937_64::state_size;
+  const char* at = text;
+  for (int i = 0; i <= kWords; ++i) {
+    if (i > 0 && *at++ != ' ') return -1;
+    if (*at < '0' || *at > '9') return -1;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(at, &end, 10);
+    if (errno != 0 || end - at > 20) return -1;
+    if (i == kWords && value > static_cast<unsigned long long>(kWords)) {
+      return -1;
+    }
+    at = end;
+  }
+  if (*at != '\0') return -1;
+  std::istringstream in(text);
+  std::mt19937_64 rng;
+  in >> rng;
+  if (in.fail()) return -1;
+  if (!check_only) MemoryOf(handle)->rng = rng;
+  return 0;
 }
 
 // The number of registered memories (for tests of their lifetime).

@@ -159,6 +159,14 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
     with atomic_files.refusing(path + ' (generator state)'):
       type(memory.rng.bit_generator)().state = rng_state
     pending['rng_state'] = rng_state
+  pending['sampler_state'] = None
+  sampler_state = None if extra is None else extra.get('sampler_state')
+  if sampler_state is not None and memory.native is not None:
+    if not memory.native.check_sampler_state(sampler_state):
+      raise atomic_files.CorruptCheckpointError(
+          '{}: its sampler_state is not a generator state: {}'.format(
+              path, errors.describe(sampler_state)))
+    pending['sampler_state'] = sampler_state
   pending['extensions'] = [
       (extension, extension.read(memory, filename(extension.name),
                                  digest_of(extension.name)))
@@ -336,6 +344,9 @@ def _extra_state_problem(layout: Layout, extra: Any) -> Optional[str]:
   if not isinstance(extra.get('rng_state'), (dict, type(None))):
     return 'rng_state is a {}, not a dict'.format(
         type(extra['rng_state']).__name__)
+  if not isinstance(extra.get('sampler_state'), (str, type(None))):
+    return 'sampler_state is a {}, not a str'.format(
+        type(extra['sampler_state']).__name__)
   files = extra.get('files')
   if type(files) is not dict:  # pylint: disable=unidiomatic-typecheck
     return 'files is {}, not a dict'.format(errors.describe(files))
@@ -374,6 +385,10 @@ def replaced(memory: Any, pending: Dict[str, Any]) -> Dict[str, Any]:
       'episode_start': storage['episode_start'],
       'rng_state': (None if memory.rng is None else
                     memory.rng.bit_generator.state),
+      # Bound, the ops' generator is untouched until the bind after the
+      # install; else what `restore_sampler_state` holds for the first one.
+      'sampler_state': (None if memory.native is None or memory.native.bound
+                        else memory.native.sampler_state()),
       'attributes': {name: vars(memory)[name]
                      for name in pending['attributes']},
       'extensions': [(extension, extension.value(memory))
@@ -398,5 +413,7 @@ def install(memory: Any, pending: Dict[str, Any]) -> None:
       'episode_start': pending['episode_start']})
   if pending['rng_state'] is not None:
     memory.rng.bit_generator.state = pending['rng_state']
+  if memory.native is not None:
+    memory.native.restore_sampler_state(pending['sampler_state'])
   for name, value in pending['attributes'].items():
     setattr(memory, name, value)

@@ -293,8 +293,9 @@ class OutOfGraphReplayBuffer(object):
 
   # Read-only views, for the checkpoint code and tests: the storage, its
   # episode ends (Dopamine's attribute), the generator (None: NumPy's global
-  # one) and the configuration.
+  # one), the native registry entry (or None) and the configuration.
   storage = property(operator.attrgetter('_storage'))
+  native = property(operator.attrgetter('_native'))
   episode_end_indices = property(
       operator.attrgetter('_storage.episode_end_indices'))
   rng = property(operator.attrgetter('_rng'))
@@ -781,10 +782,9 @@ class OutOfGraphReplayBuffer(object):
       suffix: int or str, the checkpoint's iteration number.
     """
     with self._lock:
-      native = self._native
-      memory_checkpoint.load(
-          self, checkpoint_dir, suffix,
-          bind=native.bind if native is not None and native.bound else None)
+      bound = self._native is not None and self._native.bound
+      memory_checkpoint.load(self, checkpoint_dir, suffix,
+                             bind=self._native.bind if bound else None)
 
 
 @gin.configurable(

@@ -391,6 +391,10 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
           bool(memory.storage.episode_start),
       'rng_state': (None if memory.rng is None else
                     memory.rng.bit_generator.state),
+      # The native ops' generator, so that a resumed run's graph samples
+      # continue its stream.
+      'sampler_state': (None if memory.native is None else
+                        memory.native.sampler_state()),
   }
 
 

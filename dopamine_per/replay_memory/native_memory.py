@@ -34,9 +34,9 @@ from dopamine_per.native import build
 from dopamine_per.native import core
 from dopamine_per.native import extension
 
-__all__ = ['NativeMemory', 'UnsupportedMemoryError', 'create', 'lock_of',
-           'raise_unavailable',
-           'element_codes', 'unsupported_reason']
+__all__ = ['MAX_SAMPLER_STATE', 'NativeMemory', 'UnsupportedMemoryError',
+           'create', 'element_codes', 'lock_of', 'raise_unavailable',
+           'unsupported_reason']
 
 # The methods that decide what a batch holds or what the priority ops do: a
 # subclass overriding one samples (or sets priorities) otherwise than the
@@ -47,6 +47,10 @@ _SAMPLING_METHODS = ('sample_transition_batch', 'sample_index_batch',
                      '_gather', '_transition_element', '_batch_plan',
                      '_row_elements', '_row_sources', '_row_lock',
                      'get_transition_elements', 'get_storage_signature')
+
+# The longest sampler state a checkpoint may hold (the text of 313 numbers
+# of at most 20 digits, with their spaces).
+MAX_SAMPLER_STATE = 313 * 21
 
 # NumPy sums 8 or more terms pairwise; the native returns sum left to right.
 _MAX_NATIVE_HORIZON = 7
@@ -169,6 +173,9 @@ class NativeMemory(object):
     self.bound = False
     self.storage_names: List[str] = []
     self._kept: List[Any] = []  # What the registered pointers point into.
+    # A checkpoint's sampler state, for the next bind (see
+    # `restore_sampler_state`).
+    self._pending_sampler_state: Optional[str] = None
 
   def bind(self, memory: Any) -> None:
     """(Re-)registers the memory's arrays: first for the ops, after a load.
@@ -244,6 +251,41 @@ class NativeMemory(object):
                                               core.LAYOUT_VERSION))
     self._kept = kept
     self.bound = True
+    if self._pending_sampler_state is not None:
+      self._library.per_memory_set_sampler_state(
+          self._handle, self._pending_sampler_state.encode('ascii'), 0)
+      self._pending_sampler_state = None
+
+  def sampler_state(self) -> Optional[str]:
+    """The sampling ops' generator state, for a checkpoint (text).
+
+    None for a memory the ops never sampled (its generator is seeded when
+    bound); a state `restore_sampler_state` gave and no bind used yet is
+    returned as it is.
+    """
+    with self.lock:
+      if not self.bound:
+        return self._pending_sampler_state
+      length = self._library.per_memory_sampler_state(self._handle, None, 0)
+      text = ctypes.create_string_buffer(length + 1)
+      self._library.per_memory_sampler_state(self._handle, text, length + 1)
+      return text.value.decode('ascii')
+
+  def check_sampler_state(self, state: Any) -> bool:
+    """Whether `state` is a generator state `sampler_state` could return."""
+    return (isinstance(state, str) and len(state) <= MAX_SAMPLER_STATE and
+            state.isascii() and not self._library.per_memory_set_sampler_state(
+                self._handle, state.encode('ascii'), 1))
+
+  def restore_sampler_state(self, state: Optional[str]) -> None:
+    """Makes `state` (checked) the ops' generator state from the next bind.
+
+    A loaded memory binds its arrays again (and a memory binds them when
+    its ops are first built), which would seed the generator anew: with a
+    checkpoint's state it continues the stream the saved run was drawing,
+    so a resumed run samples as an uninterrupted one. None: seed as usual.
+    """
+    self._pending_sampler_state = state
 
   def close(self) -> None:
     """Unbinds and unregisters the memory: its ops fail cleanly from now on.

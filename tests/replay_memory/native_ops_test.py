@@ -16,6 +16,7 @@ import gc
 import gzip
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ import tensorflow as tf
 
 from dopamine_per.native import core
 from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
@@ -440,6 +442,13 @@ class CheckpointTest(absltest.TestCase):
         with open(path, 'rb') as f:
           raw = f.read()
         contents.append(gzip.decompress(raw) if name.endswith('.gz') else raw)
+      if name.startswith(memory_checkpoint.DOPAMINE_PER_STATE_NAME):
+        # dopamine_per's own state: the same, but for the ops' generator.
+        bound_state, plain_state = (pickle.loads(c) for c in contents)
+        self.assertIsInstance(bound_state.pop('sampler_state'), str)
+        self.assertIsNone(plain_state.pop('sampler_state'))
+        self.assertEqual(bound_state, plain_state)
+        continue
       self.assertEqual(contents[0], contents[1], name)
 
     # Loaded into a bound memory (holding other transitions): the ops read
@@ -476,6 +485,7 @@ import json
 import logging
 import numpy as np
 import tensorflow as tf
+from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import prioritized_replay_buffer
 

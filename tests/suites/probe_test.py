@@ -270,6 +270,56 @@ class ReplacedTreeTest(graph_util.GraphTestCase):
     self.assertIs(memory.sum_tree, tree)
 
 
+class ResumedSamplerTest(graph_util.GraphTestCase):
+  """A resumed run's graph samples continue the saved run's stream."""
+
+  def _replay(self, rng):
+    replay = prb.WrappedPrioritizedReplayBuffer(
+        observation_shape=(2,), stack_size=1, replay_capacity=64,
+        batch_size=8, observation_dtype=np.float32, rng=rng)
+    return replay
+
+  @parameterized.parameters(None, 7)
+  def test_resumed_graph_samples_are_the_uninterrupted_ones(self, seed):
+    rng = lambda: None if seed is None else np.random.default_rng(seed)
+    first = self._replay(rng())
+    _fill(first.memory, 40)
+    for _ in range(3):
+      self.session.run(first.indices)
+    directory = fixtures.temp_dir(self)
+    first.save(directory, 0)
+    uninterrupted = [self.session.run(first.indices).tolist()
+                     for _ in range(4)]
+    resumed = self._replay(rng())  # Its ops are built (bound) before load.
+    resumed.load(directory, 0)
+    self.assertEqual([self.session.run(resumed.indices).tolist()
+                      for _ in range(4)], uninterrupted)
+    # Bound only after the load (its ops built later): the same.
+    memory = prb.OutOfGraphPrioritizedReplayBuffer(
+        (2,), 1, 64, 8, observation_dtype=np.float32, rng=rng())
+    memory.load(directory, 0)
+    later = prb.WrappedPrioritizedReplayBuffer(
+        observation_shape=(2,), stack_size=1, wrapped_memory=memory,
+        replay_capacity=64, batch_size=8)
+    self.assertEqual([self.session.run(later.indices).tolist()
+                      for _ in range(4)], uninterrupted)
+
+  @parameterized.parameters('', '1 2 3', 'x' * 7000, 5,
+                            ' '.join(['1'] * 312 + ['313']))
+  def test_a_bad_sampler_state_refuses_the_checkpoint(self, state):
+    replay = self._replay(None)
+    _fill(replay.memory, 20)
+    directory = fixtures.temp_dir(self)
+    replay.save(directory, 0)
+    with mock.patch.object(native_memory.NativeMemory, 'sampler_state',
+                           return_value=state):
+      replay.save(directory, 1)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'sampler_state'):
+      replay.load(directory, 1)
+    replay.load(directory, 0)  # The good one loads.
+
+
 class CapacityTest(parameterized.TestCase):
   """Capacities whose slots int32 indices cannot hold are refused."""
 

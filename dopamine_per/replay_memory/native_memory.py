@@ -25,6 +25,7 @@ import ctypes
 import hashlib
 import secrets
 import threading
+import types
 import weakref
 from typing import Any, List, Optional, Sequence
 
@@ -37,16 +38,6 @@ from dopamine_per.native import extension
 __all__ = ['MAX_SAMPLER_STATE', 'NativeMemory', 'UnsupportedMemoryError',
            'create', 'element_codes', 'lock_of', 'raise_unavailable',
            'unsupported_reason']
-
-# The methods that decide what a batch holds or what the priority ops do: a
-# subclass overriding one samples (or sets priorities) otherwise than the
-# ops would, and keeps the Python path.
-_SAMPLING_METHODS = ('sample_transition_batch', 'sample_index_batch',
-                     'set_priority', 'get_priority',
-                     '_sample_indices', '_draw', '_redraw', '_valid_mask',
-                     '_gather', '_transition_element', '_batch_plan',
-                     '_row_elements', '_row_sources', '_row_lock',
-                     'get_transition_elements', 'get_storage_signature')
 
 # The longest sampler state a checkpoint may hold (the text of 313 numbers
 # of at most 20 digits, with their spaces).
@@ -72,23 +63,40 @@ def _stock_class(memory: Any) -> Optional[type]:
   return None
 
 
+def _methods(stock: type) -> List[str]:
+  """The methods and properties of the library's class `stock` (and its
+  bases in the library), but for double-underscore ones: what a subclass
+  overriding keeps the Python path (`unsupported_reason`)."""
+  names = set()
+  for cls in stock.__mro__:
+    if cls.__module__.startswith(__package__ + '.'):
+      names.update(
+          name for name, value in vars(cls).items()
+          if isinstance(value, (types.FunctionType, property, staticmethod,
+                                classmethod)) and not name.startswith('__'))
+  return sorted(names)
+
+
 def unsupported_reason(memory: Any) -> Optional[str]:
   """Why the native ops cannot sample `memory`, or None if they can.
 
-  They sample the library's two memories (and subclasses that do not
-  change sampling) whose rewards are float32 scalars, whose update horizon
-  is below 8, whose terminals are bools or integers and whose elements are
-  plain (not object) arrays.
+  They sample the library's two memories, and subclasses that override
+  none of their methods or properties but `__init__` (one rule, whatever
+  the method: the Python path calls an override, the ops could not),
+  whose rewards are float32 scalars, whose update horizon is below 8,
+  whose terminals are bools or integers and whose elements are plain (not
+  object) arrays.
   """
   stock = _stock_class(memory)
   if stock is None:
     return '{} is not a dopamine_per out-of-graph memory'.format(
         type(memory).__name__)
-  for name in _SAMPLING_METHODS:
-    if (getattr(type(memory), name, None) is not getattr(stock, name, None)
-        or name in vars(memory)):
-      return '{}.{} changes how batches are sampled or priorities set'.format(
-          type(memory).__name__, name)
+  for name in _methods(stock):
+    if (getattr(type(memory), name) is not getattr(stock, name) or
+        name in vars(memory)):
+      return ('{}.{} overrides the library\'s method (a memory whose class '
+              'overrides any method but __init__ keeps the Python path, '
+              'which calls it)'.format(type(memory).__name__, name))
   elements = memory.get_storage_signature()
   reward, terminal = elements[2], elements[3]
   if tuple(reward.shape) or np.dtype(reward.type) != np.float32:

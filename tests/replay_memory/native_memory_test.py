@@ -78,10 +78,18 @@ class _OwnBatch(Uniform):
 
 
 class _OwnAdd(Prioritized):
-  """Changes nothing that sampling reads: the ops can sample it."""
+  """Overrides a method that sampling does not call: still the Python path."""
 
   def add(self, *args, **kwargs):
     super().add(*args, **kwargs)
+
+
+class _OwnInit(Prioritized):
+  """Overrides only __init__ (and adds its own state): the ops sample it."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.episodes = 0
 
 
 class RegistrationTest(parameterized.TestCase):
@@ -420,7 +428,7 @@ class UnsupportedReasonTest(parameterized.TestCase):
       ('extras', dict(extra_storage_types=[
           ReplayElement('logits', (3,), np.float32),
           ReplayElement('count', (), np.int32)])),
-      ('subclass_not_sampling', dict(cls=_OwnAdd)),
+      ('subclass_own_init', dict(cls=_OwnInit)),
   )
   def test_supported(self, config):
     memory = _memory(**config)
@@ -439,9 +447,11 @@ class UnsupportedReasonTest(parameterized.TestCase):
       ('object_extra', dict(extra_storage_types=[
           ReplayElement('meta', (), object)]), 'element meta of dtype object'),
       ('own_draw', dict(cls=_OwnDraw),
-       '_OwnDraw._draw changes how batches are sampled'),
+       "_OwnDraw._draw overrides the library's method"),
       ('own_batch', dict(cls=_OwnBatch),
-       '_OwnBatch.sample_transition_batch changes how batches'),
+       "_OwnBatch.sample_transition_batch overrides the library's"),
+      ('own_add', dict(cls=_OwnAdd),
+       r'_OwnAdd.add overrides .* any method but __init__'),
   )
   def test_unsupported(self, config, reason):
     memory = _memory(**config)

@@ -570,7 +570,7 @@ class FallbackTest(graph_util.GraphTestCase):
       ('reward_vector', dict(reward_shape=(2,)), r'rewards of shape \(2,\)'),
       ('horizon_9', dict(update_horizon=9), 'update_horizon 9'),
       ('own_draw', dict(cls=_OwnDraw),
-       r'_OwnDraw\._draw changes how batches are sampled'))
+       r"_OwnDraw\._draw overrides the library's method"))
   def test_unsupported_memory(self, config, reason):
     config = dict(config)
     cls = config.pop('cls', Prioritized)

@@ -88,9 +88,9 @@ def fast_callable(sess, fetches, feeds=(), targets=()):
   """Returns f(*feed_values) -> list of fetched values, for a hot loop.
 
   Uses the session's callable API (``CallableOptions``), which skips
-  `Session.run`'s per-call graph pruning and argument handling: about
-  120 microseconds per call instead of 300 for a small network on a 2-core
-  CPU. Falls back to `Session.run` if the API is unavailable.
+  `Session.run`'s per-call graph pruning and argument handling, most of a
+  small network's cost per call. Falls back to `Session.run` if the API is
+  unavailable.
 
   Args:
     sess: tf.compat.v1.Session.

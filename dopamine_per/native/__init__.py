@@ -2,9 +2,11 @@
 """The replay memory's native code: C++ kernels and TensorFlow ops.
 
 `replay_core.h` holds the loops; `replay_core.cc` is the TensorFlow-free
-core library (the kernels for ctypes and the registry of memories shared
-with the ops), `replay_ops.cc` the TensorFlow ops, `replay_python.cc` the
-kernels as a CPython extension module (`replay_memory.native_kernels`).
+core library (the registry of memories shared with the ops, with a C
+interface for ctypes: `core`, `replay_memory.native_memory`),
+`replay_ops.cc` the TensorFlow ops, `replay_python.cc` the kernels and the
+memories' `Lock` type as a CPython extension module
+(`replay_memory.native_kernels`).
 `build` compiles them against the installed TensorFlow and Python on first
 use, cached; `core` loads the core library, `extension` the extension
 module. Nothing here imports TensorFlow except `build.ops_library`.

@@ -5,8 +5,9 @@ Three shared objects, compiled with the system's C++ compiler (g++, or
 $CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
 ~/.cache/dopamine_per/native):
 
-* the core library (`core_library`): the kernels and the registry of
-  memories, without TensorFlow, so that the NumPy memory can load it;
+* the core library (`core_library`): the registry of memories, with a C
+  interface for ctypes, without TensorFlow, so that the NumPy memory can
+  load it;
 * the kernels' Python extension (`python_extension`, replay_python.cc): a
   CPython extension module calling the same loops without ctypes' cost
   per call (`replay_memory.native_kernels`), compiled against this

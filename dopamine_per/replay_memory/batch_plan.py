@@ -13,12 +13,11 @@ buffer, with the kernel's arguments for them, once: the memory's
 them.
 
 Why one call: the Python of a sample runs right after the kernel copied
-the batch's frames (1.8 MB at Atari shapes, batch 32) through the caches,
-so every line of it runs several times slower than when measured alone;
-gathering each element with its own NumPy call kept the Atari cycle at
-1.13x the copy floor, one call brought it to 1.10x (measured by hand;
-docs/architecture.md, "What a sample costs beyond the copy floor"). NumPy
-only.
+the batch's frames through the caches, so every line of it costs more
+than when measured alone, and gathering each element with its own NumPy
+call cost more than one call for all of them
+(docs/architecture.md#the-path-of-a-sampled-batch; the timings:
+benchmarks/RESULTS.md). NumPy only.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple

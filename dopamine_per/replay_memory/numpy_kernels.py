@@ -8,8 +8,8 @@ slots, n-step trajectories, and the gathering of stacked states. Two
 implementations share this interface and give bit-identical results:
 `NumpyKernels` here (vectorized over the batch; the reference, always
 available) and `native_kernels.NativeKernels` (the same loops in C++,
-dopamine_per/native, built with the system's compiler on first use;
-several times faster on batches of 32-256). `kernels.choose` picks one; the
+dopamine_per/native, built with the system's compiler on first use; the
+default, faster: benchmarks/RESULTS.md). `kernels.choose` picks one; the
 sum tree and the memories take the choice as their `kernels` argument and
 call nothing else.
 

@@ -185,8 +185,8 @@ class _Buffer(object):
 class BufferPool(object):
   """Reuses the memory of earlier outputs once nothing refers to them.
 
-  Allocating a fresh 1.8 MB Atari batch cost ~20 us per sample here (in
-  the allocator and the kernel). The pool keeps up to `size` buffers, of at
+  Allocating a fresh Atari batch on every sample costs time in the
+  allocator and the kernel. The pool keeps up to `size` buffers, of at
   most `max_bytes` together, and hands one out again only when no array (the
   output, a view of it, or a TensorFlow tensor that adopted it) still refers
   to it: a view counts as a reference to the buffer that owns the memory.
@@ -196,9 +196,8 @@ class BufferPool(object):
 
   `carved` hands out a whole batch's arrays, carved out of one buffer once
   and returned again (the same objects) once nothing refers to the buffer
-  or to any of them: setting a batch's arrays up on every sample kept the
-  Atari cycle at 1.10x the copy floor, against 1.07x reusing them
-  (measured by hand; see batch_plan.py).
+  or to any of them, rather than setting a batch's arrays up on every
+  sample (see batch_plan.py).
   """
 
   def __init__(self, size: int = 3, max_bytes: int = DEFAULT_POOL_BYTES):

@@ -1,10 +1,10 @@
 """Inputs of the kernel tests: trees laid out, random memory states.
 
 The kernels take a tree as a flat float64 array of all levels and the
-offsets where each level starts (docs/architecture.md#the-sum-trees-flat-
-layout), and a memory's state as its counters and per-slot arrays. The
-tests of compiled kernels compare them with NumPy's (`assert_same`) on
-these inputs.
+offsets where each level starts
+(docs/architecture.md#the-sum-trees-flat-layout), and a memory's state as
+its counters and per-slot arrays. The tests of compiled kernels compare
+them with NumPy's (`assert_same`) on these inputs.
 """
 
 from typing import Any, Tuple

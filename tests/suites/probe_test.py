@@ -37,6 +37,13 @@ def _prioritized(**kwargs):
   return prb.OutOfGraphPrioritizedReplayBuffer(**config)
 
 
+def _wrapped(cls=prb.WrappedPrioritizedReplayBuffer, **kwargs):
+  config = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
+                batch_size=4, observation_dtype=np.float32)
+  config.update(kwargs)
+  return cls(**config)
+
+
 def _fill(memory, count=10):
   for step in range(count):
     memory.add(np.full((2,), step, np.float32), step % 3, float(step),
@@ -178,9 +185,7 @@ class ForeignGraphTest(graph_util.GraphTestCase):
   """A graph's ops never sample another process's memory."""
 
   def test_an_imported_graph_finds_no_memory_of_the_importing_process(self):
-    replay = crb.WrappedReplayBuffer(
-        observation_shape=(2,), stack_size=1, replay_capacity=16,
-        batch_size=4, observation_dtype=np.float32)
+    replay = _wrapped(crb.WrappedReplayBuffer)
     _fill(replay.memory)
     target = replay.indices.name
     self.assertEqual(self.session.run(replay.indices).shape, (4,))
@@ -249,9 +254,7 @@ class ReplacedTreeTest(graph_util.GraphTestCase):
   """A sum tree assigned after the ops were built is the one they read."""
 
   def test_the_graph_reads_the_new_tree(self):
-    replay = prb.WrappedPrioritizedReplayBuffer(
-        observation_shape=(2,), stack_size=1, replay_capacity=16,
-        batch_size=4, observation_dtype=np.float32)
+    replay = _wrapped()
     _fill(replay.memory)
     indices = tf.constant([1, 2], tf.int32)
     read = replay.tf_get_priority(indices)
@@ -274,10 +277,7 @@ class ResumedSamplerTest(graph_util.GraphTestCase):
   """A resumed run's graph samples continue the saved run's stream."""
 
   def _replay(self, rng):
-    replay = prb.WrappedPrioritizedReplayBuffer(
-        observation_shape=(2,), stack_size=1, replay_capacity=64,
-        batch_size=8, observation_dtype=np.float32, rng=rng)
-    return replay
+    return _wrapped(replay_capacity=64, batch_size=8, rng=rng)
 
   @parameterized.parameters(None, 7)
   def test_resumed_graph_samples_are_the_uninterrupted_ones(self, seed):
@@ -462,10 +462,8 @@ class LoadBothFacesTest(graph_util.GraphTestCase):
 _LARGEST = 3.4028235e38
 
 
-def _wrapped(memory, use_native_ops=True):
-  replay = prb.WrappedPrioritizedReplayBuffer(
-      observation_shape=(2,), stack_size=1, wrapped_memory=memory,
-      replay_capacity=16, batch_size=4, use_native_ops=use_native_ops)
+def _wrapping(memory, use_native_ops=True):
+  replay = _wrapped(wrapped_memory=memory, use_native_ops=use_native_ops)
   assert (replay.transition['indices'].op.type ==
           ('DopaminePerSampleTransitions' if use_native_ops else
            'PyFunc')), replay.transition['indices'].op.type
@@ -501,7 +499,7 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
   def test_the_native_op_raises_the_memorys_message(self, dtype, value):
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory)
+    replay = _wrapping(memory)
     priorities = np.array([5.0, value, 1.0], dtype)
     text = _python_error(memory, priorities)
     update = replay.tf_set_priority(tf.constant([1, 2, 3]),
@@ -518,7 +516,7 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
   def test_the_py_func_op_raises_it_too(self, value):
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory, use_native_ops=False)
+    replay = _wrapping(memory, use_native_ops=False)
     priorities = np.array([5.0, value, 1.0])
     text = _python_error(memory, priorities)
     with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
@@ -551,7 +549,7 @@ class LargestPriorityTest(graph_util.GraphTestCase):
   def test_the_native_op_takes_it(self, dtype):
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory)
+    replay = _wrapping(memory)
     slots = tf.constant([1, 2])
     self.session.run(replay.tf_set_priority(
         slots, tf.constant([_LARGEST, 1.0], dtype)))
@@ -562,7 +560,7 @@ class LargestPriorityTest(graph_util.GraphTestCase):
   def test_the_next_float64_is_refused_on_every_path(self):
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory)
+    replay = _wrapping(memory)
     too_large = np.nextafter(_LARGEST, np.inf)
     text = _python_error(memory, too_large)
     self.assertIn('3.4028235e+38] (the positive range of float32). Got '
@@ -579,7 +577,7 @@ class LargestPriorityTest(graph_util.GraphTestCase):
     # overflowing: the overflow check (for float64 trees) never fires here.
     memory = _prioritized()
     _fill(memory, 20)
-    replay = _wrapped(memory)
+    replay = _wrapping(memory)
     self.session.run(replay.tf_set_priority(
         tf.range(16), tf.fill([16], tf.constant(_LARGEST, tf.float64))))
     self.assertAlmostEqual(memory.sum_tree.total_priority() / _LARGEST, 16.0,
@@ -603,7 +601,7 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
   def test_the_native_ops_keep_them(self, dtype):
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory)
+    replay = _wrapping(memory)
     slots = np.array([1, 2, 3])
     memory.set_priority(np.arange(16), 0.0)  # Only these can be sampled.
     self.session.run(replay.tf_set_priority(
@@ -622,7 +620,7 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
     # with subnormals flushed.
     memory = _prioritized()
     _fill(memory)
-    replay = _wrapped(memory, use_native_ops=False)
+    replay = _wrapping(memory, use_native_ops=False)
     self.session.run(replay.tf_set_priority(tf.constant([1]),
                                             tf.constant(self._TINY[:1])))
     self.assertEqual(memory.get_priority(np.array([1]))[0], 0.0)

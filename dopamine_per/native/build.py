@@ -29,6 +29,11 @@ the cache (`.build-*`) and renames the library there only once the compiler
 succeeded, so concurrent processes never see a half-written file; the work
 of a build that was killed is removed by the next process to use the cache.
 `python -m dopamine_per.native.build` builds all three now and prints where.
+They are compiled with -Wall -Wextra, and our sources print no warning
+(TensorFlow's and Python's headers are system headers, -isystem, whose
+warnings are not shown); one that does is logged. `compile_test_program`
+compiles a C++ test program with the same compiler and flags
+(tests/native/replay_core_test.cc).
 With $DOPAMINE_PER_NATIVE_SANITIZE=1, `core_library()` and `ops_library()`
 (and so the libraries the memories and ops load) are the AddressSanitizer
 and UBSan builds, for tests: the process must have libasan preloaded
@@ -56,8 +61,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Type
 from absl import logging
 
 __all__ = ['CACHE_ENV', 'SANITIZE_ENV', 'NativeBuildError', 'Once',
-           'cache_root', 'core_library', 'main', 'ops_library',
-           'python_extension']
+           'cache_root', 'compile_test_program', 'core_library', 'main',
+           'ops_library', 'python_extension']
 
 # The environment variable naming the cache directory.
 CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
@@ -80,7 +85,12 @@ _PYTHON_SOURCES = ('replay_core.h', 'replay_python.cc')
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
-_COMMON_FLAGS = ['-O3', '-std=c++17', '-shared', '-fPIC', '-ffp-contract=off']
+# -Wall -Wextra: our sources compile without a warning (tests/native/
+# replay_core_cpp_test.py checks); the headers of TensorFlow and Python
+# are included with -isystem, which keeps their own warnings quiet.
+_PROGRAM_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', '-Wall',
+                  '-Wextra']
+_COMMON_FLAGS = _PROGRAM_FLAGS + ['-shared', '-fPIC']
 _SANITIZER_FLAGS = ['-fsanitize=address,undefined', '-fno-omit-frame-pointer',
                     '-g']
 # GCC's null checks make `&function == nullptr` no constant expression,
@@ -363,6 +373,9 @@ def _compile(command: List[str], target: str) -> str:
     if result.returncode != 0:
       raise NativeBuildError('compiling {} failed:\n{}'.format(
           name, result.stderr[-4000:]))
+    if result.stderr.strip():  # Warnings: our sources should have none.
+      logging.warning('dopamine_per: compiling %s printed:\n%s', name,
+                      result.stderr[-4000:])
     contents = _contents(output)
     if not contents or not contents[0]:
       raise NativeBuildError('compiling {} failed: the compiler wrote no '
@@ -382,6 +395,23 @@ def _compile(command: List[str], target: str) -> str:
   finally:
     _end_work(work, lock)
   return target
+
+
+def _system_includes(flags: Sequence[str]) -> List[str]:
+  """`flags` with each `-I<dir>` as `-isystem <dir>`.
+
+  A system header's warnings are not printed: those of TensorFlow's and
+  Python's headers, which are not ours to fix, stay out of the build's
+  -Wall -Wextra output. (Nothing else is included with -I, so the search
+  order is unchanged.)
+  """
+  rewritten = []
+  for flag in flags:
+    if flag.startswith('-I') and len(flag) > 2:
+      rewritten += ['-isystem', flag[2:]]
+    else:
+      rewritten.append(flag)
+  return rewritten
 
 
 def _sanitize(sanitize: Optional[bool]) -> bool:
@@ -433,9 +463,10 @@ def ops_library(sanitize: Optional[bool] = None) -> str:
   sanitize = _sanitize(sanitize)
   core = core_library(sanitize)
   compiler, version = _compiler()
-  tf_flags = tf.sysconfig.get_compile_flags()
+  tf_flags = _system_includes(tf.sysconfig.get_compile_flags())
   link_flags = tf.sysconfig.get_link_flags()
-  include = [flag[2:] for flag in tf_flags if flag.startswith('-I')]
+  include = [tf_flags[i + 1] for i, flag in enumerate(tf_flags[:-1])
+             if flag == '-isystem']
   if not any(os.path.exists(os.path.join(path, 'tensorflow', 'core',
                                          'framework', 'op_kernel.h'))
              for path in include):
@@ -443,7 +474,7 @@ def ops_library(sanitize: Optional[bool] = None) -> str:
         "TensorFlow {}'s C++ headers are missing from {}".format(
             tf.__version__, include))
   flags = (_COMMON_FLAGS + (_OPS_SANITIZER_FLAGS if sanitize else []) +
-           ['-w'] + tf_flags)
+           tf_flags)
   name = 'dopamine_per_ops-{}.so'.format(_digest(
       _OPS_SOURCES, version, compiler, tf.__version__, os.path.basename(core),
       *(flags + link_flags)))
@@ -483,13 +514,43 @@ def python_extension(sanitize: Optional[bool] = None) -> str:
     includes.append(platform_include)
   suffix = sysconfig.get_config_var('EXT_SUFFIX') or '.so'
   flags = (_COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else []) +
-           ['-fvisibility=hidden'] + ['-I' + path for path in includes])
+           ['-fvisibility=hidden'] +
+           _system_includes(['-I' + path for path in includes]))
   name = 'dopamine_per_replay-{}{}'.format(
       _digest(_PYTHON_SOURCES, version, compiler, suffix, sys.version,
               *flags), suffix)
   command = [compiler] + flags + [
       os.path.join(_SOURCE_DIR, 'replay_python.cc'), '-o', '{output}']
   return _compile(command, os.path.join(cache_root(), name))
+
+
+def compile_test_program(source: str, output: str,
+                         sanitize: bool = False) -> str:
+  """Compiles the C++ test program `source` into the executable `output`.
+
+  With the libraries' compiler and flags (but -shared and -fPIC; with
+  AddressSanitizer and UBSan if `sanitize`), and the native sources'
+  directory on the include path (`#include "replay_core.h"`). Not cached.
+
+  Returns:
+    What the compiler printed (its warnings; empty for a clean source).
+
+  Raises:
+    NativeBuildError: If there is no compiler or it fails.
+  """
+  compiler, _ = _compiler()
+  command = ([compiler] + _PROGRAM_FLAGS +
+             (_SANITIZER_FLAGS if sanitize else []) +
+             ['-I' + _SOURCE_DIR, source, '-o', output])
+  try:
+    result = subprocess.run(command, capture_output=True, text=True,
+                            check=False)
+  except OSError as e:
+    raise NativeBuildError('compiling {} failed: {}'.format(source, e)) from e
+  if result.returncode != 0:
+    raise NativeBuildError('compiling {} failed:\n{}'.format(
+        source, result.stderr[-4000:]))
+  return result.stderr
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "replay_core.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -32,7 +34,23 @@ using ::tensorflow::PartialTensorShape;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::shape_inference::InferenceContext;
-namespace errors = ::tensorflow::errors;
+
+// TensorFlow's errors::InvalidArgument and errors::FailedPrecondition,
+// which it deprecated, as it defines them: the status whose message is the
+// pieces' absl::StrCat.
+namespace errors {
+
+template <typename... Pieces>
+absl::Status InvalidArgument(const Pieces&... pieces) {
+  return absl::InvalidArgumentError(absl::StrCat(pieces...));
+}
+
+template <typename... Pieces>
+absl::Status FailedPrecondition(const Pieces&... pieces) {
+  return absl::FailedPreconditionError(absl::StrCat(pieces...));
+}
+
+}  // namespace errors
 
 absl::Status OutputShapesFromAttr(InferenceContext* c) {
   std::vector<PartialTensorShape> shapes;
@@ -117,7 +135,7 @@ class MemoryOp : public OpKernel {
  protected:
   // The memory, or nullptr with an error set on the context: the op's
   // memory must be this process's, by id and token, never another's.
-  std::shared_ptr<Memory> Find(OpKernelContext* context, bool prioritized) {
+  std::shared_ptr<Memory> Find(OpKernelContext* context) {
     bool foreign = false;
     std::shared_ptr<Memory> memory =
         FindMemory(memory_id_, memory_token_, &foreign);
@@ -299,7 +317,7 @@ class TransitionsOp : public MemoryOp {
   void Compute(OpKernelContext* context) override {
     bool prioritized = std::find(elements_.begin(), elements_.end(),
                                  "sampling_probabilities") != elements_.end();
-    std::shared_ptr<Memory> memory = Find(context, prioritized);
+    std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::vector<int64_t> given;
     if (!sampling_) {
@@ -519,7 +537,7 @@ class SetPriorityOp : public MemoryOp {
                       ? priorities_tensor.flat<float>()(j)
                       : priorities_tensor.flat<double>()(j);
     }
-    std::shared_ptr<Memory> memory = Find(context, true);
+    std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
@@ -553,7 +571,7 @@ class GetPriorityOp : public MemoryOp {
     Tensor* output = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(
                                 0, indices_tensor.shape(), &output));
-    std::shared_ptr<Memory> memory = Find(context, true);
+    std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
@@ -573,7 +591,7 @@ class TotalPriorityOp : public MemoryOp {
     Tensor* output = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}),
                                                      &output));
-    std::shared_ptr<Memory> memory = Find(context, true);
+    std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;

@@ -39,6 +39,12 @@ def _compile_command(build_library):
   return commands[-1]
 
 
+def _system_include(command, directory):
+  """Whether `command` includes `directory` as a system header directory."""
+  return any(command[i:i + 2] == ['-isystem', directory]
+             for i in range(len(command) - 1))
+
+
 class BuildTest(absltest.TestCase):
 
   @classmethod
@@ -142,7 +148,8 @@ class BuildTest(absltest.TestCase):
     self.assertEqual(module.__name__, build.PYTHON_MODULE)
     self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
     command = _compile_command(build.python_extension)
-    self.assertIn('-I' + sysconfig.get_paths()['include'], command)
+    self.assertTrue(_system_include(command, sysconfig.get_paths()['include']),
+                    command)
     self.assertIn('-ffp-contract=off', command)
 
   def test_missing_python_headers_are_named(self):
@@ -169,7 +176,10 @@ class BuildTest(absltest.TestCase):
     ops_command = _compile_command(build.ops_library)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     for flag in tf.sysconfig.get_compile_flags():
-      self.assertIn(flag, ops_command)
+      if flag.startswith('-I'):  # A system header directory.
+        self.assertTrue(_system_include(ops_command, flag[2:]), ops_command)
+      else:
+        self.assertIn(flag, ops_command)
     self.assertIn('-D_GLIBCXX_USE_CXX11_ABI=1', ops_command)
     self.assertIn('-std=c++17', ops_command)
 

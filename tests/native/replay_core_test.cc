@@ -1,0 +1,855 @@
+// Unit tests of dopamine_per/native/replay_core.h, the loops every native
+// library shares: the sum tree (level sums, writes and their ancestors,
+// descents), validity masks and n-step trajectories, the sampler (uniform
+// and stratified draws, redraws of invalid slots, its errors), the random
+// draws, and the frame stacks. A plain program, no test framework: it
+// prints each failed check and "N checks passed" (exit 0) or "K of N
+// checks failed" (exit 1). tests/native/replay_core_cpp_test.py compiles
+// it with build.py's compiler and flags (`build.compile_test_program`),
+// also with AddressSanitizer and UBSan, and runs it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iomanip>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "replay_core.h"
+
+namespace {
+
+using dopamine_per::Memory;
+using dopamine_per::PerLayout;
+using dopamine_per::Tree;
+
+// ------------------------------------------------------------- checking
+
+int checks = 0;
+int failures = 0;
+
+template <typename T>
+std::string Show(const T& value) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    std::ostringstream text;
+    text << std::setprecision(17) << +value;
+    return text.str();
+  } else {
+    return "\"" + std::string(value) + "\"";
+  }
+}
+
+void Check(bool ok, const char* what, const char* file, int line,
+           const std::string& detail) {
+  ++checks;
+  if (ok) return;
+  ++failures;
+  std::fprintf(stderr, "%s:%d: check failed: %s%s\n", file, line, what,
+               detail.c_str());
+}
+
+template <typename A, typename B>
+void CheckEqual(const A& a, const B& b, const char* what, const char* file,
+                int line) {
+  const bool equal = a == b;
+  Check(equal, what, file, line,
+        equal ? std::string() : " (" + Show(a) + " vs " + Show(b) + ")");
+}
+
+#define CHECK(condition) Check((condition), #condition, __FILE__, __LINE__, "")
+#define CHECK_EQ(a, b) CheckEqual((a), (b), #a " == " #b, __FILE__, __LINE__)
+
+// Most loops are called through helpers that are never inlined: one copy
+// of each (the descents are unrolled) rather than one per call keeps the
+// build with AddressSanitizer and UBSan shorter (20 s, not 28 s, here).
+#define NOINLINE __attribute__((noinline))
+
+NOINLINE std::string DrawOf(Memory& m, int64_t count, bool strata,
+                            int64_t* out) {
+  return dopamine_per::Draw(m, count, strata, out);
+}
+
+NOINLINE std::string SampleOf(Memory& m, int64_t count, int64_t* out) {
+  return dopamine_per::SampleIndices(m, count, out);
+}
+
+NOINLINE bool GatherOf(const std::vector<uint8_t>& frames, int64_t capacity,
+                       int64_t pixels, int64_t item, int64_t stack,
+                       const std::vector<int64_t>& windows,
+                       std::vector<uint8_t>* out) {
+  return dopamine_per::GatherStacks(
+      frames.data(), capacity, pixels, item, stack, windows.data(),
+      static_cast<int64_t>(windows.size()) / stack, out->data());
+}
+
+// ------------------------------------------------------------- sum trees
+
+// NumPy's pairwise sum (numpy_kernels._halving_sum), the reference.
+double ReferenceHalvingSum(std::vector<double> values) {
+  while (values.size() > 1) {
+    std::vector<double> pairs;
+    for (size_t j = 0; j < values.size(); j += 2) {
+      pairs.push_back(values[j] + values[j + 1]);
+    }
+    values.swap(pairs);
+  }
+  return values[0];
+}
+
+// A sum tree laid out as sum_tree.py lays it out: levels leaves first,
+// each a whole number of rows of `fanout`, the top one row.
+struct TestTree {
+  TestTree(int64_t capacity, int64_t fanout_) : fanout(fanout_) {
+    std::vector<int64_t> sizes{RoundUp(capacity)};
+    while (sizes.back() > fanout) sizes.push_back(RoundUp(sizes.back() /
+                                                          fanout));
+    offsets.push_back(0);
+    for (const int64_t size : sizes) offsets.push_back(offsets.back() + size);
+    flat.assign(offsets.back(), 0.0);
+    for (const int64_t size : sizes) rows.push_back(size / fanout);
+  }
+
+  int64_t RoundUp(int64_t n) const {
+    return (n + fanout - 1) / fanout * fanout;
+  }
+  int64_t levels() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  int64_t leaves() const { return offsets[1]; }
+  Tree tree() { return Tree{flat.data(), offsets.data(), levels(), fanout}; }
+
+  // WriteLeaves; returns the total.
+  template <typename Index>
+  NOINLINE double Write(const std::vector<Index>& at,
+                        const std::vector<double>& values,
+                        double* written_max = nullptr) {
+    double ignored;
+    return dopamine_per::WriteLeaves(
+        tree(), at.data(), values.data(), static_cast<int64_t>(at.size()),
+        written_max == nullptr ? &ignored : written_max);
+  }
+
+  // The flat array recomputed from the leaves by the reference sums (the
+  // padding past each level's parents zero), and its total.
+  std::vector<double> Recomputed(double* total) const {
+    std::vector<double> expected(flat.size(), 0.0);
+    std::copy(flat.begin(), flat.begin() + offsets[1], expected.begin());
+    for (int64_t k = 0; k + 1 < levels(); ++k) {
+      for (int64_t r = 0; r < rows[k]; ++r) {
+        const auto row = expected.begin() + offsets[k] + r * fanout;
+        expected[offsets[k + 1] + r] =
+            ReferenceHalvingSum(std::vector<double>(row, row + fanout));
+      }
+    }
+    *total = ReferenceHalvingSum(std::vector<double>(
+        expected.begin() + offsets[levels() - 1], expected.end()));
+    return expected;
+  }
+
+  int64_t fanout;
+  std::vector<int64_t> offsets, rows;
+  std::vector<double> flat;
+};
+
+void TestHalvingAndLevelSums() {
+  for (const int64_t fanout : {1, 2, 4, 8, 16, 32, 1024}) {
+    std::vector<double> values(fanout);
+    for (int64_t j = 0; j < fanout; ++j) {
+      values[j] = 0.1 * static_cast<double>(j) + 1.0 / 3.0 + 1e-9 * (j % 7);
+    }
+    CHECK_EQ(dopamine_per::HalvingSum(values.data(), fanout),
+             ReferenceHalvingSum(values));
+  }
+  // Pairwise, not left to right: (1 + 1e17) + (-1e17 + 1) is 0, while
+  // ((1 + 1e17) - 1e17) + 1 would be 1.
+  const double cancel[4] = {1.0, 1e17, -1e17, 1.0};
+  CHECK_EQ(dopamine_per::HalvingSum(cancel, 4), 0.0);
+  const int64_t rows = 5, fanout = 16;
+  std::vector<double> blocks(rows * fanout), sums(rows, -1.0);
+  for (size_t j = 0; j < blocks.size(); ++j) blocks[j] = std::sqrt(j + 0.5);
+  dopamine_per::LevelSums(blocks.data(), rows, fanout, sums.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    CHECK_EQ(sums[r], ReferenceHalvingSum(std::vector<double>(
+                          blocks.begin() + r * fanout,
+                          blocks.begin() + (r + 1) * fanout)));
+  }
+}
+
+// Writes update every ancestor exactly as a recomputation from the leaves.
+void TestWritesUpdateAncestors() {
+  std::mt19937_64 rng(7);
+  for (const int64_t fanout : {2, 4, 16}) {  // 16: the unrolled path.
+    for (const int64_t capacity : {1, 5, 16, 17, 100, 1000}) {
+      TestTree t(capacity, fanout);
+      for (int round = 0; round < 20; ++round) {
+        const int64_t count = 1 + static_cast<int64_t>(rng() % 8);
+        std::vector<int64_t> at(count);
+        std::vector<int32_t> at32(count);
+        std::vector<double> values(count);
+        double largest = 0.0;
+        for (int64_t i = 0; i < count; ++i) {
+          at[i] = static_cast<int64_t>(rng() % capacity);
+          at32[i] = static_cast<int32_t>(at[i]);
+          // A quarter zero; the rest spread over orders of magnitude.
+          values[i] = rng() % 4 == 0
+                          ? 0.0
+                          : std::ldexp(dopamine_per::DrawUniform(rng) + 0.5,
+                                       static_cast<int>(rng() % 20) - 10);
+        }
+        // Repeated leaves: the last value written wins, as NumPy's.
+        std::vector<double> last(t.flat.begin(), t.flat.begin() + capacity);
+        for (int64_t i = 0; i < count; ++i) last[at[i]] = values[i];
+        for (const double value : values) largest = std::max(largest, value);
+        double written_max = -1.0;
+        const double total = round % 2 ? t.Write(at32, values, &written_max)
+                                       : t.Write(at, values, &written_max);
+        CHECK_EQ(written_max, largest);
+        for (int64_t leaf = 0; leaf < capacity; ++leaf) {
+          CHECK_EQ(t.flat[leaf], last[leaf]);
+        }
+        double expected_total;
+        const std::vector<double> expected = t.Recomputed(&expected_total);
+        CHECK(t.flat == expected);
+        CHECK_EQ(total, expected_total);
+        // UpdateParents alone recomputes the same total.
+        CHECK_EQ(dopamine_per::UpdateParents(t.tree(), at.data(), count),
+                 expected_total);
+      }
+    }
+  }
+  // A leaf set to zero takes its mass out of every ancestor.
+  TestTree t(64, 4);
+  t.Write(std::vector<int64_t>{5, 40}, {3.0, 4.0});
+  CHECK_EQ(t.Write(std::vector<int64_t>{5}, {0.0}), 4.0);
+  for (int64_t k = 1; k < t.levels(); ++k) {
+    CHECK_EQ(t.flat[t.offsets[k] + (5 >> (2 * k))], 0.0);
+    CHECK_EQ(t.flat[t.offsets[k] + (40 >> (2 * k))], 4.0);
+  }
+}
+
+void TestLeavesValid() {
+  const double smallest = 1e-30, largest = 1e30;
+  int64_t bad = -1;
+  const std::vector<int64_t> at{0, 3, 9};
+  const std::vector<double> fine{1.0, 0.0, largest};
+  CHECK(dopamine_per::LeavesValid(at.data(), fine.data(), 3, 10, smallest,
+                                  largest, &bad));
+  CHECK_EQ(bad, -1);
+  const std::vector<int64_t> outside{0, 10, -1};
+  CHECK(!dopamine_per::LeavesValid(outside.data(), fine.data(), 3, 10,
+                                   smallest, largest, &bad));
+  CHECK_EQ(bad, 1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const double value : {nan, inf, -inf, -1.0, 1e-31, 2e30}) {
+    const std::vector<double> values{1.0, 2.0, value};
+    bad = -1;
+    CHECK(!dopamine_per::LeavesValid(at.data(), values.data(), 3, 10,
+                                     smallest, largest, &bad));
+    CHECK_EQ(bad, 2);
+  }
+  const std::vector<int32_t> at32{0, 3, 9};
+  const std::vector<float> floats{1.0f, 0.0f, 2.0f};
+  CHECK(dopamine_per::LeavesValid(at32.data(), floats.data(), 3, 10, smallest,
+                                  largest, &bad));
+}
+
+NOINLINE int64_t DescendOne(TestTree& t, double mass) {
+  int64_t leaf = -1;
+  dopamine_per::Descend(t.tree(), &mass, 1, &leaf);
+  return leaf;
+}
+
+void TestDescentBoundaries() {
+  // Leaves 1 2 0 3 | 0 0 4 0 (fanout 4): the top row holds 6 4 0 0.
+  TestTree t(8, 4);
+  t.Write(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7},
+          {1.0, 2.0, 0.0, 3.0, 0.0, 0.0, 4.0, 0.0});
+  CHECK_EQ(t.levels(), 2);
+  // A mass on a boundary belongs to the leaf it starts, skipping leaves
+  // without mass; masses at or past the total, to the last positive leaf.
+  const double masses[] = {0.0, 0.5, 1.0, 2.999, 3.0, 5.999, 6.0, 9.999,
+                           10.0, 11.0, 1e300};
+  const int64_t leaves[] = {0, 0, 1, 1, 3, 3, 6, 6, 6, 6, 6};
+  for (size_t i = 0; i < std::size(masses); ++i) {
+    CHECK_EQ(DescendOne(t, masses[i]), leaves[i]);
+  }
+  // Batched, with the same answers; DescendUniforms' masses.
+  std::vector<double> remaining(std::begin(masses), std::end(masses));
+  std::vector<int64_t> out(remaining.size(), -1);
+  dopamine_per::Descend(t.tree(), remaining.data(),
+                        static_cast<int64_t>(out.size()), out.data());
+  CHECK(std::equal(out.begin(), out.end(), std::begin(leaves)));
+  const double uniforms[] = {0.0, 0.5, 0.0};
+  const double lower[] = {0.0, 0.5, 0.625};
+  const double width[] = {0.5, 0.5, 0.375};
+  int64_t drawn[3];
+  dopamine_per::DescendUniforms(t.tree(), uniforms, lower, width, 10.0, 3,
+                                drawn);
+  CHECK_EQ(drawn[0], 0);  // mass 0
+  CHECK_EQ(drawn[1], 6);  // mass 7.5
+  CHECK_EQ(drawn[2], 6);  // mass 6.25
+  // The unrolled fanout: the same boundaries.
+  TestTree wide(40, 16);
+  wide.Write(std::vector<int64_t>{0, 17, 39}, {1.0, 2.0, 4.0});
+  CHECK_EQ(DescendOne(wide, 0.0), 0);
+  CHECK_EQ(DescendOne(wide, 1.0), 17);
+  CHECK_EQ(DescendOne(wide, 3.0), 39);
+  CHECK_EQ(DescendOne(wide, 7.0), 39);
+  CHECK_EQ(DescendOne(wide, 100.0), 39);
+}
+
+// Random trees of integer priorities (exact sums): every mass lands on the
+// leaf whose interval [prefix, prefix + priority) holds it, never a zero.
+void TestDescentFindsTheLeaf() {
+  std::mt19937_64 rng(11);
+  for (const int64_t fanout : {2, 4, 16}) {
+    for (const int64_t capacity : {1, 3, 16, 50, 300}) {
+      TestTree t(capacity, fanout);
+      std::vector<int64_t> at(capacity);
+      std::vector<double> values(capacity);
+      for (int64_t i = 0; i < capacity; ++i) {
+        at[i] = i;
+        values[i] = rng() % 3 == 0 ? 0.0 : static_cast<double>(rng() % 5);
+      }
+      values[rng() % capacity] = 1.0;  // Some mass.
+      const double total = t.Write(at, values);
+      std::vector<double> prefix(capacity + 1, 0.0);
+      for (int64_t i = 0; i < capacity; ++i) {
+        prefix[i + 1] = prefix[i] + values[i];
+      }
+      CHECK_EQ(total, prefix[capacity]);
+      int64_t last_positive = capacity - 1;
+      while (values[last_positive] == 0.0) --last_positive;
+      std::vector<double> masses;
+      for (double m = 0.0; m <= total + 1.0; m += 0.5) masses.push_back(m);
+      for (int i = 0; i < 200; ++i) {
+        masses.push_back(dopamine_per::DrawUniform(rng) * total);
+      }
+      for (const double mass : masses) {
+        const int64_t leaf = DescendOne(t, mass);
+        CHECK(leaf >= 0 && leaf < capacity);
+        if (leaf < 0 || leaf >= capacity) continue;
+        CHECK(values[leaf] > 0.0);
+        if (mass < total) {
+          CHECK(prefix[leaf] <= mass && mass < prefix[leaf + 1]);
+        } else {
+          CHECK_EQ(leaf, last_positive);
+        }
+      }
+      // DescendFrom with the rows: a consistent tree stays inside them.
+      std::vector<double> remaining{0.0, total / 2, total};
+      std::vector<int64_t> out(3);
+      CHECK(dopamine_per::DescendFrom(t.tree(), t.rows.data(),
+                                      remaining.data(), 3, out.data()));
+    }
+  }
+  // Mass in a level's padding (no row below it): the checked descent stops.
+  TestTree t(5, 4);  // Leaves 8 (2 rows), top 4 (1 row).
+  t.Write(std::vector<int64_t>{0}, {1.0});
+  t.flat[t.offsets[1] + 2] = 5.0;  // A parent of a third row of leaves.
+  double remaining = 3.0;
+  int64_t out = -1;
+  CHECK(!dopamine_per::DescendFrom(t.tree(), t.rows.data(), &remaining, 1,
+                                   &out));
+}
+
+void TestUniformsFromWords() {
+  const uint32_t words[] = {0, 0, 0xFFFFFFFFu, 0xFFFFFFFFu, 1u << 5, 1u << 6,
+                            0x80000000u, 0};
+  double out[4];
+  dopamine_per::UniformsFromWords(words, 4, out);
+  CHECK_EQ(out[0], 0.0);
+  CHECK_EQ(out[1], 1.0 - std::ldexp(1.0, -53));
+  CHECK_EQ(out[2], (67108864.0 + 1.0) * std::ldexp(1.0, -53));
+  CHECK_EQ(out[3], 0.5);
+}
+
+// ------------------------------------------------ validity and returns
+
+NOINLINE std::vector<uint8_t> Valid(const std::vector<int64_t>& slots,
+                                    int64_t capacity, int64_t add_count,
+                                    int64_t horizon, int64_t stack,
+                                    const std::vector<uint8_t>& episode_end,
+                                    const std::vector<uint8_t>& terminal,
+                                    int64_t terminal_item = 1) {
+  std::vector<uint8_t> valid(slots.size(), 2);
+  dopamine_per::ValidMask(slots.data(), static_cast<int64_t>(slots.size()),
+                          capacity, add_count, horizon, stack,
+                          episode_end.data(), terminal.data(), terminal_item,
+                          valid.data());
+  return valid;
+}
+
+void TestValidMask() {
+  const int64_t capacity = 10;
+  std::vector<uint8_t> ends(capacity, 0), terminal(capacity, 0);
+  const std::vector<int64_t> all{-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  // Not full: add_count 8, stack 2, horizon 3: slots [1, 5).
+  CHECK(Valid(all, capacity, 8, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0}));
+  // An episode ends at 2 without a terminal: 2 (its trajectory crosses
+  // it), 1 (the same) and 3 (its stack does) are invalid.
+  ends[2] = 1;
+  CHECK(Valid(all, capacity, 8, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}));
+  // With a terminal there, the returns are cut: 1 and 2 are valid again.
+  terminal[2] = 1;
+  CHECK(Valid(all, capacity, 8, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0}));
+  // A terminal before the episode's end cuts the trajectory first.
+  std::fill(ends.begin(), ends.end(), 0);
+  std::fill(terminal.begin(), terminal.end(), 0);
+  terminal[1] = 1;
+  ends[3] = 1;  // 1's trajectory (1, 2, 3) is cut at 1.
+  CHECK(Valid({1, 2}, capacity, 8, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{1, 0}));
+  // Full (add_count 17, cursor 7): invalid are the slots i with
+  // (i - (7 - 3)) % 10 < 3 + 2, 4 to 8; the stacks and trajectories of
+  // the others wrap around.
+  std::fill(ends.begin(), ends.end(), 0);
+  std::fill(terminal.begin(), terminal.end(), 0);
+  CHECK(Valid(all, capacity, 17, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0}));
+  // An episode ends (terminal) at 9: 0's stack (9, 0) crosses it.
+  ends[9] = 1;
+  terminal[9] = 1;
+  CHECK(Valid(all, capacity, 17, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0}));
+  // Without the terminal, 9's trajectory (9, 0, 1) crosses its end too.
+  terminal[9] = 0;
+  CHECK(Valid(all, capacity, 17, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0}));
+  // An end at 0 without a terminal: 9's trajectory (9, 0, 1) crosses it,
+  // 1's stack (0, 1) too.
+  std::fill(ends.begin(), ends.end(), 0);
+  ends[0] = 1;
+  CHECK(Valid({9, 1}, capacity, 17, 3, 2, ends, terminal) ==
+        (std::vector<uint8_t>{0, 0}));
+  // Wider terminals (int32): any nonzero byte is a terminal.
+  std::fill(ends.begin(), ends.end(), 0);
+  std::vector<uint8_t> wide(4 * capacity, 0);
+  ends[2] = 1;
+  wide[4 * 2 + 1] = 1;  // 256 at slot 2
+  CHECK(Valid({1, 2}, capacity, 8, 3, 2, ends, wide, 4) ==
+        (std::vector<uint8_t>{1, 1}));
+  // int32 indices.
+  const std::vector<int32_t> slots32{-1, 1, 5};
+  std::vector<uint8_t> valid(3, 2);
+  std::fill(ends.begin(), ends.end(), 0);
+  dopamine_per::ValidMask(slots32.data(), 3, capacity, 8, 3, 2, ends.data(),
+                          terminal.data(), 1, valid.data());
+  CHECK(valid == (std::vector<uint8_t>{0, 1, 0}));
+}
+
+struct Returns {
+  std::vector<int64_t> next;
+  std::vector<uint8_t> is_terminal;
+  std::vector<float> returns;
+};
+
+NOINLINE Returns Trajectories(const std::vector<int64_t>& slots,
+                              int64_t capacity,
+                              const std::vector<uint8_t>& terminal,
+                              const std::vector<float>& rewards,
+                              const std::vector<float>& discounts) {
+  const int64_t count = static_cast<int64_t>(slots.size());
+  Returns r{std::vector<int64_t>(count, -1), std::vector<uint8_t>(count, 2),
+            std::vector<float>(count, -1.0f)};
+  dopamine_per::Trajectories(slots.data(), count, capacity, terminal.data(), 1,
+                             rewards.data(), discounts.data(),
+                             static_cast<int64_t>(discounts.size()),
+                             r.next.data(), r.is_terminal.data(),
+                             r.returns.data());
+  return r;
+}
+
+void TestTrajectories() {
+  const int64_t capacity = 8;
+  std::vector<float> rewards(capacity);
+  for (int64_t i = 0; i < capacity; ++i) rewards[i] = static_cast<float>(i + 1);
+  std::vector<uint8_t> terminal(capacity, 0);
+  const std::vector<float> discounts{1.0f, 0.5f, 0.25f};
+  // 2: 3 + 4/2 + 5/4; 7 wraps: 8 + 1/2 + 2/4; -1 and 9 wrap as NumPy's %.
+  Returns r = Trajectories({2, 7, -1, 9}, capacity, terminal, rewards,
+                           discounts);
+  CHECK(r.returns == (std::vector<float>{6.25f, 9.0f, 9.0f, 2.0f + 1.5f +
+                                         1.0f}));
+  CHECK(r.next == (std::vector<int64_t>{5, 2, 2, 4}));
+  CHECK(r.is_terminal == (std::vector<uint8_t>{0, 0, 0, 0}));
+  // A terminal at 3 cuts 2's and 3's returns, counting its own reward.
+  terminal[3] = 1;
+  r = Trajectories({2, 3, 4}, capacity, terminal, rewards, discounts);
+  CHECK(r.returns == (std::vector<float>{3.0f + 2.0f, 4.0f, 9.75f}));
+  CHECK(r.next == (std::vector<int64_t>{4, 4, 7}));
+  CHECK(r.is_terminal == (std::vector<uint8_t>{1, 1, 0}));
+  // Summed in float32, left to right: 1e8 + 1 is 1e8 in float32.
+  std::fill(terminal.begin(), terminal.end(), 0);
+  rewards[0] = 1e8f;
+  rewards[1] = 1.0f;
+  rewards[2] = -1e8f;
+  r = Trajectories({0}, capacity, terminal, rewards, {1.0f, 1.0f, 1.0f});
+  CHECK_EQ(r.returns[0], 0.0f);
+  // A horizon longer than the memory wraps more than once.
+  const std::vector<float> small_rewards{1.0f, 2.0f};
+  const std::vector<uint8_t> no_terminal(2, 0);
+  r = Trajectories({1}, 2, no_terminal, small_rewards,
+                   {1.0f, 1.0f, 1.0f, 1.0f, 1.0f});
+  CHECK_EQ(r.returns[0], 2.0f + 1.0f + 2.0f + 1.0f + 2.0f);
+  CHECK_EQ(r.next[0], 0);
+}
+
+// --------------------------------------------------------------- sampling
+
+std::vector<int64_t> Seq(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+// A memory's arrays, bound to a Memory as a Python memory binds its own.
+struct TestMemory {
+  TestMemory(int64_t capacity_, int64_t stack_, int64_t horizon_,
+             int64_t add_count_, bool prioritized, int64_t fanout = 4,
+             int64_t attempts = 1000, uint64_t seed = 3)
+      : capacity(capacity_), stack(stack_), horizon(horizon_),
+        max_attempts(attempts), add_count(add_count_),
+        episode_end(capacity_, 0), terminal(capacity_, 0),
+        tree(capacity_, fanout), discounts(horizon_, 1.0f),
+        uniform(!prioritized) {
+    Bind(seed);
+  }
+
+  void Bind(uint64_t seed) {
+    PerLayout l{};
+    l.size = sizeof(PerLayout);
+    l.version = dopamine_per::kLayoutVersion;
+    l.capacity = capacity;
+    l.stack = stack;
+    l.horizon = horizon;
+    l.max_sample_attempts = max_attempts;
+    l.add_count = &add_count;
+    l.episode_end = episode_end.data();
+    l.terminal = terminal.data();
+    l.terminal_item = 1;
+    l.discounts = discounts.data();
+    if (!uniform) {
+      l.flat = tree.flat.data();
+      l.offsets = tree.offsets.data();
+      l.levels = tree.levels();
+      l.fanout = tree.fanout;
+      l.tree_scalars = scalars;
+      l.smallest = 1e-30;
+      l.largest = 1e30;
+    }
+    l.seed = seed;
+    m.Bind(l);
+  }
+
+  void SetPriorities(const std::vector<int64_t>& at,
+                     const std::vector<double>& values) {
+    double written_max = 0.0;
+    scalars[0] = tree.Write(at, values, &written_max);
+    scalars[1] = std::max(scalars[1], written_max);
+  }
+
+  std::vector<uint8_t> ValidOf(const std::vector<int64_t>& slots) {
+    return Valid(slots, capacity, add_count, horizon, stack, episode_end,
+                 terminal);
+  }
+
+  int64_t capacity, stack, horizon, max_attempts, add_count;
+  std::vector<uint8_t> episode_end, terminal;
+  TestTree tree;
+  std::vector<float> discounts;
+  bool uniform;
+  double scalars[2] = {0.0, 0.0};
+  Memory m;
+};
+
+void TestUniformDraws() {
+  // Not full: add_count 10, stack 1, horizon 1: [0, 9).
+  TestMemory a(20, 1, 1, 10, false);
+  std::vector<int64_t> out(9000);
+  CHECK_EQ(DrawOf(a.m, 9000, true, out.data()), std::string());
+  std::vector<int64_t> counts(20, 0);
+  for (const int64_t slot : out) {
+    CHECK(slot >= 0 && slot < 9);
+    if (slot >= 0 && slot < 20) ++counts[slot];
+  }
+  for (int64_t slot = 0; slot < 9; ++slot) {
+    CHECK(counts[slot] > 800 && counts[slot] < 1200);
+  }
+  // Full: add_count 45 (cursor 5), stack 4, horizon 3: the slots
+  // [5 - 20 + 4 - 1, 5 - 3) mod 20 = 8, ..., 19, 0, 1, as Dopamine draws
+  // them: every valid slot (9, ..., 19, 0, 1) and 8 (its stack holds the
+  // cursor; SampleIndices redraws it).
+  TestMemory b(20, 4, 3, 45, false);
+  std::fill(counts.begin(), counts.end(), 0);
+  CHECK_EQ(DrawOf(b.m, 9000, false, out.data()), std::string());
+  for (const int64_t slot : out) {
+    CHECK(slot >= 0 && slot < 20);
+    if (slot >= 0 && slot < 20) ++counts[slot];
+  }
+  const std::vector<uint8_t> valid = b.ValidOf(Seq(20));
+  for (int64_t slot = 0; slot < 20; ++slot) {
+    CHECK_EQ(counts[slot] > 0, slot >= 8 || slot < 2);
+    CHECK_EQ(valid[slot] == 1, slot >= 9 || slot < 2);
+  }
+  // The same seed, the same draws.
+  TestMemory c(20, 4, 3, 45, false);
+  std::vector<int64_t> again(9000);
+  DrawOf(c.m, 9000, false, again.data());
+  CHECK(again == out);
+}
+
+void TestPrioritizedDraws() {
+  // Leaves 1 0 1 0 1 0 1 0: stratum i of 4 is mass [i, i + 1), leaf 2i.
+  TestMemory a(8, 1, 1, 8, true);
+  a.SetPriorities(Seq(8), {1, 0, 1, 0, 1, 0, 1, 0});
+  int64_t out[4];
+  for (int round = 0; round < 100; ++round) {
+    CHECK_EQ(DrawOf(a.m, 4, true, out), std::string());
+    for (int64_t i = 0; i < 4; ++i) CHECK_EQ(out[i], 2 * i);
+  }
+  // Random integer priorities: a stratified draw i's leaf meets stratum i,
+  // an independent draw any leaf with mass; never a zero.
+  std::mt19937_64 rng(5);
+  TestMemory b(100, 1, 1, 100, true, 16);
+  std::vector<double> values(100);
+  for (double& value : values) value = static_cast<double>(rng() % 4);
+  b.SetPriorities(Seq(100), values);
+  std::vector<double> prefix{0.0};
+  for (const double value : values) prefix.push_back(prefix.back() + value);
+  const double total = prefix.back();
+  CHECK_EQ(b.scalars[0], total);
+  const int64_t count = 7;
+  std::vector<int64_t> drawn(count);
+  for (int round = 0; round < 200; ++round) {
+    const bool strata = round % 2 == 0;
+    CHECK_EQ(DrawOf(b.m, count, strata, drawn.data()),
+             std::string());
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t leaf = drawn[i];
+      CHECK(leaf >= 0 && leaf < 100);
+      if (leaf < 0 || leaf >= 100) continue;
+      CHECK(values[leaf] > 0.0);
+      if (strata) {
+        const double low = total * i / count, high = total * (i + 1) / count;
+        CHECK(prefix[leaf] <= high && prefix[leaf + 1] >= low);
+      }
+    }
+  }
+  // An empty tree cannot be sampled.
+  TestMemory empty(8, 1, 1, 8, true);
+  CHECK_EQ(DrawOf(empty.m, 4, true, out),
+           std::string("Cannot sample from an empty sum tree."));
+}
+
+void TestSampleIndices() {
+  // Too few transitions: stack 2 + horizon 2 need add_count > 3.
+  TestMemory few(10, 2, 2, 3, false);
+  int64_t out[4];
+  CHECK_EQ(dopamine_per::CheckSampleable(few.m),
+           std::string("Cannot sample a batch with fewer than stack size (2) "
+                       "+ update_horizon (2) transitions."));
+  CHECK_EQ(SampleOf(few.m, 4, out),
+           dopamine_per::CheckSampleable(few.m));
+  few.add_count = 4;
+  CHECK_EQ(dopamine_per::CheckSampleable(few.m), std::string());
+  // Uniform: an episode ends at 4 (no terminal): 3 and 4 are redrawn.
+  TestMemory u(20, 1, 2, 10, false);
+  u.episode_end[4] = 1;
+  std::vector<int64_t> batch(64);
+  for (int round = 0; round < 50; ++round) {
+    CHECK_EQ(SampleOf(u.m, 64, batch.data()),
+             std::string());
+    const std::vector<uint8_t> valid = u.ValidOf(batch);
+    CHECK(std::all_of(valid.begin(), valid.end(),
+                      [](uint8_t v) { return v == 1; }));
+  }
+  // Prioritized, the last slot written (9, before the cursor) has mass but
+  // is invalid: every draw of it is redrawn.
+  TestMemory p(16, 1, 1, 10, true);
+  p.SetPriorities(Seq(10), std::vector<double>(10, 1.0));
+  for (int round = 0; round < 50; ++round) {
+    CHECK_EQ(SampleOf(p.m, 64, batch.data()),
+             std::string());
+    for (const int64_t slot : batch) CHECK(slot >= 0 && slot < 9);
+  }
+  // Only invalid slots have mass: 4, 8, then 12 >= 10 failed draws.
+  TestMemory none(16, 1, 1, 10, true, 4, 10);
+  none.SetPriorities({9}, {1.0});
+  CHECK_EQ(SampleOf(none.m, 4, out),
+           std::string("Max sample attempts: Tried 10 times but only sampled "
+                       "0 valid indices. Batch size is 4"));
+  // Strata 0 and 1 find slot 0 (valid), 2 and 3 slot 9 (invalid): with
+  // two attempts allowed, the two failures end it at once.
+  TestMemory half(16, 1, 1, 10, true, 4, 2);
+  half.SetPriorities({0, 9}, {1.0, 1.0});
+  CHECK_EQ(SampleOf(half.m, 4, out),
+           std::string("Max sample attempts: Tried 2 times but only sampled "
+                       "2 valid indices. Batch size is 4"));
+  // An empty tree.
+  TestMemory empty(16, 1, 1, 10, true);
+  CHECK_EQ(SampleOf(empty.m, 4, out),
+           std::string("Cannot sample from an empty sum tree."));
+}
+
+void TestRandomDraws() {
+  std::mt19937_64 rng(1);
+  const uint64_t big = (uint64_t{1} << 63) + 1;
+  const uint64_t ranges[] = {1, 2, 3, 7, 1000, big,
+                             std::numeric_limits<uint64_t>::max()};
+  for (const uint64_t range : ranges) {
+    bool inside = true;
+    for (int i = 0; i < 2000; ++i) {
+      inside &= dopamine_per::DrawBelow(rng, range) < range;
+    }
+    CHECK(inside);
+  }
+  for (int i = 0; i < 100; ++i) CHECK_EQ(dopamine_per::DrawBelow(rng, 1), 0u);
+  // Unbiased: each of 3 values about a third of the time.
+  int64_t counts[3] = {0, 0, 0};
+  for (int i = 0; i < 30000; ++i) ++counts[dopamine_per::DrawBelow(rng, 3)];
+  for (const int64_t count : counts) CHECK(count > 9000 && count < 11000);
+  // Uniforms in [0, 1), about half below one half.
+  int64_t below = 0;
+  bool inside = true;
+  for (int i = 0; i < 10000; ++i) {
+    const double u = dopamine_per::DrawUniform(rng);
+    inside &= u >= 0.0 && u < 1.0;
+    below += u < 0.5;
+  }
+  CHECK(inside);
+  CHECK(below > 4500 && below < 5500);
+  // The top 53 bits of one 64-bit draw.
+  std::mt19937_64 a(9), b(9);
+  CHECK_EQ(dopamine_per::DrawUniform(a),
+           static_cast<double>(b() >> 11) * std::ldexp(1.0, -53));
+}
+
+// ----------------------------------------------------------- frame stacks
+
+// Item k of pixel p of a state is frame k's pixel p, the frames ending at
+// `end` (wrapping around capacity).
+std::vector<uint8_t> ReferenceStack(const std::vector<uint8_t>& frames,
+                                    int64_t capacity, int64_t pixels,
+                                    int64_t item, int64_t stack,
+                                    int64_t end) {
+  std::vector<uint8_t> state(pixels * stack * item);
+  for (int64_t k = 0; k < stack; ++k) {
+    const int64_t frame =
+        ((end - stack + 1 + k) % capacity + capacity) % capacity;
+    for (int64_t p = 0; p < pixels; ++p) {
+      for (int64_t byte = 0; byte < item; ++byte) {
+        state[(p * stack + k) * item + byte] =
+            frames[(frame * pixels + p) * item + byte];
+      }
+    }
+  }
+  return state;
+}
+
+void TestFrameStacks() {
+  struct Case {
+    int64_t pixels, item, stack;
+  };
+  // Atari's 4 one-byte frames (SSE2 lines and a tail), the fixed sizes,
+  // another size, a single frame.
+  const Case cases[] = {{200, 1, 4}, {192, 1, 4}, {7, 1, 4}, {30, 2, 3},
+                        {30, 4, 2}, {30, 8, 2}, {30, 1, 3}, {30, 3, 2},
+                        {30, 5, 1}};
+  std::mt19937_64 rng(13);
+  for (const Case& c : cases) {
+    const int64_t capacity = 6, state = c.pixels * c.item * c.stack;
+    std::vector<uint8_t> frames(capacity * c.pixels * c.item);
+    for (uint8_t& byte : frames) byte = static_cast<uint8_t>(rng());
+    const std::vector<int64_t> ends{0, 3, 5, -1, 8};
+    const int64_t rows = static_cast<int64_t>(ends.size());
+    std::vector<uint8_t> out(rows * state, 0xAB);
+    dopamine_per::StacksEndingAt(frames.data(), capacity, c.pixels, c.item,
+                                 c.stack, ends.data(), rows, out.data());
+    std::vector<uint8_t> expected;
+    for (const int64_t end : ends) {
+      const std::vector<uint8_t> one =
+          ReferenceStack(frames, capacity, c.pixels, c.item, c.stack, end);
+      expected.insert(expected.end(), one.begin(), one.end());
+    }
+    CHECK(out == expected);
+    // States and next states together; either alone.
+    const std::vector<int64_t> next{1, 4, 0, 0, 2};
+    std::vector<uint8_t> states(rows * state), next_states(rows * state);
+    dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
+                                   c.stack, ends.data(), next.data(), rows,
+                                   states.data(), next_states.data());
+    CHECK(states == expected);
+    std::vector<uint8_t> next_expected;
+    for (const int64_t end : next) {
+      const std::vector<uint8_t> one =
+          ReferenceStack(frames, capacity, c.pixels, c.item, c.stack, end);
+      next_expected.insert(next_expected.end(), one.begin(), one.end());
+    }
+    CHECK(next_states == next_expected);
+    std::vector<uint8_t> only(rows * state, 0);
+    dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
+                                   c.stack, ends.data(), next.data(), rows,
+                                   nullptr, only.data());
+    CHECK(only == next_expected);
+    // Windows as NumPy indexes: [-capacity, 0) counts from the end.
+    std::vector<int64_t> windows;
+    for (const int64_t end : ends) {
+      for (int64_t k = 0; k < c.stack; ++k) {
+        const int64_t slot =
+            ((end - c.stack + 1 + k) % capacity + capacity) % capacity;
+        windows.push_back(k % 2 ? slot - capacity : slot);
+      }
+    }
+    std::vector<uint8_t> gathered(rows * state, 0);
+    CHECK(GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
+                   &gathered));
+    CHECK(gathered == expected);
+    // An index outside [-capacity, capacity): false, nothing written.
+    windows.back() = capacity;
+    std::vector<uint8_t> untouched(rows * state, 0x5A);
+    CHECK(!GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
+                    &untouched));
+    CHECK(untouched == std::vector<uint8_t>(rows * state, 0x5A));
+    windows.back() = -capacity - 1;
+    CHECK(!GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
+                    &untouched));
+  }
+  // GatherRows copies whole rows.
+  const std::vector<uint8_t> table{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<int32_t> at{2, 0, 2};
+  std::vector<uint8_t> rows(9, 0);
+  dopamine_per::GatherRows(table.data(), 3, at.data(), 3, rows.data());
+  CHECK(rows == (std::vector<uint8_t>{7, 8, 9, 1, 2, 3, 7, 8, 9}));
+}
+
+}  // namespace
+
+int main() {
+  TestHalvingAndLevelSums();
+  TestWritesUpdateAncestors();
+  TestLeavesValid();
+  TestDescentBoundaries();
+  TestDescentFindsTheLeaf();
+  TestUniformsFromWords();
+  TestValidMask();
+  TestTrajectories();
+  TestUniformDraws();
+  TestPrioritizedDraws();
+  TestSampleIndices();
+  TestRandomDraws();
+  TestFrameStacks();
+  if (failures > 0) {
+    std::printf("%d of %d checks failed\n", failures, checks);
+    return 1;
+  }
+  std::printf("%d checks passed\n", checks);
+  return 0;
+}

@@ -79,9 +79,13 @@ _WORK_PREFIX = '.build-'
 _LOCK_SUFFIX = '.lock'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
-_CORE_SOURCES = ('replay_core.h', 'replay_core.cc')
-_OPS_SOURCES = ('replay_core.h', 'replay_ops.cc')
-_PYTHON_SOURCES = ('replay_core.h', 'replay_python.cc')
+# The headers every library includes (replay_core.h and the one header per
+# concern it includes), then each library's own source.
+_HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'frames.h',
+            'memory.h', 'sampler.h')
+_CORE_SOURCES = _HEADERS + ('replay_core.cc',)
+_OPS_SOURCES = _HEADERS + ('replay_ops.cc',)
+_PYTHON_SOURCES = _HEADERS + ('replay_python.cc',)
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.

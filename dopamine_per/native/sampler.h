@@ -1,0 +1,135 @@
+// The sampling policy on a registered memory: draws (uniform over the
+// sampling range, or one per stratum of the total priority), the validity
+// test, redraws up to max_sample_attempts and their messages, as the
+// Python memories sample.
+
+#ifndef DOPAMINE_PER_NATIVE_SAMPLER_H_
+#define DOPAMINE_PER_NATIVE_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memory.h"
+#include "sum_tree.h"
+#include "transitions.h"
+
+namespace dopamine_per {
+
+// An unbiased draw in [0, range) (range > 0).
+inline uint64_t DrawBelow(std::mt19937_64& rng, uint64_t range) {
+  const uint64_t threshold = (0 - range) % range;
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x < threshold);
+  return x % range;
+}
+
+// A double in [0, 1) from 53 random bits.
+inline double DrawUniform(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// `count` candidate slots: stratified over the total priority (`strata`)
+// or independent; uniform over the sampling range for a uniform memory.
+// Returns an error message, or "" (the caller holds the lock).
+inline std::string Draw(Memory& m, int64_t count, bool strata,
+                        int64_t* out) {
+  if (m.prioritized) {
+    const double total = m.tree_scalars[0];
+    if (!(total > 0.0)) return "Cannot sample from an empty sum tree.";
+    std::vector<double> lower(count), width(count), uniforms(count);
+    const double step = 1.0 / static_cast<double>(count);
+    for (int64_t i = 0; i < count; ++i) {
+      if (strata) {  // np.linspace(0, 1, count + 1)'s edges
+        const double low = static_cast<double>(i) * step;
+        const double high = i + 1 == count ? 1.0
+                                           : static_cast<double>(i + 1) * step;
+        lower[i] = low;
+        width[i] = high - low;
+      } else {
+        lower[i] = 0.0;
+        width[i] = 1.0;
+      }
+      uniforms[i] = DrawUniform(m.rng);
+    }
+    DescendUniforms(m.tree, uniforms.data(), lower.data(), width.data(),
+                    total, count, out);
+    return "";
+  }
+  const int64_t add_count = *m.add_count;
+  const int64_t cursor = add_count % m.capacity;
+  int64_t low, high;
+  if (add_count >= m.capacity) {
+    low = cursor - m.capacity + m.stack - 1;
+    high = cursor - m.horizon;
+  } else {
+    low = m.stack - 1;
+    high = cursor - m.horizon;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = Mod(low + static_cast<int64_t>(DrawBelow(
+                           m.rng, static_cast<uint64_t>(high - low))),
+                 m.capacity);
+  }
+  return "";
+}
+
+// The sampling range's error, or "" (the caller holds the lock).
+inline std::string CheckSampleable(const Memory& m) {
+  const int64_t add_count = *m.add_count;
+  if (add_count < m.capacity &&
+      add_count % m.capacity - m.horizon <= m.stack - 1) {
+    return "Cannot sample a batch with fewer than stack size (" +
+           std::to_string(m.stack) + ") + update_horizon (" +
+           std::to_string(m.horizon) + ") transitions.";
+  }
+  return "";
+}
+
+// `count` valid slots, drawn and redrawn as the Python memory does
+// (circular_replay_buffer's _sample_indices). Returns an error or "".
+inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
+  std::string error = CheckSampleable(m);
+  if (!error.empty()) return error;
+  error = Draw(m, count, true, out);
+  if (!error.empty()) return error;
+  std::vector<uint8_t> valid(count);
+  ValidMask(out, count, m.capacity, *m.add_count, m.horizon, m.stack,
+            m.episode_end, m.terminal.data, m.terminal_item, valid.data());
+  std::vector<int64_t> pending;
+  for (int64_t b = 0; b < count; ++b) {
+    if (!valid[b]) pending.push_back(b);
+  }
+  int64_t failures = 0;
+  std::vector<int64_t> redrawn;
+  while (!pending.empty()) {
+    failures += static_cast<int64_t>(pending.size());
+    if (failures >= m.max_sample_attempts) {
+      return "Max sample attempts: Tried " +
+             std::to_string(m.max_sample_attempts) + " times but only "
+             "sampled " + std::to_string(count - pending.size()) +
+             " valid indices. Batch size is " + std::to_string(count);
+    }
+    const int64_t n = static_cast<int64_t>(pending.size());
+    redrawn.resize(n);
+    error = Draw(m, n, false, redrawn.data());
+    if (!error.empty()) return error;
+    ValidMask(redrawn.data(), n, m.capacity, *m.add_count, m.horizon,
+              m.stack, m.episode_end, m.terminal.data, m.terminal_item,
+              valid.data());
+    std::vector<int64_t> still;
+    for (int64_t i = 0; i < n; ++i) {
+      out[pending[i]] = redrawn[i];
+      if (!valid[i]) still.push_back(pending[i]);
+    }
+    pending.swap(still);
+  }
+  return "";
+}
+
+}  // namespace dopamine_per
+
+#endif  // DOPAMINE_PER_NATIVE_SAMPLER_H_

@@ -8,7 +8,7 @@ agent's replay memory small; `play` feeds an agent episodes of random
 observations.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 import gin
 import numpy as np
@@ -45,7 +45,7 @@ def cartpole_agent(agent_class, sess=None, **kwargs: Any):
 
 
 def bind_small_memory(test_case, memory: str, replay_capacity: int = 500,
-                      batch_size: int = 8) -> None:
+                      batch_size: int = 8, rng: Optional[int] = 0) -> None:
   """Binds the size of `memory` in a clear gin config, for one test.
 
   Dopamine's configurables are hidden first (`gin_util`), and restored
@@ -57,11 +57,15 @@ def bind_small_memory(test_case, memory: str, replay_capacity: int = 500,
       'WrappedPrioritizedReplayBuffer'.
     replay_capacity: its capacity.
     batch_size: its batch size.
+    rng: the seed of its generator (and so of the native ops' draws: the
+      same batches on every run), or None for draws from fresh entropy.
   """
   gin_util.hide_dopamine_configurables(test_case)
   gin.clear_config()
   gin.bind_parameter(memory + '.replay_capacity', replay_capacity)
   gin.bind_parameter(memory + '.batch_size', batch_size)
+  if rng is not None:
+    gin.bind_parameter(memory + '.rng', rng)
 
 
 def play(agent, steps: int, episode_length: int, count_rewards: bool = False,

@@ -82,7 +82,7 @@ _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 # The headers every library includes (replay_core.h and the one header per
 # concern it includes), then each library's own source.
 _HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'frames.h',
-            'memory.h', 'sampler.h')
+            'batch.h', 'memory.h', 'sampler.h')
 _CORE_SOURCES = _HEADERS + ('replay_core.cc',)
 _OPS_SOURCES = _HEADERS + ('replay_ops.cc',)
 _PYTHON_SOURCES = _HEADERS + ('replay_python.cc',)

@@ -225,31 +225,6 @@ inline void StacksEndingAt(const uint8_t* frames, int64_t capacity,
                    out, nullptr);
 }
 
-// Fills out[row] as `StacksEndingAt` with the frames
-// windows[row * stack + k], k < stack, indexed as NumPy does: an index in
-// [-capacity, 0) counts from the end. Returns false, writing nothing, if
-// an index is outside [-capacity, capacity).
-inline bool GatherStacks(const uint8_t* frames, int64_t capacity,
-                         int64_t pixels, int64_t item, int64_t stack,
-                         const int64_t* windows, int64_t rows,
-                         uint8_t* out) {
-  for (int64_t i = 0; i < rows * stack; ++i) {
-    if (windows[i] < -capacity || windows[i] >= capacity) return false;
-  }
-  const int64_t frame_bytes = pixels * item;
-  FillStacks(
-      rows, pixels, item, stack,
-      [&](int64_t row, const uint8_t** sources) {
-        for (int64_t k = 0; k < stack; ++k) {
-          const int64_t index = windows[row * stack + k];
-          sources[k] = frames + (index < 0 ? index + capacity : index) *
-                       frame_bytes;
-        }
-      },
-      [&](int64_t row) { return out + row * frame_bytes * stack; });
-  return true;
-}
-
 }  // namespace dopamine_per
 
 #endif  // DOPAMINE_PER_NATIVE_FRAMES_H_

@@ -293,13 +293,14 @@ class TransitionsOp : public MemoryOp {
     }
     OP_REQUIRES(context, elements_.size() == types_.size(),
                 errors::InvalidArgument("elements and Tout differ in length"));
-    // The extras' positions, parsed once here: -1 for a built-in element.
+    // Each element parsed once, here.
     for (const std::string& name : elements_) {
-      int64_t k = -1;
-      OP_REQUIRES(context, ParseElement(name, &k),
+      const int64_t code = ElementCode(name);
+      OP_REQUIRES(context, code >= 0,
                   errors::InvalidArgument("unknown transition element ",
                                           name));
-      extra_index_.push_back(k);
+      prioritized_ = prioritized_ || code == kPrioritiesCode;
+      codes_.push_back(code);
     }
     sampling_ = !context->HasAttr("Tindices");
     if (sampling_) {
@@ -315,8 +316,6 @@ class TransitionsOp : public MemoryOp {
   }
 
   void Compute(OpKernelContext* context) override {
-    bool prioritized = std::find(elements_.begin(), elements_.end(),
-                                 "sampling_probabilities") != elements_.end();
     std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::vector<int64_t> given;
@@ -341,7 +340,7 @@ class TransitionsOp : public MemoryOp {
     }
     // Storage, then tree: the draws read the tree, the batch both.
     std::scoped_lock lock(memory->mutex, memory->tree_mutex);
-    if (!Usable(context, *memory, prioritized)) return;
+    if (!Usable(context, *memory, prioritized_)) return;
     Memory& m = *memory;
     std::vector<int64_t> indices;
     if (sampling_) {
@@ -367,7 +366,7 @@ class TransitionsOp : public MemoryOp {
                         "episode's start or the cursor)"));
       }
     }
-    Fill(context, m, indices);
+    Gather(context, m, indices);
   }
 
  private:
@@ -392,102 +391,31 @@ class TransitionsOp : public MemoryOp {
     return static_cast<uint8_t*>(tensor->data());
   }
 
-  void Fill(OpKernelContext* context, Memory& m,
-            const std::vector<int64_t>& indices) {
+  // The batch of `indices` (valid slots) into newly allocated outputs.
+  void Gather(OpKernelContext* context, const Memory& m,
+              const std::vector<int64_t>& indices) {
     const int64_t count = static_cast<int64_t>(indices.size());
-    std::vector<int64_t> next(count);
-    std::vector<uint8_t> is_terminal(count);
-    std::vector<float> returns(count);
-    Trajectories(indices.data(), count, m.capacity, m.terminal.data,
-                 m.terminal_item, m.reward, m.discounts.data(), m.horizon,
-                 next.data(), is_terminal.data(), returns.data());
-    std::vector<int32_t> as_int32(indices.begin(), indices.end());
-    const int64_t state_bytes = m.pixels * m.observation_item * m.stack;
-    // The states come last, in one pass (see TransitionStates).
-    uint8_t* states = nullptr;
-    uint8_t* next_states = nullptr;
-    for (int i = 0; i < static_cast<int>(elements_.size()); ++i) {
-      const std::string& name = elements_[i];
-      uint8_t* out = nullptr;
-      if (name == "state" || name == "next_state") {
-        out = Output(context, i, count, state_bytes);
-        if (out == nullptr) return;
-        (name == "state" ? states : next_states) = out;
-      } else if (name == "action" || name == "next_action") {
-        out = Output(context, i, count, m.action.row_bytes);
-        if (out == nullptr) return;
-        GatherRows(m.action.data, m.action.row_bytes,
-                   name == "action" ? indices.data() : next.data(), count,
-                   out);
-      } else if (name == "reward") {
-        out = Output(context, i, count, 4);
-        if (out == nullptr) return;
-        std::memcpy(out, returns.data(), 4 * count);
-      } else if (name == "next_reward") {
-        out = Output(context, i, count, 4);
-        if (out == nullptr) return;
-        GatherRows(reinterpret_cast<const uint8_t*>(m.reward), 4, next.data(),
-                   count, out);
-      } else if (name == "terminal") {
-        out = Output(context, i, count, m.terminal_item);
-        if (out == nullptr) return;
-        std::memset(out, 0, count * m.terminal_item);
-        for (int64_t b = 0; b < count; ++b) {  // 1, little-endian
-          out[b * m.terminal_item] = is_terminal[b];
-        }
-      } else if (name == "indices") {
-        out = Output(context, i, count, 4);
-        if (out == nullptr) return;
-        std::memcpy(out, as_int32.data(), 4 * count);
-      } else if (name == "sampling_probabilities") {
-        out = Output(context, i, count, 4);
-        if (out == nullptr) return;
-        PrioritiesAsFloat(m, indices.data(), count,
-                          reinterpret_cast<float*>(out));
-      } else if (extra_index_[i] >= 0) {
-        const int64_t k = extra_index_[i];
-        OP_REQUIRES(context, k < static_cast<int64_t>(m.extras.size()),
-                    errors::InvalidArgument("no extra element ", k));
-        const Column& column = m.extras[k];
-        out = Output(context, i, count, column.row_bytes);
-        if (out == nullptr) return;
-        GatherRows(column.data, column.row_bytes, indices.data(), count, out);
-      } else {
-        context->SetStatus(errors::InvalidArgument(
-            "unknown transition element ", name));
-        return;
-      }
+    std::vector<BatchOutput> outputs(codes_.size());
+    for (int i = 0; i < static_cast<int>(codes_.size()); ++i) {
+      int64_t row_bytes = 0;
+      OP_REQUIRES(context,
+                  OutputFor(m, codes_[i], nullptr, &outputs[i], &row_bytes),
+                  errors::InvalidArgument("the replay memory has no element ",
+                                          elements_[i]));
+      outputs[i].out = Output(context, i, count, row_bytes);
+      if (outputs[i].out == nullptr) return;
     }
-    TransitionStates(m.observation, m.capacity, m.pixels, m.observation_item,
-                     m.stack, indices.data(), next.data(), count, states,
-                     next_states);
-  }
-
-  // Whether `name` is an element the op fills: a built-in one (`*extra`
-  // -1) or "extra:" and the extra's position, at most 9 decimal digits.
-  static bool ParseElement(const std::string& name, int64_t* extra) {
-    static const char* const kBuiltIn[] = {
-        "state", "action", "reward", "next_state", "next_action",
-        "next_reward", "terminal", "indices", "sampling_probabilities"};
-    *extra = -1;
-    for (const char* built_in : kBuiltIn) {
-      if (name == built_in) return true;
-    }
-    const std::string prefix = "extra:";
-    if (name.compare(0, prefix.size(), prefix) != 0) return false;
-    const size_t digits = name.size() - prefix.size();
-    if (digits == 0 || digits > 9) return false;
-    int64_t k = 0;
-    for (size_t i = prefix.size(); i < name.size(); ++i) {
-      if (name[i] < '0' || name[i] > '9') return false;
-      k = 10 * k + (name[i] - '0');
-    }
-    *extra = k;
-    return true;
+    // Priorities are read with subnormals kept (see PrioritiesAsFloat).
+    ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
+    const BatchSource source = SourceOf(m);
+    const Walked walked = Walk(source, indices.data(), count);
+    FillBatch(source, indices.data(), count, walked, outputs.data(),
+              static_cast<int64_t>(outputs.size()), kWholeBatch);
   }
 
   std::vector<std::string> elements_;
-  std::vector<int64_t> extra_index_;
+  std::vector<int64_t> codes_;  // ElementCode of each element.
+  bool prioritized_ = false;    // It reads priorities.
   std::vector<DataType> types_;
   std::vector<TensorShape> rows_;
   std::vector<int64_t> batches_;

@@ -1,21 +1,25 @@
-// The replay kernels as a CPython extension module, for
-// dopamine_per/replay_memory/native_kernels.py: the loops of replay_core.h
-// called straight from Python (METH_FASTCALL), without ctypes' cost per
-// call. C API only: arrays come in through the buffer protocol, and every
-// buffer's type, length, layout and alignment is checked, and a tree's
-// offsets against its flat array, before a loop reads or writes it.
+// The replay memory's native face in Python, a CPython extension module:
+// the sum tree's loops for dopamine_per/replay_memory/native_kernels.py,
+// and on a memory registered with the core library (memory.h), its lock
+// (`Lock`) and its batches: the validity of slots and filling a batch
+// (batch.h's FillBatch, the routine the TensorFlow op fills with). C API
+// only (METH_FASTCALL, without ctypes' cost per call): arrays come in
+// through the buffer protocol, and every buffer's type, length, layout and
+// alignment is checked, and a tree's offsets against its flat array,
+// before a loop reads or writes it.
 //
-// Each function returns NotImplemented for arguments it does not cover
-// (another dtype, a strided or misaligned array, a tree laid out otherwise,
-// an empty batch, a descent leaving the tree's rows): the caller then runs
-// NumPy's loop, which gives the reference result or error. Otherwise it
-// returns its result, or True when it filled the output arrays the caller
-// passed in (np.empty). Only a wrong number of arguments raises.
+// The tree's functions return NotImplemented for arguments they do not
+// cover (another dtype, a strided or misaligned array, a tree laid out
+// otherwise, an empty batch, a descent leaving the tree's rows): the
+// caller then runs NumPy's loop, which gives the reference result or
+// error. Otherwise they return their result, or True when they filled the
+// output arrays the caller passed in (np.empty). The memory's functions
+// raise for what does not fit; they run with the memory's storage lock
+// held by the caller, which they check.
 //
-// The loops give the bits of numpy_kernels.py (replay_core.h's arithmetic).
-// Loops over large batches run without the GIL; they then read their
-// inputs once, or from a copy, so that another thread writing them cannot
-// take an index out of bounds.
+// The loops give the bits of numpy_kernels.py. Loops over large batches
+// run without the GIL; they then read their inputs once, or from a copy,
+// so that another thread writing them cannot take an index out of bounds.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -122,18 +126,11 @@ class Array {
   bool Is(Kind kind, Py_ssize_t itemsize) const {
     return kind_ == kind && view_.itemsize == itemsize;
   }
-  // Integers or bools: flags whose bytes the loops test for nonzero.
-  bool IsFlags() const {
-    return kind_ == kBool || kind_ == kSigned || kind_ == kUnsigned;
-  }
   bool IsInt64() const { return Is(kSigned, 8); }
   bool IsInt32() const { return Is(kSigned, 4); }
   bool IsDouble() const { return Is(kFloat, 8); }
   bool IsFloat() const { return Is(kFloat, 4); }
   bool IsBool() const { return Is(kBool, 1); }
-  bool SameItems(const Array& other) const {
-    return kind_ == other.kind_ && view_.itemsize == other.view_.itemsize;
-  }
 
   // The length of the first axis, and of axis `axis`.
   int64_t length() const { return view_.shape[0]; }
@@ -711,328 +708,179 @@ PyObject* DescendDrawsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return inside ? Done() : NotCovered();
 }
 
-// ---------------------------------------------------------------- sampling
+// ------------------------------------------------------ a memory's batch
 
-// Terminal flags the loops read: integers or bools, 1-D, covering
-// `capacity` slots.
-bool TakeTerminal(PyObject* object, int64_t capacity, Array* terminal) {
-  return terminal->Take(object, 1) && terminal->IsFlags() &&
-         terminal->length() >= capacity;
+// The registered memory of `lock`, a Lock of this module that this thread
+// holds, and bound; nullptr with an exception set otherwise. The storage
+// lock, held, keeps the memory's arrays and layout as they are.
+Memory* HeldMemory(PyObject* object, const char* function) {
+  if (!IsLock(object)) {
+    PyErr_Format(PyExc_TypeError, "%s: lock must be a memory's Lock",
+                 function);
+    return nullptr;
+  }
+  LockObject* lock = reinterpret_cast<LockObject*>(object);
+  if (lock->tree || lock->depth == 0 ||
+      lock->owner != PyThread_get_thread_ident()) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: the calling thread must hold the memory's storage lock",
+                 function);
+    return nullptr;
+  }
+  Memory* memory = lock->memory->get();
+  if (!memory->bound) {
+    PyErr_Format(PyExc_RuntimeError, "%s: the memory is not bound",
+                 function);
+    return nullptr;
+  }
+  return memory;
 }
 
-// valid_mask(indices, capacity, add_count, horizon, stack, episode_end,
-// terminal, out): out bool [count]; True, or NotImplemented.
+// A copy of 1-D int64 `object` (read once), each in [0, capacity); false
+// with an exception set otherwise.
+bool TakeSlots(PyObject* object, int64_t capacity,
+               std::vector<int64_t>* slots) {
+  Array indices;
+  if (!indices.Take(object, 1) || !indices.IsInt64()) {
+    PyErr_SetString(PyExc_TypeError, "indices must be a 1-D int64 array");
+    return false;
+  }
+  const int64_t* given = indices.data<int64_t>();
+  slots->assign(given, given + indices.length());
+  for (const int64_t slot : *slots) {
+    if (slot < 0 || slot >= capacity) {
+      PyErr_Format(PyExc_IndexError, "index %lld is outside [0, %lld)",
+                   static_cast<long long>(slot),
+                   static_cast<long long>(capacity));
+      return false;
+    }
+  }
+  return true;
+}
+
+// valid_mask(lock, indices, out): whether each slot of `indices` (1-D
+// int64, any values) is a valid transition of the memory of `lock` (held
+// by the caller), into `out` (bool, as long); True.
 PyObject* ValidMaskPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("valid_mask", nargs, 8)) return nullptr;
-  Array indices, episode_end, terminal, out;
-  int64_t capacity, add_count, horizon, stack;
-  if (!Int(args[1], &capacity) || !Int(args[2], &add_count) ||
-      !Int(args[3], &horizon) || !Int(args[4], &stack) || capacity < 1 ||
-      add_count < 0 || horizon < 0 || stack < 1 ||
-      !indices.Take(args[0], 1) || indices.length() == 0 ||
-      !episode_end.Take(args[5], 1) || !episode_end.IsBool() ||
-      episode_end.length() < capacity ||
-      !TakeTerminal(args[6], capacity, &terminal) ||
-      !out.Take(args[7], 1, true) || !out.IsBool() ||
+  if (!CheckArguments("valid_mask", nargs, 3)) return nullptr;
+  const Memory* m = HeldMemory(args[0], "valid_mask");
+  if (m == nullptr) return nullptr;
+  Array indices, out;
+  if (!indices.Take(args[1], 1) || !indices.IsInt64() ||
+      !out.Take(args[2], 1, true) || !out.IsBool() ||
       out.length() != indices.length()) {
-    return NotCovered();
+    PyErr_SetString(PyExc_TypeError,
+                    "valid_mask takes int64 indices and a bool out of their "
+                    "length");
+    return nullptr;
   }
-  const int64_t count = indices.length();
-  bool typed;
-  {
-    // ValidMask reads each index once.
-    WithoutGil unlocked(count >= kSlotBatchWithoutGil);
-    typed = WithIndices(indices, [&](const auto* slots) {
-      ValidMask(slots, count, capacity, add_count, horizon, stack,
-                episode_end.data<uint8_t>(), terminal.data<uint8_t>(),
-                terminal.itemsize(), out.data<uint8_t>());
-    });
-  }
-  return typed ? Done() : NotCovered();
-}
-
-// The arrays of n-step returns the loops compute: rewards float32
-// [>= capacity], discounts float32 [< 8] (NumPy sums fewer than 8 terms
-// one after the other).
-bool TakeReturns(PyObject* rewards_object, PyObject* discounts_object,
-                 int64_t capacity, Array* rewards, Array* discounts) {
-  return rewards->Take(rewards_object, 1) && rewards->IsFloat() &&
-         rewards->length() >= capacity &&
-         discounts->Take(discounts_object, 1) && discounts->IsFloat() &&
-         discounts->length() < 8;
-}
-
-// The outputs of `Trajectories`: int64, bool and float32 [count].
-bool TakeTrajectoryOutputs(PyObject* const* objects, int64_t count,
-                           Array* next_indices, Array* is_terminal,
-                           Array* returns) {
-  return next_indices->Take(objects[0], 1, true) &&
-         next_indices->IsInt64() && next_indices->length() == count &&
-         is_terminal->Take(objects[1], 1, true) && is_terminal->IsBool() &&
-         is_terminal->length() == count &&
-         returns->Take(objects[2], 1, true) && returns->IsFloat() &&
-         returns->length() == count;
-}
-
-// trajectories(indices, capacity, terminal, rewards, discounts,
-// next_indices, is_terminal, returns): indices int64; True, or
-// NotImplemented.
-PyObject* TrajectoriesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("trajectories", nargs, 8)) return nullptr;
-  Array indices, terminal, rewards, discounts, next_indices, is_terminal,
-      returns;
-  int64_t capacity;
-  if (!Int(args[1], &capacity) || capacity < 1 ||
-      !indices.Take(args[0], 1) || !indices.IsInt64() ||
-      indices.length() == 0 || !TakeTerminal(args[2], capacity, &terminal) ||
-      !TakeReturns(args[3], args[4], capacity, &rewards, &discounts) ||
-      !TakeTrajectoryOutputs(args + 5, indices.length(), &next_indices,
-                             &is_terminal, &returns)) {
-    return NotCovered();
-  }
-  const int64_t count = indices.length();
-  {
-    WithoutGil unlocked(count >= kSlotBatchWithoutGil);
-    // A copy: Trajectories reads an index twice.
-    std::vector<int64_t> slots(indices.data<int64_t>(),
-                               indices.data<int64_t>() + count);
-    Trajectories(slots.data(), count, capacity, terminal.data<uint8_t>(),
-                 terminal.itemsize(), rewards.data<float>(),
-                 discounts.data<float>(), discounts.length(),
-                 next_indices.data<int64_t>(), is_terminal.data<uint8_t>(),
-                 returns.data<float>());
-  }
+  ValidMask(indices.data<int64_t>(), indices.length(), m->capacity,
+            *m->add_count, m->horizon, m->stack, m->episode_end,
+            m->terminal.data, m->terminal_item, out.data<uint8_t>());
   return Done();
 }
 
-// Frames the gathers copy, and the states they fill: frames C-contiguous
-// [capacity, *frame] of numbers, out [rows, *frame, stack] of the same
-// items. Sets the bytes per pixel item and the pixels per frame.
-bool TakeStates(PyObject* frames_object, PyObject* out_object, int64_t rows,
-                int64_t stack, Array* frames, Array* out, int64_t* pixels) {
-  if (stack < 1 || rows < 1 || !frames->Take(frames_object, -1) ||
-      frames->length() < 1 || !out->Take(out_object, -1, true) ||
-      !out->SameItems(*frames) || out->ndim() != frames->ndim() + 1 ||
-      out->dim(0) != rows || out->dim(out->ndim() - 1) != stack) {
-    return false;
-  }
-  for (int axis = 1; axis < frames->ndim(); ++axis) {
-    if (out->dim(axis) != frames->dim(axis)) return false;
-  }
-  const int64_t frame_bytes = frames->bytes() / frames->length();
-  *pixels = frame_bytes / frames->itemsize();
-  return out->bytes() == rows * frame_bytes * stack;
-}
-
-// gather_stacks(frames, windows, out): windows int64 [rows, stack]; True,
-// False (an index outside [-capacity, capacity): nothing written) or
-// NotImplemented.
-PyObject* GatherStacksPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("gather_stacks", nargs, 3)) return nullptr;
-  Array frames, windows, out;
-  int64_t pixels;
-  if (!windows.Take(args[1], 2) || !windows.IsInt64() ||
-      !TakeStates(args[0], args[2], windows.length(), windows.dim(1),
-                  &frames, &out, &pixels)) {
-    return NotCovered();
-  }
-  const int64_t rows = windows.length(), stack = windows.dim(1);
-  bool inside;
-  {
-    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil);
-    // A copy: GatherStacks checks the indices, then reads them again.
-    std::vector<int64_t> slots(windows.data<int64_t>(),
-                               windows.data<int64_t>() + rows * stack);
-    inside = GatherStacks(frames.data<uint8_t>(), frames.length(), pixels,
-                          frames.itemsize(), stack, slots.data(), rows,
-                          out.data<uint8_t>());
-  }
-  if (inside) return Done();
-  Py_RETURN_FALSE;
-}
-
-// stacks_ending_at(frames, ends, stack, out): ends int64 [rows]; True, or
-// NotImplemented.
-PyObject* StacksEndingAtPy(PyObject*, PyObject* const* args,
-                           Py_ssize_t nargs) {
-  if (!CheckArguments("stacks_ending_at", nargs, 4)) return nullptr;
-  Array frames, ends, out;
-  int64_t stack, pixels;
-  if (!Int(args[2], &stack) || !ends.Take(args[1], 1) || !ends.IsInt64() ||
-      !TakeStates(args[0], args[3], ends.length(), stack, &frames, &out,
-                  &pixels)) {
-    return NotCovered();
-  }
-  {
-    // Every index read is wrapped into [0, capacity).
-    WithoutGil unlocked(out.bytes() >= kCopyBytesWithoutGil);
-    StacksEndingAt(frames.data<uint8_t>(), frames.length(), pixels,
-                   frames.itemsize(), stack, ends.data<int64_t>(),
-                   ends.length(), out.data<uint8_t>());
-  }
-  return Done();
-}
-
-// One element of a batch that is a row of an array per transition: out[b]
-// is source's row at the transition's slot, or at its next slot.
-struct RowGather {
-  Array source, out;
-  bool at_next = false;
-  bool narrowed = false;  // float64 source, float32 out (priorities).
-  int64_t row_bytes = 0;
-};
-
-// Takes (name, at_next, out) of `rows`: sources[name] C-contiguous
-// [>= capacity, *row], out [count, *row] of the same items, or a 1-D
-// float64 source and a float32 out.
-bool TakeRowGather(PyObject* sources, PyObject* triple, int64_t capacity,
-                   int64_t count, RowGather* gather) {
-  if (!PyTuple_CheckExact(triple) || PyTuple_GET_SIZE(triple) != 3) {
-    return false;
-  }
-  PyObject* source_object = PyDict_GetItemWithError(
-      sources, PyTuple_GET_ITEM(triple, 0));  // Borrowed.
-  const int at_next = PyObject_IsTrue(PyTuple_GET_ITEM(triple, 1));
-  if (source_object == nullptr || at_next < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  gather->at_next = at_next == 1;
-  Array& source = gather->source;
-  Array& out = gather->out;
-  if (!source.Take(source_object, -1) || source.length() < capacity ||
-      !out.Take(PyTuple_GET_ITEM(triple, 2), -1, true) ||
-      out.length() != count || out.ndim() != source.ndim()) {
-    return false;
-  }
-  for (int axis = 1; axis < source.ndim(); ++axis) {
-    if (out.dim(axis) != source.dim(axis)) return false;
-  }
-  gather->row_bytes = source.bytes() / source.length();
-  if (out.SameItems(source)) return true;
-  gather->narrowed = true;
-  return source.ndim() == 1 && source.IsDouble() && out.IsFloat();
-}
-
-// An optional output of `count` items: None, or an array that `accept`s.
-template <typename Accept>
-bool TakeOptional(PyObject* object, int64_t count, Array* out,
-                  bool* present, Accept accept) {
-  *present = object != Py_None;
-  return !*present || (out->Take(object, 1, true) &&
-                       out->length() == count && accept(*out));
-}
-
-// transition_batch(frames, stack, terminal, rewards, discounts, indices,
-// states, returns, is_terminal, indices_out, sources, rows, lock):
-// `trajectories`, then the states ending at the indices and at the next
-// indices (rows [0, count) and [count, 2 * count) of states; skipped when
-// None), and every other element of the batch, in one call: returns
-// float32, is_terminal integers or bools, indices_out int32 (each None or
-// [count]), and for each (name, at_next, out) of the tuple `rows`, the rows
-// of the dict's sources[name], copied while `lock` (None, or a Lock of this
-// module) is held. Indices in [0, capacity); True, or NotImplemented
-// (nothing written), or an exception from waiting for the lock.
-PyObject* TransitionBatchPy(PyObject*, PyObject* const* args,
-                            Py_ssize_t nargs) {
-  if (!CheckArguments("transition_batch", nargs, 13)) return nullptr;
-  // The rows' lock: None, or one of this module's Lock objects (taken in
-  // C); any other object is not covered.
-  PyObject* const lock_object = args[12];
-  if (lock_object != Py_None && !IsLock(lock_object)) return NotCovered();
-  LockObject* const lock = lock_object == Py_None
-                               ? nullptr
-                               : reinterpret_cast<LockObject*>(lock_object);
-  Array frames, terminal, rewards, discounts, indices, states, returns,
-      is_terminal, indices_out;
-  int64_t stack, pixels = 0;
-  const bool has_states = args[6] != Py_None;
-  bool has_returns, has_terminal, has_indices;
-  if (!Int(args[1], &stack) || !indices.Take(args[5], 1) ||
-      !indices.IsInt64() || indices.length() == 0 ||
-      !(has_states ? TakeStates(args[0], args[6], 2 * indices.length(),
-                                stack, &frames, &states, &pixels)
-                   : frames.Take(args[0], -1) && frames.length() >= 1) ||
-      !TakeTerminal(args[2], frames.length(), &terminal) ||
-      !TakeReturns(args[3], args[4], frames.length(), &rewards, &discounts)) {
-    return NotCovered();
-  }
-  const int64_t count = indices.length(), capacity = frames.length();
-  if (!TakeOptional(args[7], count, &returns, &has_returns,
-                    [](const Array& a) { return a.IsFloat(); }) ||
-      !TakeOptional(args[8], count, &is_terminal, &has_terminal,
-                    [](const Array& a) { return a.IsFlags(); }) ||
-      !TakeOptional(args[9], count, &indices_out, &has_indices,
-                    [](const Array& a) { return a.IsInt32(); }) ||
-      !PyDict_CheckExact(args[10]) || !PyTuple_CheckExact(args[11])) {
-    return NotCovered();
-  }
-  const Py_ssize_t row_count = PyTuple_GET_SIZE(args[11]);
-  std::vector<RowGather> rows(row_count);
-  for (Py_ssize_t r = 0; r < row_count; ++r) {
-    if (!TakeRowGather(args[10], PyTuple_GET_ITEM(args[11], r), capacity,
-                       count, &rows[r])) {
-      return NotCovered();
+// element_codes(names): the codes (batch.h's ElementCode) of the ops'
+// element names, as bytes of int64s, for fill_batch. ValueError for a name
+// that is none.
+PyObject* ElementCodesPy(PyObject*, PyObject* const* args,
+                         Py_ssize_t nargs) {
+  if (!CheckArguments("element_codes", nargs, 1)) return nullptr;
+  PyObject* names = PySequence_Fast(args[0], "names must be a sequence");
+  if (names == nullptr) return nullptr;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(names);
+  std::vector<int64_t> codes(count);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* name = PySequence_Fast_GET_ITEM(names, i);
+    const char* text = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name)
+                                             : nullptr;
+    codes[i] = text == nullptr ? -1 : ElementCode(text);
+    if (codes[i] < 0) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "unknown transition element %R", name);
+      Py_DECREF(names);
+      return nullptr;
     }
   }
-  // A copy, read once: the slots, then the next ones (the states' ends).
-  std::vector<int64_t> ends(2 * count);
-  std::memcpy(ends.data(), indices.data<int64_t>(), count * 8);
-  if (!AllBelow(ends.data(), count, capacity)) return NotCovered();
-  const int64_t* const slots = ends.data();
-  int64_t* const next = ends.data() + count;
+  Py_DECREF(names);
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(
+                                       codes.data()),
+                                   count * 8);
+}
+
+// fill_batch(lock, tree_lock, indices, codes, outputs): fills the batch of
+// the memory of `lock` (its storage lock, held by the caller; `tree_lock`
+// its tree lock) at valid slots `indices` (1-D int64) into `outputs`, a
+// tuple of writable C-contiguous arrays of len(indices) rows, one per code
+// of `codes` (element_codes' bytes), each of the bytes its element takes.
+// batch.h's FillBatch, as the op fills: the rows under the tree lock,
+// which is not held while the frames are copied. True; TypeError for
+// outputs that do not fit (nothing written), IndexError for a slot outside
+// the memory.
+PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("fill_batch", nargs, 5)) return nullptr;
+  const Memory* m = HeldMemory(args[0], "fill_batch");
+  if (m == nullptr) return nullptr;
+  if (!IsLock(args[1]) || !reinterpret_cast<LockObject*>(args[1])->tree ||
+      reinterpret_cast<LockObject*>(args[1])->memory->get() != m) {
+    PyErr_SetString(PyExc_TypeError,
+                    "fill_batch: tree_lock must be the memory's tree Lock");
+    return nullptr;
+  }
+  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
+  std::vector<int64_t> slots;
+  if (!TakeSlots(args[2], m->capacity, &slots)) return nullptr;
+  if (!PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) % 8 != 0 ||
+      !PyTuple_CheckExact(args[4]) ||
+      PyTuple_GET_SIZE(args[4]) != PyBytes_GET_SIZE(args[3]) / 8) {
+    PyErr_SetString(PyExc_TypeError,
+                    "fill_batch: codes must be element_codes' bytes and "
+                    "outputs a tuple of as many arrays");
+    return nullptr;
+  }
+  const int64_t count = static_cast<int64_t>(slots.size());
+  const Py_ssize_t n = PyTuple_GET_SIZE(args[4]);
+  std::vector<int64_t> codes(n);
+  std::memcpy(codes.data(), PyBytes_AS_STRING(args[3]), 8 * n);
+  std::vector<Array> arrays(n);
+  std::vector<BatchOutput> outputs(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    int64_t row_bytes = 0;
+    if (!arrays[i].Take(PyTuple_GET_ITEM(args[4], i), -1, true) ||
+        !OutputFor(*m, codes[i], arrays[i].data<uint8_t>(), &outputs[i],
+                   &row_bytes) ||
+        arrays[i].length() != count ||
+        arrays[i].bytes() != count * row_bytes) {
+      PyErr_Format(PyExc_TypeError,
+                   "fill_batch: output %zd does not hold element %lld of "
+                   "this memory for %lld transitions",
+                   i, static_cast<long long>(codes[i]),
+                   static_cast<long long>(count));
+      return nullptr;
+    }
+  }
+  const BatchSource source = SourceOf(*m);
   const bool large = count >= kSlotBatchWithoutGil;
+  Walked walked;
   {
     WithoutGil unlocked(large);
-    std::vector<uint8_t> cut(count);
-    std::vector<float> sums(count);
-    Trajectories(slots, count, capacity, terminal.data<uint8_t>(),
-                 terminal.itemsize(), rewards.data<float>(),
-                 discounts.data<float>(), discounts.length(), next,
-                 cut.data(), sums.data());
-    if (has_returns) {
-      std::memcpy(returns.data<float>(), sums.data(), 4 * count);
-    }
-    if (has_terminal) {
-      const int64_t item = is_terminal.itemsize();
-      uint8_t* flags = is_terminal.data<uint8_t>();
-      std::memset(flags, 0, count * item);
-      const int64_t low = kLittleEndian ? 0 : item - 1;
-      for (int64_t b = 0; b < count; ++b) flags[b * item + low] = cut[b];
-    }
-    if (has_indices) {
-      int32_t* out = indices_out.data<int32_t>();
-      for (int64_t b = 0; b < count; ++b) {
-        out[b] = static_cast<int32_t>(slots[b]);
-      }
-    }
+    walked = Walk(source, slots.data(), count);
+    FillBatch(source, slots.data(), count, walked, outputs.data(), n,
+              kScalarPart);
   }
-  // The rows under `lock` (the sum tree's, for the priorities), which is
-  // not held while the frames are copied.
-  if (lock != nullptr && AcquireLock(lock, true, -1.0) < 0) return nullptr;
+  if (AcquireLock(tree_lock, true, -1.0) < 0) return nullptr;
   {
     WithoutGil unlocked(large);
-    for (const RowGather& row : rows) {
-      const int64_t* at = row.at_next ? next : slots;
-      if (!row.narrowed) {
-        GatherRows(row.source.data<uint8_t>(), row.row_bytes, at, count,
-                   row.out.data<uint8_t>());
-        continue;
-      }
-      const double* source = row.source.data<double>();
-      float* out = row.out.data<float>();
-      for (int64_t b = 0; b < count; ++b) {
-        out[b] = static_cast<float>(source[at[b]]);
-      }
-    }
+    FillBatch(source, slots.data(), count, walked, outputs.data(), n,
+              kRowPart);
   }
-  if (lock != nullptr && !ReleaseLock(lock)) return nullptr;
-  if (has_states) {
-    WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil || large);
-    uint8_t* out = states.data<uint8_t>();
-    TransitionStates(frames.data<uint8_t>(), capacity, pixels,
-                     frames.itemsize(), stack, slots, next, count, out,
-                     out + count * pixels * frames.itemsize() * stack);
+  if (!ReleaseLock(tree_lock)) return nullptr;
+  {
+    const int64_t state_bytes = count * m->pixels * m->observation_item *
+                                m->stack;
+    WithoutGil unlocked(large || state_bytes >= kCopyBytesWithoutGil);
+    FillBatch(source, slots.data(), count, walked, outputs.data(), n,
+              kStatePart);
   }
   return Done();
 }
@@ -1070,24 +918,12 @@ PyMethodDef methods[] = {
                         "descend_draws(flat, offsets, fanout, words, lower, "
                         "width, scale, out) -> True | NotImplemented"),
     DOPAMINE_PER_METHOD("valid_mask", ValidMaskPy,
-                        "valid_mask(indices, capacity, add_count, horizon, "
-                        "stack, episode_end, terminal, out) -> True | "
-                        "NotImplemented"),
-    DOPAMINE_PER_METHOD("trajectories", TrajectoriesPy,
-                        "trajectories(indices, capacity, terminal, rewards, "
-                        "discounts, next_indices, is_terminal, returns) -> "
-                        "True | NotImplemented"),
-    DOPAMINE_PER_METHOD("gather_stacks", GatherStacksPy,
-                        "gather_stacks(frames, windows, out) -> True | False "
-                        "| NotImplemented"),
-    DOPAMINE_PER_METHOD("stacks_ending_at", StacksEndingAtPy,
-                        "stacks_ending_at(frames, ends, stack, out) -> True "
-                        "| NotImplemented"),
-    DOPAMINE_PER_METHOD("transition_batch", TransitionBatchPy,
-                        "transition_batch(frames, stack, terminal, rewards, "
-                        "discounts, indices, states, returns, is_terminal, "
-                        "indices_out, sources, rows, lock) -> True | "
-                        "NotImplemented"),
+                        "valid_mask(lock, indices, out) -> True"),
+    DOPAMINE_PER_METHOD("element_codes", ElementCodesPy,
+                        "element_codes(names) -> bytes"),
+    DOPAMINE_PER_METHOD("fill_batch", FillBatchPy,
+                        "fill_batch(lock, tree_lock, indices, codes, "
+                        "outputs) -> True"),
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -44,6 +44,9 @@ class BatchPlan(object):
     elements: list of ReplayElement, the layout (batch dimension first).
     nbytes: int, the bytes `carve` lays the batch's arrays out in.
     own: list of (position, ReplayElement) the kernel does not fill.
+    codes: the native memory's codes of the elements (bytes, see
+      `native_memory.NativeMemory.fill`), or None: the memory sets them
+      when its native memory fills its batches.
   """
 
   def __init__(self, elements: Sequence[Any], rows: RowElements):
@@ -55,6 +58,7 @@ class BatchPlan(object):
         the computed ones (states, reward, terminal, indices) win.
     """
     self.elements = list(elements)
+    self.codes: Optional[bytes] = None
     positions = {e.name: p for p, e in enumerate(self.elements)}
     self._states = tuple(positions.get(name) for name in _STATES)
     self._outputs = tuple(positions.get(name) for name in _COMPUTED)

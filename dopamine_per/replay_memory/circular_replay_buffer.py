@@ -52,8 +52,7 @@ __all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'modulo_range',
 ReplayElement = collections.namedtuple('ReplayElement',
                                        ['name', 'shape', 'type'])
 
-# Dopamine's public names of this module, defined with what uses them: the
-# storage arrays' checkpoint prefix, and the slots the cursor blocks.
+# Dopamine's public names of this module, defined where they are used.
 STORE_FILENAME_PREFIX = memory_checkpoint.STORE_FILENAME_PREFIX
 modulo_range = sampling.modulo_range
 invalid_range = sampling.invalid_range
@@ -201,6 +200,8 @@ class OutOfGraphReplayBuffer(object):
     # it (TensorFlow samples on several threads while the agent adds), and
     # so do the native ops: chosen once, here.
     self._lock = native_memory_lib.lock_of(self._native)
+    # The native sampler, or None; False until decided (_native_sampler).
+    self._sampler = False
     # Batch plans by batch size (see _batch_plan).
     self._batch_plans = {}
     # Memory for sampled batches, reused once the caller has dropped them.
@@ -274,9 +275,8 @@ class OutOfGraphReplayBuffer(object):
 
     At most `validation.MAX_ADD_COUNT` (2**53; why: there): an `add` that
     would pass it raises OverflowError and writes nothing. Assignable, as
-    Dopamine's attribute (tests set it to move the cursor): an integer in
-    [0, 2**53], or an integer array holding one; anything else raises
-    ValueError and changes nothing.
+    Dopamine's attribute (tests move the cursor so): an integer in [0, 2**53]
+    or an array holding one; else ValueError, and nothing changes.
     """
     return np.array(self._storage.add_count, dtype=np.int64)
 
@@ -291,9 +291,8 @@ class OutOfGraphReplayBuffer(object):
     """Dopamine's private dict of storage arrays, which its users read."""
     return self._storage.arrays
 
-  # Read-only views, for the checkpoint code and tests: the storage, its
-  # episode ends (Dopamine's attribute), the generator (None: NumPy's global
-  # one), the native registry entry (or None) and the configuration.
+  # Read-only views: the storage, its episode ends (Dopamine's attribute),
+  # the generator (None: NumPy's), the registry entry (or None), the config.
   storage = property(operator.attrgetter('_storage'))
   native = property(operator.attrgetter('_native'))
   episode_end_indices = property(
@@ -425,11 +424,9 @@ class OutOfGraphReplayBuffer(object):
     self._storage.write(values, ends_episode)
 
   def _on_write(self, slot: int, values: Sequence[Any]) -> None:
-    """Hook of `add`: `slot` gets checked `values` (padding too), next.
-
-    Does nothing here; the prioritized memory writes the slot's priority
-    (its last value) to its sum tree. `add` holds `_lock`.
-    """
+    """Hook of `add` (under `_lock`): `slot` gets checked `values` (padding
+    too), next. The prioritized memory writes the slot's priority (its last
+    value) to its sum tree."""
 
   # ---------------------------------------------------------------- reads
 
@@ -484,8 +481,19 @@ class OutOfGraphReplayBuffer(object):
 
   # ------------------------------------------------------------- sampling
 
+  def _native_sampler(self) -> Optional[native_memory_lib.NativeMemory]:
+    """The native memory that samples this one (decided once, under _lock:
+    `native_memory.sampler_of`), or None for NumPy's loops."""
+    if self._sampler is False:
+      self._sampler = native_memory_lib.sampler_of(self, self._native,
+                                                   self._kernels.compiled)
+    return self._sampler
+
   def _valid_mask(self, indices: np.ndarray) -> np.ndarray:
     """Validity of a 1-D int64 array of slots (see is_valid_transition)."""
+    sampler = self._native_sampler()
+    if sampler is not None:
+      return sampler.valid_mask(indices)
     store, count = self._storage, int(self._storage.counters[0])  # No call.
     return self._kernels.valid_mask(
         indices, self._replay_capacity, count, self._update_horizon,
@@ -630,11 +638,8 @@ class OutOfGraphReplayBuffer(object):
         self._stack_size, self._update_horizon, self._storage.episode_end)
 
   def _batch_plan(self, batch_size: int) -> batch_plan.BatchPlan:
-    """The plan of a batch of `batch_size` (cached).
-
-    Training samples one or two batch sizes; a sweep over many keeps the
-    16 newest.
-    """
+    """The plan of a batch of `batch_size` (cached: training samples one or
+    two batch sizes; a sweep over many keeps the 16 newest)."""
     plan = self._batch_plans.get(batch_size)
     if plan is None:
       if len(self._batch_plans) >= 16:
@@ -643,6 +648,10 @@ class OutOfGraphReplayBuffer(object):
       rows.update(self._row_elements())
       plan = self._batch_plans[batch_size] = batch_plan.BatchPlan(
           self.get_transition_elements(batch_size), rows)
+      sampler = self._native_sampler()
+      if sampler is not None and not plan.own:
+        plan.codes = sampler.batch_codes(native_memory_lib.element_codes(
+            plan.elements, sampler.storage_names))
     return plan
 
   def _row_elements(self) -> batch_plan.RowElements:
@@ -655,10 +664,8 @@ class OutOfGraphReplayBuffer(object):
     return self._storage.arrays
 
   def _row_lock(self) -> Any:
-    """The lock of the `_row_sources` beyond the storage, or None.
-
-    The kernels hold it (after `_lock`) while they copy the rows only.
-    """
+    """The lock of the `_row_sources` beyond the storage, or None (the
+    kernels hold it, after `_lock`, while they copy the rows only)."""
     return None
 
   def _gather(self, indices: np.ndarray, plan: batch_plan.BatchPlan
@@ -666,6 +673,9 @@ class OutOfGraphReplayBuffer(object):
     """The batch at valid slots `indices`, laid out as `plan` says."""
     arrays, states, outputs, rows = self._stack_buffers.carved(
         plan, plan.nbytes, plan.carve)
+    if plan.codes is not None:
+      self._sampler.fill(indices, plan.codes, arrays)
+      return arrays
     store = self._storage.arrays
     self._kernels.transition_batch(
         store['observation'], self._stack_size, store['terminal'],
@@ -685,10 +695,8 @@ class OutOfGraphReplayBuffer(object):
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
-    """A batch's `element` that `_gather` does not compute (uninitialized).
-
-    The hook for a subclass's own elements, given the sampled slots.
-    """
+    """A batch's `element` that `_gather` does not compute (uninitialized):
+    the hook for a subclass's own elements, given the sampled slots."""
     del indices
     return np.empty(element.shape, dtype=element.type)
 
@@ -696,20 +704,12 @@ class OutOfGraphReplayBuffer(object):
                  use_native_ops: bool = True) -> 'tf.data.Dataset':
     """Returns an endless `tf.data.Dataset` of sampled batches (eager TF2).
 
-    Each element is a dict mapping the names of `get_transition_elements`
-    to tensors, sampled on tf.data's threads under the memory's lock (`add`
-    and priority updates may run meanwhile) by the native op (see
-    `native_memory`) or by `sample_transition_batch`. `prefetch` batches
-    are sampled ahead, as staging does in graph mode. Imports TensorFlow.
-
-    Args:
-      batch_size: int, or None for the memory's batch size.
-      prefetch: int >= 0, batches sampled ahead.
-      use_native_ops: bool, False for `sample_transition_batch` (also the
-        fallback, with one warning, where the native ops are unavailable).
-
-    Returns:
-      tf.data.Dataset.
+    Each element is a dict of the `get_transition_elements` tensors,
+    sampled on tf.data's threads under the memory's lock by the native op
+    (see `native_memory`) or, with `use_native_ops` False (and the
+    fallback, with one warning, where the ops are unavailable), by
+    `sample_transition_batch`; `prefetch` (int >= 0) batches are sampled
+    ahead, as staging does in graph mode. Imports TensorFlow.
     """
     return wrapped_replay_buffer.tensorflow_side().dataset(
         self, batch_size, prefetch, use_native_ops)
@@ -719,8 +719,8 @@ class OutOfGraphReplayBuffer(object):
 
     Raises:
       native_memory.UnsupportedMemoryError: If the ops cannot sample it.
-      dopamine_per.native.build.NativeBuildError: If the native library
-        could not be built when the memory was made (no compiler, ...).
+      dopamine_per.native.build.NativeBuildError: If the library could not
+        be built when the memory was made (no compiler, ...).
     """
     with self._lock:
       if self._native is None:
@@ -773,9 +773,9 @@ class OutOfGraphReplayBuffer(object):
     """Restores a checkpoint written by this class or by Dopamine.
 
     All-or-nothing, for Python and the native ops alike: on any error the
-    memory is left as it was; else both sample the loaded arrays. See
-    `memory_checkpoint.load` for what is read and the errors
-    (`atomic_files.CheckpointNotFoundError`, `atomic_files.CheckpointError`).
+    memory is left as it was; else both sample the loaded arrays. What is
+    read and the errors (`atomic_files.CheckpointNotFoundError`,
+    `CheckpointError`): `memory_checkpoint.load`.
 
     Args:
       checkpoint_dir: str, the directory.

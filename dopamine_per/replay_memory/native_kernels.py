@@ -1,16 +1,18 @@
 # coding=utf-8
-"""The kernel interface in C++: `NativeKernels`.
+"""The sum tree's kernels in C++: `NativeKernels`.
 
-`NativeKernels` runs every loop of `numpy_kernels.NumpyKernels` (the
-interface and its reference) as one call into a CPython extension module
-(dopamine_per/native/replay_python.cc, on the loops of replay_core.h), with
-the same results, and falls back to NumPy's for inputs its loops do not
-cover: returns of 8 steps or more and
-rewards that are not float32 scalars, terminal flags that are not a 1-D
-array of bools or integers (the C loops test their bytes), arrays that are
-not plain C-contiguous, aligned ones of the dtype the loops read (object
-frames, strided storage), trees laid out otherwise, empty batches. Index
-arrays of another integer dtype or layout are converted instead.
+`NativeKernels` runs the sum tree's loops of `numpy_kernels.NumpyKernels`
+(the interface and its reference) each as one call into a CPython
+extension module (dopamine_per/native/replay_python.cc, on the loops of
+replay_core.h), with the same results; its memory loops are NumPy's. A
+memory with these kernels samples through its registered native memory
+instead (`native_memory.NativeMemory.fill`: batch.h's `FillBatch`, the
+routine the TensorFlow op fills its batches with), or where it cannot
+(see `native_memory.unsupported_reason`) through NumPy's loops, the
+reference. The tree's loops fall back to NumPy's for inputs the extension
+does not cover: arrays that are not plain C-contiguous, aligned float64,
+trees laid out otherwise, empty batches. Index arrays of another integer
+dtype or layout are converted instead.
 
 The extension takes the arrays through the buffer protocol and checks each
 (dtype, length, layout, alignment; a tree's offsets against its flat array)
@@ -34,9 +36,7 @@ from dopamine_per.replay_memory import numpy_kernels
 
 __all__ = ['NativeKernels']
 
-_BOOL = np.dtype(np.bool_)
 _INT64 = np.dtype(np.int64)
-_FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
 
 
@@ -70,7 +70,7 @@ def _retried(function: Callable[..., Any], arguments: Tuple[Any, ...],
 
 
 class NativeKernels(numpy_kernels.NumpyKernels):
-  """`NumpyKernels`' loops in C++ (see the module docstring).
+  """`NumpyKernels`' sum tree loops in C++ (see the module docstring).
 
   Raises:
     dopamine_per.native.build.NativeBuildError: on creation, if the
@@ -90,11 +90,6 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     self._descend = module.descend
     self._descend_uniforms = module.descend_uniforms
     self._descend_draws = module.descend_draws
-    self._valid_mask = module.valid_mask
-    self._trajectories = module.trajectories
-    self._gather_stacks = module.gather_stacks
-    self._stacks_ending_at = module.stacks_ending_at
-    self._transition_batch = module.transition_batch
 
   # ------------------------------------------------------------ sum tree
 
@@ -166,64 +161,3 @@ class NativeKernels(numpy_kernels.NumpyKernels):
       return leaves
     return super().descend_draws(flat, offsets, fanout, words, lower, width,
                                  scale)
-
-  # ------------------------------------------------------------ sampling
-
-  def valid_mask(self, indices, capacity, add_count, horizon, stack,
-                 episode_end, terminal):
-    valid = np.empty(len(indices), _BOOL)
-    done = self._valid_mask(indices, capacity, add_count, horizon, stack,
-                            episode_end, terminal, valid)
-    if done is NotImplemented:
-      done = _retried(self._valid_mask, (indices, capacity, add_count,
-                                         horizon, stack, episode_end,
-                                         terminal, valid), 0)
-      if done is NotImplemented:
-        return super().valid_mask(indices, capacity, add_count, horizon,
-                                  stack, episode_end, terminal)
-    return valid
-
-  def trajectories(self, indices, capacity, terminal, rewards, discounts):
-    count = len(indices)
-    next_indices = np.empty(count, _INT64)
-    is_terminal = np.empty(count, _BOOL)
-    returns = np.empty(count, _FLOAT32)
-    done = self._trajectories(indices, capacity, terminal, rewards, discounts,
-                              next_indices, is_terminal, returns)
-    if done is NotImplemented:
-      done = _retried(self._trajectories, (indices, capacity, terminal,
-                                           rewards, discounts, next_indices,
-                                           is_terminal, returns), 0)
-      if done is NotImplemented:
-        return super().trajectories(indices, capacity, terminal, rewards,
-                                    discounts)
-    return next_indices, is_terminal, returns
-
-  def gather_stacks(self, frames, windows, out):
-    done = self._gather_stacks(frames, windows, out)
-    if done is NotImplemented:
-      done = _retried(self._gather_stacks, (frames, windows, out), 1)
-    # False: an index is out of range, and NumPy's loop raises IndexError.
-    if done is True:
-      return out
-    return super().gather_stacks(frames, windows, out)
-
-  def stacks_ending_at(self, frames, ends, stack, out):
-    done = self._stacks_ending_at(frames, ends, stack, out)
-    if done is NotImplemented:
-      done = _retried(self._stacks_ending_at, (frames, ends, stack, out), 1)
-      if done is NotImplemented:
-        return super().stacks_ending_at(frames, ends, stack, out)
-    return out
-
-  def transition_batch(self, frames, stack, terminal, rewards, discounts,
-                       indices, states, returns, is_terminal, indices_out,
-                       sources, rows, lock):
-    if self._transition_batch(
-        frames, stack, terminal, rewards, discounts, indices, states,
-        returns, is_terminal, indices_out, sources, rows,
-        lock) is NotImplemented:
-      # NumPy's, which calls this class's loops.
-      super().transition_batch(frames, stack, terminal, rewards, discounts,
-                               indices, states, returns, is_terminal,
-                               indices_out, sources, rows, lock)

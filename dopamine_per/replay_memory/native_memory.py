@@ -37,7 +37,7 @@ from dopamine_per.native import extension
 
 __all__ = ['MAX_SAMPLER_STATE', 'NativeMemory', 'UnsupportedMemoryError',
            'create', 'element_codes', 'lock_of', 'raise_unavailable',
-           'unsupported_reason']
+           'sampler_of', 'unsupported_reason']
 
 # The longest sampler state a checkpoint may hold (the text of 313 numbers
 # of at most 20 digits, with their spaces).
@@ -168,6 +168,7 @@ class NativeMemory(object):
     """
     self._library = core.load()
     module = extension.load()
+    self._module = module
     handle = ctypes.c_void_p()
     self.token = secrets.randbits(64)
     self.id = self._library.per_memory_create(ctypes.byref(handle),
@@ -264,6 +265,35 @@ class NativeMemory(object):
           self._handle, self._pending_sampler_state.encode('ascii'), 0)
       self._pending_sampler_state = None
 
+  def batch_codes(self, names: Sequence[str]) -> bytes:
+    """The codes of the ops' element names (`element_codes`), for `fill`.
+
+    Raises:
+      ValueError: If a name is not an element the native batch fills.
+    """
+    return self._module.element_codes(names)
+
+  def valid_mask(self, indices: np.ndarray) -> np.ndarray:
+    """Whether each slot of int64 `indices` is a valid transition.
+
+    The caller holds `lock`, and the memory is bound.
+    """
+    valid = np.empty(len(indices), bool)
+    self._module.valid_mask(self.lock, indices, valid)
+    return valid
+
+  def fill(self, indices: np.ndarray, codes: bytes,
+           outputs: Sequence[np.ndarray]) -> None:
+    """Fills `outputs` with the batch at valid slots `indices` (int64).
+
+    The outputs are the elements of `codes` (`batch_codes`), each a
+    C-contiguous array of len(indices) rows. batch.h's `FillBatch`, as the
+    ops fill theirs: the rows under `tree_lock`, the frames without it. The
+    caller holds `lock`, and the memory is bound.
+    """
+    self._module.fill_batch(self.lock, self.tree_lock, indices, codes,
+                            tuple(outputs))
+
   def sampler_state(self) -> Optional[str]:
     """The sampling ops' generator state, for a checkpoint (text).
 
@@ -349,3 +379,24 @@ def lock_of(native: Optional[NativeMemory], tree: bool = False) -> Any:
   if native is None:
     return threading.RLock()
   return native.tree_lock if tree else native.lock
+
+
+def sampler_of(memory: Any, native: Optional[NativeMemory],
+               compiled: bool) -> Optional[NativeMemory]:
+  """`native`, bound, if it samples `memory` out of the graph; else None.
+
+  It does where the memory has a registry entry (`native`), its kernels are
+  compiled (`compiled`: not 'numpy') and the ops could sample it
+  (`unsupported_reason`); the memory then samples through `valid_mask` and
+  `fill`, the ops' code, and otherwise through NumPy's loops. Binds it
+  unless it is bound already (a bind would seed the ops' generator anew);
+  the caller holds the memory's lock.
+  """
+  if native is None or not compiled:
+    return None
+  if not native.bound:
+    try:
+      native.bind(memory)
+    except UnsupportedMemoryError:
+      return None
+  return native if native.bound else None

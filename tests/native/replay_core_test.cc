@@ -24,7 +24,16 @@
 
 namespace {
 
+using dopamine_per::BatchOutput;
+using dopamine_per::BatchSource;
+using dopamine_per::Fill;
+using dopamine_per::FillBatch;
+using dopamine_per::kRowPart;
+using dopamine_per::kScalarPart;
+using dopamine_per::kStatePart;
 using dopamine_per::Memory;
+using dopamine_per::Walk;
+using dopamine_per::Walked;
 using dopamine_per::PerLayout;
 using dopamine_per::Tree;
 
@@ -76,15 +85,6 @@ NOINLINE std::string DrawOf(Memory& m, int64_t count, bool strata,
 
 NOINLINE std::string SampleOf(Memory& m, int64_t count, int64_t* out) {
   return dopamine_per::SampleIndices(m, count, out);
-}
-
-NOINLINE bool GatherOf(const std::vector<uint8_t>& frames, int64_t capacity,
-                       int64_t pixels, int64_t item, int64_t stack,
-                       const std::vector<int64_t>& windows,
-                       std::vector<uint8_t>* out) {
-  return dopamine_per::GatherStacks(
-      frames.data(), capacity, pixels, item, stack, windows.data(),
-      static_cast<int64_t>(windows.size()) / stack, out->data());
 }
 
 // ------------------------------------------------------------- sum trees
@@ -799,28 +799,6 @@ void TestFrameStacks() {
                                    c.stack, ends.data(), next.data(), rows,
                                    nullptr, only.data());
     CHECK(only == next_expected);
-    // Windows as NumPy indexes: [-capacity, 0) counts from the end.
-    std::vector<int64_t> windows;
-    for (const int64_t end : ends) {
-      for (int64_t k = 0; k < c.stack; ++k) {
-        const int64_t slot =
-            ((end - c.stack + 1 + k) % capacity + capacity) % capacity;
-        windows.push_back(k % 2 ? slot - capacity : slot);
-      }
-    }
-    std::vector<uint8_t> gathered(rows * state, 0);
-    CHECK(GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
-                   &gathered));
-    CHECK(gathered == expected);
-    // An index outside [-capacity, capacity): false, nothing written.
-    windows.back() = capacity;
-    std::vector<uint8_t> untouched(rows * state, 0x5A);
-    CHECK(!GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
-                    &untouched));
-    CHECK(untouched == std::vector<uint8_t>(rows * state, 0x5A));
-    windows.back() = -capacity - 1;
-    CHECK(!GatherOf(frames, capacity, c.pixels, c.item, c.stack, windows,
-                    &untouched));
   }
   // GatherRows copies whole rows.
   const std::vector<uint8_t> table{1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -828,6 +806,77 @@ void TestFrameStacks() {
   std::vector<uint8_t> rows(9, 0);
   dopamine_per::GatherRows(table.data(), 3, at.data(), 3, rows.data());
   CHECK(rows == (std::vector<uint8_t>{7, 8, 9, 1, 2, 3, 7, 8, 9}));
+}
+
+// One batch through FillBatch, part by part, against the pieces it is
+// made of: the walked trajectories, the frame stacks, rows at the slots
+// and at the next slots, priorities narrowed to float32.
+void TestFillBatch() {
+  const int64_t capacity = 8, pixels = 5, stack = 2, horizon = 3, count = 3;
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> frames(capacity * pixels);
+  for (uint8_t& byte : frames) byte = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> terminal(capacity, 0);
+  terminal[4] = 1;
+  const std::vector<float> rewards{1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> discounts{1.0f, 0.5f, 0.25f};
+  const std::vector<int16_t> actions{10, 11, 12, 13, 14, 15, 16, 17};
+  const std::vector<double> priorities{0.5, 1.5, 2.5, 3.5, 1e-45, 5, 6, 7};
+  const BatchSource source{frames.data(), capacity, pixels, 1, stack,
+                           terminal.data(), 1, rewards.data(),
+                           discounts.data(), horizon};
+  const std::vector<int64_t> slots{1, 3, 6};
+  std::vector<uint8_t> states(count * pixels * stack),
+      next_states(count * pixels * stack);
+  std::vector<float> returns(count, -1.0f);
+  std::vector<uint32_t> flags(count, 0xFFFFFFFFu);
+  std::vector<int32_t> indices(count, -1);
+  std::vector<int16_t> now(count, -1), next(count, -1);
+  std::vector<float> narrowed(count, -1.0f);
+  auto bytes = [](auto& v) { return reinterpret_cast<uint8_t*>(v.data()); };
+  const std::vector<BatchOutput> outputs{
+      {Fill::kState, states.data()},
+      {Fill::kNextState, next_states.data()},
+      {Fill::kReturn, bytes(returns)},
+      {Fill::kTerminal, bytes(flags), 4},
+      {Fill::kIndex, bytes(indices)},
+      {Fill::kRow, bytes(now), 0,
+       reinterpret_cast<const uint8_t*>(actions.data()), 2},
+      {Fill::kRow, bytes(next), 0,
+       reinterpret_cast<const uint8_t*>(actions.data()), 2, true},
+      {Fill::kRow, bytes(narrowed), 0,
+       reinterpret_cast<const uint8_t*>(priorities.data()), 8, false, true},
+  };
+  const Walked walked = Walk(source, slots.data(), count);
+  // Slot 1: 2 + 0.5 * 3 + 0.25 * 4, next 4; slot 3 cut at the terminal 4:
+  // 4 + 0.5 * 5, next 5; slot 6 across the wrap: 7 + 4 + 0.25, next 1.
+  CHECK(walked.next == (std::vector<int64_t>{4, 5, 1}));
+  CHECK(walked.cut == (std::vector<uint8_t>{0, 1, 0}));
+  CHECK(walked.returns == (std::vector<float>{4.5f, 6.5f, 11.25f}));
+  const int64_t n = static_cast<int64_t>(outputs.size());
+  FillBatch(source, slots.data(), count, walked, outputs.data(), n,
+            kScalarPart);
+  CHECK(returns == walked.returns);
+  CHECK(flags == (std::vector<uint32_t>{0, 1, 0}));
+  CHECK(indices == (std::vector<int32_t>{1, 3, 6}));
+  CHECK(now == std::vector<int16_t>(count, -1));  // Not this part's.
+  FillBatch(source, slots.data(), count, walked, outputs.data(), n, kRowPart);
+  CHECK(now == (std::vector<int16_t>{11, 13, 16}));
+  CHECK(next == (std::vector<int16_t>{14, 15, 11}));
+  CHECK(narrowed == (std::vector<float>{1.5f, 3.5f, 6.0f}));
+  CHECK(states == std::vector<uint8_t>(count * pixels * stack, 0));
+  FillBatch(source, slots.data(), count, walked, outputs.data(), n,
+            kStatePart);
+  for (int64_t b = 0; b < count; ++b) {
+    const std::vector<uint8_t> state =
+        ReferenceStack(frames, capacity, pixels, 1, stack, slots[b]);
+    const std::vector<uint8_t> after =
+        ReferenceStack(frames, capacity, pixels, 1, stack, walked.next[b]);
+    CHECK(std::equal(state.begin(), state.end(),
+                     states.begin() + b * pixels * stack));
+    CHECK(std::equal(after.begin(), after.end(),
+                     next_states.begin() + b * pixels * stack));
+  }
 }
 
 }  // namespace
@@ -846,6 +895,7 @@ int main() {
   TestSampleIndices();
   TestRandomDraws();
   TestFrameStacks();
+  TestFillBatch();
   if (failures > 0) {
     std::printf("%d of %d checks failed\n", failures, checks);
     return 1;

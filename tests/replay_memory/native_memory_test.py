@@ -12,6 +12,7 @@ import contextlib
 import copy
 import ctypes
 import gc
+import random
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ import numpy as np
 
 from dopamine_per.native import build
 from dopamine_per.native import core
+from dopamine_per.native import extension
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import native_memory
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -486,6 +488,180 @@ class ElementCodesTest(absltest.TestCase):
         'state', 'action', 'reward', 'next_state', 'next_action',
         'next_reward', 'terminal', 'indices', 'extra:0', 'extra:1',
         'sampling_probabilities'])
+
+
+# Layouts of the native batch against NumPy's: Atari's frames, CartPole's,
+# 2-byte frames with 7-step returns and bool terminals, 8-byte frames with
+# int32 terminals.
+_BATCH_LAYOUTS = (
+    ('atari', (84, 84), np.uint8, 4, 3, np.uint8),
+    ('cartpole', (4,), np.float32, 1, 1, np.uint8),
+    ('horizon_7_bool_terminals', (3, 2), np.uint16, 3, 7, np.bool_),
+    ('int32_terminals', (5,), np.float64, 2, 2, np.int32),
+)
+
+
+def _filled_memories(prioritized, shape, dtype, stack, horizon,
+                     terminal_dtype):
+  """A memory on NumPy's loops and one sampled natively, the same 150
+  transitions in each (across the wrap of 60 slots, episodes cut by
+  terminals and by ends), and the same priorities."""
+  extras = [ReplayElement('logits', (2, 3), np.float64),
+            ReplayElement('flag', (), np.int8)]
+  memories = [_memory(prioritized, kernels=kernels, observation_shape=shape,
+                      observation_dtype=dtype, stack_size=stack,
+                      update_horizon=horizon, gamma=0.9, replay_capacity=60,
+                      terminal_dtype=terminal_dtype, action_shape=(2,),
+                      action_dtype=np.int16, extra_storage_types=extras)
+              for kernels in ('numpy', 'native')]
+  rng = np.random.default_rng(horizon)
+  for t in range(150):
+    values = [(rng.random(shape) * 200).astype(dtype),
+              rng.integers(-9, 9, 2).astype(np.int16),
+              float(rng.standard_normal()), int(rng.random() < 0.1),
+              rng.standard_normal((2, 3)), np.int8(t % 7)]
+    keywords = dict(episode_end=bool(rng.random() < 0.05))
+    if prioritized:
+      keywords['priority'] = float(rng.random())
+    for memory in memories:
+      memory.add(*values, **keywords)
+  return memories
+
+
+class NativeBatchTest(parameterized.TestCase):
+  """The out-of-graph face of the native batch (`NativeMemory.valid_mask`
+  and `fill`, batch.h's FillBatch): NumPy's batches, bit for bit, and what
+  it refuses, with nothing written."""
+
+  @parameterized.named_parameters(*_BATCH_LAYOUTS)
+  def test_same_batches_as_numpy_s(self, shape, dtype, stack, horizon,
+                                   terminal_dtype):
+    for prioritized in (False, True):
+      numpy_memory, native = _filled_memories(prioritized, shape, dtype,
+                                              stack, horizon, terminal_dtype)
+      with native._lock:  # pylint: disable=protected-access
+        self.assertIs(native._native_sampler(), native.native)  # pylint: disable=protected-access
+      slots = np.arange(60)
+      valid = numpy_memory.is_valid_transition(slots)
+      np.testing.assert_array_equal(native.is_valid_transition(slots), valid)
+      indices = np.flatnonzero(valid)
+      self.assertGreater(len(indices), 10)
+      terminal = numpy_memory.get_transition_elements(1)[6]
+      cut = 0
+      for mine, theirs, element in zip(
+          native.sample_transition_batch(indices=indices),
+          numpy_memory.sample_transition_batch(indices=indices),
+          numpy_memory.get_transition_elements(len(indices))):
+        self.assertEqual(mine.dtype, theirs.dtype, element.name)
+        self.assertEqual(mine.tobytes(), theirs.tobytes(), element.name)
+        if element.name == terminal.name:
+          cut = int(np.count_nonzero(theirs))
+      if horizon > 1:
+        self.assertGreater(cut, 0)  # Some returns were cut.
+      batches = []
+      for memory in (numpy_memory, native):  # The same draws.
+        random.seed(5)
+        np.random.seed(5)
+        batches.append(memory.sample_transition_batch(32))
+      for mine, theirs in zip(*batches):
+        self.assertEqual(mine.tobytes(), theirs.tobytes())
+
+  def test_a_numpy_memory_and_a_subclass_are_not_sampled_natively(self):
+    for memory in (_memory(kernels='numpy'), _memory(cls=_OwnBatch)):
+      with memory._lock:  # pylint: disable=protected-access
+        self.assertIsNone(memory._native_sampler())  # pylint: disable=protected-access
+
+  def _bound(self):
+    memory = _memory(kernels='native', extra_storage_types=[
+        ReplayElement('logits', (3,), np.float32)])
+    for i in range(15):
+      memory.add(np.full(2, i, np.float32), i % 3, float(i), False,
+                 np.full(3, i, np.float32), priority=1.0)
+    with memory._lock:  # pylint: disable=protected-access
+      native = memory._native_sampler()  # pylint: disable=protected-access
+    self.assertIsNotNone(native)
+    elements = memory.get_transition_elements(3)
+    codes = native.batch_codes(native_memory.element_codes(
+        elements, native.storage_names))
+    indices = np.flatnonzero(memory.is_valid_transition(np.arange(20)))[:3]
+    return memory, native, elements, codes, indices
+
+  def test_fill_gives_the_memory_s_batch(self):
+    memory, native, elements, codes, indices = self._bound()
+    outputs = [np.zeros(e.shape, e.type) for e in elements]
+    with native.lock:
+      native.fill(indices, codes, outputs)
+    for mine, theirs in zip(outputs,
+                            memory.sample_transition_batch(indices=indices)):
+      np.testing.assert_array_equal(mine, theirs)
+
+  def test_a_layout_without_states(self):
+    # The fill writes the outputs it is given only: no state, or only the
+    # next state (through a missing output it would crash the process).
+    memory, native, elements, _, indices = self._bound()
+    batch = memory.sample_transition_batch(indices=indices)
+    position = {e.name: p for p, e in enumerate(elements)}
+    for names in (['reward', 'terminal'], ['next_state', 'indices']):
+      outputs = [np.zeros(elements[position[n]].shape,
+                          elements[position[n]].type) for n in names]
+      with native.lock:
+        native.fill(indices, native.batch_codes(names), outputs)
+      for name, output in zip(names, outputs):
+        np.testing.assert_array_equal(output, batch[position[name]])
+
+  def test_fill_refuses_what_does_not_fit(self):
+    memory, native, elements, codes, indices = self._bound()
+    other = _memory(kernels='native')
+    _add(other, 10)
+    other.sample_transition_batch()  # Binds it.
+    module = extension.load()
+
+    def outputs():
+      return [np.zeros(e.shape, e.type) for e in elements]
+
+    with self.assertRaisesRegex(RuntimeError, 'must hold'):
+      native.fill(indices, codes, outputs())
+    with self.assertRaisesRegex(RuntimeError, 'must hold'):
+      native.valid_mask(indices)
+    wrong = {
+        'short': lambda o: o[:1] + [o[1][:2]] + o[2:],
+        'wider dtype': lambda o: o[:2] + [o[2].astype(np.float64)] + o[3:],
+        'strided': lambda o: [np.zeros((6,) + o[0].shape[1:],
+                                       o[0].dtype)[::2]] + o[1:],
+        'read-only': lambda o: [np.broadcast_to(o[0][:1], o[0].shape)] +
+                               o[1:],
+        'fewer outputs': lambda o: o[:-1],
+    }
+    with native.lock:
+      for name, change in wrong.items():
+        given = change(outputs())
+        with self.subTest(name), self.assertRaises(TypeError):
+          native.fill(indices, codes, given)
+        for array in given:
+          self.assertFalse(np.any(array), name)  # Nothing written.
+      given = outputs()
+      for bad in (np.array([0, 1, 20]), np.array([-1, 2, 3])):
+        with self.assertRaises(IndexError):
+          native.fill(bad, codes, given)
+      with self.assertRaises(TypeError):
+        native.fill(indices.astype(np.int32), codes, given)
+      with self.assertRaises(TypeError):  # An extra it does not have.
+        native.fill(indices, native.batch_codes(['extra:1']),
+                    [np.zeros(3, np.float32)])
+      with self.assertRaises(TypeError):  # Another memory's tree lock.
+        module.fill_batch(native.lock, other.native.tree_lock, indices,
+                          codes, tuple(given))
+      with self.assertRaises(RuntimeError):  # The tree lock as the lock.
+        module.fill_batch(native.tree_lock, native.tree_lock, indices,
+                          codes, tuple(given))
+      for array in given:
+        self.assertFalse(np.any(array))
+      with self.assertRaises(TypeError):
+        module.valid_mask(native.lock, indices, np.zeros(2, bool))
+    for names in (['state', 'nonsense'], ['extra:'], ['extra:1234567890'],
+                  [b'state']):
+      with self.assertRaises(ValueError):
+        native.batch_codes(names)
 
 
 if __name__ == '__main__':

@@ -235,12 +235,10 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
     self.assertIn(agent.begin_episode(np.zeros(4)), (0, 1))
 
   def test_loss_matches_reference(self):
-    # The memory is seeded (setUp): its batches, terminals among them, are
-    # the same on every run (from entropy, about half the runs drew no
-    # terminal in 20 batches).
     agent = _make_agent()
-    _play(agent, 40)  # 4 of about 40 stored transitions are terminal.
+    _play(agent, 40)  # 4 of the 40 stored transitions are terminal.
     replay = agent._replay
+    memory = replay.memory
     fetches = dict(
         values=agent._replay_net_quantile_values,
         taus=agent._replay_net_quantiles,
@@ -249,10 +247,9 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
         rewards=replay.rewards, terminals=replay.terminals,
         loss=agent._unweighted_loss)
     rows = np.arange(_BATCH_SIZE)
-    terminals_seen = 0
-    # 20 batches: none holds a terminal with probability about
-    # (0.9 ** 8) ** 20 < 1e-7.
-    for _ in range(20):
+
+    def check_batch():
+      """One run's loss against the reference; returns its terminals."""
       # One run: every sampled quantity and the loss built from them.
       f = agent._sess.run(fetches)
       # Quantile-major rows: reshape to [levels, batch, actions].
@@ -261,16 +258,48 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
       taus = f['taus'].reshape(4, _BATCH_SIZE).T
       next_values = f['next_values'].reshape(5, _BATCH_SIZE, 2)[
           :, rows, f['next_actions']].T
-      targets = (f['rewards'][:, None] +
-                 0.9 * (1.0 - f['terminals'][:, None]) * next_values)
-      errors = targets[:, :, None] - values[:, None, :]
-      huber = np.where(np.abs(errors) <= 1.0, 0.5 * errors**2,
-                       np.abs(errors) - 0.5)
-      expected = (np.abs(taus[:, None, :] - (errors < 0)) *
-                  huber).sum(2).mean(1)
-      np.testing.assert_allclose(f['loss'], expected, rtol=1e-5)
-      terminals_seen += int(np.count_nonzero(f['terminals']))
-    self.assertGreater(terminals_seen, 0)  # The terminal case was covered.
+
+      def reference(terminals):
+        targets = (f['rewards'][:, None] +
+                   0.9 * (1.0 - terminals[:, None]) * next_values)
+        errors = targets[:, :, None] - values[:, None, :]
+        huber = np.where(np.abs(errors) <= 1.0, 0.5 * errors**2,
+                         np.abs(errors) - 0.5)
+        return (np.abs(taus[:, None, :] - (errors < 0)) *
+                huber).sum(2).mean(1)
+
+      np.testing.assert_allclose(f['loss'], reference(f['terminals']),
+                                 rtol=1e-5)
+      terminal = f['terminals'] == 1
+      if terminal.any():
+        # A terminal row does not bootstrap: the loss is not the one with
+        # the next state's values (which are not all zero).
+        bootstrapped = reference(np.zeros_like(f['terminals']))
+        self.assertFalse(np.allclose(f['loss'][terminal],
+                                     bootstrapped[terminal], rtol=1e-5))
+      return terminal
+
+    # 10 batches at the agent's own priorities, its losses: mostly
+    # non-terminal rows. A terminal transition (reward 1, no bootstrap) is
+    # learned first, so the 3 sampleable ones (index 39's next state is not
+    # stored yet) hold only about 1-6% of the priority, and 20 batches held
+    # no terminal in about 1 run of 20, with the memory seeded or not (the
+    # priorities come from the unseeded networks and quantile draws).
+    non_terminal_rows = sum(int(np.count_nonzero(~check_batch()))
+                            for _ in range(10))
+    self.assertGreater(non_terminal_rows, 0)
+    # Then the terminal case on every batch, whatever the draws: a batch's
+    # rows are drawn one per eighth of the total priority (stratified, as
+    # Dopamine's), so a transition holding more than two eighths holds one
+    # whole eighth and is in every batch. The 3 sampleable terminals at
+    # 100 and the 37 others at 1: 100 > 2 * (300 + 37) / 8 = 84.25.
+    terminals = memory._store['terminal'][:40] == 1
+    valid = np.array([memory.is_valid_transition(i) for i in range(40)])
+    self.assertEqual(list(np.flatnonzero(terminals & valid)), [9, 19, 29])
+    memory.set_priority(np.arange(40),
+                        np.where(terminals & valid, 100.0, 1.0))
+    for _ in range(10):
+      self.assertGreaterEqual(np.count_nonzero(check_batch()), 3)
 
   @parameterized.parameters(False, True)
   def test_double_dqn_chooses_next_action_with_online_network(self,

@@ -58,7 +58,9 @@ def bind_small_memory(test_case, memory: str, replay_capacity: int = 500,
     replay_capacity: its capacity.
     batch_size: its batch size.
     rng: the seed of its generator (and so of the native ops' draws: the
-      same batches on every run), or None for draws from fresh entropy.
+      same batches on every run from the same priorities; a prioritized
+      memory's priorities after training are losses of unseeded networks,
+      which differ from run to run), or None for draws from fresh entropy.
   """
   gin_util.hide_dopamine_configurables(test_case)
   gin.clear_config()

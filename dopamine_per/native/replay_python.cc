@@ -885,6 +885,114 @@ PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Done();
 }
 
+// ------------------------------------------------ sampling a memory
+
+// NumPy's bit generator interface (numpy/random/bitgen.h, `bitgen_t`),
+// which a BitGenerator's capsule ("BitGenerator") holds.
+struct NumpyBitGenerator {
+  void* state;
+  uint64_t (*next_uint64)(void* state);
+  uint32_t (*next_uint32)(void* state);
+  double (*next_double)(void* state);
+  uint64_t (*next_raw)(void* state);
+};
+
+// The smallest all-ones mask covering `max`.
+inline uint32_t MaskOf(uint32_t max) {
+  for (int shift = 1; shift < 32; shift *= 2) max |= max >> shift;
+  return max;
+}
+
+// Draws from a NumPy bit generator exactly as NumPy does: Below(range) is
+// one value of `Generator.integers(low, low + range)` (Lemire's method on
+// 32-bit draws, `masked` false) or of the legacy `RandomState.randint`
+// (masked rejection, `masked` true), Uniform() one of `Generator.random()`.
+// So a memory sampled here consumes its generator as its Python draws
+// would. A memory's ranges stay below 2**31 (its capacity's bound), so
+// NumPy's 32-bit paths are the only ones taken.
+struct NumpyDraws {
+  NumpyBitGenerator* g;
+  bool masked;
+
+  uint64_t Below(uint64_t range) {
+    const uint32_t max = static_cast<uint32_t>(range - 1);  // NumPy's `rng`.
+    if (max == 0) return 0;  // NumPy draws nothing.
+    if (masked) {
+      const uint32_t mask = MaskOf(max);
+      uint32_t value;
+      while ((value = g->next_uint32(g->state) & mask) > max) {
+      }
+      return value;
+    }
+    const uint32_t excluded = max + 1;
+    uint64_t m = static_cast<uint64_t>(g->next_uint32(g->state)) * excluded;
+    if (static_cast<uint32_t>(m) < excluded) {
+      const uint32_t threshold = (0xFFFFFFFFu - max) % excluded;
+      while (static_cast<uint32_t>(m) < threshold) {
+        m = static_cast<uint64_t>(g->next_uint32(g->state)) * excluded;
+      }
+    }
+    return m >> 32;
+  }
+
+  double Uniform() { return g->next_double(g->state); }
+};
+
+// sample_batch(lock, tree_lock, bit_generator, masked, indices, codes,
+// outputs): samples len(indices) valid slots of the memory of `lock` (its
+// storage lock, held by the caller, and for a prioritized memory its tree
+// lock `tree_lock` too) with sampler.h's policy, drawing from the NumPy
+// BitGenerator `bit_generator` (the caller holds its lock) as NumPy would
+// (`masked`: as the legacy RandomState), into `indices` (int64), then
+// fills `outputs` as fill_batch does (none if `codes` is empty). True;
+// sampler.h's message if it cannot sample (nothing filled): ValueError for
+// an empty sum tree, else RuntimeError; the arguments' errors as
+// fill_batch's.
+PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("sample_batch", nargs, 7)) return nullptr;
+  const Memory* m = HeldMemory(args[0], "sample_batch");
+  if (m == nullptr) return nullptr;
+  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
+  if (!IsLock(args[1]) || !tree_lock->tree ||
+      tree_lock->memory->get() != m ||
+      (m->prioritized && (tree_lock->depth == 0 ||
+                          tree_lock->owner != PyThread_get_thread_ident()))) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "sample_batch: tree_lock must be the memory's tree Lock, "
+                    "held by the calling thread for a prioritized memory");
+    return nullptr;
+  }
+  PyObject* capsule = PyObject_GetAttrString(args[2], "capsule");
+  if (capsule == nullptr) return nullptr;
+  auto* generator = static_cast<NumpyBitGenerator*>(
+      PyCapsule_GetPointer(capsule, "BitGenerator"));
+  Py_DECREF(capsule);  // The BitGenerator keeps what it points to.
+  const int masked = PyObject_IsTrue(args[3]);
+  if (generator == nullptr || masked < 0) return nullptr;
+  Array indices;
+  if (!indices.Take(args[4], 1, true) || !indices.IsInt64() ||
+      indices.length() < 1 || indices.length() > m->capacity) {
+    PyErr_SetString(PyExc_TypeError,
+                    "sample_batch: indices must be a writable int64 array of "
+                    "1 to capacity slots");
+    return nullptr;
+  }
+  NumpyDraws draws{generator, masked == 1};
+  const std::string error = SampleIndices(*m, indices.length(), draws,
+                                          indices.data<int64_t>());
+  if (!error.empty()) {
+    PyErr_SetString(error == kEmptyTreeError ? PyExc_ValueError
+                                             : PyExc_RuntimeError,
+                    error.c_str());
+    return nullptr;
+  }
+  if (PyBytes_CheckExact(args[5]) && PyBytes_GET_SIZE(args[5]) == 0) {
+    return Done();
+  }
+  PyObject* const fill[] = {args[0], args[1], args[4], args[5], args[6]};
+  return FillBatchPy(nullptr, fill, 5);
+}
+
 #define DOPAMINE_PER_METHOD(name, function, doc)                         \
   {                                                                      \
     name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
@@ -924,6 +1032,9 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("fill_batch", FillBatchPy,
                         "fill_batch(lock, tree_lock, indices, codes, "
                         "outputs) -> True"),
+    DOPAMINE_PER_METHOD("sample_batch", SampleBatchPy,
+                        "sample_batch(lock, tree_lock, bit_generator, masked, "
+                        "indices, codes, outputs) -> True"),
     {nullptr, nullptr, 0, nullptr},
 };
 

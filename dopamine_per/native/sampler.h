@@ -1,7 +1,9 @@
 // The sampling policy on a registered memory: draws (uniform over the
 // sampling range, or one per stratum of the total priority), the validity
 // test, redraws up to max_sample_attempts and their messages, as the
-// Python memories sample.
+// Python memories sample. The draws come from a source: the ops' generator
+// (GeneratorDraws, the memory's mt19937_64) or, out of the graph, the
+// memory's own NumPy generator (replay_python.cc), drawn as NumPy draws.
 
 #ifndef DOPAMINE_PER_NATIVE_SAMPLER_H_
 #define DOPAMINE_PER_NATIVE_SAMPLER_H_
@@ -32,14 +34,28 @@ inline double DrawUniform(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// `count` candidate slots: stratified over the total priority (`strata`)
-// or independent; uniform over the sampling range for a uniform memory.
-// Returns an error message, or "" (the caller holds the lock).
-inline std::string Draw(Memory& m, int64_t count, bool strata,
-                        int64_t* out) {
+// The error of a draw from a sum tree whose priorities are all zero (the
+// sum tree's ValueError in Python).
+constexpr const char* kEmptyTreeError = "Cannot sample from an empty sum tree.";
+
+// The draws of the ops: the memory's generator.
+struct GeneratorDraws {
+  std::mt19937_64& rng;
+  uint64_t Below(uint64_t range) { return DrawBelow(rng, range); }
+  double Uniform() { return DrawUniform(rng); }
+};
+
+// `count` candidate slots from `draws` (a source with Below(range), a
+// draw in [0, range), and Uniform(), a double in [0, 1)): stratified over
+// the total priority (`strata`) or independent; uniform over the sampling
+// range for a uniform memory. Returns an error message, or "" (the caller
+// holds the locks).
+template <typename Draws>
+std::string Draw(const Memory& m, int64_t count, bool strata, Draws& draws,
+                 int64_t* out) {
   if (m.prioritized) {
     const double total = m.tree_scalars[0];
-    if (!(total > 0.0)) return "Cannot sample from an empty sum tree.";
+    if (!(total > 0.0)) return kEmptyTreeError;
     std::vector<double> lower(count), width(count), uniforms(count);
     const double step = 1.0 / static_cast<double>(count);
     for (int64_t i = 0; i < count; ++i) {
@@ -53,7 +69,7 @@ inline std::string Draw(Memory& m, int64_t count, bool strata,
         lower[i] = 0.0;
         width[i] = 1.0;
       }
-      uniforms[i] = DrawUniform(m.rng);
+      uniforms[i] = draws.Uniform();
     }
     DescendUniforms(m.tree, uniforms.data(), lower.data(), width.data(),
                     total, count, out);
@@ -70,8 +86,8 @@ inline std::string Draw(Memory& m, int64_t count, bool strata,
     high = cursor - m.horizon;
   }
   for (int64_t i = 0; i < count; ++i) {
-    out[i] = Mod(low + static_cast<int64_t>(DrawBelow(
-                           m.rng, static_cast<uint64_t>(high - low))),
+    out[i] = Mod(low + static_cast<int64_t>(
+                           draws.Below(static_cast<uint64_t>(high - low))),
                  m.capacity);
   }
   return "";
@@ -89,12 +105,14 @@ inline std::string CheckSampleable(const Memory& m) {
   return "";
 }
 
-// `count` valid slots, drawn and redrawn as the Python memory does
-// (circular_replay_buffer's _sample_indices). Returns an error or "".
-inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
+// `count` valid slots, drawn from `draws` and redrawn as the Python memory
+// does (circular_replay_buffer's _sample_indices). Returns an error or "".
+template <typename Draws>
+std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
+                          int64_t* out) {
   std::string error = CheckSampleable(m);
   if (!error.empty()) return error;
-  error = Draw(m, count, true, out);
+  error = Draw(m, count, true, draws, out);
   if (!error.empty()) return error;
   std::vector<uint8_t> valid(count);
   ValidMask(out, count, m.capacity, *m.add_count, m.horizon, m.stack,
@@ -115,7 +133,7 @@ inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
     }
     const int64_t n = static_cast<int64_t>(pending.size());
     redrawn.resize(n);
-    error = Draw(m, n, false, redrawn.data());
+    error = Draw(m, n, false, draws, redrawn.data());
     if (!error.empty()) return error;
     ValidMask(redrawn.data(), n, m.capacity, *m.add_count, m.horizon,
               m.stack, m.episode_end, m.terminal.data, m.terminal_item,
@@ -128,6 +146,18 @@ inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
     pending.swap(still);
   }
   return "";
+}
+
+// The ops' draws and samples: from the memory's generator.
+inline std::string Draw(Memory& m, int64_t count, bool strata,
+                        int64_t* out) {
+  GeneratorDraws draws{m.rng};
+  return Draw(m, count, strata, draws, out);
+}
+
+inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
+  GeneratorDraws draws{m.rng};
+  return SampleIndices(m, count, draws, out);
 }
 
 }  // namespace dopamine_per

@@ -134,10 +134,9 @@ class OutOfGraphReplayBuffer(object):
     Raises:
       ValueError: If an argument is malformed (an extra's name: see
         `add_checks.check_extra`), or replay_capacity is below
-        update_horizon + stack_size or above 2**31 - 1. A
-        non-tuple observation_shape (as Dopamine asserts), and a gamma that
-        is not a real number in [0, 1] (NaN, inf, a string, a bool), raise
-        dopamine_per.errors.ArgumentError, also an AssertionError.
+        update_horizon + stack_size or above 2**31 - 1. A non-tuple
+        observation_shape (as Dopamine asserts), and a gamma not a real in
+        [0, 1] (NaN, inf, a string, a bool), raise errors.ArgumentError.
     """
     if not isinstance(observation_shape, (tuple, list)):
       raise errors.ArgumentError('observation_shape must be a tuple, got '
@@ -229,10 +228,8 @@ class OutOfGraphReplayBuffer(object):
     return self.get_storage_signature()
 
   def get_storage_signature(self) -> List[ReplayElement]:
-    """Returns the elements stored per transition, in order.
-
-    Observation, action, reward, terminal, then the extra storage types.
-    """
+    """Returns the elements stored per transition, in order: observation,
+    action, reward, terminal, then the extra storage types."""
     return [
         ReplayElement('observation', self._observation_shape,
                       self._observation_dtype),
@@ -250,8 +247,7 @@ class OutOfGraphReplayBuffer(object):
 
     Returns:
       list of ReplayElement with batched shapes: state, action, reward,
-      next_state, next_action, next_reward, terminal, indices, then the
-      extra storage types.
+      next_state, next_action, next_reward, terminal, indices, extras.
     """
     batch = (self._batch_size if batch_size is None else batch_size,)
     state = (batch + self._state_shape, self._observation_dtype)
@@ -386,16 +382,8 @@ class OutOfGraphReplayBuffer(object):
       self._write(values, ends_episode)
 
   def _check_add_args(self, values: List[Any]) -> List[Any]:
-    """Checks (and where needed converts) the arguments of `add`.
-
-    Args:
-      values: list of the arguments, in `get_add_args_signature` order.
-
-    Returns:
-      list of values, in `get_add_args_signature` order, ready to be written.
-
-    Raises:
-      ValueError: see `add`.
+    """The arguments of `add` (in `get_add_args_signature` order), checked
+    and where needed converted, ready to be written; ValueError: see `add`.
     """
     if len(values) != len(self._add_specs):
       self._check_args_length(*values)
@@ -450,8 +438,7 @@ class OutOfGraphReplayBuffer(object):
     """Returns the state ending at slot `index` (frames on the last axis).
 
     `index` is an int, or an integer array for a batch of states; the
-    result has shape observation_shape + (stack_size,), with the batch
-    shape in front for an array.
+    result has shape observation_shape + (stack_size,), batch shape first.
 
     Raises:
       dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
@@ -468,11 +455,8 @@ class OutOfGraphReplayBuffer(object):
     return states.reshape(indices.shape + self._state_shape)
 
   def get_terminal_stack(self, index: Any) -> np.ndarray:
-    """The terminal flags of the `stack_size` slots ending at `index`.
-
-    As `get_observation_stack` (arguments, errors): shape [stack_size],
-    with the batch shape in front for an array of indices.
-    """
+    """The terminal flags of the `stack_size` slots ending at `index`, as
+    `get_observation_stack` (arguments, errors): shape [stack_size]."""
     with self._lock:
       indices = sampling.check_stack_indices(index, self._storage.add_count,
                                              self._replay_capacity)
@@ -531,10 +515,8 @@ class OutOfGraphReplayBuffer(object):
                                    self._update_horizon)
 
   def _draw(self, count: int) -> np.ndarray:
-    """Draws `count` candidate slots (uniformly here; the hook of sampling).
-
-    The prioritized memory draws from its sum tree instead.
-    """
+    """Draws `count` candidate slots, uniformly (the prioritized memory
+    draws from its sum tree)."""
     low, high = self._sampling_range()
     if self._rng is None:
       draws = np.random.randint(low, high, size=count)
@@ -543,15 +525,13 @@ class OutOfGraphReplayBuffer(object):
     return draws.astype(np.int64) % self._replay_capacity
 
   def _redraw(self, count: int) -> np.ndarray:
-    """Draws `count` replacements for invalid candidates (see `_draw`)."""
+    """Draws `count` replacements for invalid candidates (as `_draw`)."""
     return self._draw(count)
 
   def _sample_indices(self, batch_size: int) -> np.ndarray:
-    """`batch_size` valid slots: drawn, and invalid ones redrawn.
-
-    Every draw that lands on an invalid slot (the first ones included)
-    counts against max_sample_attempts; redraws come in vectorized rounds.
-    """
+    """`batch_size` valid slots: drawn, and invalid ones redrawn in
+    vectorized rounds, every invalid draw counting against
+    max_sample_attempts (the policy of sampler.h's SampleIndices)."""
     if self._storage.counters[0] < self._sampleable_from:
       self._sampling_range()  # Raises: too few transitions were added.
     candidates = self._draw(batch_size)
@@ -624,12 +604,31 @@ class OutOfGraphReplayBuffer(object):
     with self._lock:
       if indices is None:
         batch_size = self._batch_size if batch_size is None else batch_size
+        batch = self._native_batch(batch_size)
+        if batch is not None:
+          return batch
         indices = self._sample_indices(batch_size)
       else:
         indices = sampling.check_sample_indices(indices, self._valid_mask,
                                                 self._invalid_reason)
         batch_size = sampling.batch_size_of(indices, batch_size)
       return self._gather(indices, self._batch_plan(batch_size))
+
+  def _draw_generator(self) -> Tuple[Any, bool]:
+    """`_draw`'s NumPy BitGenerator (see `sampling.bit_generator_of`)."""
+    return sampling.bit_generator_of(self._rng)
+
+  def _native_batch(self, batch_size: int
+                   ) -> Optional[Tuple[np.ndarray, ...]]:
+    """A batch the native sampler samples in one call (draws, redraws and
+    fill: `NativeMemory.sample`), or None where it cannot."""
+    plan = self._batch_plan(batch_size)
+    generator, masked = self._draw_generator()
+    if plan.codes is None or generator is None:
+      return None
+    arrays = self._stack_buffers.carved(plan, plan.nbytes, plan.carve)[0]
+    self._sampler.sample(generator, masked, batch_size, plan.codes, arrays)
+    return arrays
 
   def _invalid_reason(self, index: int) -> str:
     """Why slot `index` is not a valid transition (for errors)."""

@@ -294,6 +294,31 @@ class NativeMemory(object):
     self._module.fill_batch(self.lock, self.tree_lock, indices, codes,
                             tuple(outputs))
 
+  def sample(self, generator: Any, masked: bool, count: int, codes: bytes,
+             outputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Samples `count` valid slots and fills `outputs` with their batch.
+
+    One native call: the sampling policy of sampler.h (the ops'), drawing
+    from the NumPy BitGenerator `generator` exactly as NumPy's
+    `Generator.integers` and `random` (`masked`: the legacy
+    `RandomState.randint`) would for the memory's Python draws, then
+    `fill`. The caller holds `lock`; this takes `tree_lock` (the draws read
+    the tree), then the generator's lock; the memory is bound.
+
+    Returns:
+      The slots, int64.
+
+    Raises:
+      RuntimeError: If too few transitions were added, or
+        max_sample_attempts draws were invalid (nothing filled).
+      ValueError: If every priority is zero.
+    """
+    indices = np.empty(count, np.int64)
+    with self.tree_lock, generator.lock:
+      self._module.sample_batch(self.lock, self.tree_lock, generator, masked,
+                                indices, codes, tuple(outputs))
+    return indices
+
   def sampler_state(self) -> Optional[str]:
     """The sampling ops' generator state, for a checkpoint (text).
 

@@ -201,6 +201,11 @@ class OutOfGraphPrioritizedReplayBuffer(
     with self._priority_lock:
       return self.sum_tree.sample_batch(count)
 
+  def _draw_generator(self) -> Tuple[Any, bool]:
+    # The tree's; without one it draws from Python's `random`: none.
+    rng = self.sum_tree.rng
+    return (None, False) if rng is None else (rng.bit_generator, False)
+
   def _row_elements(self) -> batch_plan.RowElements:
     # Each transition's priority, the leaf at its slot.
     return {'sampling_probabilities': ('priorities', False)}

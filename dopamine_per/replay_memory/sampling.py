@@ -18,7 +18,8 @@ import numpy as np
 
 from dopamine_per import errors
 
-__all__ = ['attempts_exhausted', 'batch_size_of', 'check_sample_indices',
+__all__ = ['attempts_exhausted', 'batch_size_of', 'bit_generator_of',
+           'check_sample_indices',
            'check_stack_indices', 'invalid_range', 'invalid_reason',
            'modulo_range', 'sampling_range', 'slot_range']
 
@@ -110,6 +111,16 @@ def attempts_exhausted(max_sample_attempts: int, num_valid: int,
       'Max sample attempts: Tried {} times but only sampled {} valid '
       'indices. Batch size is {}'.format(max_sample_attempts, num_valid,
                                          batch_size))
+
+
+def bit_generator_of(rng: Optional[np.random.Generator]) -> Tuple[Any, bool]:
+  """The NumPy BitGenerator a uniform memory's draws come from (for its
+  native sampler), and whether NumPy draws from it as the legacy
+  RandomState: `rng`'s (`Generator.integers`), else NumPy's global one
+  (`np.random.randint`)."""
+  if rng is not None:
+    return rng.bit_generator, False
+  return np.random.get_bit_generator(), True
 
 
 def invalid_reason(index: int, add_count: int, replay_capacity: int,

@@ -307,6 +307,11 @@ class SumTree(object):
     self._scalars[1] = number
 
   @property
+  def rng(self) -> Optional[np.random.Generator]:
+    """The generator the tree draws from, or None: Python's `random`."""
+    return self._rng
+
+  @property
   def leaves(self) -> np.ndarray:
     """The `capacity` leaf priorities, float64: a read-only view.
 

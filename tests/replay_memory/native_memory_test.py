@@ -566,6 +566,89 @@ class NativeBatchTest(parameterized.TestCase):
       for mine, theirs in zip(*batches):
         self.assertEqual(mine.tobytes(), theirs.tobytes())
 
+  def _twins(self, prioritized, make_rng, **config):
+    """A memory on NumPy's loops and one sampled natively, with equal
+    generators (make_rng()), the same 120 transitions (across the wrap of
+    50 slots, a fifth of the slots invalid) and priorities."""
+    memories = []
+    for kernels in ('numpy', 'native'):
+      memory = _memory(prioritized, kernels=kernels, replay_capacity=50,
+                       batch_size=7, update_horizon=3, rng=make_rng(),
+                       **config)
+      rng = np.random.default_rng(1)
+      for t in range(120):
+        keywords = dict(episode_end=bool(rng.random() < 0.1))
+        if prioritized:
+          keywords['priority'] = float(rng.random())
+        memory.add(rng.random(2).astype(np.float32), t % 3, 1.0,
+                   int(rng.random() < 0.1), **keywords)
+      memories.append(memory)
+    return memories
+
+  def test_one_native_call_draws_as_numpy_does(self):
+    # Each batch is one native call (draws, redraws, fill) that consumes
+    # the memory's generator exactly as its Python draws do: the same
+    # batches, and the same generator state after 30 of them, for every
+    # bit generator and NumPy's global one (legacy randint's masked draws).
+    generators = [np.random.PCG64, np.random.MT19937, np.random.Philox,
+                  np.random.SFC64]
+    cases = [(False, lambda: None)] + [
+        (prioritized, lambda g=g: np.random.Generator(g(7)))
+        for prioritized in (False, True) for g in generators]
+    for prioritized, make_rng in cases:
+      numpy_memory, native = self._twins(prioritized, make_rng)
+      redraws = mock.patch.object(type(numpy_memory), '_redraw',
+                                  autospec=True,
+                                  side_effect=type(numpy_memory)._redraw)
+      calls = mock.patch.object(native_memory.NativeMemory, 'sample',
+                                autospec=True,
+                                side_effect=native_memory.NativeMemory.sample)
+      batches = []
+      with redraws as redrawn, calls as sampled:
+        for memory in (numpy_memory, native):
+          np.random.seed(3)
+          batches.append([memory.sample_transition_batch()
+                          for _ in range(30)])
+          states = (np.random.get_state()[1] if memory.rng is None else
+                    memory.rng.bit_generator.state)
+          batches[-1].append(repr(states).encode())
+      name = '{} {}'.format(prioritized, type(make_rng()).__name__)
+      self.assertEqual(sampled.call_count, 30, name)
+      self.assertGreater(redrawn.call_count, 0, name)  # Redraws were drawn.
+      for mine, theirs in zip(*batches):
+        for a, b in zip(mine, theirs):
+          self.assertEqual(a.tobytes() if hasattr(a, 'tobytes') else a,
+                           b.tobytes() if hasattr(b, 'tobytes') else b, name)
+
+  def test_one_native_call_raises_as_python_does(self):
+    for prioritized in (False, True):
+      numpy_memory, native = self._twins(
+          prioritized, lambda: np.random.default_rng(2),
+          max_sample_attempts=3)
+      if prioritized:  # Every priority zero; uniform: attempts exhausted.
+        for memory in (numpy_memory, native):
+          memory.sum_tree.set(np.arange(50), np.zeros(50))
+      errors = []
+      for memory in (numpy_memory, native):
+        try:
+          memory.sample_transition_batch(40)
+        except (RuntimeError, ValueError) as e:
+          errors.append((type(e), str(e)))
+      self.assertLen(errors, 2)
+      self.assertEqual(errors[0], errors[1])
+      self.assertEqual(errors[0][0],
+                       ValueError if prioritized else RuntimeError)
+    for prioritized in (False, True):  # Too few transitions.
+      errors = []
+      for kernels in ('numpy', 'native'):
+        memory = _memory(prioritized, kernels=kernels, rng=0)
+        _add(memory, 1)
+        with self.assertRaises(RuntimeError) as raised:
+          memory.sample_transition_batch()
+        errors.append(str(raised.exception))
+      self.assertEqual(errors[0], errors[1])
+      self.assertIn('Cannot sample a batch with fewer', errors[0])
+
   def test_a_numpy_memory_and_a_subclass_are_not_sampled_natively(self):
     for memory in (_memory(kernels='numpy'), _memory(cls=_OwnBatch)):
       with memory._lock:  # pylint: disable=protected-access

@@ -971,10 +971,10 @@ PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (generator == nullptr || masked < 0) return nullptr;
   Array indices;
   if (!indices.Take(args[4], 1, true) || !indices.IsInt64() ||
-      indices.length() < 1 || indices.length() > m->capacity) {
+      indices.length() < 1) {
     PyErr_SetString(PyExc_TypeError,
                     "sample_batch: indices must be a writable int64 array of "
-                    "1 to capacity slots");
+                    "one slot or more");
     return nullptr;
   }
   NumpyDraws draws{generator, masked == 1};

@@ -23,6 +23,7 @@ ops library.
 
 import ctypes
 import hashlib
+import random
 import secrets
 import threading
 import types
@@ -129,21 +130,25 @@ def _address(array: np.ndarray) -> int:
   return array.__array_interface__['data'][0]
 
 
-def _seed(memory: Any) -> int:
-  """The ops' generator seed, without drawing from the memory's generator.
+def _seed(memory: Any, memory_id: int) -> int:
+  """The ops' generator seed, drawing nothing from any generator.
 
-  From the state of the memory's generator and its add count, so that a
-  seeded run samples the same batches again, and a memory restored from a
-  checkpoint does not replay the draws its run started with. Without a
-  generator, from fresh entropy: each run (and each resume) draws its own
-  stream, and Python's `random`, which the agent's exploration may use, is
-  not advanced.
+  A digest of the state of the memory's generator and its add count, so
+  that a seeded run samples the same batches again, and a memory restored
+  from a checkpoint without a sampler state does not replay the draws its
+  run started with. Without a generator, of the states of NumPy's and
+  Python's global generators instead, and the memory's id (memories bound
+  together draw apart): a run seeded as the Runner seeds (`random.seed`,
+  `np.random.seed`) samples the same batches again, and those generators,
+  which the agent's exploration draws from, are not advanced.
   """
-  if memory.rng is None:  # Fresh entropy; Python's `random` is untouched.
-    return secrets.randbits(64)
-  state = repr((memory.rng.bit_generator.state,
-                memory.storage.add_count)).encode()
-  return int.from_bytes(hashlib.sha256(state).digest()[:8], 'little')
+  if memory.rng is None:
+    state = (np.random.get_state()[1].tobytes(), random.getstate(),
+             memory_id)
+  else:
+    state = memory.rng.bit_generator.state
+  digest = hashlib.sha256(repr((state, memory.storage.add_count)).encode())
+  return int.from_bytes(digest.digest()[:8], 'little')
 
 
 class NativeMemory(object):
@@ -234,7 +239,7 @@ class NativeMemory(object):
         terminal_item=terminal.itemsize, extras=len(extras),
         extra_data=ctypes.cast(extra_data, ctypes.c_void_p),
         extra_bytes=ctypes.cast(extra_bytes, ctypes.c_void_p),
-        discounts=_address(discounts), seed=_seed(memory))
+        discounts=_address(discounts), seed=_seed(memory, self.id))
     kept = [memory.storage.counters, memory.storage.episode_end, discounts,
             *columns]
     tree = getattr(memory, 'sum_tree', None)

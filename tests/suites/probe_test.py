@@ -241,13 +241,36 @@ class ForeignGraphTest(graph_util.GraphTestCase):
 
 
 class SeedTest(parameterized.TestCase):
-  """Binding a memory without `rng` leaves Python's `random` alone."""
+  """Binding a memory without `rng` draws from no global generator, and
+  seeds the ops' generator as the global generators were seeded."""
 
   def test_binding_does_not_draw_from_pythons_random(self):
     memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
-    state = random.getstate()
+    state = random.getstate(), np.random.get_state()[1].tolist()
     memory.native_memory()
-    self.assertEqual(random.getstate(), state)
+    self.assertEqual((random.getstate(), np.random.get_state()[1].tolist()),
+                     state)
+
+  def test_a_seeded_run_draws_the_same_stream_again(self):
+    # As the Runner seeds a run (random.seed, np.random.seed): the ops'
+    # generator of a memory without rng starts where it did in a run
+    # seeded alike, and elsewhere in a run seeded otherwise.
+    code = textwrap.dedent("""
+        import random, sys
+        import numpy as np
+        random.seed(int(sys.argv[1]))
+        np.random.seed(int(sys.argv[1]))
+        from dopamine_per.replay_memory import circular_replay_buffer as crb
+        memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
+        memory.native_memory()
+        print(memory.native.sampler_state())
+        """)
+    states = [subprocess.run([sys.executable, '-c', code, str(seed)],
+                             check=True, capture_output=True, text=True,
+                             timeout=120).stdout for seed in (3, 3, 4)]
+    self.assertTrue(states[0].strip())
+    self.assertEqual(states[0], states[1])
+    self.assertNotEqual(states[0], states[2])
 
 
 class ReplacedTreeTest(graph_util.GraphTestCase):

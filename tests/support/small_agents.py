@@ -60,7 +60,8 @@ def bind_small_memory(test_case, memory: str, replay_capacity: int = 500,
     rng: the seed of its generator (and so of the native ops' draws: the
       same batches on every run from the same priorities; a prioritized
       memory's priorities after training are losses of unseeded networks,
-      which differ from run to run), or None for draws from fresh entropy.
+      which differ from run to run), or None for draws seeded from the
+      global generators' states (see native_memory._seed).
   """
   gin_util.hide_dopamine_configurables(test_case)
   gin.clear_config()

@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional
 from absl import flags
 import numpy as np
 
-from dopamine_per.replay_memory import kernels as kernels_lib
+from dopamine_per.replay_memory.kernels import choice
 
 __all__ = [
     'OURS',
@@ -44,7 +44,7 @@ __all__ = [
 OURS_PREFIX = 'ours-'
 # Ours with each kernel set, the default (native) first (the tables'
 # column order); 'ours-native' where its extension builds
-# (`kernels.available`).
+# (`choice.available`).
 OURS = ('ours-native', 'ours-numpy')
 
 
@@ -58,16 +58,16 @@ def kernels_of(name: str) -> Optional[str]:
 def kernels_environ(kernels: Optional[str]) -> Dict[str, str]:
   """The environment that chooses `kernels` ({} for None: the default).
 
-  The variable is the one the library reads first (`kernels.ENV`), so that
+  The variable is the one the library reads first (`choice.ENV`), so that
   no other kernel variable set outside overrides it.
   """
-  return {kernels_lib.ENV: kernels} if kernels else {}
+  return {choice.ENV: kernels} if kernels else {}
 
 
 def available_ours() -> List[str]:
   """Ours with each kernel set installed here, in `OURS` order."""
   return [name for name in OURS
-          if kernels_of(name) in kernels_lib.available()]
+          if kernels_of(name) in choice.available()]
 
 
 def _importable(module: str) -> bool:

@@ -79,7 +79,7 @@ from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.native import build  # pylint: disable=g-import-not-at-top
-from dopamine_per.replay_memory import native_ops  # pylint: disable=g-import-not-at-top
+from dopamine_per.replay_memory.graph import native_ops  # pylint: disable=g-import-not-at-top
 
 __all__ = [
     'PATHS',

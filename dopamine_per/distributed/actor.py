@@ -36,7 +36,7 @@ from dopamine_per.agents import network_variables
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.distributed import weights as weights_lib
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['apex_epsilon', 'online_network_variables', 'read_weights',
            'WeightAssigner', 'Actor', 'create_actors',

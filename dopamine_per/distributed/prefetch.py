@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from absl import logging
 
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['BatchPrefetcher']
 

@@ -24,16 +24,16 @@ import gin
 import numpy as np
 import ray
 
+from dopamine_per.distributed import locking
 from dopamine_per.distributed import placement
 from dopamine_per.distributed import prefetch as prefetch_lib
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.distributed import sharded_checkpoint
 from dopamine_per.distributed import writer as writer_lib
-from dopamine_per.replay_memory import locking
 from dopamine_per.replay_memory import prioritized_replay_buffer
-from dopamine_per.replay_memory import sampling
-from dopamine_per.replay_memory import validation
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
+from dopamine_per.replay_memory.memory import sampling
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['ShardedPrioritizedReplayBuffer', 'route_targets']
 

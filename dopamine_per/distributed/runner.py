@@ -39,7 +39,7 @@ from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.distributed import actor as actor_lib
 from dopamine_per.distributed import replay
 from dopamine_per.distributed import weights as weights_lib
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['ApexRunner', 'create_apex_runner', 'ActorFailedError']
 

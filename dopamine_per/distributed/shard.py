@@ -28,9 +28,9 @@ import numpy as np
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
-from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
-from dopamine_per.replay_memory import sampling
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
+from dopamine_per.replay_memory.memory import sampling
 
 __all__ = ['ReplayShard', 'ShardError', 'shard_directory']
 

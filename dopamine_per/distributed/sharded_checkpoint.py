@@ -34,7 +34,7 @@ from dopamine_per import errors
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
-from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 
 __all__ = ['RECORD_FORMAT', 'ShardedRecord', 'ShardedCheckpointer',
            'record_path', 'read_record', 'latest_checkpoint_iteration']

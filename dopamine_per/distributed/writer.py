@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 import ray
 
 from dopamine_per.distributed import shard as shard_lib
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['ShardWriter', 'DEFAULT_FLUSH_EVERY']
 

@@ -3,11 +3,12 @@
 
 `replay_core.h` holds the loops; `replay_core.cc` is the TensorFlow-free
 core library (the registry of memories shared with the ops, with a C
-interface for ctypes: `core`, `replay_memory.native_memory`),
+interface for ctypes: `core`, `native_memory`),
 `replay_ops.cc` the TensorFlow ops, `replay_python.cc` the kernels and the
 memories' `Lock` type as a CPython extension module
-(`replay_memory.native_kernels`).
+(`replay_memory.kernels.native_kernels`).
 `build` compiles them against the installed TensorFlow and Python on first
 use, cached; `core` loads the core library, `extension` the extension
-module. Nothing here imports TensorFlow except `build.ops_library`.
+module; `native_memory` is a memory's entry in the core library's
+registry. Nothing here imports TensorFlow except `build.ops_library`.
 """

@@ -10,7 +10,7 @@ $CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
   load it;
 * the kernels' Python extension (`python_extension`, replay_python.cc): a
   CPython extension module calling the same loops without ctypes' cost
-  per call (`replay_memory.native_kernels`), compiled against this
+  per call (`replay_memory.kernels.native_kernels`), compiled against this
   interpreter's headers (python3-dev) and named for its ABI;
 * the TensorFlow ops (`ops_library`), compiled with the installed
   TensorFlow's flags (`tf.sysconfig`; its C++ ABI, `-D_GLIBCXX_USE_CXX11_ABI=1`
@@ -40,7 +40,7 @@ and UBSan builds, for tests: the process must have libasan preloaded
 (LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
 Without a compiler, or when it fails, `NativeBuildError` says why; the
 memories then fall back to their Python paths (see
-`replay_memory.native_ops`).
+`replay_memory.graph.native_ops`).
 """
 
 import fcntl

@@ -4,7 +4,7 @@
 `load()` returns the module compiled from replay_python.cc
 (`build.python_extension`), or raises `build.NativeBuildError` saying why
 it cannot (no compiler, no Python headers, a failed build, a module that
-does not import). `replay_memory.native_kernels` calls its functions.
+does not import). `replay_memory.kernels.native_kernels` calls its functions.
 """
 
 import importlib.machinery

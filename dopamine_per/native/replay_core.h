@@ -8,7 +8,7 @@
 // (replay_core.cc: the registry of memories, a C interface for Python's
 // ctypes), the Python extension (replay_python.cc: the kernels and the
 // memory's Lock) and the TensorFlow ops (replay_ops.cc). Every loop gives
-// the same bits as dopamine_per/replay_memory/numpy_kernels.py, the
+// the same bits as dopamine_per/replay_memory/kernels/numpy_kernels.py, the
 // reference.
 
 #ifndef DOPAMINE_PER_NATIVE_REPLAY_CORE_H_

@@ -1,7 +1,8 @@
 // The replay memory's native face in Python, a CPython extension module:
-// the sum tree's loops for dopamine_per/replay_memory/native_kernels.py,
-// and on a memory registered with the core library (memory.h), its lock
-// (`Lock`) and its batches: the validity of slots and filling a batch
+// the sum tree's loops for
+// dopamine_per/replay_memory/kernels/native_kernels.py, and on a memory
+// registered with the core library (memory.h), its lock (`Lock`) and its
+// batches: the validity of slots and filling a batch
 // (batch.h's FillBatch, the routine the TensorFlow op fills with). C API
 // only (METH_FASTCALL, without ctypes' cost per call): arrays come in
 // through the buffer protocol, and every buffer's type, length, layout and

@@ -9,7 +9,7 @@ frame stacks and n-step returns are assembled at sample time (Mnih et al.,
 with no Python loop per transition.
 
 The memory owns its storage (`storage.CircularStorage`: arrays, counters,
-episode ends) and its kernels (`kernels.choose`: every per-batch loop);
+episode ends) and its kernels (`choice.choose`: every per-batch loop);
 sampling is its own method, drawing, checking and gathering through those
 two. The checks of `add` are `add_checks`', the explanations of invalid
 slots `sampling`'s and checkpoints `memory_checkpoint`'s. It is NumPy only:
@@ -30,15 +30,15 @@ import numpy as np
 
 from dopamine_per import errors
 from dopamine_per.file_io import gzip_files
-from dopamine_per.replay_memory import add_checks
-from dopamine_per.replay_memory import batch_plan
-from dopamine_per.replay_memory import kernels as kernels_lib
-from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import native_memory as native_memory_lib
-from dopamine_per.replay_memory import sampling
-from dopamine_per.replay_memory import storage
-from dopamine_per.replay_memory import validation
-from dopamine_per.replay_memory import wrapped_replay_buffer
+from dopamine_per.native import native_memory as native_memory_lib
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
+from dopamine_per.replay_memory.graph import wrapped_replay_buffer
+from dopamine_per.replay_memory.kernels import choice
+from dopamine_per.replay_memory.memory import add_checks
+from dopamine_per.replay_memory.memory import batch_plan
+from dopamine_per.replay_memory.memory import sampling
+from dopamine_per.replay_memory.memory import storage
+from dopamine_per.replay_memory.memory import validation
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-bad-import-order
@@ -101,7 +101,7 @@ class OutOfGraphReplayBuffer(object):
                checkpoint_duration: int = 4,
                keep_every: Optional[int] = None,
                rng: Any = None,
-               kernels: kernels_lib.KernelsLike = None):
+               kernels: choice.KernelsLike = None):
     """Creates an empty replay memory.
 
     Args:
@@ -128,7 +128,7 @@ class OutOfGraphReplayBuffer(object):
         as Dopamine; reproducible with ``np.random.seed``), or a
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
       kernels: the per-batch loops: 'numpy', 'native', 'auto' or kernels
-        (see `kernels.choose`); None for the DOPAMINE_PER_KERNELS
+        (see `choice.choose`); None for the DOPAMINE_PER_KERNELS
         environment variable, else 'auto'. Results are the same.
 
     Raises:
@@ -170,7 +170,7 @@ class OutOfGraphReplayBuffer(object):
     self._extra_storage_types = [ReplayElement(*add_checks.check_extra(e))
                                  for e in (extra_storage_types or [])]
     self._rng = validation.check_rng(rng)
-    self._kernels = kernels_lib.choose(kernels)
+    self._kernels = choice.choose(kernels)
 
     logging.info(
         'Creating a %s replay memory: observation_shape=%s (%s), '

@@ -22,14 +22,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gin
 import numpy as np
 
-from dopamine_per.replay_memory import batch_plan
+from dopamine_per.native import native_memory as native_memory_lib
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import native_memory as native_memory_lib
 from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import validation
-from dopamine_per.replay_memory import wrapped_replay_buffer
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
+from dopamine_per.replay_memory.graph import wrapped_replay_buffer
+from dopamine_per.replay_memory.memory import batch_plan
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['OutOfGraphPrioritizedReplayBuffer',
            'WrappedPrioritizedReplayBuffer', 'ReplayElement']

@@ -11,7 +11,7 @@ Layout. Dopamine keeps a binary tree and walks it one index and one level
 at a time in Python. This tree is *wide*: every inner node sums ``FANOUT``
 (16) children, so a tree over 2**20 leaves has five levels, not twenty-one,
 all in one flat float64 array (docs/architecture.md#the-sum-trees-flat-layout).
-A batch of updates or queries is one call of the kernels (`kernels.choose`)
+A batch of updates or queries is one call of the kernels (`choice.choose`)
 whatever the batch size.
 
 Exactness. Every inner node is recomputed from its children when one of them
@@ -37,9 +37,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import kernels as kernels_lib
-from dopamine_per.replay_memory import numpy_kernels
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.kernels import choice
+from dopamine_per.replay_memory.kernels import numpy_kernels
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = [
     'SumTree',
@@ -215,7 +215,7 @@ class SumTree(object):
   """
 
   def __init__(self, capacity: int, rng: RngLike = None,
-               kernels: kernels_lib.KernelsLike = None,
+               kernels: choice.KernelsLike = None,
                priority_dtype: Any = np.float64):
     """Creates an all-zero sum tree.
 
@@ -224,10 +224,10 @@ class SumTree(object):
       rng: None to draw from Python's `random` module (Dopamine's behaviour,
         reproducible with `random.seed`), or a `numpy.random.Generator` or an
         int seed for an independent, checkpointable stream.
-      kernels: a `kernels.Kernels`, 'numpy', 'native', 'auto' or None (the
+      kernels: a `choice.Kernels`, 'numpy', 'native', 'auto' or None (the
         DOPAMINE_PER_KERNELS environment variable, default 'auto': the
         native kernels where they build, else NumPy's); see
-        `kernels.choose`. Both give bit-identical results.
+        `choice.choose`. Both give bit-identical results.
       priority_dtype: float16, float32 or float64: priorities must be 0 or
         in [its smallest positive value, its largest value]. The
         prioritized memory uses float32, the dtype of `get_priority`;
@@ -252,7 +252,7 @@ class SumTree(object):
     # update when they set priorities (see `native_layout`).
     self._scalars = np.array([0.0, 1.0])
     self._rng = None if rng is None else np.random.default_rng(rng)
-    self._kernels = kernels_lib.choose(kernels)
+    self._kernels = choice.choose(kernels)
     sizes = _level_sizes(self.capacity, FANOUT)
     # All levels, leaves first, in one array; `_offsets[k]` is where level k
     # starts and `_offsets[-1]` the end.
@@ -752,7 +752,7 @@ class SumTree(object):
     assert np.all(np.isfinite(leaves)) and np.all(leaves >= 0.0)
     assert np.all(leaves[self.capacity:] == 0.0), 'nonzero padding leaf'
     assert self.max_recorded_priority >= max(1.0, float(leaves.max()))
-    level_sums = kernels_lib.NUMPY.level_sums
+    level_sums = choice.NUMPY.level_sums
     for k, (child_blocks, parents) in enumerate(
         zip(self._blocks, self._levels[1:])):
       expected = np.zeros_like(parents)

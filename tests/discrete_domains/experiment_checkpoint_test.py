@@ -46,7 +46,7 @@ import numpy as np
 
 from dopamine_per.discrete_domains import experiment_resume
 from dopamine_per.file_io import transaction
-from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import fault_injection
 from tests.support import fixtures
 from tests.support import gin_util

@@ -21,7 +21,7 @@ from dopamine_per.distributed import replay
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.distributed import sharded_checkpoint
 from dopamine_per.file_io import atomic_files
-from dopamine_per.replay_memory import sampling
+from dopamine_per.replay_memory.memory import sampling
 from tests.support import fixtures
 from tests.support import ray_util
 from tests.support import sharded_memories

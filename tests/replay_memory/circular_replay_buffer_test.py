@@ -22,7 +22,7 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import circular_replay_buffer as crb
-from dopamine_per.replay_memory import memory_checkpoint
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import fixtures
 from tests.support import replay_cases
 from tests.support import stats_util

@@ -1,4 +1,4 @@
-"""Tests for dopamine_per.replay_memory.kernels: `choose`, the one switch.
+"""Tests for replay_memory.kernels.choice: `choose`, the one switch.
 
 Only `EnvironmentDefaultTest` sets $DOPAMINE_PER_KERNELS: it tests that
 `choose` reads it when no argument is given. Every other test (here and in
@@ -16,11 +16,11 @@ import numpy as np
 
 from dopamine_per.native import build
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import kernels
-from dopamine_per.replay_memory import native_kernels
-from dopamine_per.replay_memory import numpy_kernels
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.kernels import choice
+from dopamine_per.replay_memory.kernels import native_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 from tests.support import fixtures
 
 
@@ -28,25 +28,25 @@ from tests.support import fixtures
 class ChooseTest(absltest.TestCase):
 
   def test_names_and_choices(self):
-    self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
-    self.assertIs(kernels.choose('auto'), kernels.native())
-    self.assertIs(kernels.choose(kernels.NUMPY), kernels.NUMPY)
-    self.assertIs(kernels.Kernels, numpy_kernels.NumpyKernels)
-    self.assertIs(type(kernels.NUMPY), numpy_kernels.NumpyKernels)
-    self.assertEqual((kernels.NUMPY.name, kernels.NUMPY.compiled),
+    self.assertIs(choice.choose('numpy'), choice.NUMPY)
+    self.assertIs(choice.choose('auto'), choice.native())
+    self.assertIs(choice.choose(choice.NUMPY), choice.NUMPY)
+    self.assertIs(choice.Kernels, numpy_kernels.NumpyKernels)
+    self.assertIs(type(choice.NUMPY), numpy_kernels.NumpyKernels)
+    self.assertEqual((choice.NUMPY.name, choice.NUMPY.compiled),
                      ('numpy', False))
-    self.assertEqual(kernels.available(), ['numpy', 'native'])
-    self.assertNotIn('numba', kernels.__all__)
-    self.assertFalse(hasattr(kernels, 'numba'))
+    self.assertEqual(choice.available(), ['numpy', 'native'])
+    self.assertNotIn('numba', choice.__all__)
+    self.assertFalse(hasattr(choice, 'numba'))
 
   def test_native(self):
-    native = kernels.choose('native')
-    self.assertIs(native, kernels.native())
-    self.assertIs(kernels.choose('native'), native)  # Created once.
+    native = choice.choose('native')
+    self.assertIs(native, choice.native())
+    self.assertIs(choice.choose('native'), native)  # Created once.
     self.assertIs(type(native), native_kernels.NativeKernels)
-    self.assertIsInstance(native, kernels.Kernels)
+    self.assertIsInstance(native, choice.Kernels)
     self.assertEqual((native.name, native.compiled), ('native', True))
-    self.assertIs(kernels.choose(native), native)
+    self.assertIs(choice.choose(native), native)
 
   def _without_a_compiler(self, script):
     """Runs `script` with a fresh native cache and no compiler.
@@ -67,22 +67,22 @@ class ChooseTest(absltest.TestCase):
     return result.stdout.splitlines(), result.stderr
 
   def test_native_without_a_compiler(self):
-    # A fresh cache and no compiler: importing `kernels` builds nothing (nor
+    # A fresh cache and no compiler: importing `choice` builds nothing (nor
     # imports TensorFlow); asking for 'native' says why it cannot be built,
     # and 'auto' runs NumPy's with one warning saying so.
     lines, stderr = self._without_a_compiler(
         'import os, sys\n'
-        'from dopamine_per.replay_memory import kernels\n'
+        'from dopamine_per.replay_memory.kernels import choice\n'
         'assert not os.listdir(sys.argv[1]), os.listdir(sys.argv[1])\n'
         'assert "tensorflow" not in sys.modules\n'
-        'assert kernels.available() == ["numpy"], kernels.available()\n'
+        'assert choice.available() == ["numpy"], choice.available()\n'
         'for _ in range(2):\n'
         '  try:\n'
-        '    kernels.choose("native")\n'
+        '    choice.choose("native")\n'
         '  except ValueError as e:\n'
         '    print(e)\n'
         'for _ in range(3):\n'
-        '  print(kernels.choose("auto").name)\n')
+        '  print(choice.choose("auto").name)\n')
     reason = ("no C++ compiler: 'no-such-compiler' is not on PATH (install "
               "g++, e.g. `apt-get install g++`, or set $CXX)")
     self.assertEqual(lines, [
@@ -101,8 +101,8 @@ class ChooseTest(absltest.TestCase):
       f.write('not a directory')
     result = subprocess.run(
         [sys.executable, '-c',
-         'from dopamine_per.replay_memory import kernels\n'
-         'print(kernels.choose("auto").name)\n'],
+         'from dopamine_per.replay_memory.kernels import choice\n'
+         'print(choice.choose("auto").name)\n'],
         cwd=fixtures.REPO_ROOT,
         env=fixtures.subprocess_env(
             DOPAMINE_PER_NATIVE_CACHE=os.path.join(blocker, 'cache')),
@@ -118,25 +118,25 @@ class ChooseTest(absltest.TestCase):
 
   def test_the_fallback_warning_names_no_other_kernels(self):
     # One %s, the reason; NumPy's loops are all that can stand in.
-    self.assertEqual(kernels.FALLBACK_WARNING.count('%s'), 1)
-    self.assertIn('runs its NumPy loops', kernels.FALLBACK_WARNING)
-    self.assertNotIn('numba', kernels.FALLBACK_WARNING.lower())
-    self.assertNotIn('pip install', kernels.FALLBACK_WARNING)
+    self.assertEqual(choice.FALLBACK_WARNING.count('%s'), 1)
+    self.assertIn('runs its NumPy loops', choice.FALLBACK_WARNING)
+    self.assertNotIn('numba', choice.FALLBACK_WARNING.lower())
+    self.assertNotIn('pip install', choice.FALLBACK_WARNING)
 
   def test_kernels_are_returned_as_they_are(self):
     own = numpy_kernels.NumpyKernels()
-    self.assertIsNot(own, kernels.NUMPY)
-    self.assertIs(kernels.choose(own), own)
+    self.assertIsNot(own, choice.NUMPY)
+    self.assertIs(choice.choose(own), own)
     native = native_kernels.NativeKernels()
-    self.assertIsNot(native, kernels.native())
-    self.assertIs(kernels.choose(native), native)
+    self.assertIsNot(native, choice.native())
+    self.assertIs(choice.choose(native), native)
 
   def test_unknown_names(self):
     for name in ('fortran', 'Numba', '', 'NUMPY'):
       with self.assertRaisesRegex(
           ValueError, "^Unknown kernels '{}': use 'numpy', 'native' or "
           "'auto'.$".format(name)):
-        kernels.choose(name)
+        choice.choose(name)
 
   def test_numba_was_removed(self):
     # Configs written for earlier versions may still ask for Numba's
@@ -145,7 +145,7 @@ class ChooseTest(absltest.TestCase):
       with self.assertRaisesRegex(
           ValueError, r"^Kernels 'numba': the Numba kernels were removed; "
           r"use 'native' \(or 'numpy', or 'auto'\)\.$"):
-        kernels.choose('numba')
+        choice.choose('numba')
     with self.assertRaisesRegex(ValueError, 'Numba kernels were removed'):
       sum_tree.SumTree(4, kernels='numba')
 
@@ -155,66 +155,66 @@ class EnvironmentDefaultTest(absltest.TestCase):
 
   def _environment(self, value=None):
     """Patches os.environ to hold the variable with `value` (None: unset)."""
-    environ = {k: v for k, v in os.environ.items() if k != kernels.ENV}
+    environ = {k: v for k, v in os.environ.items() if k != choice.ENV}
     if value is not None:
-      environ[kernels.ENV] = value
+      environ[choice.ENV] = value
     return mock.patch.dict(os.environ, environ, clear=True)
 
   def test_the_variable_chooses_when_no_argument_does(self):
-    self.assertEqual(kernels.ENV, 'DOPAMINE_PER_KERNELS')
+    self.assertEqual(choice.ENV, 'DOPAMINE_PER_KERNELS')
     with self._environment():
-      self.assertIs(kernels.choose(), kernels.native())  # 'auto'.
-      self.assertIs(kernels.choose(None), kernels.native())
-    for value, expected in (('numpy', kernels.NUMPY),
-                            ('native', kernels.native()),
-                            ('auto', kernels.native())):
+      self.assertIs(choice.choose(), choice.native())  # 'auto'.
+      self.assertIs(choice.choose(None), choice.native())
+    for value, expected in (('numpy', choice.NUMPY),
+                            ('native', choice.native()),
+                            ('auto', choice.native())):
       with self._environment(value):
-        self.assertIs(kernels.choose(), expected)
+        self.assertIs(choice.choose(), expected)
     with self._environment('numpy'):
       # An argument wins over the variable.
-      self.assertIs(kernels.choose('native'), kernels.native())
-      self.assertIs(kernels.choose(kernels.native()), kernels.native())
+      self.assertIs(choice.choose('native'), choice.native())
+      self.assertIs(choice.choose(choice.native()), choice.native())
     with self._environment('native'):
-      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+      self.assertIs(choice.choose('numpy'), choice.NUMPY)
 
   def test_errors_name_the_variable(self):
     with self._environment('Numba'):
       with self.assertRaisesRegex(
           ValueError,
           r"Unknown kernels 'Numba' \(from \$DOPAMINE_PER_KERNELS\)"):
-        kernels.choose()
+        choice.choose()
     with self._environment('numba'):
       with self.assertRaisesRegex(
           ValueError,
           r"^Kernels 'numba' \(from \$DOPAMINE_PER_KERNELS\): the Numba "
           r"kernels were removed; use 'native'"):
-        kernels.choose()
+        choice.choose()
     error = build.NativeBuildError('no C++ compiler')
     with self._environment('native'), \
-        mock.patch.object(kernels, '_native', None), \
+        mock.patch.object(choice, '_native', None), \
         mock.patch.object(native_kernels.NativeKernels, '__init__',
                           side_effect=error):
       with self.assertRaisesRegex(
           ValueError,
           r"^Kernels 'native' \(from \$DOPAMINE_PER_KERNELS\) cannot be "
           r"built here: no C\+\+ compiler$"):
-        kernels.choose()
+        choice.choose()
 
 
 class OneChoiceForEveryLoopTest(absltest.TestCase):
   """The tree's, the sampling checks' and the gathers' loops follow it."""
 
   def test_the_tree(self):
-    for name, chosen in (('numpy', kernels.NUMPY),
-                         ('native', kernels.native())):
+    for name, chosen in (('numpy', choice.NUMPY),
+                         ('native', choice.native())):
       self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
       self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
     with self.assertRaisesRegex(ValueError, "Unknown kernels 'fortran'"):
       sum_tree.SumTree(4, kernels='fortran')
 
   def test_the_memories_and_their_trees(self):
-    for name, chosen in (('numpy', kernels.NUMPY),
-                         ('native', kernels.native())):
+    for name, chosen in (('numpy', choice.NUMPY),
+                         ('native', choice.native())):
       plain = circular_replay_buffer.OutOfGraphReplayBuffer(
           (3, 3), 4, 20, 2, kernels=name)
       self.assertIs(plain._kernels, chosen)
@@ -231,7 +231,7 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
         (3, 3), 4, 20, 2, kernels='numpy')
     for t in range(12):
       memory.add(np.full((3, 3), t, np.uint8), 0, 1.0, 0, 1.0)
-    numpy = kernels.NUMPY
+    numpy = choice.NUMPY
     with mock.patch.object(numpy, 'transition_batch',
                            wraps=numpy.transition_batch) as gather, \
         mock.patch.object(numpy, 'valid_mask',
@@ -250,8 +250,8 @@ class OneChoiceForEveryLoopTest(absltest.TestCase):
         'OutOfGraphPrioritizedReplayBuffer.kernels', 'numpy')
     memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
         (3,), 1, 20, 2)
-    self.assertIs(memory._kernels, kernels.NUMPY)
-    self.assertIs(memory.sum_tree._kernels, kernels.NUMPY)
+    self.assertIs(memory._kernels, choice.NUMPY)
+    self.assertIs(memory.sum_tree._kernels, choice.NUMPY)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Tests for dopamine_per.replay_memory.native_kernels: NumPy's, in C++.
+"""Tests for dopamine_per.replay_memory.kernels.native_kernels: NumPy's, in C++.
 
 `NativeKernels` must give `NumpyKernels`' sum tree results bit for bit,
 method by method: on the inputs the C loops take (checked to reach them:
@@ -18,8 +18,8 @@ from absl.testing import parameterized
 import numpy as np
 
 from dopamine_per.native import extension
-from dopamine_per.replay_memory import native_kernels
-from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory.kernels import native_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 from tests.support import kernel_cases
 from tests.support import kernel_equivalence
 

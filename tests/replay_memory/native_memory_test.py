@@ -26,8 +26,8 @@ import numpy as np
 from dopamine_per.native import build
 from dopamine_per.native import core
 from dopamine_per.native import extension
+from dopamine_per.native import native_memory
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import native_memory
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
 

@@ -29,9 +29,9 @@ import tensorflow as tf
 
 from dopamine_per.native import core
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
+from dopamine_per.replay_memory.graph import native_ops
 from tests.support import fixtures
 from tests.support import graph_util
 from tests.support import stats_util
@@ -485,9 +485,9 @@ import json
 import logging
 import numpy as np
 import tensorflow as tf
-from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
+from dopamine_per.replay_memory.graph import native_ops
 
 
 class Records(logging.Handler):

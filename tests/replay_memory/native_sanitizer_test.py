@@ -31,8 +31,8 @@ import tensorflow as tf
 
 from dopamine_per.native import core
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import native_ops
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory.graph import native_ops
 
 native_ops.load()
 with open('/proc/self/maps') as f:

@@ -1,4 +1,4 @@
-"""Tests for dopamine_per.replay_memory.numpy_kernels: the reference.
+"""Tests for dopamine_per.replay_memory.kernels.numpy_kernels: the reference.
 
 `NumpyKernels` is checked against the rules of its module docstring,
 written out slot by slot and leaf by leaf: the halving sums of the tree,
@@ -13,7 +13,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 from tests.support import kernel_cases
 
 KERNELS = numpy_kernels.NumpyKernels()

@@ -33,15 +33,15 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from dopamine_per.replay_memory import kernels as kernels_lib
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.kernels import choice
 
 SMALL, LARGE = 32, 2048
 # Allowed growth from SMALL to LARGE: (LARGE - SMALL) / 10 = 201 lines.
 _LINES_PER_ELEMENT_BOUND = 10
 _DEPTH_GROWTH_BOUND = 100
-_KERNELS = kernels_lib.available()
+_KERNELS = choice.available()
 
 
 def count_lines(function):

@@ -25,9 +25,9 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer as crb
-from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import fixtures
 from tests.support import replay_cases
 

@@ -141,7 +141,7 @@ class PythonSamplePathTest(SamplePathTestBase):
     # The py_func calls the memory itself: no module of the package between.
     self.assertEqual(trace.package_calls[0], _ENTRY)
     self.assertEqual(trace.package_calls.count(_ENTRY), 1)
-    self.assertIn('dopamine_per.replay_memory.native_kernels', modules)
+    self.assertIn('dopamine_per.replay_memory.kernels.native_kernels', modules)
     self.assertLessEqual(len(modules), _MAX_MODULES, sorted(modules))
     self.assertEqual(trace.reentries, [])
     rounds = trace.package_calls.count(_REDRAW)

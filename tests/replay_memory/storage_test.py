@@ -1,4 +1,4 @@
-"""Tests for dopamine_per.replay_memory.storage.
+"""Tests for dopamine_per.replay_memory.memory.storage.
 
 `CircularStorage` (writes at the cursor, episode ends, state and restore),
 the lazily backed arrays behind it (`zeros`, `allocate`, `populate`) and the
@@ -13,8 +13,8 @@ from absl.testing import absltest
 import numpy as np
 
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import native_kernels
-from dopamine_per.replay_memory import storage
+from dopamine_per.replay_memory.kernels import native_kernels
+from dopamine_per.replay_memory.memory import storage
 
 Element = circular_replay_buffer.ReplayElement
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from dopamine_per import errors
 from dopamine_per.replay_memory import sum_tree
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 from tests.support import stats_util
 
 

@@ -18,7 +18,7 @@ from benchmarks import common
 from benchmarks import distributed_benchmark
 from benchmarks import replay_benchmark
 from benchmarks import timing
-from dopamine_per.replay_memory import kernels
+from dopamine_per.replay_memory.kernels import choice
 
 # `python -m benchmarks` runs this module.
 benchmarks_main = importlib.import_module('benchmarks.__main__')
@@ -107,7 +107,7 @@ class CommonTest(absltest.TestCase):
     self.assertIsNone(common.kernels_of('ours'))
     self.assertIsNone(common.kernels_of('cpprb'))
     self.assertEqual(common.kernels_environ('numpy'),
-                     {kernels.ENV: 'numpy'})
+                     {choice.ENV: 'numpy'})
     self.assertEqual(common.kernels_environ(None), {})
     self.assertIn('ours-numpy', common.available_ours())
 

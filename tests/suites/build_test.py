@@ -1,11 +1,15 @@
-"""Checks that BUILD mirrors the Python modules, without running Bazel.
+"""Checks that the BUILD files mirror the Python modules, without Bazel.
 
-`bazel test //...` only runs what BUILD lists, and the venv's editable
-install can hide a missing dependency; these checks catch both under plain
-pytest:
+`bazel test //...` only runs what the BUILD files list, and the venv's
+editable install can hide a missing dependency; these checks catch both
+under plain pytest:
 
+- every Python package has a BUILD file, whose sources filegroup the
+  root's `all_sources` lists (the suites that read the sources get them
+  through it);
 - every .py file of the package, the benchmarks and the tests belongs to
-  exactly one target, and every listed source exists;
+  exactly one target, in its own package's BUILD file, named after it,
+  and every listed source exists;
 - every tests/**/*_test.py file is the only source of a py_test of the
   same name, with its size set, and ends in `absltest.main()` under a
   `__main__` guard (Bazel runs the file as a program);
@@ -16,64 +20,31 @@ pytest:
   one of that target's direct dependencies (strict dependencies), and the
   `__init__.py` of every package above a target's sources is in its
   transitive dependencies (Bazel runs with explicit `__init__.py` files);
-- every dependency label names a target in BUILD.
+- every dependency label names a target of the BUILD files.
 """
 
 import ast
-import glob
 import os
 
 from absl.testing import absltest
 
+from tests.support import build_files
 from tests.support import fixtures
 
-BUILD_PATH = fixtures.repo_path('BUILD')
 # Top-level packages whose modules must have targets.
-FIRST_PARTY = ('dopamine_per', 'benchmarks', 'tests')
+FIRST_PARTY = build_files.FIRST_PARTY
 SIZES = ('small', 'medium', 'large', 'enormous')
+# The rules whose sources are Python modules.
+_PYTHON_RULES = ('py_library', 'py_test')
 
 
-def parse_build(path):
-  """Returns {name: {'rule': str, attribute: value}} for BUILD's targets.
-
-  BUILD files are Starlark, whose syntax for calls, lists and strings is
-  Python's. Attribute values may be literals, `glob([...])` and `+`.
-  """
-  with open(path, encoding='utf-8') as build:
-    tree = ast.parse(build.read(), filename=path)
+def parse_builds():
+  """Returns {label: target} for the targets of every BUILD file."""
   targets = {}
-  for statement in tree.body:
-    if not (isinstance(statement, ast.Expr) and
-            isinstance(statement.value, ast.Call) and
-            isinstance(statement.value.func, ast.Name)):
-      continue
-    call = statement.value
-    if call.func.id in ('load', 'package'):
-      continue
-    target = {'rule': call.func.id}
-    for keyword in call.keywords:
-      target[keyword.arg] = _evaluate(keyword.value)
-    if target.get('name') in targets:
-      raise ValueError(f'duplicate target name {target["name"]!r}')
-    targets[target['name']] = target
+  for path in build_files.build_files(fixtures.REPO_ROOT):
+    for name, target in build_files.parse(fixtures.REPO_ROOT, path).items():
+      targets[name] = target
   return targets
-
-
-def _evaluate(node):
-  """Evaluates a BUILD attribute value: a literal, glob([...]) or a sum."""
-  if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-    return _evaluate(node.left) + _evaluate(node.right)
-  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
-      node.func.id == 'glob'):
-    patterns = ast.literal_eval(node.args[0])
-    matches = set()
-    for pattern in patterns:
-      matches.update(
-          os.path.relpath(match, fixtures.REPO_ROOT) for match in glob.glob(
-              fixtures.repo_path(pattern), recursive=True)
-          if os.path.isfile(match))
-    return sorted(matches)
-  return ast.literal_eval(node)
 
 
 def python_files():
@@ -147,10 +118,15 @@ def _has_absltest_main_guard(path):
   return False
 
 
-def _label_name(label):
-  if not label.startswith(':'):
-    raise AssertionError(f'expected a label in this package, got {label!r}')
-  return label[1:]
+def _module_target(path):
+  """The label of the target of module `path`: '//package:module', but for
+  a package's __init__.py (named after the package) and __main__.py
+  ('main')."""
+  package, name = os.path.split(path)
+  name = name[:-len('.py')]
+  name = {'__init__': os.path.basename(package), '__main__': 'main'}.get(
+      name, name)
+  return f'//{package}:{name}'
 
 
 # The longest a module of the package may be, in lines.
@@ -166,9 +142,11 @@ class BuildTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.targets = parse_build(BUILD_PATH)
+    cls.targets = parse_builds()
     cls.owner = {}
     for name, target in cls.targets.items():
+      if target['rule'] not in _PYTHON_RULES:
+        continue
       for src in target.get('srcs', []):
         if src in cls.owner:
           raise AssertionError(
@@ -183,13 +161,31 @@ class BuildTest(absltest.TestCase):
         continue
       seen.add(current)
       srcs.update(self.targets[current].get('srcs', []))
-      stack += [_label_name(dep) for dep in self.targets[current].get(
-          'deps', [])]
+      stack += self.targets[current].get('deps', [])
     return srcs
 
   def test_every_python_file_has_one_target(self):
     missing = [path for path in python_files() if path not in self.owner]
     self.assertEmpty(missing, 'files without a BUILD target')
+
+  def test_every_python_package_has_a_build_file(self):
+    packages = {os.path.dirname(path) for path in python_files()
+                if os.path.basename(path) == '__init__.py'}
+    self.assertEmpty(
+        sorted(package for package in packages if not os.path.isfile(
+            fixtures.repo_path(package, 'BUILD'))), 'packages without BUILD')
+
+  def test_targets_are_named_after_their_modules(self):
+    for path, name in self.owner.items():
+      self.assertEqual(name, _module_target(path), path)
+
+  def test_all_sources_names_every_package(self):
+    expected = {build_files.label(os.path.dirname(path), ':sources')
+                for path in build_files.build_files(fixtures.REPO_ROOT)}
+    for name in expected:
+      self.assertEqual(self.targets.get(name, {}).get('rule'), 'filegroup',
+                       f'no filegroup {name}')
+    self.assertCountEqual(self.targets['//:all_sources']['srcs'], expected)
 
   def test_listed_sources_exist(self):
     for src, name in self.owner.items():
@@ -199,7 +195,7 @@ class BuildTest(absltest.TestCase):
   def test_labels_name_targets(self):
     for name, target in self.targets.items():
       for dep in target.get('deps', []):
-        self.assertIn(_label_name(dep), self.targets, f'{name} -> {dep}')
+        self.assertIn(dep, self.targets, f'{name} -> {dep}')
 
   def test_test_files_are_py_tests(self):
     for path in python_files():
@@ -208,9 +204,9 @@ class BuildTest(absltest.TestCase):
                             path)
         continue
       with self.subTest(path=path):
-        name = os.path.basename(path)[:-len('.py')]
+        name = _module_target(path)
         target = self.targets.get(name)
-        self.assertIsNotNone(target, f'no target named {name}')
+        self.assertIsNotNone(target, f'no target {name}')
         self.assertEqual(target['rule'], 'py_test')
         self.assertEqual(target['srcs'], [path])
         self.assertIn(target.get('size'), SIZES, f'{name} needs a size')
@@ -260,8 +256,7 @@ class BuildTest(absltest.TestCase):
       name = self.owner.get(path)
       if name is None:
         continue  # Reported by test_every_python_file_has_one_target.
-      provided = {name} | {_label_name(dep) for dep in self.targets[name].get(
-          'deps', [])}
+      provided = {name} | set(self.targets[name].get('deps', []))
       for imported in sorted(first_party_imports(path)):
         with self.subTest(path=path, imports=imported):
           self.assertIn(self.owner.get(imported), provided,
@@ -270,6 +265,8 @@ class BuildTest(absltest.TestCase):
 
   def test_package_init_files_are_dependencies(self):
     for name, target in self.targets.items():
+      if target['rule'] not in _PYTHON_RULES:
+        continue
       available = self._transitive_srcs(name)
       for src in target.get('srcs', []):
         directory = os.path.dirname(src)

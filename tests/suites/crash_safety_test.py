@@ -35,8 +35,8 @@ from typing import List, Optional, Sequence, Set, Tuple
 from absl.testing import absltest
 import numpy as np
 
-from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import fixtures
 from tests.support import replay_cases
 

@@ -10,7 +10,7 @@ when one no longer exists:
   repository, the shortest suffix of a path (a bare file name may lie in
   any directory);
 - a dotted name whose head is a module of the package or a class it
-  defines (`kernels.choose`, `storage.BufferPool.carved`,
+  defines (`choice.choose`, `storage.BufferPool.carved`,
   `replay_memory.sum_tree`, `NativeMemory.close()`): the module exists,
   and each further name is defined in it (a function, a class, an
   assignment, an import, or an attribute its methods set on `self`), in
@@ -393,7 +393,7 @@ class ArchitectureDocTest(absltest.TestCase):
     self.assertEqual(module_list_problems(modules, self.repository),
                      ['numba_kernels: not a module or file of '
                       'dopamine_per.replay_memory'])
-    self.assertIn('dopamine_per.replay_memory.locking',
+    self.assertIn('dopamine_per.distributed.locking',
                   unnamed_modules('`sum_tree`', self.repository))
 
   def test_anchors_are_github_s(self):

@@ -26,7 +26,7 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import prioritized_replay_buffer
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 from tests.support import fixtures
 from tests.support import replay_cases
 

@@ -1,8 +1,9 @@
 """Checks that pytest's `slow` marker selects exactly what BUILD tags slow.
 
-tests/conftest.py marks the tests of BUILD's slow-tagged py_test targets;
-`bash scripts/test.sh -m "not slow"` relies on it to skip them. These checks
-import no test module, so one that fails to import fails only itself.
+tests/conftest.py marks the tests of the BUILD files' slow-tagged py_test
+targets; `bash scripts/test.sh -m "not slow"` relies on it to skip them.
+These checks import no test module, so one that fails to import fails only
+itself.
 """
 
 import glob
@@ -17,6 +18,7 @@ import textwrap
 from absl.testing import absltest
 
 from tests import conftest
+from tests.support import build_files
 from tests.support import fixtures
 
 # A collected test id, e.g.
@@ -62,7 +64,8 @@ class MarkersTest(absltest.TestCase):
       os.makedirs(os.path.join(root, 'tests', 'support'))
       os.mkdir(os.path.join(root, 'tests', 'agents'))
       shutil.copy(conftest.__file__, os.path.join(root, 'tests'))
-      shutil.copy(fixtures.__file__, os.path.join(root, 'tests', 'support'))
+      for helper in (build_files, fixtures):
+        shutil.copy(helper.__file__, os.path.join(root, 'tests', 'support'))
       files = {
           'BUILD': """
               py_test(name = "slow_test",

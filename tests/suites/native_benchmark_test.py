@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from benchmarks import native_benchmark
 from dopamine_per.native import build
-from dopamine_per.replay_memory import native_ops
+from dopamine_per.replay_memory.graph import native_ops
 
 _NUMBER = r'[0-9][0-9,]*(\.[0-9]+)?'
 _RATIO = r'[0-9]+\.[0-9]{2}x'

@@ -35,9 +35,9 @@ from dopamine_per import configs
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
 from dopamine_per.native import build
-from dopamine_per.replay_memory import kernels
-from dopamine_per.replay_memory import native_kernels
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.kernels import choice
+from dopamine_per.replay_memory.kernels import native_kernels
 from tests.support import fixtures
 
 _CONFIGS = sorted(os.path.basename(path) for path in glob.glob(
@@ -60,7 +60,7 @@ def _run(command, cwd, pythonpath=None, environ=None, **kwargs):
   `environ` holds variables to set besides.
   """
   env = {k: v for k, v in os.environ.items()
-         if k not in (kernels.ENV, 'PYTHONPATH')}
+         if k not in (choice.ENV, 'PYTHONPATH')}
   if pythonpath:
     env['PYTHONPATH'] = pythonpath
   env.update(environ or {})
@@ -226,8 +226,9 @@ class WheelTest(absltest.TestCase):
     # cache.
     result = self._installed(
         '-c', 'import os\n'
-        'from dopamine_per.replay_memory import kernels, sum_tree\n'
-        'print(kernels.__file__, kernels.choose("auto").name,\n'
+        'from dopamine_per.replay_memory import sum_tree\n'
+        'from dopamine_per.replay_memory.kernels import choice\n'
+        'print(choice.__file__, choice.choose("auto").name,\n'
         '      type(sum_tree.SumTree(8, kernels="auto")._kernels).__name__,\n'
         '      len(os.listdir(os.environ["DOPAMINE_PER_NATIVE_CACHE"])))',
         environ={'DOPAMINE_PER_NATIVE_CACHE': fixtures.temp_dir(self)})
@@ -247,24 +248,24 @@ class KernelsTest(absltest.TestCase):
     # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
     # (kernels_test), is the native kernels' where a C++ compiler builds
     # them.
-    self.assertEqual(kernels.available(), ['numpy', 'native'])
-    self.assertIs(kernels.choose('auto'), kernels.native())
+    self.assertEqual(choice.available(), ['numpy', 'native'])
+    self.assertIs(choice.choose('auto'), choice.native())
     self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
-                  kernels.native())
+                  choice.native())
 
   def test_the_fallback_warns_once(self):
     error = build.NativeBuildError('no C++ compiler')
-    with mock.patch.object(kernels, '_native', None), \
+    with mock.patch.object(choice, '_native', None), \
         mock.patch.object(native_kernels.NativeKernels, '__init__',
                           side_effect=error), \
-        mock.patch.object(kernels, '_fallback_logged', False), \
-        mock.patch.object(kernels.logging, 'warning') as warning:
+        mock.patch.object(choice, '_fallback_logged', False), \
+        mock.patch.object(choice.logging, 'warning') as warning:
       for _ in range(3):
-        self.assertIs(kernels.choose('auto'), kernels.NUMPY)
-      self.assertIs(kernels.choose('numpy'), kernels.NUMPY)
+        self.assertIs(choice.choose('auto'), choice.NUMPY)
+      self.assertIs(choice.choose('numpy'), choice.NUMPY)
     warning.assert_called_once()
     self.assertEqual(warning.call_args[0],
-                     (kernels.FALLBACK_WARNING, 'no C++ compiler'))
+                     (choice.FALLBACK_WARNING, 'no C++ compiler'))
 
   def test_a_memory_without_a_compiler_warns_in_one_line(self):
     script = (

@@ -17,12 +17,12 @@ import tensorflow as tf
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
-from dopamine_per.replay_memory import add_checks
+from dopamine_per.native import native_memory
 from dopamine_per.replay_memory import circular_replay_buffer as crb
-from dopamine_per.replay_memory import memory_checkpoint
-from dopamine_per.replay_memory import native_memory
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
+from dopamine_per.replay_memory.memory import add_checks
 from tests.support import fixtures
 from tests.support import graph_util
 from tests.support import replay_cases
@@ -100,7 +100,7 @@ class ExtraNamesTest(parameterized.TestCase):
         import numpy as np
         import tensorflow as tf
         from dopamine_per.replay_memory import circular_replay_buffer as crb
-        from dopamine_per.replay_memory import native_ops
+        from dopamine_per.replay_memory.graph import native_ops
         tf.compat.v1.disable_eager_execution()
         memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
         for step in range(8):
@@ -201,7 +201,7 @@ class ForeignGraphTest(graph_util.GraphTestCase):
         import numpy as np
         import tensorflow as tf
         from dopamine_per.replay_memory import circular_replay_buffer as crb
-        from dopamine_per.replay_memory import native_ops
+        from dopamine_per.replay_memory.graph import native_ops
         tf.compat.v1.disable_eager_execution()
         native_ops.load()
         graph_file, target, memory_id = sys.argv[1], sys.argv[2], int(

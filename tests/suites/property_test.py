@@ -35,9 +35,9 @@ import tensorflow as tf
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory import memory_checkpoint
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import replay_cases
 
 _EXAMPLES = int(os.environ.get('DOPAMINE_PER_FUZZ_EXAMPLES', '40'))

@@ -138,7 +138,7 @@ class TensorFlowFreeImportTest(absltest.TestCase):
     # to TensorFlow would show up in sys.modules. The wrappers ask it for
     # the memory's native binding (issue 24) and hand that to every op.
     _run("""
-        from dopamine_per.replay_memory import wrapped_replay_buffer
+        from dopamine_per.replay_memory.graph import wrapped_replay_buffer
         calls = []
 
         class StandIn(object):
@@ -179,7 +179,7 @@ class TensorFlowFreeImportTest(absltest.TestCase):
     # The check above would pass vacuously if TensorFlow hid from
     # sys.modules: its TF side must show up there.
     _run("""
-        from dopamine_per.replay_memory import wrapped_sampling
+        from dopamine_per.replay_memory.graph import wrapped_sampling
         assert 'tensorflow' in sys.modules
         """, imports_tensorflow=True)
 

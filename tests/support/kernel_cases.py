@@ -12,7 +12,7 @@ from typing import Any, Tuple
 from absl.testing import absltest
 import numpy as np
 
-from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 
 _NUMPY = numpy_kernels.NumpyKernels()
 

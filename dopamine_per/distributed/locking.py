@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Thread safety of the replay memories: `synchronized`.
+"""Thread safety of the sharded replay memory: `synchronized`.
 
 TensorFlow may run the sampling and priority ops of one memory on several
 threads at once (always so with staging), and the agent adds transitions

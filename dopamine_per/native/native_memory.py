@@ -47,6 +47,10 @@ MAX_SAMPLER_STATE = 313 * 21
 # NumPy sums 8 or more terms pairwise; the native returns sum left to right.
 _MAX_NATIVE_HORIZON = 7
 
+# The package of the library's memories (circular_replay_buffer,
+# prioritized_replay_buffer), whose classes the ops know.
+_MEMORIES_PACKAGE = 'dopamine_per.replay_memory'
+
 
 class UnsupportedMemoryError(ValueError):
   """The native ops cannot sample this memory as it samples itself."""
@@ -59,7 +63,7 @@ def _stock_class(memory: Any) -> Optional[type]:
   circular or the prioritized memory), or None.
   """
   for cls in type(memory).__mro__:
-    if cls.__module__.startswith(__package__ + '.'):
+    if cls.__module__.startswith(_MEMORIES_PACKAGE + '.'):
       return cls
   return None
 
@@ -70,7 +74,7 @@ def _methods(stock: type) -> List[str]:
   overriding keeps the Python path (`unsupported_reason`)."""
   names = set()
   for cls in stock.__mro__:
-    if cls.__module__.startswith(__package__ + '.'):
+    if cls.__module__.startswith(_MEMORIES_PACKAGE + '.'):
       names.update(
           name for name, value in vars(cls).items()
           if isinstance(value, (types.FunctionType, property, staticmethod,

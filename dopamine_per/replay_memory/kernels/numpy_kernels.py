@@ -9,7 +9,7 @@ implementations share this interface and give bit-identical results:
 `NumpyKernels` here (vectorized over the batch; the reference, always
 available) and `native_kernels.NativeKernels` (the same loops in C++,
 dopamine_per/native, built with the system's compiler on first use; the
-default, faster: benchmarks/RESULTS.md). `kernels.choose` picks one; the
+default, faster: benchmarks/RESULTS.md). `choice.choose` picks one; the
 sum tree and the memories take the choice as their `kernels` argument and
 call nothing else.
 
@@ -94,7 +94,7 @@ class NumpyKernels(object):
   `fanout`, children per node (a power of two).
 
   Attributes:
-    name: str, the name `kernels.choose` knows these kernels by.
+    name: str, the name `choice.choose` knows these kernels by.
     compiled: bool, whether the loops are compiled.
   """
 

@@ -23,7 +23,7 @@ are arrays allocated here (np.empty) that the extension fills.
 Creating a `NativeKernels` loads the extension, compiling it with the
 system's C++ compiler against Python's headers on first use
 (`native.build.python_extension`, cached); it raises
-`build.NativeBuildError` where it cannot. `kernels.choose('native')`
+`build.NativeBuildError` where it cannot. `choice.choose('native')`
 creates one only when asked.
 """
 
@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Tuple
 import numpy as np
 
 from dopamine_per.native import extension
-from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 
 __all__ = ['NativeKernels']
 

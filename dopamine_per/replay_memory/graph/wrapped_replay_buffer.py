@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 import numpy as np
 
 from dopamine_per import errors
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import validation
 
 if TYPE_CHECKING:
   import tensorflow as tf  # pylint: disable=g-bad-import-order
@@ -29,7 +29,7 @@ __all__ = ['WrappedReplayBufferBase', 'WrappedPrioritizedReplayBufferBase',
 
 def tensorflow_side() -> types.ModuleType:
   """Returns `wrapped_sampling`, the memories' one way to TensorFlow."""
-  from dopamine_per.replay_memory import wrapped_sampling  # pylint: disable=g-import-not-at-top
+  from dopamine_per.replay_memory.graph import wrapped_sampling  # pylint: disable=g-import-not-at-top
   return wrapped_sampling
 
 

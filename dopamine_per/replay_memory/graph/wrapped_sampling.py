@@ -19,8 +19,8 @@ import weakref
 import tensorflow as tf
 from tensorflow.python.ops import data_flow_ops  # pylint: disable=g-direct-tensorflow-import
 
-from dopamine_per.replay_memory import native_ops
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.graph import native_ops
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['dataset', 'get_priority_tensor', 'native_binding',
            'sampling_ops', 'set_priority_op']

@@ -22,8 +22,8 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
-from dopamine_per.replay_memory import sampling
-from dopamine_per.replay_memory import validation
+from dopamine_per.replay_memory.memory import sampling
+from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'replaced', 'install']
 

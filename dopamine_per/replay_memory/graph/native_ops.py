@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from dopamine_per.native import build
 from dopamine_per.native import core
-from dopamine_per.replay_memory import native_memory
+from dopamine_per.native import native_memory
 
 __all__ = ['FALLBACK_WARNING', 'binding', 'get_priority', 'load',
            'sample', 'set_priority', 'total_priority', 'transitions_at']

@@ -22,8 +22,8 @@ from typing import List, Optional, Union
 from absl import logging
 
 from dopamine_per.native import build
-from dopamine_per.replay_memory import native_kernels
-from dopamine_per.replay_memory import numpy_kernels
+from dopamine_per.replay_memory.kernels import native_kernels
+from dopamine_per.replay_memory.kernels import numpy_kernels
 
 __all__ = ['ENV', 'FALLBACK_WARNING', 'Kernels', 'KernelsLike', 'NUMPY',
            'available', 'choose', 'native']

@@ -39,8 +39,8 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
-from dopamine_per.replay_memory import checkpoint_reading
 from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.checkpoint import checkpoint_reading
 
 __all__ = [
     'STORE_FILENAME_PREFIX',

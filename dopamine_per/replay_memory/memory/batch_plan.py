@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dopamine_per.replay_memory import storage
+from dopamine_per.replay_memory.memory import storage
 
 __all__ = ['BatchPlan', 'RowElements', 'storage_rows']
 

@@ -1,0 +1,1 @@
+"""A memory's checkpoint files: writing them, and reading them back."""

@@ -1,0 +1,1 @@
+"""The TensorFlow edge of the memories: the Wrapped* classes and their ops."""

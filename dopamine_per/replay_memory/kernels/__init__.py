@@ -1,0 +1,1 @@
+"""The per-batch loops: NumPy's, the native ones, and `choice.choose`."""

@@ -1,0 +1,1 @@
+"""A memory's internals: storage, batch layout, sampling, argument checks."""

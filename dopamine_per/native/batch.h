@@ -163,8 +163,6 @@ constexpr const char* kElementNames[] = {
 constexpr int64_t kBuiltInElements = 9;
 // The code of sampling_probabilities (it reads the sum tree).
 constexpr int64_t kPrioritiesCode = 8;
-// At most 9 decimal digits name an extra.
-constexpr int64_t kMaxExtra = 999999999;
 
 // The code of an element named `name`: a built-in name, or "extra:" and
 // the extra's position in decimal digits. -1 for any other name.

@@ -254,13 +254,16 @@ absl::Status PriorityOutOfRange(const Memory& m, double value) {
 // Writes the priorities at `indices` (valid leaves) to `out` as float32,
 // rounded to nearest, subnormals kept: TensorFlow runs kernels with them
 // flushed to 0, which would read a valid priority below float32's smallest
-// normal (2**-126; priorities go down to 2**-149) as 0.
+// normal (2**-126; priorities go down to 2**-149) as 0. The batch's
+// sampling_probabilities, filled as FillBatch fills them.
 void PrioritiesAsFloat(const Memory& m, const int64_t* indices,
                        int64_t count, float* out) {
   ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
-  for (int64_t i = 0; i < count; ++i) {
-    out[i] = static_cast<float>(m.tree.flat[indices[i]]);
-  }
+  BatchOutput priorities{Fill::kRow, nullptr};
+  int64_t row_bytes = 0;
+  OutputFor(m, kPrioritiesCode, reinterpret_cast<uint8_t*>(out), &priorities,
+            &row_bytes);
+  FillRows(priorities, indices, count);
 }
 
 // ------------------------------------------------------------ transitions
@@ -354,9 +357,7 @@ class TransitionsOp : public MemoryOp {
     } else {
       indices.swap(given);
       std::vector<uint8_t> valid(indices.size());
-      ValidMask(indices.data(), indices.size(), m.capacity, *m.add_count,
-                m.horizon, m.stack, m.episode_end, m.terminal.data,
-                m.terminal_item, valid.data());
+      ValidSlots(m, indices.data(), indices.size(), valid.data());
       for (size_t b = 0; b < indices.size(); ++b) {
         OP_REQUIRES(context, valid[b],
                     errors::InvalidArgument(

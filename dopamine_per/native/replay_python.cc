@@ -775,9 +775,8 @@ PyObject* ValidMaskPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                     "length");
     return nullptr;
   }
-  ValidMask(indices.data<int64_t>(), indices.length(), m->capacity,
-            *m->add_count, m->horizon, m->stack, m->episode_end,
-            m->terminal.data, m->terminal_item, out.data<uint8_t>());
+  ValidSlots(*m, indices.data<int64_t>(), indices.length(),
+             out.data<uint8_t>());
   return Done();
 }
 

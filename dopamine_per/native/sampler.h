@@ -93,6 +93,14 @@ std::string Draw(const Memory& m, int64_t count, bool strata, Draws& draws,
   return "";
 }
 
+// The validity of `count` slots of `m` (ValidMask on its arrays; the
+// caller holds the storage lock).
+inline void ValidSlots(const Memory& m, const int64_t* slots, int64_t count,
+                       uint8_t* valid) {
+  ValidMask(slots, count, m.capacity, *m.add_count, m.horizon, m.stack,
+            m.episode_end, m.terminal.data, m.terminal_item, valid);
+}
+
 // The sampling range's error, or "" (the caller holds the lock).
 inline std::string CheckSampleable(const Memory& m) {
   const int64_t add_count = *m.add_count;
@@ -115,8 +123,7 @@ std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
   error = Draw(m, count, true, draws, out);
   if (!error.empty()) return error;
   std::vector<uint8_t> valid(count);
-  ValidMask(out, count, m.capacity, *m.add_count, m.horizon, m.stack,
-            m.episode_end, m.terminal.data, m.terminal_item, valid.data());
+  ValidSlots(m, out, count, valid.data());
   std::vector<int64_t> pending;
   for (int64_t b = 0; b < count; ++b) {
     if (!valid[b]) pending.push_back(b);
@@ -135,9 +142,7 @@ std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
     redrawn.resize(n);
     error = Draw(m, n, false, draws, redrawn.data());
     if (!error.empty()) return error;
-    ValidMask(redrawn.data(), n, m.capacity, *m.add_count, m.horizon,
-              m.stack, m.episode_end, m.terminal.data, m.terminal_item,
-              valid.data());
+    ValidSlots(m, redrawn.data(), n, valid.data());
     std::vector<int64_t> still;
     for (int64_t i = 0; i < n; ++i) {
       out[pending[i]] = redrawn[i];

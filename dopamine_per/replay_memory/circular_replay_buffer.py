@@ -4,19 +4,12 @@
 A drop-in replacement for ``dopamine.tf.replay_memory.circular_replay_buffer``
 (Dopamine 4.1.2): same classes, constructor, methods, transition layout and
 checkpoint format. Transitions live in a circular buffer, one frame per slot;
-frame stacks and n-step returns are assembled at sample time (Mnih et al.,
-2015; n-step returns as in Hessel et al., 2018), for a whole batch at once,
-with no Python loop per transition.
+frame stacks and n-step returns are assembled at sample time for a whole
+batch at once (docs/architecture.md#the-path-of-a-sampled-batch).
 
-The memory owns its storage (`storage.CircularStorage`: arrays, counters,
-episode ends) and its kernels (`choice.choose`: every per-batch loop);
-sampling is its own method, drawing, checking and gathering through those
-two. The checks of `add` are `add_checks`', the explanations of invalid
-slots `sampling`'s and checkpoints `memory_checkpoint`'s. It is NumPy only:
-importing this module does not import TensorFlow (`WrappedReplayBuffer`
-and `as_dataset` load it when first used). The path of a sampled batch:
-docs/architecture.md#the-path-of-a-sampled-batch. What differs from
-Dopamine: docs/compat.md#circular_replay_buffer.
+Importing this module does not import TensorFlow (`WrappedReplayBuffer`
+and `as_dataset` load it when first used). What differs from Dopamine:
+docs/compat.md#circular_replay_buffer.
 """
 
 import collections
@@ -46,13 +39,11 @@ if TYPE_CHECKING:
 __all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'modulo_range',
            'invalid_range', 'OutOfGraphReplayBuffer', 'WrappedReplayBuffer']
 
-# Describes one stored or returned element: its name, its shape (per
-# transition for storage and add arguments, with the batch dimension for
-# sampled batches) and its NumPy type.
+# One stored or returned element: name, shape (per transition, or with the
+# batch dimension for sampled batches) and NumPy type.
 ReplayElement = collections.namedtuple('ReplayElement',
                                        ['name', 'shape', 'type'])
 
-# Dopamine's public names of this module, defined where they are used.
 STORE_FILENAME_PREFIX = memory_checkpoint.STORE_FILENAME_PREFIX
 modulo_range = sampling.modulo_range
 invalid_range = sampling.invalid_range
@@ -127,9 +118,8 @@ class OutOfGraphReplayBuffer(object):
       rng: None to draw indices from NumPy's global generator (``np.random``,
         as Dopamine; reproducible with ``np.random.seed``), or a
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
-      kernels: the per-batch loops: 'numpy', 'native', 'auto' or kernels
-        (see `choice.choose`); None for the DOPAMINE_PER_KERNELS
-        environment variable, else 'auto'. Results are the same.
+      kernels: the per-batch loops, as `choice.choose` takes them (None:
+        the DOPAMINE_PER_KERNELS environment variable, else 'auto').
 
     Raises:
       ValueError: If an argument is malformed (an extra's name: see
@@ -184,20 +174,17 @@ class OutOfGraphReplayBuffer(object):
 
     self._storage = storage.CircularStorage(self.get_storage_signature(),
                                             self._replay_capacity)
-    # Discount factors gamma^0 .. gamma^(N-1), in float32 as Dopamine, so
-    # that returns come out bit-identical.
+    # gamma^0 .. gamma^(N-1), in float32 as Dopamine's.
     self._cumulative_discount_vector = np.array(
         [math.pow(self._gamma, j) for j in range(self._update_horizon)],
         dtype=np.float32)
     self._stack_offsets = np.arange(1 - self._stack_size, 1, dtype=np.int64)
     # The add count from which a batch can be sampled (sampling_range).
     self._sampleable_from = self._stack_size + self._update_horizon
-    # The memory's entry in the native registry (see `native_memory`), or
-    # None where the library cannot be built.
+    # The memory's entry in the native registry, or None where the library
+    # cannot be built.
     self._native = native_memory_lib.create(self)
-    # Guards the storage; every public method that reads or writes it takes
-    # it (TensorFlow samples on several threads while the agent adds), and
-    # so do the native ops: chosen once, here.
+    # Guards the storage, for every public method and the native ops.
     self._lock = native_memory_lib.lock_of(self._native)
     # The native sampler, or None; False until decided (_native_sampler).
     self._sampler = False
@@ -217,8 +204,7 @@ class OutOfGraphReplayBuffer(object):
     self._padding_values = [
         np.zeros(spec.shape, dtype=spec.dtype) if spec.shape else
         spec.dtype.type(0) for spec in self._add_specs]
-    # A subclass's override of Dopamine's `_check_add_types` hook, which
-    # `add` calls (None when not overridden: nothing to call).
+    # A subclass's override of Dopamine's `_check_add_types` hook, or None.
     overridden = (type(self)._check_add_types is not
                   OutOfGraphReplayBuffer._check_add_types)
     self._add_check_override = self._check_add_types if overridden else None
@@ -269,10 +255,10 @@ class OutOfGraphReplayBuffer(object):
   def add_count(self) -> np.ndarray:
     """Transitions written so far, padding included (0-d int64 array).
 
-    At most `validation.MAX_ADD_COUNT` (2**53; why: there): an `add` that
-    would pass it raises OverflowError and writes nothing. Assignable, as
-    Dopamine's attribute (tests move the cursor so): an integer in [0, 2**53]
-    or an array holding one; else ValueError, and nothing changes.
+    At most `validation.MAX_ADD_COUNT`: an `add` that would pass it raises
+    OverflowError and writes nothing. Assignable, as Dopamine's attribute:
+    an integer in [0, MAX_ADD_COUNT] or an array holding one; else
+    ValueError, and nothing changes.
     """
     return np.array(self._storage.add_count, dtype=np.int64)
 
@@ -326,8 +312,8 @@ class OutOfGraphReplayBuffer(object):
 
   # ------------------------------------------------------------------ add
 
-  # Whether `add` takes a priority, as its last argument (the prioritized
-  # memory). Without one, `add` ignores a None priority, as Dopamine does.
+  # Whether `add` takes a priority as its last argument; if not, it ignores
+  # a None priority, as Dopamine does.
   _takes_priority = False
 
   def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
@@ -399,10 +385,8 @@ class OutOfGraphReplayBuffer(object):
   def _check_add_types(self, *args: Any) -> None:
     """Dopamine's hook: checks the arguments of `add` without adding them.
 
-    Runs `add`'s checks (number, shapes, values the storage dtypes hold
-    exactly; ValueError naming the argument). A subclass may override it,
-    as in Dopamine: `add` then calls the override first, with the arguments
-    in `get_add_args_signature` order, and runs its own checks after it.
+    Runs `add`'s checks. A subclass may override it, as in Dopamine: `add`
+    then calls the override first, then runs its own checks.
     """
     self._check_add_args(list(args))
 
@@ -466,8 +450,8 @@ class OutOfGraphReplayBuffer(object):
   # ------------------------------------------------------------- sampling
 
   def _native_sampler(self) -> Optional[native_memory_lib.NativeMemory]:
-    """The native memory that samples this one (decided once, under _lock:
-    `native_memory.sampler_of`), or None for NumPy's loops."""
+    """The native memory that samples this one (decided once, under
+    _lock), or None for NumPy's loops."""
     if self._sampler is False:
       self._sampler = native_memory_lib.sampler_of(self, self._native,
                                                    self._kernels.compiled)
@@ -478,7 +462,7 @@ class OutOfGraphReplayBuffer(object):
     sampler = self._native_sampler()
     if sampler is not None:
       return sampler.valid_mask(indices)
-    store, count = self._storage, int(self._storage.counters[0])  # No call.
+    store, count = self._storage, int(self._storage.counters[0])
     return self._kernels.valid_mask(
         indices, self._replay_capacity, count, self._update_horizon,
         self._stack_size, store.episode_end, store.arrays['terminal'])
@@ -536,7 +520,7 @@ class OutOfGraphReplayBuffer(object):
       self._sampling_range()  # Raises: too few transitions were added.
     candidates = self._draw(batch_size)
     valid = self._valid_mask(candidates)
-    if 0 not in valid.tobytes():  # All valid: a tenth of all()'s cost.
+    if 0 not in valid.tobytes():  # All valid (cheaper than all()).
       return candidates
     pending = np.flatnonzero(~valid)
     failures = 0
@@ -637,8 +621,7 @@ class OutOfGraphReplayBuffer(object):
         self._stack_size, self._update_horizon, self._storage.episode_end)
 
   def _batch_plan(self, batch_size: int) -> batch_plan.BatchPlan:
-    """The plan of a batch of `batch_size` (cached: training samples one or
-    two batch sizes; a sweep over many keeps the 16 newest)."""
+    """The plan of a batch of `batch_size` (the 16 newest are cached)."""
     plan = self._batch_plans.get(batch_size)
     if plan is None:
       if len(self._batch_plans) >= 16:
@@ -663,8 +646,8 @@ class OutOfGraphReplayBuffer(object):
     return self._storage.arrays
 
   def _row_lock(self) -> Any:
-    """The lock of the `_row_sources` beyond the storage, or None (the
-    kernels hold it, after `_lock`, while they copy the rows only)."""
+    """The lock the kernels hold (after `_lock`) while they copy rows of
+    the `_row_sources` beyond the storage, or None."""
     return None
 
   def _gather(self, indices: np.ndarray, plan: batch_plan.BatchPlan
@@ -704,11 +687,10 @@ class OutOfGraphReplayBuffer(object):
     """Returns an endless `tf.data.Dataset` of sampled batches (eager TF2).
 
     Each element is a dict of the `get_transition_elements` tensors,
-    sampled on tf.data's threads under the memory's lock by the native op
-    (see `native_memory`) or, with `use_native_ops` False (and the
-    fallback, with one warning, where the ops are unavailable), by
-    `sample_transition_batch`; `prefetch` (int >= 0) batches are sampled
-    ahead, as staging does in graph mode. Imports TensorFlow.
+    sampled under the memory's lock by the native op or, with
+    `use_native_ops` False (or where the ops are unavailable, with one
+    warning), by `sample_transition_batch`; `prefetch` (int >= 0) batches
+    are sampled ahead. Imports TensorFlow.
     """
     return wrapped_replay_buffer.tensorflow_side().dataset(
         self, batch_size, prefetch, use_native_ops)
@@ -736,8 +718,8 @@ class OutOfGraphReplayBuffer(object):
 
   # ---------------------------------------------------------- checkpoints
 
-  # Files a memory class adds to the checkpoint (the prioritized memory: its
-  # sum tree); see `memory_checkpoint.CheckpointExtension`.
+  # Files a memory class adds to the checkpoint (see
+  # `memory_checkpoint.CheckpointExtension`).
   checkpoint_extensions = ()
 
   def _return_checkpointable_elements(self) -> Dict[str, Any]:
@@ -756,9 +738,8 @@ class OutOfGraphReplayBuffer(object):
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Writes checkpoint `iteration_number` in Dopamine's format.
 
-    Replaced as a whole, then older checkpoints are pruned: see
-    `memory_checkpoint.save` for the files, the guarantees and the errors
-    (TypeError, ValueError or OSError; nothing lost on any of them).
+    Replaced as a whole, then older checkpoints are pruned (files,
+    guarantees and errors: `memory_checkpoint.save`).
 
     Args:
       checkpoint_dir: str, an existing directory; if it does not exist, a
@@ -772,9 +753,8 @@ class OutOfGraphReplayBuffer(object):
     """Restores a checkpoint written by this class or by Dopamine.
 
     All-or-nothing, for Python and the native ops alike: on any error the
-    memory is left as it was; else both sample the loaded arrays. What is
-    read and the errors (`atomic_files.CheckpointNotFoundError`,
-    `CheckpointError`): `memory_checkpoint.load`.
+    memory is left as it was. What is read and the errors:
+    `memory_checkpoint.load`.
 
     Args:
       checkpoint_dir: str, the directory.
@@ -789,11 +769,8 @@ class OutOfGraphReplayBuffer(object):
 @gin.configurable(
     denylist=['observation_shape', 'stack_size', 'update_horizon', 'gamma'])
 class WrappedReplayBuffer(wrapped_replay_buffer.WrappedReplayBufferBase):
-  """Graph-mode access to an `OutOfGraphReplayBuffer`.
-
-  Builds its memory and the ops that sample it: see
-  `wrapped_replay_buffer.WrappedReplayBufferBase`. TensorFlow is imported
-  when the first one is built, not by defining or configuring it.
-  """
+  """Graph-mode access to an `OutOfGraphReplayBuffer` (see
+  `wrapped_replay_buffer.WrappedReplayBufferBase`); TensorFlow is imported
+  when the first one is built."""
 
   _memory_class = OutOfGraphReplayBuffer

@@ -12,9 +12,8 @@ never drawn. The priority exponent alpha and the importance-sampling weights
 belong to the agent (Dopamine's Rainbow agent, Hessel et al., 2018), which
 sets ``priority = loss ** alpha`` with `set_priority`.
 
-As the circular memory, it is NumPy only: `WrappedPrioritizedReplayBuffer`
-(its body is `wrapped_replay_buffer`'s) loads TensorFlow when first built.
-What differs from Dopamine: docs/compat.md#prioritized_replay_buffer.
+NumPy only, as the circular memory. What differs from Dopamine:
+docs/compat.md#prioritized_replay_buffer.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -40,16 +39,11 @@ class OutOfGraphPrioritizedReplayBuffer(
     circular_replay_buffer.OutOfGraphReplayBuffer):
   """A circular replay memory sampling transitions in proportion to priority.
 
-  See `circular_replay_buffer.OutOfGraphReplayBuffer` for the storage and
-  the transition layout; sampled batches end with ``sampling_probabilities``
-  (the raw priorities).
-
+  Sampled batches end with ``sampling_probabilities`` (the raw priorities).
   ``add`` takes a priority after the extra storage elements, positionally
-  or by keyword, as in Dopamine (omitting it is an error): a real number, 0
-  or in float32's positive range (see `set_priority`), or None for
-  ``sum_tree.max_recorded_priority`` (Schaul et al., 2015: new transitions
-  get the largest priority seen). An invalid priority raises ValueError and
-  nothing is written.
+  or by keyword, as in Dopamine (omitting it is an error): a priority (see
+  `set_priority`), or None for ``sum_tree.max_recorded_priority``. An
+  invalid priority raises ValueError and nothing is written.
 
   Attributes:
     sum_tree: sum_tree.SumTree, the priority of every slot.
@@ -76,57 +70,26 @@ class OutOfGraphPrioritizedReplayBuffer(
                kernels: Any = None):
     """Creates an empty prioritized replay memory.
 
+    The arguments are `OutOfGraphReplayBuffer`'s; these differ:
+
     Args:
-      observation_shape: tuple of ints, the shape of one observation.
-      stack_size: int, frames per state.
-      replay_capacity: int, the number of transitions kept.
-      batch_size: int, the default batch size.
-      update_horizon: int, the N of N-step returns.
-      gamma: float, the discount factor: a real number in [0, 1].
-      max_sample_attempts: int, how many invalid draws `sample_index_batch`
-        tolerates before giving up.
       extra_storage_types: list of ReplayElement, extra per-transition
         elements given to `add` after `terminal` (before the priority).
-      observation_dtype: np.dtype of observations.
-      terminal_dtype: np.dtype of terminal flags.
-      action_shape: tuple of ints, () for a scalar action.
-      action_dtype: np.dtype of actions.
-      reward_shape: tuple of ints, () for a scalar reward.
-      reward_dtype: np.dtype of rewards.
-      checkpoint_duration: int, how many iterations a checkpoint is kept.
-      keep_every: int or None; checkpoints whose iteration is a multiple of it
-        are never garbage-collected.
       rng: None for Dopamine's sources (Python's ``random`` for priority
         draws, as Dopamine's sum tree; ``np.random`` otherwise), or a
         ``numpy.random.Generator`` or seed shared by the memory and its sum
         tree and saved with checkpoints.
-      kernels: the per-batch loops of the memory and its sum tree (see the
-        circular memory).
+      kernels: the per-batch loops of the memory and its sum tree.
 
     Raises:
-      ValueError: If an argument is malformed, or replay_capacity is smaller
-        than update_horizon + stack_size (for observation_shape and gamma a
-        dopamine_per.errors.ArgumentError: see the circular memory).
+      ValueError: As `OutOfGraphReplayBuffer`'s constructor.
     """
     super().__init__(
-        observation_shape=observation_shape,
-        stack_size=stack_size,
-        replay_capacity=replay_capacity,
-        batch_size=batch_size,
-        update_horizon=update_horizon,
-        gamma=gamma,
-        max_sample_attempts=max_sample_attempts,
-        extra_storage_types=extra_storage_types,
-        observation_dtype=observation_dtype,
-        terminal_dtype=terminal_dtype,
-        action_shape=action_shape,
-        action_dtype=action_dtype,
-        reward_shape=reward_shape,
-        reward_dtype=reward_dtype,
-        checkpoint_duration=checkpoint_duration,
-        keep_every=keep_every,
-        rng=rng,
-        kernels=kernels)
+        observation_shape, stack_size, replay_capacity, batch_size,
+        update_horizon, gamma, max_sample_attempts, extra_storage_types,
+        observation_dtype, terminal_dtype, action_shape, action_dtype,
+        reward_shape, reward_dtype, checkpoint_duration, keep_every, rng,
+        kernels)
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
     self._sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,

@@ -7,32 +7,22 @@ cumulative position x?". Sampling a slot with probability proportional to its
 priority is then a descent from the root (Schaul et al., 2015, "Prioritized
 Experience Replay", appendix B.2.1).
 
-Layout. Dopamine keeps a binary tree and walks it one index and one level
-at a time in Python. This tree is *wide*: every inner node sums ``FANOUT``
-(16) children, so a tree over 2**20 leaves has five levels, not twenty-one,
-all in one flat float64 array (docs/architecture.md#the-sum-trees-flat-layout).
-A batch of updates or queries is one call of the kernels (`choice.choose`)
-whatever the batch size.
+Every inner node sums ``FANOUT`` (16) children, all levels in one flat
+float64 array (docs/architecture.md#the-sum-trees-flat-layout), and a batch
+of updates or queries is one call of the kernels (`choice.choose`). Inner
+nodes are recomputed from their children, never updated by a delta, so
+rounding errors cannot accumulate.
 
-Exactness. Every inner node is recomputed from its children when one of them
-changes, never updated by adding a delta, so rounding errors cannot accumulate:
-after any number of updates the root equals the float64 sum of the leaves to a
-few ulps.
-
-Compatibility. The public surface matches ``dopamine.tf.replay_memory.sum_tree``:
-``SumTree(capacity)``, ``nodes`` (Dopamine's binary levels, root first, computed
-on demand), ``max_recorded_priority``, ``set``, ``get``, ``sample`` and
-``stratified_sample``, with the same exception types. Without an ``rng`` the
-tree draws from Python's ``random`` module exactly as Dopamine does, so
-``random.seed`` reproduces Dopamine's query values. What differs from
-Dopamine's tree: docs/compat.md#sum_tree.
+The public surface is ``dopamine.tf.replay_memory.sum_tree``'s, with the
+same exception types; without an ``rng`` the tree draws from Python's
+``random`` exactly as Dopamine does. What differs: docs/compat.md#sum_tree.
 """
 
 import functools
 import math
 import numbers
 import random
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -46,10 +36,7 @@ __all__ = [
     'FANOUT',
 ]
 
-# Children per inner node. Measured (benchmarks/sum_tree_benchmark.py) at
-# capacity 2**20: 16 children make a row of leaves two cache lines, so a
-# descent touches about one line per level; stratified sampling is 15% faster
-# than with 32 and batched updates cost the same.
+# Children per inner node: a row of 16 float64 siblings is two cache lines.
 FANOUT = 16
 
 RngLike = Union[None, int, np.random.Generator]
@@ -59,100 +46,71 @@ _INT32 = np.dtype(np.int32)
 _INT64 = np.dtype(np.int64)
 
 
-
 def _python_random_words(count: int) -> bytes:
-  """Returns the 2 * `count` Mersenne Twister words of `count` random()s.
+  """The words of `count` `random.random()`s, as one `getrandbits` draws.
 
-  `random.random()` builds each double from two 32-bit words (see
-  `numpy_kernels.uniforms_from_words`). `random.getrandbits(64 * count)`
-  consumes the same words in the same order, so one call reproduces the
-  scalar stream exactly, without a Python loop.
-
-  Args:
-    count: int, how many uniforms the words are for.
-
-  Returns:
-    bytes, 2 * `count` little-endian 32-bit words.
+  Each double takes two 32-bit Mersenne Twister words (see
+  `numpy_kernels.uniforms_from_words`), consumed in the same order.
   """
   if count == 0:
     return b''
   return random.getrandbits(64 * count).to_bytes(8 * count, 'little')
 
 
-def _python_random_uniforms(count: int) -> np.ndarray:
-  """Returns `count` floats equal to `count` calls of `random.random()`."""
-  return numpy_kernels.uniforms_from_words(_python_random_words(count))
-
-
 def _cache_aligned_zeros(size: int) -> np.ndarray:
-  """float64 zeros starting on a 64-byte boundary.
-
-  A row of 16 siblings (128 bytes) then spans two cache lines, not three:
-  a third fewer memory reads per level of a descent or an update.
-  """
+  """float64 zeros starting on a 64-byte boundary (a row of 16 siblings
+  then spans two cache lines, not three)."""
   raw = np.zeros(size + 8)
   start = (-raw.ctypes.data % 64) // 8
   return raw[start:start + size]
 
 
-# Batch sizes whose strata are cached, 64 sizes per cache: at most
-# 64 * 2 * 8 * 4097 bytes (4 MiB) each. Larger batches rebuild theirs on each
-# call (measured: 12 us at 4096, 110 us at 100,000), a few percent of their
-# descent; caching them held 8 MB per size of 500,000, without bound in
-# bytes (issue 12).
+# The largest batch size whose strata are cached (128 entries, 8 MiB at
+# most): larger ones are rebuilt on each call, not kept (issue 12).
 _CACHED_BATCH_SIZE = 4096
 
 
-def _cached_below(limit: int) -> Callable[[Callable[[int], Any]],
-                                          Callable[[int], Any]]:
-  """Decorator: an lru_cache(64) of `function` for arguments <= `limit`."""
-  def decorator(function):
-    cached = functools.lru_cache(maxsize=64)(function)
+def _new_strata(batch_size: int, stratified: bool
+               ) -> Tuple[np.ndarray, np.ndarray]:
+  """Lower edges and widths (read-only) of `batch_size` draws.
 
-    @functools.wraps(function)
-    def wrapper(batch_size: int):
-      if batch_size <= limit:
-        return cached(batch_size)
-      return function(batch_size)
-    wrapper.cache_info = cached.cache_info
-    wrapper.cache_clear = cached.cache_clear
-    return wrapper
-  return decorator
-
-
-def _read_only(*arrays: np.ndarray) -> Tuple[np.ndarray, ...]:
-  """Returns the arrays, made read-only: cached arrays are shared."""
+  Stratified: the equal strata of [0, 1] between the edges
+  `np.linspace(0, 1, batch_size + 1)`, as Dopamine's, so that the queries
+  `lower + width * u` equal its `random.uniform(lower, upper)`. Else each
+  draw spans [0, 1).
+  """
+  if stratified:
+    bounds = np.linspace(0.0, 1.0, batch_size + 1)
+    arrays = bounds[:-1], bounds[1:] - bounds[:-1]
+  else:
+    arrays = np.zeros(batch_size), np.ones(batch_size)
   for array in arrays:
-    array.flags.writeable = False
+    array.flags.writeable = False  # Cached arrays are shared.
   return arrays
 
 
-@_cached_below(_CACHED_BATCH_SIZE)
-def _whole_range(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
-  """Lower edges (0) and widths (1) of `batch_size` independent draws."""
-  return _read_only(np.zeros(batch_size), np.ones(batch_size))
+_cached_strata = functools.lru_cache(maxsize=128)(_new_strata)
 
 
-@_cached_below(_CACHED_BATCH_SIZE)
-def _strata(batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
-  """Lower edges and widths of `batch_size` equal strata of [0, 1].
+def _strata(batch_size: Any, stratified: bool) -> Tuple[np.ndarray,
+                                                        np.ndarray]:
+  """`_new_strata` of a checked batch size, cached for small sizes.
 
-  The edges are `np.linspace(0, 1, batch_size + 1)`, as Dopamine uses, so the
-  queries `lower + width * u` equal its `random.uniform(lower, upper)`.
+  Raises:
+    ValueError: If batch_size is not an int (nor a bool) >= 1 if
+      stratified, else >= 0.
   """
-  bounds = np.linspace(0.0, 1.0, batch_size + 1)
-  return _read_only(bounds[:-1], bounds[1:] - bounds[:-1])
-
-
-def _batch_size(batch_size: Any, minimum: int, expected: str) -> int:
-  """`validation.check_batch_size`, called only when the cheap test fails.
-
-  A sample's batch size is nearly always a plain int in range: checking it
-  here keeps `validation` off the sampling path.
-  """
-  if type(batch_size) is int and batch_size >= minimum:  # pylint: disable=unidiomatic-typecheck
-    return batch_size
-  return validation.check_batch_size(batch_size, minimum, expected)
+  minimum = int(stratified)
+  if type(batch_size) is not int or batch_size < minimum:  # pylint: disable=unidiomatic-typecheck
+    try:
+      batch_size = validation.check_int('batch_size', batch_size, minimum)
+    except ValueError:
+      raise ValueError('batch_size must be {}. Got: {}'.format(
+          'a positive integer' if stratified else 'an integer >= 0',
+          batch_size)) from None
+  if batch_size <= _CACHED_BATCH_SIZE:
+    return _cached_strata(batch_size, stratified)
+  return _new_strata(batch_size, stratified)
 
 
 def _leaf_batch(node_index: Any, value: Any
@@ -197,15 +155,10 @@ class SumTree(object):
   """A sum tree over `capacity` nonnegative priorities.
 
   Leaves hold priorities; each inner node holds the sum of its `FANOUT`
-  children; the root is the total priority. Leaves past `capacity` exist only
-  as padding and always hold zero.
-
-  Priorities are real numbers (Python or NumPy integers and floats; not
-  bools, strings, bytes or complex numbers), and each is 0 or lies between
-  the smallest positive value of `priority_dtype` and its largest, so that
-  it reads back in that dtype as itself, rounded, never as 0 or inf
-  (`check_priority`). An update that would make the float64 total
-  infinite is refused too.
+  children. Leaves past `capacity` are padding and always hold zero. A
+  priority is a real number that `priority_dtype` holds
+  (`validation.check_priority`); an update that would make the float64
+  total infinite is refused too.
 
   Attributes:
     capacity: int, the number of leaves that can hold a priority.
@@ -224,15 +177,12 @@ class SumTree(object):
       rng: None to draw from Python's `random` module (Dopamine's behaviour,
         reproducible with `random.seed`), or a `numpy.random.Generator` or an
         int seed for an independent, checkpointable stream.
-      kernels: a `choice.Kernels`, 'numpy', 'native', 'auto' or None (the
-        DOPAMINE_PER_KERNELS environment variable, default 'auto': the
-        native kernels where they build, else NumPy's); see
-        `choice.choose`. Both give bit-identical results.
+      kernels: the loops, as `choice.choose` takes them (None: the
+        DOPAMINE_PER_KERNELS environment variable, else 'auto'). All give
+        bit-identical results.
       priority_dtype: float16, float32 or float64: priorities must be 0 or
-        in [its smallest positive value, its largest value]. The
-        prioritized memory uses float32, the dtype of `get_priority`;
-        float64 (the default) accepts every positive finite float, as
-        Dopamine's tree does.
+        in [its smallest positive value, its largest value]. float64 (the
+        default) accepts every positive finite float, as Dopamine's tree.
 
     Raises:
       ValueError: If capacity is not positive, the kernels are unknown or
@@ -269,9 +219,8 @@ class SumTree(object):
     self.priority_dtype = validation.check_priority_dtype(priority_dtype)
     self._smallest, self._largest = validation.priority_bounds(
         self.priority_dtype)
-    # While every leaf is at most this, no total can overflow: each node is
-    # at most the sum over a full tree of this value, FANOUT**levels times
-    # it, a power of two, exactly. Beyond it `_check_total` decides.
+    # While every leaf is at most this, no total can overflow (a full tree
+    # of it sums to float64's largest). Beyond it `_check_total` decides.
     self._safe_largest = np.finfo(np.float64).max / float(
         FANOUT ** len(sizes))
     # The compiled check-and-write accepts values up to this; past it (or
@@ -284,14 +233,9 @@ class SumTree(object):
   def max_recorded_priority(self) -> float:
     """The largest priority ever set, at least 1.0 (assignable, checked).
 
-    Assigning it (as Dopamine's users may) takes a priority of
-    `priority_dtype` that still bounds every leaf and 1.0: the same rule a
-    checkpoint's is loaded by, so what `save` writes `load` takes.
-
     Raises:
-      ValueError: If the value is not a valid priority (see
-        `check_priority`: NaN, inf, negative, a string, ...) or is below
-        1.0 or the largest leaf; nothing changes.
+      ValueError: If an assigned value is not a valid priority or is below
+        1.0 or the largest leaf (as a checkpoint's); nothing changes.
     """
     return float(self._scalars[1])
 
@@ -313,11 +257,8 @@ class SumTree(object):
 
   @property
   def leaves(self) -> np.ndarray:
-    """The `capacity` leaf priorities, float64: a read-only view.
-
-    It follows every change (a batch of priorities is ``leaves[indices]``);
-    write with `set`.
-    """
+    """The `capacity` leaf priorities, float64: a read-only view that
+    follows every change (write with `set`)."""
     return self._read_only_leaves
 
   @property
@@ -354,9 +295,8 @@ class SumTree(object):
   def nodes(self) -> List[np.ndarray]:
     """Dopamine's binary layout: one float64 array per level, root first.
 
-    The leaf level has 2**ceil(log2(capacity)) entries. The arrays are computed
-    from the leaves on each access (O(capacity)): they are a view for
-    inspection and checkpoints, and writing to them changes nothing.
+    The leaf level has 2**ceil(log2(capacity)) entries. Computed from the
+    leaves on each access (O(capacity)): writing to them changes nothing.
     """
     depth = max(self.capacity - 1, 0).bit_length()
     level = np.zeros(1 << depth)
@@ -406,16 +346,12 @@ class SumTree(object):
     """Sets the priority of one leaf or of a batch of leaves.
 
     The whole batch is validated before anything is written. With repeated
-    indices the last value wins. Parents are recomputed from their children,
-    once per touched parent and level: O(batch * FANOUT * depth) work in
-    O(depth) NumPy calls.
+    indices the last value wins. O(batch * FANOUT * depth).
 
     Args:
       node_index: an int or an integer array-like of leaf indices.
-      value: a real number, or an array-like of them broadcastable to
-        `node_index`'s shape; each 0 or in [smallest positive, largest]
-        value of `priority_dtype` (see `check_priority`). Zero means
-        "never sample".
+      value: a priority (see `validation.check_priority`; 0 means "never
+        sample"), or an array-like of them broadcastable to `node_index`.
 
     Raises:
       errors.InvalidIndexTypeError: If an index is not an integer.
@@ -429,23 +365,19 @@ class SumTree(object):
       index = validation.check_index(node_index, self.capacity,
                                         'node_index')
       number = validation.check_priority(value, 'value', self.priority_dtype)
-      if (number > self._safe_largest or
-          self.max_recorded_priority > self._safe_largest):
-        self._check_total(np.array([index]), np.array([number]))
+      self._check_total(np.array([index]), np.array([number]))
       self.set_validated(index, number)
       return
     if self.set_if_valid(node_index, value):
       return
     indices = validation.check_indices(node_index, self.capacity,
-                               'node_index').ravel()
+                                       'node_index').ravel()
     values = validation.check_priorities(value, np.shape(node_index), 'value',
-                                 self.priority_dtype).ravel()
+                                         self.priority_dtype).ravel()
     if indices.size == 0:
       return
     largest = float(values.max())
-    if (largest > self._safe_largest or
-        self.max_recorded_priority > self._safe_largest):
-      self._check_total(indices, values)
+    self._check_total(indices, values)
     self._levels[0][indices] = values
     self._scalars[1] = max(self._scalars[1], largest)
     self._total = self._kernels.update_parents(self._flat, self._offsets,
@@ -455,10 +387,10 @@ class SumTree(object):
     """`set` in one compiled pass if the batch is valid; else writes nothing.
 
     For callers that raise their own errors: on False, check the arguments
-    (or call `set`) to get the precise error. Always False without compiled
-    kernels, for anything but a non-empty integer array of indices (not a
-    0-d one) with real values of the same shape (or one value), and for
-    values so large that the total's overflow must be checked (see `set`).
+    (or call `set`) to get the precise error. Always False for anything but
+    a non-empty 1-D integer array of indices with real values of the same
+    shape (or one value), and for values so large that the total's
+    overflow must be checked (see `set`).
 
     Args:
       node_index: integer array-like of leaf indices.
@@ -467,9 +399,8 @@ class SumTree(object):
     Returns:
       bool, whether the values were written.
     """
-    # The scalars are read and written directly, and a batch already as the
-    # kernels take it (a sample's indices, the agent's float64 priorities)
-    # goes straight to them: each line here runs cold after a sample.
+    # A batch already as the kernels take it (a sample's indices, the
+    # agent's float64 priorities) goes straight to them.
     scalars = self._scalars  # [total, max_recorded_priority]
     if scalars[1] > self._safe_largest:
       return False
@@ -495,31 +426,32 @@ class SumTree(object):
   def _check_total(self, indices: np.ndarray, values: np.ndarray) -> None:
     """Raises ValueError if writing the values would make the total inf.
 
-    Computes the update on a copy of the tree, with the same arithmetic as
-    the write: O(capacity), only for values near float64's limit.
-
     Args:
       indices: int array of leaf indices (checked).
       values: float64 array of the same length (checked).
     """
-    flat = self._flat.copy()
-    flat[indices] = values
-    with np.errstate(over='ignore', invalid='ignore'):
-      total = self._kernels.update_parents(flat, self._offsets, FANOUT,
-                                           indices.astype(np.int64))
-    if not math.isfinite(total):
+    if (float(values.max()) > self._safe_largest or
+        self._scalars[1] > self._safe_largest) and not self._finite_total(
+            indices, values):
       raise ValueError(
           'value: setting {} at indices {} would make the total priority '
           'infinite (the float64 sum overflows); nothing was written.'.format(
               validation.head(values), validation.head(indices)))
 
+  def _finite_total(self, indices: Any, values: np.ndarray) -> bool:
+    """Whether the tree with `values` at leaves `indices` has a finite
+    total (summed on a copy as `_rebuild` sums: O(capacity))."""
+    flat = self._flat.copy()
+    flat[indices] = values
+    with np.errstate(over='ignore', invalid='ignore'):
+      return math.isfinite(self._sum_levels(flat))
+
   def set_validated(self, index: int, value: float) -> None:
     """Sets one leaf whose index and value the caller has validated.
 
-    A scalar `set` without its checks or array overhead, O(FANOUT * depth),
-    for a caller on a hot path that has already checked both (the
-    prioritized memory's `add`: the slot is its cursor, the priority went
-    through `check_priority`). Unchecked arguments corrupt the tree.
+    A scalar `set` without its checks, for a hot path that has checked
+    both (the prioritized memory's `add`). Unchecked arguments corrupt the
+    tree.
 
     Args:
       index: int in [0, capacity).
@@ -559,8 +491,7 @@ class SumTree(object):
     Leaf i owns the half-open interval [sum of leaves before i, that sum plus
     its priority). A target at or past the total (including rounding at the
     last edge) maps to the last leaf with positive priority, so a zero-priority
-    leaf or padding is never returned. O(batch * FANOUT * depth) work in
-    O(depth) NumPy calls.
+    leaf or padding is never returned.
 
     Args:
       targets: float or array-like of raw cumulative masses in [0, total].
@@ -617,7 +548,9 @@ class SumTree(object):
       raise ValueError(
           'query_value must be in [0, 1]. Got: {}'.format(query_value))
     if query_value is None:
-      query_value = self._uniforms(1)[0]
+      query_value = (self._rng.random(1) if self._rng is not None else
+                     numpy_kernels.uniforms_from_words(
+                         _python_random_words(1)))[0]
     return int(self._descend(np.array([query_value * self._total]))[0])
 
   def sample_batch(self, batch_size: int) -> np.ndarray:
@@ -636,8 +569,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not an int >= 0.
     """
     self._check_not_empty()
-    return self._descend_strata(*_whole_range(
-        _batch_size(batch_size, 0, 'an integer >= 0')))
+    return self._descend_strata(*_strata(batch_size, False))
 
   def stratified_sample(self, batch_size: int) -> np.ndarray:
     """Samples one leaf from each of `batch_size` equal strata of the mass.
@@ -658,13 +590,7 @@ class SumTree(object):
       ValueError: If the tree is empty or batch_size is not a positive int.
     """
     self._check_not_empty()
-    return self._descend_strata(*_strata(
-        _batch_size(batch_size, 1, 'a positive integer')))
-
-  def _uniforms(self, count: int) -> np.ndarray:
-    if self._rng is None:
-      return _python_random_uniforms(count)
-    return self._rng.random(count)
+    return self._descend_strata(*_strata(batch_size, True))
 
   # ------------------------------------------------------------ checkpoints
 
@@ -685,10 +611,9 @@ class SumTree(object):
   def set_state(self, state: Dict[str, Any]) -> None:
     """Restores a state from `get_state` or from a Dopamine SumTree.
 
-    Only the leaves are read; inner nodes are recomputed (Dopamine's may have
-    drifted). Everything is validated before anything changes: the state
-    must leave the tree as `set` could have (see
-    `validation.check_sum_tree_state`).
+    Only the leaves are read; inner nodes are recomputed. Everything is
+    validated before anything changes: the state must leave the tree as
+    `set` could have.
 
     Args:
       state: dict with `nodes` (list of levels, leaves last) and
@@ -696,14 +621,17 @@ class SumTree(object):
 
     Raises:
       ValueError: If the state is malformed, does not fit this tree's
-        capacity, holds priorities `set` would refuse (not real numbers,
-        negative, NaN, infinite, outside `priority_dtype`'s range, or
-        summing to inf), a max_recorded_priority that is not such a number
-        at least 1.0 and the largest leaf, or an unusable rng_state.
+        capacity, holds priorities `set` would refuse (or summing to inf),
+        a max_recorded_priority that is not one at least 1.0 and the
+        largest leaf, or an unusable rng_state.
     """
     leaves, max_priority = validation.check_sum_tree_state(
         state, self.capacity, self.priority_dtype)
-    self._check_finite_total(leaves[:self.capacity])
+    leaves = leaves[:self.capacity]
+    if (float(leaves.max()) * leaves.size >= 2.0 ** 1000 and
+        not self._finite_total(slice(0, self.capacity), leaves)):
+      raise ValueError('Sum tree state leaves sum to more than float64 holds '
+                       '(the total priority would be infinite).')
     rng_state = state.get('rng_state')
     if rng_state is not None:
       # Validate on a scratch generator, then restore in place: the caller
@@ -712,31 +640,13 @@ class SumTree(object):
       try:
         type(rng.bit_generator)().state = rng_state
       except Exception as e:  # pylint: disable=broad-except
-        # TypeError, ValueError, KeyError, OverflowError (a number out of
-        # the generator's range) ...
         raise ValueError('Invalid rng_state: {}'.format(
             type(e).__name__)) from e
       rng.bit_generator.state = rng_state
       self._rng = rng
-    self._levels[0][:self.capacity] = leaves[:self.capacity]
+    self._levels[0][:self.capacity] = leaves
     self._scalars[1] = max_priority  # Checked with the leaves.
     self._rebuild()
-
-  def _check_finite_total(self, leaves: np.ndarray) -> None:
-    """Raises ValueError if a tree of these leaves had an infinite total.
-
-    Only near float64's limit is the sum computed, as `_rebuild` would, on
-    a scratch tree.
-    """
-    if float(leaves.max()) * leaves.size < 2.0 ** 1000:
-      return
-    flat = np.zeros_like(self._flat)
-    flat[:self.capacity] = leaves
-    with np.errstate(over='ignore', invalid='ignore'):
-      total = self._sum_levels(flat)
-    if not math.isfinite(total):
-      raise ValueError('Sum tree state leaves sum to more than float64 holds '
-                       '(the total priority would be infinite).')
 
   # ------------------------------------------------------------- invariants
 

@@ -171,14 +171,6 @@ class DopamineEquivalenceTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'batch_size'):
       tree.sample_batch(-1)
 
-  def test_python_random_uniforms_match_random_random(self):
-    for count in (1, 2, 31, 256):
-      random.seed(count)
-      expected = [random.random() for _ in range(count)]
-      random.seed(count)
-      np.testing.assert_array_equal(
-          sum_tree._python_random_uniforms(count), expected)
-
 
 class BatchTest(absltest.TestCase):
 
@@ -587,17 +579,15 @@ class StrataCacheTest(absltest.TestCase):
     # Each size of 500,000 kept 8 MB in the cache, 64 sizes at a time.
     tree = sum_tree.SumTree(100, rng=0)
     tree.set(np.arange(100), 1.0)
-    for cache in (sum_tree._strata, sum_tree._whole_range):
-      cache.cache_clear()
+    sum_tree._cached_strata.cache_clear()
     for size in range(sum_tree._CACHED_BATCH_SIZE + 1,
                       sum_tree._CACHED_BATCH_SIZE + 4):
       self.assertLen(tree.stratified_sample(size), size)
       self.assertLen(tree.sample_batch(size), size)
-    for cache in (sum_tree._strata, sum_tree._whole_range):
-      self.assertEqual(cache.cache_info().currsize, 0)
+    self.assertEqual(sum_tree._cached_strata.cache_info().currsize, 0)
     tree.stratified_sample(32)
     tree.stratified_sample(32)
-    self.assertEqual(sum_tree._strata.cache_info().hits, 1)
+    self.assertEqual(sum_tree._cached_strata.cache_info().hits, 1)
 
 
 def _run_with_kernels(test_class, kernels):

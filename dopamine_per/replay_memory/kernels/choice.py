@@ -3,16 +3,11 @@
 
 A kernels object carries every per-batch loop of the sum tree and the
 memories (the interface: `numpy_kernels.NumpyKernels`). There are two, with
-bit-identical results: `native()` (the loops in C++,
-`native_kernels.NativeKernels`, compiled with the system's C++ compiler the
-first time they are asked for and cached; the default, the fastest on every
-row of benchmarks/RESULTS.md) and `NUMPY` (the reference, and the fallback;
-it misses most of the speed goals of benchmarks/RESULTS.md). `SumTree` and
-the memories take one as their `kernels` argument (gin-configurable on the
-memories: ``OutOfGraphPrioritizedReplayBuffer.kernels = 'numpy'``); without
-one they use the DOPAMINE_PER_KERNELS environment variable, else 'auto'. The
-first time 'auto' cannot have the native kernels it logs one warning saying
-why, and runs NumPy's.
+bit-identical results: `native()` (the loops in C++, compiled on first use;
+the default) and `NUMPY` (the reference, and the fallback). `SumTree` and
+the memories take one as their `kernels` argument; without one they use
+the DOPAMINE_PER_KERNELS environment variable, else 'auto'. The first time
+'auto' cannot have the native kernels it logs one warning saying why.
 """
 
 import os
@@ -28,9 +23,7 @@ from dopamine_per.replay_memory.kernels import numpy_kernels
 __all__ = ['ENV', 'FALLBACK_WARNING', 'Kernels', 'KernelsLike', 'NUMPY',
            'available', 'choose', 'native']
 
-# The environment variable that chooses the kernels when no argument does:
-# 'numpy', 'native' or 'auto' (the default: the native kernels, else
-# NumPy's).
+# The environment variable that chooses the kernels when no argument does.
 ENV = 'DOPAMINE_PER_KERNELS'
 
 # The interface every kernels object has.
@@ -56,11 +49,7 @@ KernelsLike = Union[None, str, Kernels]
 
 
 def available() -> List[str]:
-  """Names of the kernels that can be used here.
-
-  'native' is listed where its library builds (or was built) and loads; the
-  first call may compile it (see `native`).
-  """
+  """Names of the kernels that can be used here (may compile 'native')."""
   names = ['numpy']
   try:
     native()
@@ -71,9 +60,6 @@ def available() -> List[str]:
 
 def native() -> Kernels:
   """The C++ kernels (`native_kernels.NativeKernels`), created once.
-
-  The first call builds their library, unless it was built before (it is
-  cached across processes; see `dopamine_per.native.build`).
 
   Raises:
     ValueError: If the library cannot be built or loaded here (no C++
@@ -125,8 +111,7 @@ def choose(kernels: KernelsLike = None) -> Kernels:
   if kernels == 'native':
     return _native_kernels(source)
   if kernels == 'numba':
-    # Named apart from other unknown names: configs written for earlier
-    # versions may still ask for them.
+    # Configs written for earlier versions may still ask for them.
     raise ValueError("Kernels {!r}{}: the Numba kernels were removed; use "
                      "'native' (or 'numpy', or 'auto').".format(
                          kernels, source))

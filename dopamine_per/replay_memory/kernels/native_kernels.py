@@ -2,29 +2,15 @@
 """The sum tree's kernels in C++: `NativeKernels`.
 
 `NativeKernels` runs the sum tree's loops of `numpy_kernels.NumpyKernels`
-(the interface and its reference) each as one call into a CPython
-extension module (dopamine_per/native/replay_python.cc, on the loops of
-replay_core.h), with the same results; its memory loops are NumPy's. A
-memory with these kernels samples through its registered native memory
-instead (`native_memory.NativeMemory.fill`: batch.h's `FillBatch`, the
-routine the TensorFlow op fills its batches with), or where it cannot
-(see `native_memory.unsupported_reason`) through NumPy's loops, the
-reference. The tree's loops fall back to NumPy's for inputs the extension
-does not cover: arrays that are not plain C-contiguous, aligned float64,
-trees laid out otherwise, empty batches. Index arrays of another integer
-dtype or layout are converted instead.
-
-The extension takes the arrays through the buffer protocol and checks each
-(dtype, length, layout, alignment; a tree's offsets against its flat array)
-before its loop runs: it returns NotImplemented for what it does not cover,
-and the method here then converts the indices or runs NumPy's loop. Outputs
-are arrays allocated here (np.empty) that the extension fills.
-
-Creating a `NativeKernels` loads the extension, compiling it with the
-system's C++ compiler against Python's headers on first use
-(`native.build.python_extension`, cached); it raises
-`build.NativeBuildError` where it cannot. `choice.choose('native')`
-creates one only when asked.
+each as one call into a CPython extension module
+(dopamine_per/native/replay_python.cc), with the same results; its memory
+loops are NumPy's (a memory with these kernels samples through its native
+memory where it can: `native_memory`). The extension checks every buffer
+(dtype, length, layout, alignment, a tree's offsets) and returns
+NotImplemented for what it does not cover: the method here then converts
+the indices or runs NumPy's loop. Creating a `NativeKernels` loads the
+extension, compiling it on first use; it raises `build.NativeBuildError`
+where it cannot.
 """
 
 from typing import Any, Callable, Optional, Tuple

@@ -2,16 +2,11 @@
 """The kernel interface, and its reference implementation in NumPy.
 
 Every loop of the replay memory that runs once per batch is a method of one
-kernels object: the sum tree's (write leaves and update their ancestors,
-descend to the leaves holding given masses), the validity test of sampled
-slots, n-step trajectories, and the gathering of stacked states. Two
-implementations share this interface and give bit-identical results:
-`NumpyKernels` here (vectorized over the batch; the reference, always
-available) and `native_kernels.NativeKernels` (the same loops in C++,
-dopamine_per/native, built with the system's compiler on first use; the
-default, faster: benchmarks/RESULTS.md). `choice.choose` picks one; the
-sum tree and the memories take the choice as their `kernels` argument and
-call nothing else.
+kernels object: the sum tree's, the validity test of sampled slots, n-step
+trajectories, and the gathering of stacked states. `NumpyKernels` here
+(vectorized over the batch; the reference, always available) and
+`native_kernels.NativeKernels` (C++) give bit-identical results;
+`choice.choose` picks one.
 
 The arithmetic both share, so that trees and batches are identical:
 
@@ -79,13 +74,6 @@ def _halving_sum(values: List[float]) -> float:
   return values[0]
 
 
-def _halving_sum_16(v: List[float]) -> float:
-  """`_halving_sum` of 16 floats, written out: a third of the loop's time."""
-  return ((((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])))
-          + (((v[8] + v[9]) + (v[10] + v[11])) +
-             ((v[12] + v[13]) + (v[14] + v[15]))))
-
-
 class NumpyKernels(object):
   """The kernel interface, vectorized over the batch with NumPy.
 
@@ -121,13 +109,12 @@ class NumpyKernels(object):
   def update_leaf(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
                   leaf: int) -> float:
     """`update_parents` of one leaf (an int); returns the total."""
-    row_sum = _halving_sum_16 if fanout == 16 else _halving_sum
     for level in range(len(offsets) - 2):
       leaf //= fanout
       start = offsets[level] + leaf * fanout
-      flat[offsets[level + 1] + leaf] = row_sum(
+      flat[offsets[level + 1] + leaf] = _halving_sum(
           flat[start:start + fanout].tolist())
-    return row_sum(flat[offsets[-2]:offsets[-1]].tolist())
+    return _halving_sum(flat[offsets[-2]:offsets[-1]].tolist())
 
   def set_leaves(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
                  capacity: int, leaves: np.ndarray, values: np.ndarray,

@@ -2,11 +2,9 @@
 """The checks `add` runs on its arguments before anything is written.
 
 A replay memory must not store a value its element's dtype cannot hold
-exactly (a float action, an out-of-range reward in float16, a complex
-number), nor one of the wrong shape: a sampled batch would silently carry
-the damage. `AddSpec` precomputes what one argument's checks need, and
-`check_value` runs them in a few microseconds per call, so that `add` stays
-cheap. NumPy only: no TensorFlow. Where Dopamine casts silently instead:
+exactly, nor one of the wrong shape: a sampled batch would silently carry
+the damage. `AddSpec` precomputes what one argument's checks need, so that
+`check_value` stays cheap. Where Dopamine casts silently instead:
 docs/compat.md#add_checks.
 """
 
@@ -66,10 +64,8 @@ TRANSITION_NAMES = frozenset((
 def check_extra(element: Any) -> Tuple[str, Tuple[int, ...], Any]:
   """An extra storage element's (name, shape, dtype), checked.
 
-  A batch names its elements (`get_transition_elements`), and the graph
-  ops find them by name: an extra named like one of the batch's own
-  elements would come back in its place. The dtype is made native (see
-  `native_byte_order`).
+  An extra named like one of the batch's own elements would come back in
+  its place. The dtype is made native (see `native_byte_order`).
 
   Args:
     element: a ReplayElement (name, shape, type).
@@ -96,9 +92,8 @@ def check_extra(element: Any) -> Tuple[str, Tuple[int, ...], Any]:
 def native_byte_order(dtype: Any) -> Any:
   """`dtype` in this machine's byte order: the same values, stored natively.
 
-  An element declared big-endian on a little-endian machine ('>i4') holds
-  the same numbers in native order; TensorFlow, which takes raw bytes in
-  native order, then reads them right. Other dtypes are returned as given.
+  TensorFlow takes raw bytes in native order. Native dtypes are returned
+  as given.
   """
   checked = np.dtype(dtype)
   if checked.isnative:
@@ -109,9 +104,8 @@ def native_byte_order(dtype: Any) -> Any:
 def _overflow_limit(dtype: np.dtype) -> float:
   """The smallest magnitude that a float or complex `dtype` stores as inf.
 
-  Its largest finite value plus half a unit in the last place: rounding to
-  nearest (ties to even: the largest value's last bit is 1) goes up from
-  there. inf for float64 and wider.
+  Its largest finite value plus half a unit in the last place (rounding to
+  nearest goes up from there); inf for float64 and wider.
   """
   largest = _largest_magnitude(dtype)
   if largest == math.inf:  # Wider than float64: no Python float overflows.
@@ -206,8 +200,7 @@ def _first_overflow(values: Any, target: np.dtype, limit: float
 def _stores_as_inf(value: Any, target: np.dtype) -> bool:
   """Whether storing the number `value` in `target` fails or gives inf.
 
-  Exactly what the write would do: a Python int beyond float64's range
-  raises OverflowError there; one beyond float32's becomes inf.
+  Exactly what the write would do.
   """
   scratch = np.zeros((), dtype=target)
   try:

@@ -1,23 +1,14 @@
 # coding=utf-8
 """How a memory fills a sampled batch of one layout: one kernel call.
 
-`sample_transition_batch` returns one array per element of
-`get_transition_elements(batch_size)`. A `BatchPlan`, made once per layout,
-sorts those elements by what fills them: the kernels' `transition_batch`
-(the states, the n-step return, its terminal flag, the indices, and the
-elements that are rows of an array at a transition's slot or at its next
-slot) or the memory's `_transition_element` hook (elements a subclass adds
-that the memory does not know). `carve` lays a batch's arrays out in one
-buffer, with the kernel's arguments for them, once: the memory's
-`storage.BufferPool` hands the same arrays out again once nothing refers to
-them.
-
-Why one call: the Python of a sample runs right after the kernel copied
-the batch's frames through the caches, so every line of it costs more
-than when measured alone, and gathering each element with its own NumPy
-call cost more than one call for all of them
-(docs/architecture.md#the-path-of-a-sampled-batch; the timings:
-benchmarks/RESULTS.md). NumPy only.
+A `BatchPlan`, made once per layout (`get_transition_elements`), sorts the
+elements by what fills them: the kernels' `transition_batch` (the states,
+the n-step return, its terminal flag, the indices, and rows of an array at
+a transition's slot or at its next slot) or the memory's
+`_transition_element` hook (elements a subclass adds). `carve` lays a
+batch's arrays out in one buffer, once; the memory's `storage.BufferPool`
+hands them out again once nothing refers to them. Why one call:
+docs/architecture.md#the-path-of-a-sampled-batch.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple

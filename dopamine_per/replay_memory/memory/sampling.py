@@ -1,14 +1,13 @@
 # coding=utf-8
 """Which slots a circular replay memory can sample, and why not.
 
-A slot holds a transition that can be sampled once its n-step trajectory
-and next state are written, do not straddle the cursor, and its frame stack
-stays in one episode (the vectorized test is the kernels' `valid_mask`).
-Around that test, for the memory's methods: the slots the cursor blocks
-(Dopamine's `modulo_range` and `invalid_range`), the range uniform draws
-come from, checking the slots a caller gives or asks stacks of (with an
-error that says why one is invalid), and the error of an exhausted
-sample. NumPy only. What differs from Dopamine's sampling:
+The vectorized validity test is the kernels' `valid_mask`; around it, for
+the memory's methods: the slots the cursor blocks, the range uniform draws
+come from, checks of the slots a caller gives (with an error that says why
+one is invalid), and the error of an exhausted sample. Arguments
+`add_count` (transitions written so far), `replay_capacity` (slots),
+`stack_size` (frames per state) and `update_horizon` (the N of N-step
+returns) are the memory's. What differs from Dopamine's sampling:
 docs/compat.md#sampling.
 """
 
@@ -54,9 +53,6 @@ def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
 
   Args:
     cursor: int, the slot the next transition will be written to.
-    replay_capacity: int, the number of slots.
-    stack_size: int, frames per state.
-    update_horizon: int, the N of N-step returns.
 
   Returns:
     np.ndarray of int64 with shape [stack_size + update_horizon].
@@ -75,12 +71,6 @@ def invalid_range(cursor: int, replay_capacity: int, stack_size: int,
 def sampling_range(add_count: int, replay_capacity: int, stack_size: int,
                    update_horizon: int) -> Tuple[int, int]:
   """Returns [low, high) of uniform draws of slots, before the modulo.
-
-  Args:
-    add_count: int, transitions written so far.
-    replay_capacity: int, the number of slots.
-    stack_size: int, frames per state.
-    update_horizon: int, the N of N-step returns.
 
   Returns:
     (int, int): every valid slot is some draw in [low, high) modulo the
@@ -130,10 +120,6 @@ def invalid_reason(index: int, add_count: int, replay_capacity: int,
 
   Args:
     index: int, an invalid slot.
-    add_count: int, transitions written so far.
-    replay_capacity: int, the number of slots.
-    stack_size: int, frames per state.
-    update_horizon: int, the N of N-step returns.
     episode_end: bool array, whether each slot ends an episode.
 
   Returns:
@@ -203,8 +189,6 @@ def check_stack_indices(index: Any, add_count: int, replay_capacity: int
 
   Args:
     index: an int or an integer array.
-    add_count: int, transitions written so far.
-    replay_capacity: int, the number of slots.
 
   Returns:
     int64 np.ndarray shaped like `index`.
@@ -234,8 +218,6 @@ def slot_range(array: np.ndarray, start_index: int, end_index: int,
     array: np.ndarray with the capacity as first dimension.
     start_index: int, first slot (may be negative: it wraps).
     end_index: int, exclusive end slot (may exceed the capacity: it wraps).
-    add_count: int, transitions written so far.
-    replay_capacity: int, the number of slots.
 
   Returns:
     ``array[start_index:end_index]``, wrapped around the end.

@@ -1,19 +1,12 @@
 # coding=utf-8
 """A circular memory's storage: its arrays, counters and episode ends.
 
-`CircularStorage` holds what a circular replay memory stores: one array per
-stored element (observation, action, reward, terminal, extras), one slot
-per transition; the add count (the cursor is it modulo the capacity); and
-which slots end an episode. Its interface is small: `write` a transition at
-the cursor, read the public `arrays`, `state` for checkpoints, `restore`
-from one. The memory owns one, checks what it writes, and decides what is
-sampled; the storage decides nothing.
-
-Large arrays cost nothing until written (see `zeros`): a million-slot Atari
-memory holds about 7 GB of frames and is constructed in milliseconds. The
-memory's sampled states are written into a `BufferPool`'s memory. NumPy and
-the standard library only. What differs from Dopamine's storage:
-docs/compat.md#storage.
+`CircularStorage` holds one array per stored element, one slot per
+transition, the add count (the cursor is it modulo the capacity) and which
+slots end an episode. The memory checks what it writes and decides what is
+sampled; the storage decides nothing. Large arrays cost nothing until
+written (see `zeros`). Sampled batches are written into a `BufferPool`'s
+memory. What differs from Dopamine's storage: docs/compat.md#storage.
 """
 
 import math
@@ -138,14 +131,11 @@ class CircularStorage(object):
 
 
 # TensorFlow adopts a returned array's memory without copying it (from
-# tf.numpy_function, i.e. the sampling op) only if it is 64-byte aligned;
-# NumPy aligns to 16. For an Atari batch that saves a 1.8 MB copy.
+# tf.numpy_function) only if it is 64-byte aligned; NumPy aligns to 16.
 ALIGNMENT = 64
 
-# What a BufferPool keeps at most, by default: 3 Atari batches of 2 * 512
-# states of 84 x 84 x 4 bytes (29 MB each) fit. A larger output is handed
-# out but not kept: a sweep over many large batch sizes held 750 MB before
-# (issue 12).
+# What a BufferPool keeps at most, by default (3 Atari batches of 2 * 512
+# states fit); a larger output is handed out but not kept.
 DEFAULT_POOL_BYTES = 256 << 20
 
 
@@ -185,19 +175,12 @@ class _Buffer(object):
 class BufferPool(object):
   """Reuses the memory of earlier outputs once nothing refers to them.
 
-  Allocating a fresh Atari batch on every sample costs time in the
-  allocator and the kernel. The pool keeps up to `size` buffers, of at
-  most `max_bytes` together, and hands one out again only when no array (the
-  output, a view of it, or a TensorFlow tensor that adopted it) still refers
-  to it: a view counts as a reference to the buffer that owns the memory.
-  To make room it drops a buffer nobody uses (of an earlier batch size)
-  first, else the newest, so that a caller holding more than `size` outputs
-  still gets the older ones back.
-
-  `carved` hands out a whole batch's arrays, carved out of one buffer once
-  and returned again (the same objects) once nothing refers to the buffer
-  or to any of them, rather than setting a batch's arrays up on every
-  sample (see batch_plan.py).
+  The pool keeps up to `size` buffers, of at most `max_bytes` together, and
+  hands one out again only when no array (the output, a view of it, or a
+  TensorFlow tensor that adopted it) still refers to it. To make room it
+  drops a buffer nobody uses first, else the newest. `carved` hands out a
+  whole batch's arrays, carved out of one buffer once and returned again
+  (the same objects) once nothing refers to the buffer or to any of them.
   """
 
   def __init__(self, size: int = 3, max_bytes: int = DEFAULT_POOL_BYTES):
@@ -279,10 +262,9 @@ Mapping = Tuple[mmap.mmap, int]
 def zeros(shape: Tuple[int, ...], dtype: Any) -> Tuple[np.ndarray, Any]:
   """Returns a zeroed array and, for a large one, the mapping behind it.
 
-  A large array lives in an anonymous private mapping: nothing is resident
-  until written (as with np.zeros), and `populate` can back chunks of it
-  ahead of use. Small arrays, object arrays and systems without anonymous
-  mappings get plain `np.zeros`.
+  A large array lives in an anonymous private mapping, which `populate`
+  can back in chunks ahead of use. Small arrays, object arrays and systems
+  without anonymous mappings get plain `np.zeros`.
 
   Args:
     shape: tuple of int.
@@ -333,12 +315,9 @@ def allocate(elements: Sequence[Any], capacity: int
 def populate(mappings: List[Mapping], start: int, capacity: int) -> int:
   """Backs the slots from `start` on of the mapped arrays with memory.
 
-  The first write to a fresh page faults, and on virtual machines a fault
-  can cost several microseconds: an Atari frame spans two pages.
-  MADV_POPULATE_WRITE (Linux 5.14+) backs a whole chunk of about
-  _POPULATE_BYTES per array at once, about ten times cheaper per page.
-  Where it is not supported, `mappings` is emptied and the pages fault in
-  as usual.
+  MADV_POPULATE_WRITE (Linux 5.14+) backs a chunk of about _POPULATE_BYTES
+  per array at once, cheaper than a page fault per page. Where it is not
+  supported, `mappings` is emptied and the pages fault in as usual.
 
   Args:
     mappings: list of (mapping, bytes per slot), from `allocate`; emptied

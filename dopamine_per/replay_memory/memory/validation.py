@@ -1,13 +1,8 @@
 # coding=utf-8
 """Argument checks shared by the sum tree and the replay memories.
 
-Each check lives here once, so that the tree and the memories refuse the same
-inputs with the same exception types and messages: integers (`check_int`,
-`check_batch_size`), real numbers in a range (`check_real`), a memory's
-generator (`check_rng`) and transition count (`check_add_count`,
-`check_room_to_add`, bounded by `MAX_ADD_COUNT`), leaf indices
-(`check_index`, `check_indices`) and priorities (`check_priority`,
-`check_priorities`). NumPy only: no TensorFlow.
+Each check lives here once, so that the tree and the memories refuse the
+same inputs with the same exception types and messages. NumPy only.
 """
 
 import functools
@@ -23,7 +18,6 @@ __all__ = [
     'MAX_ADD_COUNT',
     'MAX_REPLAY_CAPACITY',
     'check_add_count',
-    'check_batch_size',
     'check_index_array',
     'check_int',
     'check_real',
@@ -73,36 +67,11 @@ def check_int(name: str, value: Any, minimum: int,
   return int(value)
 
 
-def check_batch_size(batch_size: Any, minimum: int, expected: str) -> int:
-  """`check_int` of a sum tree's batch size, with the tree's message.
-
-  Args:
-    batch_size: the argument.
-    minimum: int, the smallest batch size accepted.
-    expected: str, what it must be, for the message ('a positive integer').
-
-  Returns:
-    int, the batch size.
-
-  Raises:
-    ValueError: If it is not an int (nor a bool) >= minimum.
-  """
-  try:
-    return check_int('batch_size', batch_size, minimum)
-  except ValueError:
-    raise ValueError('batch_size must be {}. Got: {}'.format(
-        expected, batch_size)) from None
-
-
 # ---------------------------------------------------------- add counter
 
 # The largest `add_count` (transitions written, padding included) a replay
-# memory accepts or reaches: 2**53. Up to it every count is exact as a
-# float64 (NumPy compares an int64 array with a float, such as a gin-set
-# `min_replay_history`, in float64), and the sum of 1,023 memories' counts
-# (a sharded memory's total) still fits int64; at int64's largest,
-# 2**63 - 1, the next add overflowed. 2**53 adds take 285 years at a
-# million adds per second.
+# memory accepts or reaches: 2**53, exact as a float64 (why:
+# docs/reliability.md).
 _ADD_COUNT_BITS = 53
 MAX_ADD_COUNT = 2**_ADD_COUNT_BITS
 
@@ -112,12 +81,11 @@ MAX_ADD_COUNT = 2**_ADD_COUNT_BITS
 MAX_REPLAY_CAPACITY = 2**31 - 1
 
 
-def check_add_count(value: Any, name: str = 'add_count') -> int:
+def check_add_count(value: Any) -> int:
   """Returns `value` as an int if it is an add count a memory can hold.
 
   Args:
     value: an integer (not a bool), or an integer array of one element.
-    name: str, the argument's name, for the error message.
 
   Returns:
     int, the count, in [0, MAX_ADD_COUNT].
@@ -136,9 +104,9 @@ def check_add_count(value: Any, name: str = 'add_count') -> int:
     count = (int(array.reshape(())) if array.size == 1 and
              array.dtype.kind in 'iu' else None)
   if count is None or not 0 <= count <= MAX_ADD_COUNT:
-    raise ValueError('{} must be an integer in [0, 2**{}], got {}'.format(
-        name, _ADD_COUNT_BITS,
-        errors.describe(value if count is None else count)))
+    raise ValueError('add_count must be an integer in [0, 2**{}], got {}'
+                     .format(_ADD_COUNT_BITS, errors.describe(
+                         value if count is None else count)))
   return count
 
 
@@ -327,13 +295,9 @@ def priority_bounds(dtype: Any) -> Tuple[float, float]:
   """The smallest positive and the largest priority `dtype` holds.
 
   Between them (and at 0) a float64 priority reads back in `dtype` as a
-  positive finite number; below the first it would read back as 0. The
-  largest is `dtype`'s largest value as NumPy prints it (the shortest
-  decimal that reads back as it), read as a float64, when that is above the
-  value itself: 3.4028235e38 for float32, which rounds to float32's
-  largest, 3.4028234663852886e38. So the bound that the docs and the error
-  messages state is itself accepted. Above it a priority would read back
-  as the largest value, then inf.
+  positive finite number. The largest is `dtype`'s largest value as NumPy
+  prints it, when that is above the value itself (3.4028235e38 for
+  float32), so that the bound the messages state is itself accepted.
   """
   info = np.finfo(dtype)
   printed = float(np.format_float_scientific(info.max, unique=True))
@@ -383,12 +347,10 @@ def check_priority(value: Any, name: str = 'value',
                       dtype: Any = np.float64) -> float:
   """Checks one priority; returns it as a float.
 
-  A priority is a real number: a Python or NumPy integer or float, or a 0-d
-  array of one (Dopamine takes anything `float()` takes; strings, bytes,
-  complex numbers and bools are refused here, as they are bugs, not
-  priorities). It is 0, or lies between the smallest positive value of
-  `dtype` and its largest, inclusive: it then reads back in `dtype` as a
-  positive finite number, never as 0 or inf.
+  A priority is a real number (a Python or NumPy integer or float, or a 0-d
+  array of one; not a string, bytes, complex number or bool) that is 0 or
+  lies between the `priority_bounds` of `dtype`, inclusive: it then reads
+  back in `dtype` as itself, rounded, never as 0 or inf.
 
   Args:
     value: a real number (Python or NumPy scalar, or 0-d array).

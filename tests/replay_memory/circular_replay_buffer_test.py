@@ -110,16 +110,17 @@ class TableCasesTest(parameterized.TestCase):
       np.testing.assert_array_equal(a, b, err_msg=element.name)
 
 
+def _buffer(**kwargs):
+  config = dict(observation_shape=(2,), stack_size=3, replay_capacity=10,
+                batch_size=2)
+  config.update(kwargs)
+  return crb.OutOfGraphReplayBuffer(**config)
+
+
 class AddTest(absltest.TestCase):
 
-  def _buffer(self, **kwargs):
-    config = dict(observation_shape=(2,), stack_size=3, replay_capacity=10,
-                  batch_size=2)
-    config.update(kwargs)
-    return crb.OutOfGraphReplayBuffer(**config)
-
   def test_zero_padding_at_each_episode_start(self):
-    buffer = self._buffer()
+    buffer = _buffer()
     buffer.add(np.full(2, 7, np.uint8), 1, 1.0, True)
     self.assertEqual(int(buffer.add_count), 3)
     np.testing.assert_array_equal(buffer._store['observation'][:3],
@@ -131,7 +132,7 @@ class AddTest(absltest.TestCase):
     self.assertEqual(int(buffer.add_count), 7)
 
   def test_episode_end_starts_a_new_episode(self):
-    buffer = self._buffer(stack_size=2)
+    buffer = _buffer(stack_size=2)
     buffer.add(np.ones(2, np.uint8), 1, 1.0, False, episode_end=True)
     self.assertEqual(buffer.episode_end_indices, {1})
     self.assertEqual(buffer._store['terminal'][1], 0)
@@ -139,7 +140,7 @@ class AddTest(absltest.TestCase):
     self.assertEqual(int(buffer.add_count), 4)
 
   def test_overwriting_clears_episode_ends(self):
-    buffer = self._buffer(stack_size=1, replay_capacity=4)
+    buffer = _buffer(stack_size=1, replay_capacity=4)
     buffer.add(np.ones(2, np.uint8), 1, 1.0, True)
     for _ in range(4):
       buffer.add(np.ones(2, np.uint8), 1, 1.0, False)
@@ -147,7 +148,7 @@ class AddTest(absltest.TestCase):
     self.assertFalse(buffer.storage.episode_end.any())
 
   def test_counters(self):
-    buffer = self._buffer(stack_size=1, replay_capacity=3)
+    buffer = _buffer(stack_size=1, replay_capacity=3)
     self.assertTrue(buffer.is_empty())
     self.assertFalse(buffer.is_full())
     self.assertIsInstance(buffer.add_count, np.ndarray)
@@ -162,7 +163,7 @@ class AddTest(absltest.TestCase):
                                   crb.invalid_range(1, 3, 1, 1))
 
   def test_accepted_conversions(self):
-    buffer = self._buffer(observation_dtype=np.float32, stack_size=1)
+    buffer = _buffer(observation_dtype=np.float32, stack_size=1)
     buffer.add([1, 2], np.int64(3), 1, np.bool_(False))
     buffer.add(np.array([1.5, 2.5]), np.uint8(4), np.float64(0.5), 0)
     buffer.add((3, 4), 5, True, 1)
@@ -173,7 +174,7 @@ class AddTest(absltest.TestCase):
 
   def test_signatures(self):
     extra = ReplayElement('extra', (3,), np.float32)
-    buffer = self._buffer(extra_storage_types=[extra])
+    buffer = _buffer(extra_storage_types=[extra])
     names = [e.name for e in buffer.get_add_args_signature()]
     self.assertEqual(names, ['observation', 'action', 'reward', 'terminal',
                              'extra'])
@@ -189,7 +190,7 @@ class AddTest(absltest.TestCase):
 
   def test_extra_storage_is_returned(self):
     extra = ReplayElement('extra', (3,), np.float32)
-    buffer = self._buffer(stack_size=1, extra_storage_types=[extra])
+    buffer = _buffer(stack_size=1, extra_storage_types=[extra])
     for i in range(4):
       buffer.add(np.zeros(2, np.uint8), 0, 0.0, False,
                  np.full(3, i, np.float32))
@@ -197,7 +198,7 @@ class AddTest(absltest.TestCase):
     np.testing.assert_array_equal(batch[-1], [[1, 1, 1], [2, 2, 2]])
 
   def test_get_observation_and_terminal_stacks(self):
-    buffer = self._buffer(observation_shape=(), observation_dtype=np.int32,
+    buffer = _buffer(observation_shape=(), observation_dtype=np.int32,
                           stack_size=2, replay_capacity=5)
     for i in range(1, 5):
       buffer.add(i, 0, 0.0, i == 2)
@@ -211,7 +212,7 @@ class AddTest(absltest.TestCase):
         buffer.get_range(buffer._store['observation'], -1, 1), [3, 4])
 
   def test_get_range_and_stack_errors(self):
-    buffer = self._buffer(stack_size=1)
+    buffer = _buffer(stack_size=1)
     buffer.add(np.zeros(2, np.uint8), 0, 0.0, False)
     with self.assertRaisesRegex(ValueError, 'has not been added'):
       buffer.get_range(buffer._store['reward'], 0, 2)
@@ -238,11 +239,8 @@ class AddTest(absltest.TestCase):
 
 class BadInputTest(parameterized.TestCase):
 
-  def _buffer(self, **kwargs):
-    config = dict(observation_shape=(2,), stack_size=2, replay_capacity=10,
-                  batch_size=2)
-    config.update(kwargs)
-    return crb.OutOfGraphReplayBuffer(**config)
+  def _buffer(self, stack_size=2, **kwargs):
+    return _buffer(stack_size=stack_size, **kwargs)
 
   @parameterized.named_parameters(
       ('shape_not_tuple', dict(observation_shape=2), 'observation_shape'),
@@ -789,32 +787,20 @@ class CheckpointTest(parameterized.TestCase):
     self.assertIn('does not exist', '\n'.join(logs.output))
     self.assertFalse(os.path.exists(directory))
 
-  def test_no_temporary_files_left(self):
+  @parameterized.parameters(
+      # Stale 1, 2 and 4 deleted; 0 and 3 are multiples of keep_every.
+      (dict(checkpoint_duration=2, keep_every=3), {0, 3, 5, 6}),
+      (dict(), {3, 4, 5, 6}))
+  def test_garbage_collection(self, config, kept):
     directory = fixtures.temp_dir(self)
-    buffer = _filled()
-    for iteration in range(3):
-      buffer.save(directory, iteration)
-    self.assertFalse([f for f in os.listdir(directory) if 'tmp' in f])
-
-  def test_garbage_collection(self):
-    directory = fixtures.temp_dir(self)
-    buffer = _filled(checkpoint_duration=2, keep_every=3)
+    buffer = _filled(**config)
     for iteration in range(7):
       buffer.save(directory, iteration)
     suffixes = {int(f.split('.')[-2]) for f in os.listdir(directory)}
-    # Stale iterations 1, 2 and 4 were deleted; 0 and 3 are multiples of 3.
-    self.assertEqual(suffixes, {0, 3, 5, 6})
+    self.assertEqual(suffixes, kept)
     for suffix in suffixes:  # Every kept checkpoint is complete.
-      _filled(steps=0, checkpoint_duration=2).load(directory, suffix)
+      _filled(steps=0, **config).load(directory, suffix)
     self.assertLen(os.listdir(directory), 4 * 8)
-
-  def test_garbage_collection_without_keep_every(self):
-    directory = fixtures.temp_dir(self)
-    buffer = _filled()
-    for iteration in range(7):
-      buffer.save(directory, iteration)
-    suffixes = {int(f.split('.')[-2]) for f in os.listdir(directory)}
-    self.assertEqual(suffixes, {3, 4, 5, 6})
 
   def test_keep_every_writes_complete_checkpoints(self):
     # Dopamine returns from save() after the first file whenever the stale
@@ -831,16 +817,6 @@ class CheckpointTest(parameterized.TestCase):
     self.assertLen(os.listdir(dopamine_dir), 1)  # Dopamine's bug.
     self.assertLen(os.listdir(our_dir), 8)
     crb.OutOfGraphReplayBuffer(**config).load(our_dir, 4)
-
-  def test_ram_filesystem(self):
-    directory = 'ram://dopamine_per_test_{}'.format(random.getrandbits(32))
-    tf.io.gfile.makedirs(directory)
-    buffer = _filled()
-    buffer.save(directory, 1)
-    restored = _filled(steps=0)
-    restored.load(directory, 1)
-    assert_same_snapshot(self, snapshot(buffer), snapshot(restored))
-
 
 def _memory(steps=30, seed=0, **kwargs):
   """A plain `_filled` memory with a generator, whose state it checkpoints."""

@@ -1,11 +1,10 @@
 """A regression guard for speed that fits CI: interpreted steps, not seconds.
 
 The sum tree and the replay memories must not run a Python loop whose length
-is the batch size (STYLE.md, item 2; issue 3). Wall-clock limits are useless
-on a shared CI machine, but the number of Python lines an operation executes
-is exact: this test traces each operation with `sys.settrace`, counts the
-line events (in our code and in any Python it calls, NumPy's included), and
-checks how the count grows with the batch size:
+is the batch size. The number of Python lines an operation executes is exact
+where wall-clock time is not: this test counts the line events of each
+operation (`sys.settrace`, NumPy's Python included) and checks how the count
+grows:
 
 - from batch `SMALL` to `LARGE` it may grow by less than one line per
   `_LINES_PER_ELEMENT_BOUND` added elements. A loop over the batch runs at
@@ -20,8 +19,7 @@ checks how the count grows with the batch size:
   transitions or is full.
 
 Each operation is called once at each size before it is counted, so that
-one-off work (loading the native kernels, caches keyed by the batch size)
-is not counted.
+one-off work is not counted.
 """
 
 import collections

@@ -358,43 +358,6 @@ class SamplingTest(parameterized.TestCase):
       buffer.sample_index_batch(2)
 
 
-class ReferenceModelTest(parameterized.TestCase):
-  """Random adds, priority updates and samples against the naive model."""
-
-  @parameterized.parameters(range(8))
-  def test_random_sequence(self, seed):
-    rs = np.random.RandomState(100 + seed)
-    stack, horizon = 1 + seed % 3, 1 + (seed * 3) % 4
-    capacity = stack + horizon + int(rs.randint(2, 10))
-    buffer = Buffer((), stack, capacity, 4, update_horizon=horizon,
-                    gamma=0.9, observation_dtype=np.int32, rng=seed)
-    reference = replay_cases.ReferenceBuffer(stack, horizon, capacity, 0.9)
-    max_priority = 1.0
-    for step in replay_cases.random_steps(rs, 3 * capacity + 10):
-      priority = None if rs.rand() < 0.3 else float(rs.randint(1, 9)) / 4
-      resolved = max_priority if priority is None else priority
-      max_priority = max(max_priority, resolved)
-      buffer.add(step['observation'], step['action'], step['reward'],
-                 step['terminal'], priority=priority,
-                 episode_end=step['episode_end'])
-      reference.add(step['observation'], step['action'], step['reward'],
-                    step['terminal'], step['episode_end'], resolved)
-      if rs.rand() < 0.3 and reference.count:
-        written = min(reference.count, capacity)
-        slots = rs.randint(0, written, size=3)
-        values = rs.randint(0, 9, size=3) / 4.0
-        buffer.set_priority(slots, values)
-        for slot, value in zip(slots, values):
-          reference.slots[slot]['priority'] = value
-        max_priority = max(max_priority, values.max())
-      replay_cases.check_against_reference(self, buffer, reference)
-      written = min(reference.count, capacity)
-      np.testing.assert_array_equal(
-          buffer.get_priority(np.arange(written)),
-          [reference.slots[i]['priority'] for i in range(written)])
-      buffer.sum_tree.check_invariants()
-
-
 class DopamineCompatibilityTest(absltest.TestCase):
   """Checkpoints in both directions with Dopamine's prioritized buffer."""
 

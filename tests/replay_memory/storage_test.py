@@ -13,7 +13,6 @@ from absl.testing import absltest
 import numpy as np
 
 from dopamine_per.replay_memory import circular_replay_buffer
-from dopamine_per.replay_memory.kernels import native_kernels
 from dopamine_per.replay_memory.memory import storage
 
 Element = circular_replay_buffer.ReplayElement
@@ -264,24 +263,6 @@ class BufferPoolTest(absltest.TestCase):
     pool = storage.BufferPool(size=1)
     held = [pool.empty((4,), np.int64) for _ in range(3)]
     self.assertLen({a.ctypes.data for a in held}, 3)
-
-  def test_gathered_batches_stay_intact(self):
-    rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (40, 84, 84), dtype=np.uint8)
-    kernels = native_kernels.NativeKernels()
-    pool = storage.BufferPool()
-    kept = []
-
-    def gather(windows):
-      return kernels.gather_stacks(
-          frames, windows, pool.empty((len(windows), 84, 84, 4), np.uint8))
-
-    for _ in range(6):
-      windows = rng.integers(0, 40, (8, 4))
-      kept.append((windows, gather(windows)))
-      gather(windows)  # Dropped.
-    for windows, out in kept:
-      np.testing.assert_array_equal(out, np.moveaxis(frames[windows], 1, -1))
 
   def test_many_sizes_keep_at_most_max_bytes(self):
     # Issue 12: the pool kept its last buffers whatever their size (3 x

@@ -24,14 +24,10 @@ def _snapshot(tree):
 class DopamineContractTest(parameterized.TestCase):
   """The behaviour code written against Dopamine's SumTree relies on."""
 
-  @parameterized.parameters(0, -1)
-  def test_non_positive_capacity_raises(self, capacity):
-    with self.assertRaisesRegex(ValueError, 'capacity should be positive'):
-      sum_tree.SumTree(capacity)
-
-  @parameterized.parameters(1.5, '3', True)
-  def test_non_integer_capacity_raises(self, capacity):
-    with self.assertRaisesRegex(ValueError, 'capacity'):
+  @parameterized.parameters((0, 'positive'), (-1, 'positive'),
+                            (1.5, 'an int'), ('3', 'an int'), (True, 'an int'))
+  def test_bad_capacity_raises(self, capacity, message):
+    with self.assertRaisesRegex(ValueError, 'capacity should be ' + message):
       sum_tree.SumTree(capacity)
 
   @parameterized.parameters((1, 1, 1), (2, 2, 2), (3, 3, 4), (100, 8, 128),
@@ -62,10 +58,6 @@ class DopamineContractTest(parameterized.TestCase):
     self.assertEqual(tree.total_priority(), 1.5)
     self.assertEqual(tree._total_priority(), 1.5)
 
-  def test_negative_value_raises(self):
-    with self.assertRaisesRegex(ValueError, 'nonnegative.*-1'):
-      sum_tree.SumTree(10).set(node_index=0, value=-1)
-
   def test_sample_from_empty_tree_raises(self):
     tree = sum_tree.SumTree(10)
     with self.assertRaisesRegex(ValueError, 'empty sum tree'):
@@ -84,18 +76,13 @@ class DopamineContractTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r'query_value must be in \[0, 1\]'):
       tree.sample(query_value=query_value)
 
-  def test_sample_singleton(self):
-    tree = sum_tree.SumTree(100)
-    tree.set(5, 1.0)
-    self.assertEqual(tree.sample(), 5)
-    self.assertEqual(tree.sample(query_value=0.0), 5)
-    self.assertEqual(tree.sample(query_value=1.0), 5)
-    self.assertIsInstance(tree.sample(), int)
-
   def test_sample_with_query_value(self):
     tree = sum_tree.SumTree(100)
-    tree.set(2, 1.0)
-    tree.set(3, 3.0)
+    tree.set(5, 1.0)
+    self.assertIsInstance(tree.sample(), int)
+    for query_value in (0.0, 1.0, None):
+      self.assertEqual(tree.sample(query_value), 5)
+    tree.set(np.arange(2, 6), [1.0, 3.0, 0.0, 0.0])
     self.assertEqual(tree.sample(query_value=0.1), 2)
     self.assertEqual(tree.sample(query_value=0.25), 3)  # Edges go right.
     self.assertEqual(tree.sample(query_value=0.9), 3)
@@ -442,43 +429,6 @@ class RngAndStateTest(absltest.TestCase):
                                   theirs.nodes[-1][:300])
     self.assertEqual(ours.max_recorded_priority, theirs.max_recorded_priority)
     ours.check_invariants()
-
-
-class ReferenceModelTest(absltest.TestCase):
-  """A seeded random sequence of operations against a plain-list model."""
-
-  def test_random_operations(self):
-    rng = np.random.default_rng(2024)
-    capacity = 70
-    tree = sum_tree.SumTree(capacity, rng=rng.integers(1 << 30))
-    model = [0.0] * capacity
-    max_priority = 1.0
-    for step in range(600):
-      op = rng.integers(4)
-      if op == 0:
-        index, value = int(rng.integers(capacity)), float(rng.random() * 3)
-        tree.set(index, value)
-        model[index] = value
-        max_priority = max(max_priority, value)
-      elif op == 1:
-        indices = rng.integers(0, capacity, rng.integers(1, 9))
-        values = rng.random(len(indices)) * (rng.random(len(indices)) < 0.7)
-        tree.set(indices, values)
-        for index, value in zip(indices, values):
-          model[index] = float(value)
-        max_priority = max(max_priority, float(values.max()))
-      elif op == 2:
-        bad_index = int(rng.choice([-1, capacity]))
-        with self.assertRaises(ValueError):
-          tree.set([0, bad_index], [1.0, 1.0])
-      elif sum(model) > 0:
-        for index in tree.stratified_sample(int(rng.integers(1, 20))):
-          self.assertGreater(model[index], 0.0, 'step {}'.format(step))
-      tree.check_invariants()
-      self.assertEqual(list(tree.get(np.arange(capacity))), model)
-      self.assertAlmostEqual(tree.total_priority(), math.fsum(model),
-                             delta=1e-12 * max(1.0, math.fsum(model)))
-      self.assertEqual(tree.max_recorded_priority, max_priority)
 
 
 class PriorityValuesTest(parameterized.TestCase):

@@ -366,7 +366,10 @@ class ShardedPrioritizedReplayBuffer(object):
 
   @property
   def shard_handles(self) -> List[Any]:
-    """The shards' Ray actor handles, in shard order (monitoring, tests)."""
+    """The shards' Ray actor handles, in shard order (monitoring, tests).
+
+    Calling them directly bypasses this class's checks.
+    """
     return list(self._handles)
 
   def is_empty(self) -> bool:

@@ -3,22 +3,18 @@
 
 An `Actor` (Horgan et al., 2018, "Distributed Prioritized Experience
 Replay") runs one environment and the agent the learner's gin configuration
-describes, built in the actor's own TF graph and used for acting only: in
-eval mode (it neither stores nor trains) with the actor's own exploration
-rate as its ``epsilon_eval``. Each transition goes to the sharded memory
-through the actor's writer (stream = actor index) with priority None, i.e.
-the shard's largest priority so far: Ape-X's actors may compute initial
-priorities from their own TD errors, which these do not. Every
-``weight_pull_period`` steps the actor asks a `weights.WeightStore` for
-weights newer than its own and assigns them to its online network.
+describes, in eval mode (acting only) with its own exploration rate as
+``epsilon_eval``. Each transition goes to the sharded memory through the
+actor's writer (stream = actor index) with priority None, the shard's
+largest so far. Every ``weight_pull_period`` steps the actor asks a
+`weights.WeightStore` for weights newer than its own.
 
-`create_actors` starts them as Ray actors, restartable by Ray: an actor's
-state is its environment, its network copy and its counters, so a restarted
+`create_actors` starts them as Ray actors, restartable by Ray: a restarted
 actor drops what its shard holds of the interrupted episode and starts a
-fresh one with the newest published weights. See
-docs/distributed.md#actors.
+fresh one with the newest published weights. See docs/distributed.md#actors.
 """
 
+import functools
 import os
 import random
 import time
@@ -127,9 +123,8 @@ class WeightAssigner(object):
       sess: tf.compat.v1.Session of the variables' graph.
       variables: the tf.Variables to assign, in the weights' order.
     """
-    self._names = [v.name for v in variables]
-    self._shapes = [tuple(v.shape.as_list()) for v in variables]
-    self._dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in variables]
+    self._specs = [(v.name, tuple(v.shape.as_list()),
+                    v.dtype.base_dtype.as_numpy_dtype) for v in variables]
     with sess.graph.as_default(), tf.name_scope('assign_weights'):
       placeholders = [
           tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape)
@@ -148,12 +143,11 @@ class WeightAssigner(object):
       ValueError: If the count or a shape differs (the message names the
         variable).
     """
-    if len(weights) != len(self._names):
+    if len(weights) != len(self._specs):
       raise ValueError('Expected {} weight arrays, got {}'.format(
-          len(self._names), len(weights)))
+          len(self._specs), len(weights)))
     values = []
-    for name, shape, dtype, value in zip(self._names, self._shapes,
-                                         self._dtypes, weights):
+    for (name, shape, dtype), value in zip(self._specs, weights):
       value = np.asarray(value, dtype=dtype)
       if value.shape != shape:
         raise ValueError('Weights for {} have shape {}, expected {}'.format(
@@ -171,11 +165,10 @@ def _drop_sharded_memory_binding() -> None:
   """
   selector = 'WrappedPrioritizedReplayBuffer.wrapped_memory'
   try:
-    bound = gin.query_parameter(selector)
+    if gin.query_parameter(selector) is not None:
+      gin.bind_parameter(selector, None)
   except ValueError:  # Not bound, or the wrapper's module is not loaded.
-    return
-  if bound is not None:
-    gin.bind_parameter(selector, None)
+    pass
 
 
 class Actor(object):
@@ -303,13 +296,6 @@ class Actor(object):
     """Returns the online network's current weights, in order."""
     return read_weights(self._sess, self._variables)
 
-  def _begin_episode(self) -> None:
-    observation = self._environment.reset()
-    self._observation = observation
-    self._action = self._agent.begin_episode(observation)
-    self._episode_steps = 0
-    self._episode_return = 0.0
-
   def _write(self, reward: float, terminal: bool,
              episode_end: bool = False) -> None:
     """Writes (observation, action, reward, terminal) of the last step."""
@@ -321,8 +307,11 @@ class Actor(object):
 
   def _step(self) -> Optional[float]:
     """Plays one agent step; returns the episode's return if it ended."""
-    if self._action is None:
-      self._begin_episode()
+    if self._action is None:  # A new episode.
+      self._observation = self._environment.reset()
+      self._action = self._agent.begin_episode(self._observation)
+      self._episode_steps = 0
+      self._episode_return = 0.0
     observation, reward, is_terminal, _ = self._environment.step(self._action)
     self._episode_steps += 1
     self._episode_return += reward
@@ -390,15 +379,10 @@ class Actor(object):
     }
 
 
-# The Ray actor class of `Actor` (created on first use, so that importing
-# this module does not touch Ray's remote machinery).
-_ACTOR_CLASS = []
-
-
+@functools.lru_cache(maxsize=None)
 def _actor_class() -> Any:
-  if not _ACTOR_CLASS:
-    _ACTOR_CLASS.append(ray.remote(Actor))
-  return _ACTOR_CLASS[0]
+  """`Actor`'s Ray actor class, made on first use (not at import)."""
+  return ray.remote(Actor)
 
 
 @gin.configurable(denylist=['memory', 'weight_store', 'gin_config'])

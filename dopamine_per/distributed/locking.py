@@ -3,11 +3,10 @@
 
 TensorFlow may run the sampling and priority ops of one memory on several
 threads at once (always so with staging), and the agent adds transitions
-meanwhile. Each memory method that reads or writes shared state runs
-holding the memory's reentrant locks: `_lock` for the storage and, in the
-prioritized memory, `_priority_lock` for its sum tree, always taken after
-`_lock`, so that priority updates need not wait for frames being gathered.
-Dopamine's memories are not locked: docs/compat.md#locking.
+meanwhile. Each method of the sharded memory that reads or writes shared
+state runs holding one of its reentrant locks: `_lock`, or
+`_priority_lock` for the priority updates (taken after `_lock` when both
+are held). Dopamine's memories are not locked: docs/compat.md#locking.
 """
 
 import functools
@@ -16,37 +15,20 @@ from typing import Any, Callable
 __all__ = ['synchronized']
 
 
-def synchronized(*lock_names: str) -> Callable[[Callable[..., Any]],
-                                               Callable[..., Any]]:
-  """Runs a memory method holding one or two of the memory's locks.
-
-  The locks are taken in the order given, and released in reverse.
+def synchronized(lock_name: str) -> Callable[[Callable[..., Any]],
+                                             Callable[..., Any]]:
+  """Runs a memory method holding the memory's lock `lock_name`.
 
   Args:
-    *lock_names: the names of one or two `threading.RLock` attributes of the
-      memory.
+    lock_name: the name of a `threading.RLock` attribute of the memory.
 
   Returns:
     A method decorator.
-
-  Raises:
-    ValueError: If not given one or two names.
   """
-  if len(lock_names) not in (1, 2):
-    raise ValueError('synchronized takes one or two lock names, got {!r}'
-                     .format(lock_names))
-  first, second = lock_names[0], lock_names[-1]
-
   def decorator(method):
-    if len(lock_names) == 1:
-      @functools.wraps(method)
-      def locked(self, *args, **kwargs):
-        with getattr(self, first):
-          return method(self, *args, **kwargs)
-    else:
-      @functools.wraps(method)
-      def locked(self, *args, **kwargs):
-        with getattr(self, first), getattr(self, second):
-          return method(self, *args, **kwargs)
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+      with getattr(self, lock_name):
+        return method(self, *args, **kwargs)
     return locked
   return decorator

@@ -4,11 +4,8 @@
 Ray starts an actor only on a node with the resources it reserves free, and
 an actor that no node could hold waits forever. A sharded memory checks,
 before it starts any shard, that the cluster's nodes could hold its shards
-at all (`check_placeable`), so that shards reserving more CPUs than the
-cluster has fail at once, with the arithmetic, instead of after
-`start_timeout_s`. CPUs that exist but other actors hold now are not
-counted against it: they may be released, and the memory waits for them.
-See docs/distributed.md#use.
+at all (`check_placeable`), so that it fails at once, with the arithmetic,
+instead of after `start_timeout_s`. See docs/distributed.md#use.
 """
 
 from typing import List
@@ -33,8 +30,7 @@ def check_placeable(num_shards: int, num_cpus_per_shard: float,
   A shard reserves `num_cpus_per_shard` CPUs on one node, so the nodes hold
   ``sum(floor(cpus / num_cpus_per_shard))`` shards at most (counted in
   Ray's units of 1/10,000 CPU, so 3 x 0.1 fits 0.3). Whether they are free
-  now does not matter: CPUs other actors hold may be released, and the
-  memory then waits for them (`start_timeout_s`).
+  now does not matter: CPUs other actors hold may be released.
 
   Args:
     num_shards: int, the number of shards.

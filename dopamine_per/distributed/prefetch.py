@@ -4,15 +4,10 @@
 A sharded memory's batch costs remote calls (see docs/distributed.md).
 `BatchPrefetcher` runs a sampling callable, which draws a list of batches at
 a time, in one background thread and keeps up to `depth` such lists ready,
-so that the learner's `get()` usually returns at once while the next list
-is fetched; the batches of a list are handed out in the caller's thread.
+so that the learner's `get()` usually returns at once.
 `replay.ShardedPrioritizedReplayBuffer(prefetch=...)` uses it for its
-default-size `sample_transition_batch()` calls.
-
-A prefetched batch was drawn with the priorities of its draw time: the
-priorities the learner sets meanwhile do not change it. Ape-X's learner
-accepts the same staleness (its replay serves batches sampled ahead while
-the learner trains).
+default-size `sample_transition_batch()` calls. A prefetched batch was drawn
+with the priorities of its draw time, as Ape-X's learner accepts.
 
 The module uses the standard library only (no Ray, no TensorFlow).
 """
@@ -31,13 +26,7 @@ __all__ = ['BatchPrefetcher']
 # Seconds a blocked `get`, the background thread's `put`, and `close` wait
 # between checks of whether the prefetcher was closed.
 _POLL_S = 0.05
-
-
-class _Failure(object):
-  """An exception the sampling callable raised, on its way to a caller."""
-
-  def __init__(self, error: BaseException):
-    self.error = error
+_CLOSE_TIMEOUT_S = 60.0
 
 
 class BatchPrefetcher(object):
@@ -123,19 +112,16 @@ class BatchPrefetcher(object):
         with self._lock:
           self._queued_batches += len(item)
       except Exception as error:  # pylint: disable=broad-except
-        item = _Failure(error)
+        item = error
       self._queue.put((generation, item))
-      if isinstance(item, _Failure):
+      if isinstance(item, Exception):
         return
 
   def _take(self, timeout_s: Optional[float]) -> Any:
-    """Takes (generation, item) off the queue and frees its slot."""
-    if timeout_s is None:
-      entry = self._queue.get_nowait()
-    else:
-      entry = self._queue.get(timeout=timeout_s)
+    """Takes (generation, item) off the queue (None: no wait); frees a slot."""
+    entry = self._queue.get(timeout_s is not None, timeout_s)
     self._slots.release()
-    if not isinstance(entry[1], _Failure):
+    if not isinstance(entry[1], Exception):
       with self._lock:
         self._queued_batches -= len(entry[1])
     return entry
@@ -162,9 +148,9 @@ class BatchPrefetcher(object):
           continue
         if self._stop.is_set():
           raise RuntimeError('this BatchPrefetcher is closed')
-        if isinstance(item, _Failure):
+        if isinstance(item, Exception):
           if generation == self._generation:
-            raise item.error
+            raise item
           continue
         with self._lock:  # A list sampled before `discard()` goes unused.
           self._current = collections.deque(item)
@@ -181,22 +167,19 @@ class BatchPrefetcher(object):
       except queue.Empty:
         return
 
-  def close(self, timeout_s: Optional[float] = 60.0) -> None:
+  def close(self) -> None:
     """Stops the thread and drops the ready batches. Idempotent.
 
-    Waits up to `timeout_s` for a `sample()` call in progress to return
-    (a remote call, say); a thread still running then is left to end by
-    itself (it is a daemon thread) and a warning is logged.
-
-    Args:
-      timeout_s: float or None (wait as long as it takes).
+    Waits up to `_CLOSE_TIMEOUT_S` for a `sample()` call in progress to
+    return; a thread still running then is left to end by itself (it is a
+    daemon thread) and a warning is logged.
     """
     with self._lock:
       self._stop.set()
       thread, self._thread = self._thread, None
     if thread is not None:
-      thread.join(timeout_s)
+      thread.join(_CLOSE_TIMEOUT_S)
       if thread.is_alive():
         logging.warning('%s: a sample call was still running %s s after '
-                        'close()', self._name, timeout_s)
+                        'close()', self._name, _CLOSE_TIMEOUT_S)
     self.discard()

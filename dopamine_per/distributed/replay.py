@@ -3,20 +3,18 @@
 
 `ShardedPrioritizedReplayBuffer` spreads `replay_capacity` slots over
 `num_shards` Ray actors (`shard.ReplayShard`), each an
-`OutOfGraphPrioritizedReplayBuffer` of ``shard_capacity = replay_capacity //
-num_shards`` slots. Actors add transitions through writers
-(`writer.ShardWriter`): stream k writes to shard k % num_shards. The learner
-sees the single memory's surface, with global indices
-``shard * shard_capacity + slot``, and samples one distribution over all
-shards: the batch's stratified targets are drawn over the sum of the
-shards' total priorities, each routed to the shard whose range of mass holds
-it, where the shard's own sum tree finds the slot (Schaul et al., 2015,
+`OutOfGraphPrioritizedReplayBuffer` of ``replay_capacity // num_shards``
+slots, fed by writers (`writer.ShardWriter`). The learner sees the single
+memory's surface with global indices, and samples one distribution over all
+shards: stratified targets over the sum of the shards' total priorities,
+each routed to the shard whose range of mass holds it (Schaul et al., 2015,
 appendix B.2.1, over the concatenation of the shards' trees). Design, wire
 format and failure behaviour: docs/distributed.md.
 
 The module imports Ray and the TF-free memory, never TensorFlow.
 """
 
+import functools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -38,19 +36,14 @@ from dopamine_per.replay_memory.memory import validation
 __all__ = ['ShardedPrioritizedReplayBuffer', 'route_targets']
 
 # Priority updates (set_priority calls) a shard's queue holds before they are
-# sent on their own; normally the next draw takes them well before (the
-# fetch-ahead draws every `batches_per_call` learner steps).
+# sent on their own; normally the next draw takes them well before.
 _MAX_QUEUED_UPDATES = 1024
 
-# The shard's class as a Ray actor class (created on first use, so that
-# importing this module does not touch Ray's remote machinery).
-_SHARD_ACTOR = []
 
-
+@functools.lru_cache(maxsize=None)
 def _shard_actor_class() -> Any:
-  if not _SHARD_ACTOR:
-    _SHARD_ACTOR.append(ray.remote(shard_lib.ReplayShard))
-  return _SHARD_ACTOR[0]
+  """The shard's Ray actor class, made on first use (not at import)."""
+  return ray.remote(shard_lib.ReplayShard)
 
 
 def route_targets(targets: np.ndarray, totals: np.ndarray
@@ -83,26 +76,21 @@ class ShardedPrioritizedReplayBuffer(object):
   """The single prioritized memory's learner surface over Ray shards.
 
   Indices (taken and returned) are global: ``shard * shard_capacity + slot``.
-  Transitions are added through `writer(stream_id)` (or `add`, stream 0);
-  a shard adds a stream's transitions once their episode ends, so streams
-  sharing a shard never interleave inside an episode.
+  Transitions are added through `writer(stream_id)` (or `add`, stream 0).
   `set_priority` checks its batch and queues it: the queued updates travel
-  with the next call to their shard that samples (a draw, or the masses it
-  is routed over), or on their own once a shard has `_MAX_QUEUED_UPDATES`
-  of them or before any other read. Every read also first flushes stream
-  0's writer; Ray runs one caller's calls to an actor in order, so a read
-  sees both. The public methods hold one lock (`set_priority` only a second
-  one, for the updates queued and in flight), so threads (TensorFlow's,
-  with staging) may share the memory.
+  with the next call to their shard that samples, or on their own once a
+  shard has `_MAX_QUEUED_UPDATES` of them or before any other read. Every
+  read also first flushes stream 0's writer; Ray runs one caller's calls to
+  an actor in order, so a read sees both. The public methods hold one lock
+  (`set_priority` only a second one, for the updates queued and in
+  flight), so threads (TensorFlow's, with staging) may share the memory.
 
   With ``prefetch=n > 0``, a background thread (`prefetch.BatchPrefetcher`)
-  keeps default-size batches sampled ahead, and `sample_transition_batch()`
-  returns the oldest at once. That thread draws `batches_per_call` batches
-  per remote call to each shard, routed over the shards' masses as the
-  previous draw's answers gave them. Such a batch was
-  drawn before the priorities set since (Ape-X's staleness: see
-  docs/distributed.md#fetch-ahead); calls with a batch size other than the
-  default, or with `indices`, sample there and then, over current masses.
+  keeps default-size batches sampled ahead, drawn `batches_per_call` per
+  remote call to each shard, and `sample_transition_batch()` returns the
+  oldest at once: it was drawn before the priorities set since
+  (docs/distributed.md#fetch-ahead). Calls with another batch size, or with
+  `indices`, sample there and then.
 
   Attributes:
     num_shards: int, the number of shards.
@@ -133,12 +121,9 @@ class ShardedPrioritizedReplayBuffer(object):
         process yet: ``ray.init(address=ray_address)`` (None starts a local
         Ray with this machine's CPUs).
       num_cpus_per_shard: float >= 0, the CPUs Ray reserves for each shard
-        (on one node). Shards the cluster's nodes could never hold, busy or
-        not (3 shards x 1 CPU on 2 CPUs), are refused at once
-        (`placement.check_placeable`), counting the nodes alive now: on a
-        cluster whose autoscaler adds nodes on demand, start them first
-        (or reserve less). To run more shards than cores, reserve a
-        fraction (0.5) or 0; the shards then share the cores.
+        (on one node). Shards the nodes alive now could never hold are
+        refused at once (`placement.check_placeable`). To run more shards
+        than cores, reserve a fraction (0.5) or 0.
       flush_every: int >= 1, transitions a writer buffers per remote call.
       start_timeout_s: float, how long to wait for the shards to start
         (for CPUs that other actors hold, say).
@@ -148,9 +133,7 @@ class ShardedPrioritizedReplayBuffer(object):
       batches_per_call: int >= 1, default-size batches the background thread
         draws per remote call to each shard (with `prefetch` only; it keeps
         ceil(prefetch / batches_per_call) such draws ready besides the one
-        being handed out). Each call costs the learner and the shard a fixed
-        amount of CPU (Ray's), which more batches per call share; a batch
-        waits longer for its turn.
+        being handed out).
       **memory_kwargs: the single memory's other arguments
         (`OutOfGraphPrioritizedReplayBuffer`: observation_shape,
         stack_size, update_horizon, gamma, max_sample_attempts, ...), given
@@ -190,7 +173,7 @@ class ShardedPrioritizedReplayBuffer(object):
       if name in memory_kwargs:
         memory_kwargs[name] = getattr(memory_kwargs[name], 'as_numpy_dtype',
                                       memory_kwargs[name])
-    # Builds one shard's memory here first: its arguments are checked before
+    # One shard's memory, built here first: its arguments are checked before
     # any actor starts, and it gives the batch layout.
     template = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
         replay_capacity=self.shard_capacity, batch_size=self._batch_size,
@@ -214,8 +197,7 @@ class ShardedPrioritizedReplayBuffer(object):
     self._lock = threading.RLock()
     # Guards the priority updates queued ({shard: [(slots, priorities)]})
     # and in flight ({shard: Ray reference}) alone, so that `set_priority`
-    # need not wait for a draw in progress (the prefetcher's). Taken after
-    # _lock.
+    # need not wait for a draw in progress. Taken after _lock.
     self._priority_lock = threading.RLock()
     self._queued_priorities = {}
     self._pending_priorities = {}
@@ -250,7 +232,7 @@ class ShardedPrioritizedReplayBuffer(object):
             'available: {})'.format(late, timeout_s, num_cpus,
                                     ray.available_resources().get('CPU', 0)))
       for k, ref in enumerate(refs):
-        self._get(k, ref)
+        writer_lib.get_from_shard(k, ref)
     except Exception:
       self.close()
       raise
@@ -260,13 +242,6 @@ class ShardedPrioritizedReplayBuffer(object):
   def _check_open(self) -> None:
     if self._closed:
       raise RuntimeError('this ShardedPrioritizedReplayBuffer is closed')
-
-  def _get(self, shard: int, ref: Any) -> Any:
-    """ray.get of one shard's call; a dead shard raises ShardError."""
-    try:
-      return ray.get(ref)
-    except ray.exceptions.RayActorError as error:
-      raise shard_lib.ShardError(shard, error) from None
 
   def _call_each(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
                  ) -> Tuple[Dict[int, Any], Optional[Exception]]:
@@ -286,7 +261,7 @@ class ShardedPrioritizedReplayBuffer(object):
     results, first_error = {}, None
     for k, ref in refs.items():
       try:
-        results[k] = self._get(k, ref)
+        results[k] = writer_lib.get_from_shard(k, ref)
       except Exception as error:  # pylint: disable=broad-except
         first_error = first_error or error
     return results, first_error
@@ -299,8 +274,10 @@ class ShardedPrioritizedReplayBuffer(object):
       raise error
     return results
 
-  def _call_all(self, method: str, *args: Any) -> List[Any]:
-    results = self._call(method, {k: args for k in range(self.num_shards)})
+  def _call_all(self, method: str) -> List[Any]:
+    """Settles, then returns every shard's `method()`, in shard order."""
+    self._settle()
+    results = self._call(method, {k: () for k in range(self.num_shards)})
     return [results[k] for k in range(self.num_shards)]
 
   def _settle(self) -> None:
@@ -316,7 +293,7 @@ class ShardedPrioritizedReplayBuffer(object):
       self._send_priorities(k)
     pending, self._pending_priorities = self._pending_priorities, {}
     for k, ref in pending.items():
-      self._get(k, ref)
+      writer_lib.get_from_shard(k, ref)
 
   @locking.synchronized('_priority_lock')
   def _take_queued(self, shard: int
@@ -332,7 +309,7 @@ class ShardedPrioritizedReplayBuffer(object):
   def _send_priorities(self, shard: int) -> None:
     """Sends a shard's queued updates (after its previous update)."""
     if shard in self._pending_priorities:
-      self._get(shard, self._pending_priorities.pop(shard))
+      writer_lib.get_from_shard(shard, self._pending_priorities.pop(shard))
     slots, priorities = self._take_queued(shard)
     if slots is not None:
       self._pending_priorities[shard] = (
@@ -355,8 +332,7 @@ class ShardedPrioritizedReplayBuffer(object):
 
     Returns:
       writer.ShardWriter, whose `add` takes the single memory's `add`
-      arguments and sends them in batches of `flush_every`; `flush()` sends
-      the rest and waits.
+      arguments.
     """
     self._check_open()
     stream_id = validation.check_int('stream_id', stream_id, 0)
@@ -369,9 +345,8 @@ class ShardedPrioritizedReplayBuffer(object):
           *args: Any, **kwargs: Any) -> None:
     """The single memory's `add`, through stream 0 (buffered; see writer).
 
-    The transition reaches the memory when its episode ends (see
-    `shard.ReplayShard.add_batch`); errors the shard raises surface at a
-    later add or read.
+    The transition reaches the memory when its episode ends; errors the
+    shard raises surface at a later add or read.
     """
     self._check_open()
     self._writer0.add(observation, action, reward, terminal, *args, **kwargs)
@@ -382,21 +357,18 @@ class ShardedPrioritizedReplayBuffer(object):
   @locking.synchronized('_lock')
   def add_count(self) -> np.ndarray:
     """Transitions written to all shards, padding included (0-d int64)."""
-    self._settle()
-    return np.array(sum(self._call_all('add_count')), dtype=np.int64)
+    return np.array(sum(self.shard_add_counts()), dtype=np.int64)
 
   @locking.synchronized('_lock')
   def shard_add_counts(self) -> List[int]:
     """Returns each shard's add_count, in shard order."""
-    self._settle()
     return [int(count) for count in self._call_all('add_count')]
 
   @property
   def shard_handles(self) -> List[Any]:
-    """The shards' Ray actor handles (`shard.ReplayShard`), in shard order.
+    """The shards' Ray actor handles, in shard order (monitoring, tests).
 
-    For monitoring and tests; calling a shard's methods directly bypasses
-    the checks of this class.
+    Calling them directly bypasses this class's checks.
     """
     return list(self._handles)
 
@@ -407,7 +379,6 @@ class ShardedPrioritizedReplayBuffer(object):
   @locking.synchronized('_lock')
   def total_priority(self) -> float:
     """Returns the sum of all shards' priorities."""
-    self._settle()
     return float(sum(total for total, _ in self._call_all('mass')))
 
   def get_transition_elements(self, batch_size: Optional[int] = None
@@ -474,17 +445,7 @@ class ShardedPrioritizedReplayBuffer(object):
     with self._priority_lock:
       refs = {k: getattr(self._handles[k], method).remote(
           *self._take_queued(k), *args_of(k)) for k in shards}
-    return {k: self._get(k, ref) for k, ref in refs.items()}
-
-  def _call_draw(self, shards: Any, groups: Dict[int, np.ndarray],
-                 fractions: np.ndarray, gather: bool) -> Dict[int, Any]:
-    """Calls `draw` on `shards` (see `_call_with_updates`); keeps masses."""
-    no_targets = np.zeros(0)
-    results = self._call_with_updates('draw', shards, lambda k: (
-        fractions[groups[k]] if k in groups else no_targets, gather))
-    for k, result in results.items():
-      self._masses[k] = result[3]
-    return results
+    return {k: writer_lib.get_from_shard(k, ref) for k, ref in refs.items()}
 
   def _draw(self, batch_size: int, gather: bool, batches: int = 1,
             fresh: bool = True
@@ -525,9 +486,12 @@ class ShardedPrioritizedReplayBuffer(object):
       groups = {int(k): np.flatnonzero(shards == k) for k in np.unique(shards)}
       # The first round calls every shard: each takes its queued updates
       # and reports its mass.
-      callees = groups if failures else range(self.num_shards)
-      results = self._call_draw(callees, groups, local / totals[shards],
-                                gather)
+      fractions = local / totals[shards]
+      results = self._call_with_updates(
+          'draw', groups if failures else range(self.num_shards),
+          lambda k: (fractions[groups.get(k, [])], gather))
+      for k, result in results.items():
+        self._masses[k] = result[3]
       still_invalid = []
       for k, where in groups.items():
         slots, valid, batch, _ = results[k]
@@ -620,7 +584,12 @@ class ShardedPrioritizedReplayBuffer(object):
                     validation.check_int('batch_size', batch_size, 1))
       indices, pieces = self._draw(batch_size, gather=True)
     else:
-      indices = self._check_sample_indices(indices)
+      array = np.asarray(indices)
+      if array.ndim != 1:
+        raise ValueError('indices must be a 1-D sequence of ints, got shape '
+                         '{}'.format(array.shape))
+      indices = validation.check_indices(array, self.replay_capacity,
+                                         'indices').astype(np.int64)
       batch_size = sampling.batch_size_of(indices, batch_size)
       self._settle()
       groups = self._split(indices)
@@ -629,14 +598,6 @@ class ShardedPrioritizedReplayBuffer(object):
           for k, where in groups.items()})
       pieces = [(where, results[k]) for k, where in groups.items()]
     return self._assemble(batch_size, indices, pieces)
-
-  def _check_sample_indices(self, indices: Any) -> np.ndarray:
-    array = np.asarray(indices)
-    if array.ndim != 1:
-      raise ValueError('indices must be a 1-D sequence of ints, got shape {}'
-                       .format(array.shape))
-    return validation.check_indices(array, self.replay_capacity,
-                                       'indices').astype(np.int64)
 
   def _assemble(self, batch_size: int, indices: np.ndarray,
                 pieces: List[Tuple[np.ndarray, Tuple[Any, ...]]]

@@ -5,25 +5,17 @@
 processes (Horgan et al., 2018, "Distributed Prioritized Experience
 Replay"): Ray actors (`actor.Actor`) step their environments with copies of
 the learner's network and write into the sharded memory
-(`replay.ShardedPrioritizedReplayBuffer`), while this process runs the
-agent's training steps on batches sampled from all shards and publishes its
-weights (`weights.publish_weights`). Everything else is the Runner's: the
-gin parameters (``Runner.num_iterations``, ``Runner.training_steps``, ...),
-the evaluation phase (played here, by the learner's agent), the logs, the
-TensorBoard summaries, the learning curve, the checkpoints (the agent's,
-and through its memory every shard's, in ``checkpoints/shard_k``) and
-resuming after the newest complete one.
+(`replay.ShardedPrioritizedReplayBuffer`), while this process trains the
+agent on batches sampled from all shards and publishes its weights
+(`weights.publish_weights`). Everything else is the Runner's: the gin
+parameters, the evaluation phase (played here), the logs, the summaries,
+the checkpoints (through the memory, every shard's) and resuming.
 
 An iteration's training phase ends once the actors together played
-``Runner.training_steps`` agent steps. ``learner_steps_per_actor_step``
-bounds how far the learner may run ahead of the data (Reverb calls it a
-samples-per-insert limiter): the learner waits for actors rather than train
-more, and trains on after they stop until it has made its share, so the
-number of gradient steps per environment step does not depend on how fast
-each side happens to run. An actor that dies is restarted by Ray and given
-work again; a shard that dies ends the run with `shard.ShardError` naming
-it (shards are not restarted: run the trainer again to resume from the last
-checkpoint). See docs/distributed.md#the-trainer.
+``Runner.training_steps`` agent steps; ``learner_steps_per_actor_step``
+bounds how far the learner may run ahead of the data. An actor that dies
+is restarted by Ray; a shard that dies ends the run with
+`shard.ShardError` naming it. See docs/distributed.md#the-trainer.
 """
 
 import time
@@ -46,19 +38,12 @@ __all__ = ['ApexRunner', 'create_apex_runner', 'ActorFailedError']
 # How long the learner waits for an actor's result when it cannot train
 # (seconds): a bound, not a pace; a result ends the wait at once.
 _WAIT_FOR_ACTORS_S = 1.0
-# While it trains, how often the learner looks for actors' results
-# (seconds): a look costs about 0.15 ms, a tenth of a CartPole training
-# step, and an actor's call lasts tens of milliseconds (two are queued).
+# While it trains, how often the learner looks for actors' results (seconds).
 _POLL_ACTORS_S = 0.005
 
 
 class ActorFailedError(RuntimeError):
   """An actor died more often than Ray may restart it."""
-
-
-def _first_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
 
 
 @gin.configurable
@@ -193,19 +178,28 @@ class ApexRunner(run_experiment.Runner):
 
   # -------------------------------------------------------------- actors
 
-  def _submit(self, index: int, pending: Dict[Any, int]) -> None:
+  def _submit(self, index: int, pending: Dict[Any, int],
+              submitted: int) -> int:
+    """Gives actor `index` a call unless the phase's steps are all given.
+
+    Returns:
+      int, the agent steps given to the actors so far.
+    """
+    if submitted >= self._training_steps:
+      return submitted
     pending[self._actors[index].run.remote(self._actor_steps_per_call)] = (
         index)
+    return submitted + self._actor_steps_per_call
 
   def _collect(self, ref: Any, index: int) -> Optional[Dict[str, Any]]:
     """Returns an actor call's statistics, or None if the call was lost.
 
-    Ray restarts a dead actor (`actor.create_actors`) and plays the calls
-    it had queued again in the new process, but a call in flight when the
-    actor was killed through Ray (``ray.kill``), or whose retries ran out,
-    fails: then the actor is asked for an empty call, which waits for the
-    restarted process, and None says the call's steps must be played again.
-    Each process reports its own ``incarnation``, which counts restarts.
+    Ray restarts a dead actor and plays the calls it had queued again, but
+    a call in flight when the actor was killed through Ray (``ray.kill``),
+    or whose retries ran out, fails: then the actor is asked for an empty
+    call, which waits for the restarted process, and None says the call's
+    steps must be played again. Each process reports its own
+    ``incarnation``, which counts restarts.
 
     Raises:
       shard.ShardError: If the actor's shard died (it names the shard).
@@ -218,11 +212,12 @@ class ApexRunner(run_experiment.Runner):
         self._note_incarnation(ray.get(self._actors[index].run.remote(0)),
                                index)
       except ray.exceptions.RayActorError as error:
+        cause = str(error).strip() or type(error).__name__
         raise ActorFailedError(
             'actor {} died and cannot be restarted (at most '
             'ApexRunner.max_actor_restarts={} restarts): {}'.format(
                 index, self._max_actor_restarts,
-                _first_line(error))) from error
+                cause.splitlines()[0])) from error
       logging.warning('Actor %d lost a call; it is played again.', index)
       return None
     self._note_incarnation(result, index)
@@ -251,13 +246,10 @@ class ApexRunner(run_experiment.Runner):
     actor_steps, learner_steps, submitted = 0, 0, 0
     returns = []
     pending = {}
-    calls_per_actor = 2
-    for _ in range(calls_per_actor):
+    for _ in range(2):  # Calls queued per actor.
       for index in range(self._num_actors):
-        if submitted < self._training_steps:
-          self._submit(index, pending)
-          submitted += self._actor_steps_per_call
-    self._progress = {'steps': 0, 'start': time.monotonic(), 'returns': [],
+        submitted = self._submit(index, pending, submitted)
+    self._progress = {'steps': 0, 'start': time.monotonic(), 'returns': returns,
                       'phase': 'train', 'target': self._training_steps,
                       'iteration': getattr(self, '_iteration', 0)}
     next_poll = 0.0
@@ -278,11 +270,8 @@ class ApexRunner(run_experiment.Runner):
           for episode_return in result['episode_returns']:
             returns.append(episode_return)
             statistics.append({'train_episode_returns': episode_return})
-        if submitted < self._training_steps:
-          self._submit(index, pending)
-          submitted += self._actor_steps_per_call
+        submitted = self._submit(index, pending, submitted)
         self._progress['steps'] = actor_steps
-        self._progress['returns'] = returns
         self._show_progress()
       if may_train:
         learner_steps = self._learner_step(learner_steps)

@@ -3,19 +3,15 @@
 
 `ReplayShard` holds an `OutOfGraphPrioritizedReplayBuffer` of
 `shard_capacity` slots and offers the calls the learner and the writers
-make, each on a whole batch: adding a run of transitions in order, the
-shard's total priority, a draw (the learner's queued priority updates,
-then a descent of its sum tree for the targets the learner drew, with the
-transitions of the valid slots gathered in the same call, so that no add
-slips between the validity test and the gather), priorities by slot, and
-its part of a sharded checkpoint in a subdirectory of its own, in phases
-(stage, commit, prune; read, swap) so that the learner can make a sharded
-save and load all-or-nothing. It uses only the memory's public methods and
-`memory_checkpoint`'s.
+make, each on a whole batch: adding transitions, the shard's mass, a draw
+(a descent of its sum tree, the valid slots' transitions gathered in the
+same call), priorities by slot, and its part of a sharded checkpoint in
+phases (stage, commit, prune; read, swap), so that the learner can save
+and load all shards all or nothing.
 
-The class is plain Python; `replay.ShardedPrioritizedReplayBuffer` runs it
-as a Ray actor. Its module imports NumPy and the TF-free memory only, so a
-shard process never loads TensorFlow.
+`replay.ShardedPrioritizedReplayBuffer` runs the class as a Ray actor. The
+module imports NumPy and the TF-free memory only, so a shard process never
+loads TensorFlow.
 """
 
 import contextlib
@@ -90,8 +86,7 @@ class ReplayShard(object):
     """Creates the shard's empty memory.
 
     Args:
-      shard: int, this shard's number (for messages and its checkpoint
-        subdirectory).
+      shard: int, this shard's number.
       shard_capacity: int, the memory's replay_capacity.
       batch_size: int, the memory's default batch size.
       memory_kwargs: dict, the memory's other constructor arguments.
@@ -100,10 +95,11 @@ class ReplayShard(object):
     self._capacity = shard_capacity
     self._batch_size = batch_size
     self._memory_kwargs = dict(memory_kwargs)
+    self._stack_size = int(memory_kwargs.get('stack_size', 1))
+    self._update_horizon = int(memory_kwargs.get('update_horizon', 1))
     self.memory = self._new_memory()
     # Checks transitions before they reach `memory` (see `add_batch`).
-    self._scratch = self._new_memory(
-        self._stack_size() + self._update_horizon())
+    self._scratch = self._new_memory(self._stack_size + self._update_horizon)
     # Per stream, the transitions of its unfinished episode.
     self._staged: Dict[int, List[Transition]] = {}
     self._loaded = None  # A memory `prepare_load` read, until committed.
@@ -114,28 +110,25 @@ class ReplayShard(object):
         replay_capacity=self._capacity if capacity is None else capacity,
         batch_size=self._batch_size, **self._memory_kwargs)
 
-  def _error(self, error: Exception) -> Exception:
-    """Returns `error` (same type) with the shard named in its message.
+  @contextlib.contextmanager
+  def _naming_shard(self, catch: Type[Exception] = Exception
+                   ) -> Iterator[None]:
+    """Re-raises an error of type `catch`, same type, with the shard named.
 
     TensorFlow's errors (the memory's `load` raises tf.errors.NotFoundError
     for a missing file, as Dopamine) take (node_def, op, message).
     """
-    message = 'shard {}: {}'.format(self.shard, error)
-    for args in ((message,), (None, None, message)):
-      try:
-        return type(error)(*args)
-      except Exception:  # pylint: disable=broad-except
-        pass
-    return error
-
-  @contextlib.contextmanager
-  def _naming_shard(self, catch: Type[Exception] = Exception
-                   ) -> Iterator[None]:
-    """Re-raises an error of type `catch` with the shard named (`_error`)."""
     try:
       yield
     except catch as error:  # pylint: disable=broad-except
-      raise self._error(error) from None
+      message = 'shard {}: {}'.format(self.shard, error)
+      for args in ((message,), (None, None, message)):
+        try:
+          named = type(error)(*args)
+        except Exception:  # pylint: disable=broad-except
+          continue
+        raise named from None
+      raise
 
   # ------------------------------------------------------------------ add
 
@@ -145,11 +138,9 @@ class ReplayShard(object):
 
     Streams sharing this shard must not interleave inside an episode (the
     memory builds n-step returns and frame stacks from consecutive slots),
-    so each stream's transitions wait here until their episode ends
-    (``terminal`` or ``episode_end``); then the stream's finished episodes
-    are added as consecutive `add` calls. Each is first added to a scratch
-    memory of the same configuration, so a refused transition leaves no
-    half-written episode behind.
+    so each stream's transitions wait here until their episode ends. Each
+    is first added to a scratch memory of the same configuration, so a
+    refused transition leaves no half-written episode behind.
 
     Args:
       stream_id: int, the writer's stream.
@@ -166,13 +157,11 @@ class ReplayShard(object):
     staged = self._staged.setdefault(stream_id, [])
     first_new = len(staged)
     staged.extend(transitions)
-    last_end = -1
-    for position in range(len(staged) - 1, first_new - 1, -1):
-      if _ends_episode(staged[position]):
-        last_end = position
-        break
-    if last_end < 0:
+    ends = [position for position in range(first_new, len(staged))
+            if _ends_episode(staged[position])]
+    if not ends:
       return int(self.memory.add_count)
+    last_end = ends[-1]
     ready = staged[:last_end + 1]
     self._staged[stream_id] = staged[last_end + 1:]
     for position, (args, kwargs) in enumerate(ready):
@@ -202,10 +191,6 @@ class ReplayShard(object):
     """
     return len(self._staged.pop(stream_id, []))
 
-  def staged_count(self) -> int:
-    """Returns how many transitions wait for their episode to end."""
-    return sum(len(staged) for staged in self._staged.values())
-
   # ------------------------------------------------------------- counters
 
   def mass(self, slots: Optional[np.ndarray] = None,
@@ -220,28 +205,18 @@ class ReplayShard(object):
       (float, bool): the sum tree's total, and False while the memory holds
       fewer transitions than a sample needs (stack size + update horizon).
     """
-    self._set_priorities(slots, priorities)
+    self.set_priority(slots, priorities)
     try:
       sampling.sampling_range(int(self.memory.add_count), self._capacity,
-                              self._stack_size(), self._update_horizon())
+                              self._stack_size, self._update_horizon)
       ready = True
     except RuntimeError:
       ready = False
     return float(self.memory.sum_tree.total_priority()), ready
 
-  def _stack_size(self) -> int:
-    return int(self._memory_kwargs.get('stack_size', 1))
-
-  def _update_horizon(self) -> int:
-    return int(self._memory_kwargs.get('update_horizon', 1))
-
   def add_count(self) -> int:
     """Returns the memory's add_count."""
     return int(self.memory.add_count)
-
-  def transition_elements(self, batch_size: int) -> List[Any]:
-    """Returns the memory's `get_transition_elements(batch_size)`."""
-    return self.memory.get_transition_elements(batch_size)
 
   def has_tensorflow(self) -> bool:
     """Returns whether this process has imported TensorFlow (for tests)."""
@@ -255,13 +230,9 @@ class ReplayShard(object):
                      Tuple[float, bool]]:
     """Sets priorities, then finds the slots at fractions of the total mass.
 
-    One call per shard and learner draw: the learner's queued priority
-    updates travel with it and its answer carries the shard's new mass, so
-    that the learner can route its next draw without asking for it. A
-    target is a fraction of the shard's total at the time of the call, so a
-    total that changed since the learner read it (priorities set, episodes
-    added) skews only how many targets this shard got, never which of its
-    slots they find.
+    A target is a fraction of the shard's total at the time of the call, so
+    a total that changed since the learner read it skews only how many
+    targets this shard got, never which of its slots they find.
 
     Args:
       slots: int64 slots the learner already checked, or None.
@@ -279,7 +250,7 @@ class ReplayShard(object):
       valid, the memory's `sample_transition_batch` of the valid slots in
       order (else None); and `mass()` afterwards.
     """
-    self._set_priorities(slots, priorities)
+    self.set_priority(slots, priorities)
     fractions = np.clip(np.asarray(fractions, dtype=np.float64), 0.0, 1.0)
     tree = self.memory.sum_tree
     total = tree.total_priority()
@@ -306,15 +277,11 @@ class ReplayShard(object):
 
   # ----------------------------------------------------------- priorities
 
-  def set_priority(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-    """Sets priorities of slots the learner already checked."""
-    self.memory.set_priority(slots, priorities)
-
-  def _set_priorities(self, slots: Optional[np.ndarray],
-                      priorities: Optional[np.ndarray]) -> None:
-    """`set_priority`, if given an update (the learner's queued ones)."""
+  def set_priority(self, slots: Optional[np.ndarray],
+                   priorities: Optional[np.ndarray]) -> None:
+    """Sets priorities of slots the learner already checked (None: none)."""
     if slots is not None:
-      self.set_priority(slots, priorities)
+      self.memory.set_priority(slots, priorities)
 
   def get_priority(self, slots: np.ndarray) -> np.ndarray:
     """Returns the float32 priorities of slots the learner already checked."""
@@ -322,18 +289,16 @@ class ReplayShard(object):
 
   # ---------------------------------------------------------- checkpoints
 
-  # `memory_checkpoint`'s phases expect the caller to hold the memory's lock
-  # against other threads: a Ray actor runs one call at a time, and no
-  # other thread of the shard touches the memory.
+  # `memory_checkpoint`'s phases expect the caller to hold the memory's lock:
+  # a Ray actor runs one call at a time, on one thread.
 
   def prepare_save(self, checkpoint_dir: str, iteration_number: int
                   ) -> Optional[Dict[str, Any]]:
     """Stages checkpoint `iteration_number` in ``checkpoint_dir/shard_{shard}``.
 
-    Every file of the memory's checkpoint is written under a temporary name
+    Every file is written under a temporary name
     (`memory_checkpoint.prepare_save`): nothing visible changes until
-    `commit_save`. The learner deletes the staged files if the sharded save
-    fails (`memory_checkpoint.abort_save`).
+    `commit_save`.
 
     Args:
       checkpoint_dir: str, the sharded memory's checkpoint directory.
@@ -361,11 +326,9 @@ class ReplayShard(object):
                   staged: Dict[str, Any]) -> None:
     """Moves the files `prepare_save` staged into place, unless done already.
 
-    The learner calls it once the sharded checkpoint's record is written,
-    and again when loading that checkpoint, which so completes a save
-    interrupted after its record (`memory_checkpoint.commit_save` is
-    idempotent, and writes nothing when the files are in place). Old
-    checkpoints are not pruned here (see `prune`).
+    Idempotent (`memory_checkpoint.commit_save`): the learner calls it again
+    to complete a save interrupted after its record. Old checkpoints are not
+    pruned here (see `prune`).
 
     Args:
       checkpoint_dir: str, the sharded memory's checkpoint directory.
@@ -383,10 +346,9 @@ class ReplayShard(object):
 
   def prune(self, checkpoint_dir: str, iteration_number: int,
             iterations: Sequence[int]) -> List[int]:
-    """Deletes the stale checkpoint and leftover temporaries of the shard.
+    """The memory's clean-up after checkpoint `iteration_number`.
 
-    The memory's clean-up after its checkpoint `iteration_number`
-    (`memory_checkpoint.prune`: checkpoint_duration, keep_every), run once
+    `memory_checkpoint.prune` (checkpoint_duration, keep_every), run once
     every shard committed its part.
 
     Args:
@@ -411,8 +373,7 @@ class ReplayShard(object):
   def prepare_load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Reads ``checkpoint_dir/shard_{shard}`` into a new memory, kept aside.
 
-    `commit_load` then swaps it in; `abort_load` drops it. Reading every
-    shard before any swaps makes a sharded load all-or-nothing.
+    `commit_load` then swaps it in; `abort_load` drops it.
 
     Raises:
       The memory's `load` errors, with the shard named; the shard is

@@ -3,26 +3,21 @@
 
 A sharded memory's checkpoint N is one directory per shard
 (``shard_{k}/``, the single memory's files) and, beside them, the record
-``dopamine_per_shards_ckpt.N``: a small JSON file holding the number of
-shards, each shard's capacity, and each shard's staged files (a
-`transaction.Record`, paths relative to the shard's directory, so the
-checkpoint directory can be moved as a whole). The record is written
-atomically once every shard has staged its part: its appearance is the
-commit point of the whole sharded checkpoint, and a load that finds it
-first completes the shards' commits from it (and so does the next save,
-before it stages anything). Loading into a memory of another shape is
-refused from the record alone, before any shard is called.
-`ShardedCheckpointer` runs the protocol (complete, stage, record, commit,
-prune; check, complete, read, swap) over the shards: see
-docs/distributed.md#design, Checkpoints.
-
-Checkpoints written before records existed (legacy: shard directories
-only) are recognized by their shard directories: see `_legacy_shards`.
+``dopamine_per_shards_ckpt.N``: JSON holding the number of shards, each
+shard's capacity, and each shard's staged files (a `transaction.Record`,
+paths relative to the shard's directory). Written once every shard has
+staged its part, the record is the commit point of the whole checkpoint.
+`ShardedCheckpointer` runs the protocol over the shards: see
+docs/distributed.md#design, Checkpoints. Checkpoints without a record
+(legacy: shard directories only) are recognized by their shard
+directories (`_legacy_shards`).
 
 No Ray (the checkpointer reaches the shards through the memory's calls),
 no TensorFlow.
 """
 
+import dataclasses
+import itertools
 import operator
 import os
 import re
@@ -44,8 +39,7 @@ __all__ = ['RECORD_FORMAT', 'ShardedRecord', 'ShardedCheckpointer',
 _RECORD_NAME = 'dopamine_per_shards'
 RECORD_FORMAT = 'dopamine_per.sharded_checkpoint/1'
 
-# A record lists each shard's files (a few dozen, about 200 bytes each):
-# 16 MiB holds thousands of shards.
+# A record lists each shard's files: 16 MiB holds thousands of shards.
 _MAX_RECORD_BYTES = 1 << 24
 
 # Calls a method of several shards at once and waits for all:
@@ -58,6 +52,7 @@ _RECORD_FILE = re.compile(r'^{}_ckpt\.([0-9]{{1,18}})$'.format(
     re.escape(_RECORD_NAME)))
 
 
+@dataclasses.dataclass
 class ShardedRecord(object):
   """A sharded checkpoint's shape and every shard's staged files.
 
@@ -68,13 +63,10 @@ class ShardedRecord(object):
     shards: list of transaction.Record, shard k's staged files (paths
       relative to ``shard_{k}/``), in shard order.
   """
-
-  def __init__(self, iteration: int, num_shards: int, shard_capacity: int,
-               shards: List[transaction.Record]):
-    self.iteration = iteration
-    self.num_shards = num_shards
-    self.shard_capacity = shard_capacity
-    self.shards = list(shards)
+  iteration: int
+  num_shards: int
+  shard_capacity: int
+  shards: List[transaction.Record]
 
   def to_data(self) -> Dict[str, Any]:
     """Returns the record as JSON-ready plain data."""
@@ -166,11 +158,9 @@ def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
 def _written(checkpoint_dir: str, record: ShardedRecord) -> bool:
   """After writing `record` failed: whether it may be in place all the same.
 
-  True if the record file holds it (the rename happened: the failure came
-  after, an fsync or an interrupt), or cannot be read: then it is, or may
-  be, the commit point, and what the shards staged must stay (if it is
-  not, a later save's clean-up deletes those temporaries). False if there
-  is no record file, or it holds another record.
+  True if the record file holds it (the failure came after the rename) or
+  cannot be read: then what the shards staged must stay (a later save's
+  clean-up deletes it if the record is not the commit point).
   """
   try:
     on_disk = read_record(checkpoint_dir, record.iteration)
@@ -199,11 +189,8 @@ def _remove_records(checkpoint_dir: str, iterations: Iterable[int]) -> None:
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   """Returns the newest sharded checkpoint, by its record; None if none.
 
-  A sharded checkpoint is complete once its record exists: a save writes it
-  after every shard staged its part, and `load` (or the next save)
-  completes the shards' commits from it. (A save's clean-up deletes records
-  of older checkpoints only.) Legacy checkpoints (no record) are not
-  counted.
+  A sharded checkpoint is complete once its record exists. Legacy
+  checkpoints (no record) are not counted.
 
   Args:
     checkpoint_dir: str, the directory given to the sharded memory's `save`.
@@ -219,10 +206,10 @@ def _legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
                   ) -> List[int]:
   """The shards that hold a complete legacy checkpoint `suffix`.
 
-  A legacy sharded checkpoint (written before records) is one complete
-  single-memory checkpoint (with its `dopamine_per_state` file) in each of
-  ``shard_0/``, ..., ``shard_{K-1}/``. Looks at the first `num_shards`
-  shard directories and at those after them, as long as they exist.
+  A legacy sharded checkpoint (no record) is one complete single-memory
+  checkpoint in each of ``shard_0/``, ..., ``shard_{K-1}/``. Looks at the
+  first `num_shards` shard directories and at those after them, as long as
+  they exist.
 
   Args:
     checkpoint_dir: str, the sharded memory's checkpoint directory.
@@ -233,14 +220,12 @@ def _legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
     list of int, in order.
   """
   held = []
-  k = 0
-  while True:
+  for k in itertools.count():
     directory = shard_lib.shard_directory(checkpoint_dir, k)
     if k >= num_shards and not atomic_files.exists(directory):
       return held
     if memory_checkpoint.holds_checkpoint(directory, suffix):
       held.append(k)
-    k += 1
 
 
 class ShardedCheckpointer(object):
@@ -264,39 +249,28 @@ class ShardedCheckpointer(object):
     self._shard_capacity = shard_capacity
     self._call_each = call_each
 
-  def _call_all(self, method: str, *args: Any) -> None:
-    """Calls `method(*args)` on every shard; raises the first error."""
-    _, error = self._call_each(method, {
-        k: args for k in range(self._num_shards)})
+  def _call(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
+           ) -> Dict[int, Any]:
+    """`call_each`, raising the first error; returns {shard: result}."""
+    results, error = self._call_each(method, args_by_shard)
     if error is not None:
       raise error
+    return results
+
+  def _call_all(self, method: str) -> None:
+    """Calls `method()` on every shard; raises the first error."""
+    self._call(method, {k: () for k in range(self._num_shards)})
 
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
-    0. The shards' commits of the newest record are completed
-       (`_complete_commits`; nothing is written when they are in place): a
-       save cut short after its record (step 3) is pending until then, and
-       the shards' clean-up (step 4) would delete its staged files. If that
-       fails, its error is raised before anything is staged.
-    1. Every shard stages its memory's checkpoint files in
-       ``checkpoint_dir/shard_{k}`` (`memory_checkpoint.prepare_save`);
-       nothing visible changes. If one fails (or is dead), what the others
-       staged is deleted and its error raised: every shard's previous
-       checkpoints are as they were.
-    2. The record is written (`atomic_files.write_json`): the commit point.
-       If that fails, what the shards staged is deleted too, unless the
-       record is in place all the same (the failure came after its rename).
-    3. Every shard moves its files into place (`commit_save`). If one
-       fails, its error is raised: checkpoint N is the record's, and `load`
-       (or the next save, step 0) completes the commits.
-    4. Only then does each shard prune (the single memory's
-       checkpoint_duration and keep_every), and the records of older
-       checkpoints that a shard no longer holds are deleted.
-
-    Pending commits are completed for the newest record only: a save whose
-    number is lower than the newest record's and whose commit fails is
-    lost at the next save.
+    The phases (docs/distributed.md#design, Checkpoints): complete the
+    newest record's commits, stage every shard's files, write the record
+    (the commit point), commit every shard's files, prune. A failure before
+    the record deletes what the shards staged; after it, `load` (or the next
+    save) completes the commits. Pending commits are completed for the
+    newest record only: a save whose number is lower than the newest
+    record's and whose commit fails is lost at the next save.
 
     Args:
       checkpoint_dir: str, an existing directory (if it does not exist, a
@@ -340,25 +314,21 @@ class ShardedCheckpointer(object):
       raise
     # Committed: checkpoint `iteration_number` is the record's from here on.
     self._complete_commits(checkpoint_dir, record)
-    lost, error = self._call_each('prune', {
+    lost = self._call('prune', {
         k: (checkpoint_dir, iteration_number,
             [iteration for iteration in iterations
              if iteration < iteration_number])
         for k in range(self._num_shards)})
-    if error is not None:
-      raise error
     _remove_records(checkpoint_dir, sorted(set().union(*lost.values())))
 
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Restores every shard from checkpoint `suffix`, all or none.
 
-    The record must name this memory's number of shards and shard
-    capacity: a checkpoint of another shape is refused before any shard is
-    called. A save interrupted after its record is first completed
-    (`_complete_commits`). Then each shard reads its files into a new
-    memory, and only when all have succeeded do they swap them in. A legacy
-    checkpoint (no record) loads if exactly shards 0 to num_shards - 1 hold
-    it; its capacity is the shards' own check.
+    A checkpoint of another shape is refused before any shard is called; a
+    save interrupted after its record is first completed. Then each shard
+    reads its files into a new memory, and only when all have succeeded do
+    they swap them in. A legacy checkpoint (no record) loads if exactly
+    shards 0 to num_shards - 1 hold it.
 
     Args:
       checkpoint_dir: str, the directory `save` wrote.
@@ -385,19 +355,15 @@ class ShardedCheckpointer(object):
                         record: ShardedRecord) -> None:
     """Has each shard move its part of `record` into place (`commit_save`).
 
-    Idempotent: a shard whose files are in place writes nothing. Only this
-    memory's shards are called (a record of another shape has its other
-    shards' parts left as they are; this memory's saves do not prune
-    them).
+    Idempotent. Only this memory's shards are called (a record of another
+    shape has its other shards' parts left as they are).
 
     Raises:
       The first shard's error.
     """
-    _, error = self._call_each('commit_save', {
+    self._call('commit_save', {
         k: (checkpoint_dir, record.iteration, record.shards[k].to_data())
         for k in range(min(record.num_shards, self._num_shards))})
-    if error is not None:
-      raise error
 
   def _check_shape(self, checkpoint_dir: str, suffix: Any,
                    record: Optional[ShardedRecord]) -> None:
@@ -434,8 +400,8 @@ def _abort_staged(checkpoint_dir: str,
                   staged: Dict[int, Optional[Dict[str, Any]]]) -> None:
   """Deletes the files the shards staged, from here (a shard may be dead).
 
-  Never raises: the error that failed the save matters more, and the next
-  save's clean-up deletes what is left.
+  Never raises (the save's error matters more); the next save's clean-up
+  deletes what is left.
   """
   for k, part in staged.items():
     if part is None:

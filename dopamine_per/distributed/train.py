@@ -59,9 +59,7 @@ def init_ray(address: Optional[str]) -> None:
   # The local processes inherit this environment. TensorFlow's start-up
   # notices from every actor would bury the trainer's progress lines. Ray
   # runs its workers at nice 15, below this process: on a small machine the
-  # learner would then starve the shards and actors it waits for (one
-  # measurement on 2 cores: a sharded draw took 6.6 ms at nice 15, 4.6 ms
-  # at 0).
+  # learner would then starve the shards and actors it waits for.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   os.environ.setdefault('RAY_worker_niceness', '0')
   ray.init(include_dashboard=False, _node_ip_address='127.0.0.1')
@@ -86,11 +84,6 @@ def _shutdown_ray() -> None:
   ray.shutdown()
 
 
-def _cause(error: BaseException) -> BaseException:
-  """The exception a Ray task raised, without Ray's wrapping traceback."""
-  return getattr(error, 'cause', None) or error
-
-
 def main(argv: Sequence[str]) -> int:
   """Trains with `runner.ApexRunner`; returns the exit status.
 
@@ -113,9 +106,11 @@ def main(argv: Sequence[str]) -> int:
     # pylint: enable=g-import-not-at-top
     if not isinstance(error, (shard.ShardError, runner.ActorFailedError)):
       raise
+    # The exception a Ray task raised, without Ray's wrapping traceback.
+    cause = getattr(error, 'cause', None) or error
     return errors.print_error(
         'train', '{} (run the same command again to resume from the last '
-        'checkpoint)'.format(str(_cause(error)).strip().splitlines()[0]))
+        'checkpoint)'.format(str(cause).strip().splitlines()[0]))
   finally:
     # Ray starts only while `train.main` holds the lock (in _create_runner),
     # and `train.main` stops it before unlocking; this stops one it left

@@ -6,9 +6,7 @@ with `publish_weights`: they go into Ray's object store once (`ray.put`),
 and a small `WeightStore` actor keeps a reference to them and a version
 number. Actors ask the store, every few steps, for weights newer than the
 version they hold (`fetch_weights_if_newer`): an unchanged version costs
-one small call, a new one a second fetch from the object store, which Ray
-copies once per machine, not once per actor. Nothing here imports
-TensorFlow, so the store's process stays small; reading and assigning
+one small call. Nothing here imports TensorFlow; reading and assigning
 weights in a TF graph is `actor`'s.
 """
 
@@ -47,10 +45,6 @@ class WeightStore(object):
     self._version += 1
     return self._version
 
-  def version(self) -> int:
-    """Returns the newest version (0: nothing published)."""
-    return self._version
-
   def fetch_if_newer(self, version: int) -> Tuple[int, Optional[List[Any]]]:
     """Returns (newest version, `[ObjectRef]` if newer than `version`)."""
     if self._version > version:
@@ -58,16 +52,13 @@ class WeightStore(object):
     return self._version, None
 
 
-def create_weight_store(num_cpus: float = 0.0) -> Any:
-  """Starts a `WeightStore` actor and returns its handle.
-
-  Args:
-    num_cpus: float, the CPUs Ray reserves for it (it only answers calls).
+def create_weight_store() -> Any:
+  """Starts a `WeightStore` actor (reserving no CPU) and returns its handle.
 
   Returns:
     The Ray actor handle.
   """
-  return ray.remote(WeightStore).options(num_cpus=num_cpus).remote()
+  return ray.remote(WeightStore).options(num_cpus=0).remote()
 
 
 def publish_weights(store: Any, weights: Sequence[np.ndarray]) -> int:

@@ -2,16 +2,13 @@
 """Writers: how actors add transitions to a sharded prioritized memory.
 
 A `ShardWriter` belongs to one stream of transitions (one actor's episodes)
-and one shard. It keeps the transitions given to `add` and sends them to the
-shard in one remote call every `flush_every` transitions, in order, so an
-episode stays contiguous in the shard and an actor pays one call per batch
-rather than per environment step. The shard adds a stream's transitions
-when their episode ends (`shard.ReplayShard.add_batch`), so streams sharing
-a shard never interleave inside an episode. At most one such call is in
-flight: the next one first waits for it, so an add the shard refused raises
-(at the writer's next send or flush) instead of vanishing. A writer pickles
-(into a Ray task or actor) as its shard handle and settings, without
-buffered transitions.
+and one shard. It sends the transitions given to `add` to the shard in one
+remote call every `flush_every` transitions, in order; the shard adds a
+stream's transitions when their episode ends (`shard.ReplayShard.add_batch`),
+so streams sharing a shard never interleave inside an episode. At most one
+call is in flight: the next one first waits for it, so an add the shard
+refused raises (at the writer's next send or flush) instead of vanishing. A
+writer pickles (into a Ray task or actor) without buffered transitions.
 """
 
 from typing import Any, Dict, List, Tuple
@@ -21,12 +18,18 @@ import ray
 from dopamine_per.distributed import shard as shard_lib
 from dopamine_per.replay_memory.memory import validation
 
-__all__ = ['ShardWriter', 'DEFAULT_FLUSH_EVERY']
+__all__ = ['ShardWriter', 'DEFAULT_FLUSH_EVERY', 'get_from_shard']
 
 # Transitions sent per remote call, which has a fixed cost besides its bytes.
-# 64 pickled CartPole transitions (float32[4] observations) take 4 KB, 64
-# Atari ones (uint8[84, 84]) 455 KB: few calls, no very large messages.
 DEFAULT_FLUSH_EVERY = 64
+
+
+def get_from_shard(shard: int, ref: Any) -> Any:
+  """`ray.get` of a call to shard `shard`; a dead shard raises ShardError."""
+  try:
+    return ray.get(ref)
+  except ray.exceptions.RayActorError as error:
+    raise shard_lib.ShardError(shard, error) from None
 
 
 class ShardWriter(object):
@@ -94,10 +97,7 @@ class ShardWriter(object):
     """
     if self._in_flight is not None:
       in_flight, self._in_flight = self._in_flight, None
-      try:
-        ray.get(in_flight)
-      except ray.exceptions.RayActorError as error:
-        raise shard_lib.ShardError(self.shard, error) from None
+      get_from_shard(self.shard, in_flight)
 
   def flush(self) -> None:
     """Sends the buffered transitions and waits until the shard has them.
@@ -125,10 +125,8 @@ class ShardWriter(object):
     """
     self._buffer = []
     self.wait()
-    try:
-      return ray.get(self._handle.discard_staged.remote(self.stream_id))
-    except ray.exceptions.RayActorError as error:
-      raise shard_lib.ShardError(self.shard, error) from None
+    return get_from_shard(
+        self.shard, self._handle.discard_staged.remote(self.stream_id))
 
   def __getstate__(self) -> Dict[str, Any]:
     if self._buffer or self._in_flight is not None:
@@ -136,11 +134,5 @@ class ShardWriter(object):
           'writer of stream {} has {} buffered transitions (or a call in '
           'flight): flush() it before pickling it'.format(
               self.stream_id, len(self._buffer)))
-    state = dict(self.__dict__)
-    state['_buffer'] = []
-    state['_in_flight'] = None
-    return state
-
-  def __setstate__(self, state: Dict[str, Any]) -> None:
-    self.__dict__.update(state)
+    return dict(self.__dict__)
 

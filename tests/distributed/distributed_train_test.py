@@ -20,6 +20,7 @@ import sys
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import gin
 import ray
 
@@ -64,7 +65,7 @@ def _statistics(base_dir):
     return [json.loads(line) for line in f]
 
 
-class ApexRunnerTest(absltest.TestCase):
+class ApexRunnerTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -137,9 +138,13 @@ class ApexRunnerTest(absltest.TestCase):
     self.assertGreater(record['learner_steps'], 0)
     self.assertGreaterEqual(record['actor_steps'], 400)
 
-  def _run_killing_actor_0(self, kill):
-    """Runs an iteration; kill(runner, pid) on actor 0's second result."""
-    # Long enough that actor 0 still has calls to play when the kill lands.
+  @parameterized.named_parameters(
+      ('process_dies', lambda runner, pid: os.kill(pid, signal.SIGKILL)),
+      ('killed_through_ray', lambda runner, pid: ray.kill(
+          runner.actor_handles[0], no_restart=False)))
+  def test_an_actor_that_dies_is_restarted(self, kill):
+    # kill(runner, pid) on actor 0's second result. Long enough that actor 0
+    # still has calls to play when the kill lands.
     runner = self._runner(num_iterations=1,
                           extra=['Runner.training_steps = 1200'])
     collect = runner._collect
@@ -162,14 +167,6 @@ class ApexRunnerTest(absltest.TestCase):
                      math.ceil(_RATIO * record['actor_steps']))
     # Actor 0's later results came from a new process.
     self.assertNotEqual(results[-1]['pid'], results[0]['pid'])
-
-  def test_an_actor_whose_process_dies_is_restarted(self):
-    self._run_killing_actor_0(lambda runner, pid: os.kill(pid,
-                                                          signal.SIGKILL))
-
-  def test_an_actor_killed_through_ray_is_restarted(self):
-    self._run_killing_actor_0(lambda runner, pid: ray.kill(
-        runner.actor_handles[0], no_restart=False))
 
   def test_a_dead_shard_fails_the_run_naming_it(self):
     runner = self._runner(num_iterations=1)

@@ -21,16 +21,9 @@ def small_memory(num_shards: int = 2, replay_capacity: int = 48,
                  **kwargs: Any) -> replay.ShardedPrioritizedReplayBuffer:
   """A `ShardedPrioritizedReplayBuffer` of the tests' small defaults.
 
-  Args:
-    num_shards: the number of shards.
-    replay_capacity: the capacity of all shards together.
-    batch_size: the default batch size.
-    **kwargs: further constructor arguments, over the defaults
-      (num_cpus_per_shard 0.25, observation_shape (2,), stack_size 1,
-      observation_dtype float32).
-
-  Returns:
-    The memory; the caller closes it.
+  `kwargs` (further constructor arguments) override the defaults
+  num_cpus_per_shard 0.25, observation_shape (2,), stack_size 1 and
+  observation_dtype float32. The caller closes the memory.
   """
   kwargs.setdefault('num_cpus_per_shard', 0.25)
   kwargs.setdefault('observation_shape', (2,))
@@ -44,15 +37,9 @@ def write_episodes(writer, stream: int, steps: int, episode_length: int,
                    priorities: Optional[Sequence[float]] = None) -> None:
   """Writes `steps` transitions to `writer`, then flushes it.
 
-  Step k has the observation (stream, k), action k and reward 1; every
-  `episode_length`-th step is terminal.
-
-  Args:
-    writer: a writer of `small_memory` (`memory.writer(stream)`).
-    stream: the stream id, the observations' first value.
-    steps: the number of transitions.
-    episode_length: the steps of an episode.
-    priorities: one priority per step, or None for the shard's default.
+  Step k has the observation (stream, k), action k, reward 1 and priority
+  `priorities[k]` (None: the shard's default); every `episode_length`-th
+  step is terminal.
   """
   for step in range(steps):
     priority = None if priorities is None else float(priorities[step])

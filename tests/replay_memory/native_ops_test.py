@@ -267,22 +267,6 @@ class PriorityTest(graph_util.GraphTestCase):
       self.assert_same_trees()
     self.assertEqual(self.memory.sum_tree.max_recorded_priority, 7.25)
 
-  def test_wrapper_ops_write_and_read(self):
-    replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-        (4,), 2, wrapped_memory=self.memory)
-    self.assertEqual(replay.transition['state'].op.type,
-                     'DopaminePerSampleTransitions')
-    update = replay.tf_set_priority(replay.indices,
-                                    tf.fill([8], np.float32(3.5)))
-    self.assertEqual(update.type, 'DopaminePerSetPriority')
-    read = replay.tf_get_priority(tf.constant([1, 2, 3]))
-    self.assertEqual(read.op.type, 'DopaminePerGetPriority')
-    batch, _ = self.session.run([replay.transition, update])
-    self.plain.set_priority(batch['indices'], np.full(8, 3.5, np.float32))
-    self.assert_same_trees()
-    np.testing.assert_array_equal(self.session.run(read),
-                                  self.memory.get_priority(np.arange(1, 4)))
-
   def test_python_writes_read_back_in_the_graph(self):
     slots = tf.constant(np.arange(40))
     read = native_ops.get_priority(self.native, slots)
@@ -772,29 +756,9 @@ class DeletedMemoryTest(graph_util.GraphTestCase):
         self.session.run(op)
 
 
-class ModesTest(graph_util.GraphTestCase):
-  """Sessions (with and without staging), tf.function and tf.data."""
-
-  @parameterized.product(prioritized=[True, False], staging=[True, False])
-  def test_wrapper_in_a_session(self, prioritized, staging):
-    cls = (prioritized_replay_buffer.WrappedPrioritizedReplayBuffer
-           if prioritized else circular_replay_buffer.WrappedReplayBuffer)
-    replay = cls((4,), 2, use_staging=staging, replay_capacity=40,
-                 batch_size=8, update_horizon=3, observation_dtype=np.float32)
-    fill(replay.memory, 50)
-    types = {op.type for op in self.graph.get_operations()}
-    self.assertIn('DopaminePerSampleTransitions', types)
-    self.assertNotIn('PyFunc', types)
-    elements = replay.memory.get_transition_elements()
-    for _ in range(3):
-      batch = self.session.run(replay.transition)
-      assert_same_batch(self, elements, [batch[e.name] for e in elements],
-                        replay.memory.sample_transition_batch(
-                            indices=batch['indices']))
-
-
 class EagerModesTest(parameterized.TestCase):
-  """tf.function, tf.data and XLA."""
+  """tf.function and XLA (sessions and tf.data: wrapped_replay_buffer_test).
+  """
 
   def test_tf_function(self):
     memory = make_memory()
@@ -822,24 +786,6 @@ class EagerModesTest(parameterized.TestCase):
       np.testing.assert_array_equal(priorities, np.full(8, 4.0))
       self.assertEqual(float(total), memory.sum_tree.total_priority())
     memory.sum_tree.check_invariants()
-
-  @parameterized.parameters(True, False)
-  def test_dataset(self, prioritized):
-    memory = make_memory(prioritized)
-    fill(memory, 50)
-    native_dataset = memory.as_dataset(6, use_native_ops=True)
-    python_dataset = memory.as_dataset(6, use_native_ops=False)
-    layout = lambda dataset: {name: (spec.shape, spec.dtype)
-                              for name, spec in dataset.element_spec.items()}
-    self.assertEqual(layout(native_dataset), layout(python_dataset))
-    self.assertCountEqual(native_dataset.element_spec,
-                          [e.name for e in memory.get_transition_elements(6)])
-    elements = memory.get_transition_elements(6)
-    for batch in native_dataset.take(3):
-      indices = batch['indices'].numpy()
-      self.assertTrue(np.all(memory.is_valid_transition(indices)))
-      assert_same_batch(self, elements, [batch[e.name] for e in elements],
-                        memory.sample_transition_batch(indices=indices))
 
   def test_xla_refuses_the_op(self):
     memory = make_memory()

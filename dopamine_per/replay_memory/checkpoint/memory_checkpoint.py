@@ -56,9 +56,8 @@ __all__ = [
 # attribute name, so these never collide with other checkpointed attributes.
 STORE_FILENAME_PREFIX = '$store$_'
 
-# Checkpoint name of the state Dopamine does not save but we need (whether
-# the next add starts an episode, the generator state). Dopamine ignores the
-# file; without it we derive the values from the data.
+# Checkpoint name of the state Dopamine does not save (whether the next add
+# starts an episode, the generators' states, every other file's digest).
 DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 
 # Name of the journal of a save being committed, ``{JOURNAL_NAME}_ckpt.{N}``
@@ -184,8 +183,9 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   Returns:
     int, the iteration number to give `load`, or None if there is none.
   """
-  iterations = _complete_iterations(
-      atomic_files.list_directory(checkpoint_dir))
+  names = atomic_files.list_directory(checkpoint_dir)
+  iterations = (_iterations(_STATE_PATTERN, names) +
+                _iterations(_JOURNAL_PATTERN, names))
   return max(iterations) if iterations else None
 
 
@@ -199,19 +199,12 @@ def holds_checkpoint(checkpoint_dir: str, iteration_number: Any) -> bool:
     checkpoint_dir: str, a memory's checkpoint directory.
     iteration_number: int or str, N.
   """
-  names = [_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-           journal_filename(iteration_number)]
-  return bool(_complete_iterations([
-      name for name in names
-      if atomic_files.exists(os.path.join(checkpoint_dir, name))]))
-
-
-def _complete_iterations(names: Sequence[str]) -> List[int]:
-  """The iterations whose state file or journal is among file names
-  `names`: the complete checkpoints."""
-  states = [int(match.group(1))
-            for match in map(_STATE_PATTERN.match, names) if match]
-  return states + _journal_iterations(names)
+  names = ((_STATE_PATTERN, _target(DOPAMINE_PER_STATE_NAME,
+                                    iteration_number)),
+           (_JOURNAL_PATTERN, journal_filename(iteration_number)))
+  return any(pattern.match(name) and
+             atomic_files.exists(os.path.join(checkpoint_dir, name))
+             for pattern, name in names)
 
 
 def journal_filename(iteration_number: Any) -> str:
@@ -223,10 +216,11 @@ def journal_filename(iteration_number: Any) -> str:
   return '{}_ckpt.{}'.format(JOURNAL_NAME, iteration_number)
 
 
-def _journal_iterations(names: Sequence[str]) -> List[int]:
-  """The iteration numbers of the journals among file names `names`."""
+def _iterations(pattern: 're.Pattern[str]', names: Sequence[str]
+               ) -> List[int]:
+  """The iteration numbers of the file names `names` that `pattern` fits."""
   return sorted(int(match.group(1))
-                for match in map(_JOURNAL_PATTERN.match, names) if match)
+                for match in map(pattern.match, names) if match)
 
 
 def roll_forward(checkpoint_dir: str) -> List[int]:
@@ -249,8 +243,8 @@ def roll_forward(checkpoint_dir: str) -> List[int]:
     OSError: If a rename fails (call it again).
   """
   done = []
-  for iteration in _journal_iterations(
-      atomic_files.list_directory(checkpoint_dir)):
+  for iteration in _iterations(_JOURNAL_PATTERN,
+                               atomic_files.list_directory(checkpoint_dir)):
     if transaction.roll_forward(checkpoint_dir, journal_filename(iteration)):
       logging.info('Finished the interrupted save of checkpoint %d in %s.',
                    iteration, checkpoint_dir)
@@ -438,9 +432,8 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
     iteration_number: int, N.
 
   Returns:
-    transaction.Record of the staged files (plain data with `to_data()`),
-    or None if `checkpoint_dir` does not exist (a warning is logged and
-    nothing is written).
+    transaction.Record of the staged files, or None if `checkpoint_dir`
+    does not exist (a warning is logged and nothing is written).
 
   Raises:
     TypeError, ValueError: As `save`, before anything is written.
@@ -461,8 +454,7 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
       digests[name] = tuple(staging.write(
           _target(name, iteration_number),
           _writer(memory, name, file_format)))
-    # Staged last (so renamed last): the state file records every other
-    # file's size and checksum, and marks the checkpoint complete.
+    # Last, so renamed last: it marks the checkpoint complete.
     state = _extra_state(memory)
     state['files'] = digests
     staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
@@ -488,20 +480,18 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
     memory: the `OutOfGraphReplayBuffer` that was saved (for `prune`).
     checkpoint_dir: str, the directory given to `prepare_save`.
     iteration_number: int, N, as given to `prepare_save`.
-    record: what `prepare_save` returned (here or, through
-      `Record.to_data` and `Record.from_data`, in another process); None
-      (the directory did not exist) commits nothing.
+    record: what `prepare_save` returned (in another process, through
+      `Record.to_data` and `Record.from_data`); None commits nothing.
     prune: bool, whether to `prune` afterwards (a sharded memory prunes
       once every shard has committed).
 
   Raises:
     ValueError: If `record` is not of checkpoint N's files.
-    atomic_files.CheckpointError: If a staged file is gone (the record was
-      aborted, or its temporaries deleted) and the record is not in place:
-      checkpoint N is unchanged.
-    OSError: If the journal or a rename fails. Before the journal exists,
-      checkpoint N is unchanged (call again, or `abort_save`); after, it is
-      the new one (call again, or let the next save finish it).
+    atomic_files.CheckpointError: If a staged file is gone and the record
+      is not in place: checkpoint N is unchanged.
+    OSError: If the journal or a rename fails: checkpoint N is unchanged
+      before the journal exists (call again, or `abort_save`), the new one
+      after (call again, or let the next save finish it).
   """
   if record is None:
     return
@@ -681,16 +671,13 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
 
   Raises:
     atomic_files.CheckpointNotFoundError: If an expected file is missing
-      (but for episode_end_indices, which old checkpoints lack): a
-      FileNotFoundError and a CheckpointError, and where TensorFlow is
-      loaded a tf.errors.NotFoundError as Dopamine raises (TensorFlow is
-      never imported to raise it).
+      (but for episode_end_indices, which old checkpoints lack); also a
+      FileNotFoundError and, where TensorFlow is loaded, the
+      tf.errors.NotFoundError Dopamine raises.
     atomic_files.CheckpointError: (a ValueError) If a file or the journal
-      is corrupt, unsafe, not a regular file, larger than the memory can
-      need, or does not match the memory's configuration; or if `bind`
-      raises an `Exception` (chained to it; the memory is as it was). An
-      exception that is not an `Exception` (KeyboardInterrupt) passes
-      unchanged, the memory put back too.
+      is corrupt, unsafe, too large or does not match the memory's
+      configuration; or if `bind` raises an `Exception` (chained to it).
+      Any other exception of `bind` passes unchanged, the memory put back.
   """
   journal = transaction.pending(checkpoint_dir, journal_filename(suffix))
 

@@ -79,8 +79,6 @@ class ConstructorTest(GraphTestCase):
 
   @parameterized.parameters(
       (dict(update_horizon=0), 'Update horizon must be positive'),
-      (dict(gamma=1.5), r'gamma must be a real number in \[0, 1\].*1\.5'),
-      (dict(gamma=-0.1), 'gamma must be a real number'),
       (dict(replay_capacity=3, update_horizon=3),
        r'Update horizon \(3\) should be significantly smaller than replay '
        r'capacity \(3\)'),
@@ -187,55 +185,52 @@ class SamplingOpsTest(GraphTestCase):
     self.assertFalse(np.array_equal(batches[0], batches[1]))
     self.assertFalse(np.array_equal(batches[1], batches[2]))
 
-  @parameterized.parameters(True, False)
-  def test_one_run_is_one_consistent_batch(self, staging):
-    replay = self.wrapper(use_staging=staging)
+  @parameterized.product(prioritized=[True, False], staging=[True, False])
+  def test_one_run_is_one_consistent_batch(self, prioritized, staging):
+    replay = self.wrapper(prioritized=prioritized, use_staging=staging)
     _fill(replay, 90)
+    types = {op.type for op in self.graph.get_operations()}
+    self.assertEqual(('DopaminePerSampleTransitions' in types,
+                      'PyFunc' in types),
+                     (self.use_native_ops, not self.use_native_ops))
     for _ in range(3):
       batch = self.session.run(replay.transition)
       _assert_is_memorys_batch(replay.memory, batch)
 
-  def test_sampling_error_surfaces_as_tf_error(self):
+  @parameterized.parameters(
+      # The memory's RuntimeError is an UnknownError through the py_func;
+      # the native op says what it is.
+      (1, 1.0, tf.errors.UnknownError,
+       r'Cannot sample a batch with fewer than stack size \(2\) \+ '
+       r'update_horizon \(2\) transitions'),
+      (20, 0.0, tf.errors.InvalidArgumentError,
+       'Cannot sample from an empty sum tree'))
+  def test_sampling_error_surfaces_as_tf_error(self, adds, priority,
+                                               py_func_error, message):
     replay = self.wrapper()
-    _fill(replay, 1)
-    # The memory's RuntimeError is an UnknownError through the py_func; the
-    # native op says what it is.
+    _fill(replay, adds)
+    replay.memory.set_priority(np.arange(100), priority)
     error = (tf.errors.FailedPreconditionError if self.use_native_ops else
-             tf.errors.UnknownError)
-    with self.assertRaisesRegex(
-        error, r'Cannot sample a batch with fewer than stack size \(2\) \+ '
-        r'update_horizon \(2\) transitions'):
+             py_func_error)
+    with self.assertRaisesRegex(error, message):
       self.session.run(replay.indices)
 
-  def test_an_empty_sum_tree_is_an_error(self):
-    replay = self.wrapper()
-    _fill(replay, 20)
-    replay.memory.set_priority(np.arange(100), 0.0)
-    error = (tf.errors.FailedPreconditionError if self.use_native_ops else
-             tf.errors.InvalidArgumentError)
-    with self.assertRaisesRegex(error, 'Cannot sample from an empty sum tree'):
-      self.session.run(replay.indices)
-
-  def test_batches_larger_than_the_capacity(self):
+  @parameterized.parameters(True, False)
+  def test_batches_larger_than_the_capacity(self, prioritized):
+    replay = self.wrapper(prioritized=prioritized, replay_capacity=10,
+                          batch_size=16)
+    _fill(replay, 40)
+    if not self.use_native_ops:
+      # As in Dopamine, a batch may hold a transition more than once.
+      _assert_is_memorys_batch(replay.memory,
+                               self.session.run(replay.transition))
+      return
     # The native op refuses them (a batch repeating transitions is a
     # configuration error), before drawing anything.
-    for prioritized in (True, False):
-      replay = self.wrapper(prioritized=prioritized, replay_capacity=10,
-                            batch_size=16)
-      _fill(replay, 40)
-      with self.assertRaisesRegex(
-          tf.errors.InvalidArgumentError,
-          "batch_size 16 exceeds the replay memory's capacity 10"):
-        self.session.run(replay.transition)
-
-  def check_batches_larger_than_the_capacity(self):
-    # As in Dopamine, a batch may hold a transition more than once.
-    for prioritized in (True, False):
-      replay = self.wrapper(prioritized=prioritized, replay_capacity=10,
-                            batch_size=16)
-      _fill(replay, 40)
-      batch = self.session.run(replay.transition)
-      _assert_is_memorys_batch(replay.memory, batch)
+    with self.assertRaisesRegex(
+        tf.errors.InvalidArgumentError,
+        "batch_size 16 exceeds the replay memory's capacity 10"):
+      self.session.run(replay.transition)
 
   def test_the_graph_keeps_the_memory_alive(self):
     # As a py_func holds its memory while its graph lives, so do the native
@@ -366,26 +361,6 @@ class StagingTest(GraphTestCase):
           np.int64).sum(axis=(1, 2, 3))
       np.testing.assert_array_equal(got, expected)
 
-  def test_priorities_go_to_the_returned_transitions(self):
-    replay = self.wrapper(use_staging=True)
-    _fill(replay, 90)
-    indices = tf.compat.v1.placeholder(tf.int32, [8])
-    priorities = tf.compat.v1.placeholder(tf.float32, [8])
-    set_op = replay.tf_set_priority(indices, priorities)
-    for step in range(5):
-      batch = self.session.run(replay.transition)
-      # The returned transitions are the ones at the returned indices...
-      expected = replay.memory.sample_transition_batch(
-          indices=batch['indices'])
-      np.testing.assert_array_equal(batch['state'], expected[0])
-      np.testing.assert_array_equal(batch['reward'], expected[2])
-      # ... and so their new priorities land on them.
-      new = np.arange(1, 9, dtype=np.float32) + 10 * step
-      unique, last = np.unique(batch['indices'][::-1], return_index=True)
-      self.session.run(set_op, {indices: batch['indices'], priorities: new})
-      np.testing.assert_array_equal(replay.memory.get_priority(unique),
-                                    new[::-1][last])
-
   def test_priority_update_in_the_training_step(self):
     # The usual agent graph: the step consumes a staged batch and writes the
     # priorities of exactly that batch.
@@ -405,11 +380,7 @@ class StagingTest(GraphTestCase):
     replay = self.wrapper(use_staging=True, batch_size=16)
     _fill(replay, 90)
     checkpoint_dir = fixtures.temp_dir(self)
-    only = int(np.flatnonzero(
-        replay.memory.is_valid_transition(np.arange(100)))[5])
-    priorities = np.zeros(100)
-    priorities[only] = 2.0
-    replay.memory.set_priority(np.arange(100), priorities)
+    only = self._only_slot_from_now_on(replay)
     replay.save(checkpoint_dir, 0)
     replay.memory.set_priority(np.arange(100), 1.0)
     self.session.run(replay.indices)  # Stages a batch from all slots.
@@ -543,9 +514,6 @@ class ConcurrencyTest(GraphTestCase):
 class SamplingOpsPyFuncTest(SamplingOpsTest):
   use_native_ops = False
 
-  def test_batches_larger_than_the_capacity(self):
-    self.check_batches_larger_than_the_capacity()
-
 
 class StagingPyFuncTest(StagingTest):
   use_native_ops = False
@@ -619,24 +587,6 @@ class DatasetTest(parameterized.TestCase):
     batch = next(iter(small))
     self.assertEqual(batch['state'].shape[0], 5)
     self.assertEqual(batch['indices'].shape, (5,))
-
-  @parameterized.parameters(True, False)
-  def test_training_loop_with_priority_updates(self, use_native_ops):
-    memory = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-        (4,), 1, 200, 16, observation_dtype=np.float32)
-    for i in range(150):
-      memory.add(np.full(4, i, np.float32), i % 2, 1.0, int(i % 30 == 29),
-                 None)
-
-    @tf.function
-    def td_error(batch):
-      return tf.reduce_mean(batch['state'], axis=[1, 2]) + 1.0
-
-    for batch in memory.as_dataset(use_native_ops=use_native_ops).take(5):
-      errors = td_error(batch).numpy()
-      memory.set_priority(batch['indices'].numpy(), errors)
-      np.testing.assert_allclose(
-          memory.get_priority(batch['indices'].numpy()), errors)
 
   @parameterized.parameters(True, False)
   def test_the_dataset_keeps_the_memory_alive(self, use_native_ops):

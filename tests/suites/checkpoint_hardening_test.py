@@ -85,17 +85,12 @@ def craft(directory, name, data):
     write_state(directory, state)
 
 
-def npy_with_header(header, version=1):
-  """A raw .npy stream with a hand-written header and no data."""
-  length = struct.pack('<H' if version == 1 else '<I', len(header))
-  return b'\x93NUMPY' + bytes([version, 0]) + length + header
-
-
-def giant_array_header(dtype='<i8', count=10**12):
-  """Declares `count` elements (7.28 TiB of int64 by default)."""
-  return gzip.compress(npy_with_header(
-      "{{'descr': '{}', 'fortran_order': False, 'shape': ({},), }}".format(
-          dtype, count).encode()))
+def giant_array_header():
+  """A gzip'd .npy header declaring 10**12 int64s (7.28 TiB), no data."""
+  header = ("{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }"
+            % 10**12).encode()
+  return gzip.compress(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(header))
+                       + header)
 
 
 def sum_tree_pickle(nodes=None, max_recorded_priority=None, memory=None):
@@ -137,13 +132,6 @@ def gzip_bomb(prefix, inflated_bytes):
   return gzip.compress(prefix, mtime=0) + member * (inflated_bytes // chunk)
 
 
-def shared_references_pickle():
-  """A 300 KB pickle that expands to 8 GiB: a sum tree whose leaf level is
-  104,858 references to one list of 10,000 floats."""
-  inner = [0.5] * 10000
-  return sum_tree_pickle(nodes=leaves_with([inner] * 104858))
-
-
 class HardeningTestCase(parameterized.TestCase):
 
   def setUp(self):
@@ -166,26 +154,11 @@ class HardeningTestCase(parameterized.TestCase):
 class DamagedFilesTest(HardeningTestCase):
   """Files whose damage escaped CheckpointError (or crashed) before."""
 
-  def test_giant_npy_header_in_add_count(self):
+  @parameterized.parameters('add_count', 'invalid_range')
+  def test_giant_npy_header(self, name):
     # Was MemoryError: "Unable to allocate 7.28 TiB".
-    craft(self.directory, 'add_count', giant_array_header())
-    self.assert_refused('add_count', 'larger than this file can hold')
-
-  def test_giant_npy_header_in_invalid_range(self):
-    craft(self.directory, 'invalid_range', giant_array_header())
-    self.assert_refused('invalid_range', 'larger than this file can hold')
-
-  def test_max_recorded_priority_beyond_any_float(self):
-    # Was OverflowError (float(10**400)).
-    craft(self.directory, 'sum_tree',
-          sum_tree_pickle(max_recorded_priority=10**400))
-    self.assert_refused('sum_tree', 'Invalid max_recorded_priority')
-
-  def test_huge_leaf(self):
-    # Was OverflowError (np.asarray(..., float64) of 10**400).
-    craft(self.directory, 'sum_tree',
-          sum_tree_pickle(nodes=leaves_with([10**400] + [0.0] * 15)))
-    self.assert_refused('sum_tree', 'real numbers')
+    craft(self.directory, name, giant_array_header())
+    self.assert_refused(name, 'larger than this file can hold')
 
   def test_generator_state_out_of_range(self):
     # Was OverflowError from the generator's state setter.
@@ -210,26 +183,19 @@ class DamagedFilesTest(HardeningTestCase):
     os.mkdir(path)
     self.assert_refused('$store$_reward', 'is a directory')
 
-  def test_state_files_naming_another_path(self):
-    # Was loaded: entries for other names were ignored. (A trainer that
-    # hashes what such an entry names read /dev/zero forever.)
-    for other in ('/dev/zero', '../add_count_ckpt.2.gz', 'nonexistent'):
-      state = read_state(self.directory)
-      state['files'][other] = (0, 'e3b0c442' * 8)
-      write_state(self.directory, state)
-      self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
-                          "must name exactly this memory's checkpoint files")
-      make().save(self.directory, _SUFFIX)
-
-  def test_state_files_lacking_a_file(self):
-    # Was loaded: the file went unchecked.
-    state = read_state(self.directory)
-    del state['files']['$store$_action']
-    write_state(self.directory, state)
-    self.assert_refused(memory_checkpoint.DOPAMINE_PER_STATE_NAME,
-                        r"lacks \['\$store\$_action'\]")
-
   @parameterized.named_parameters(
+      # Was loaded: entries for other names were ignored. (A trainer that
+      # hashes what such an entry names read /dev/zero forever.)
+      *[('naming_' + name, lambda files, other=other: dict(
+          files, **{other: (0, 'e3b0c442' * 8)}),
+         "must name exactly this memory's checkpoint files")
+        for name, other in (('dev_zero', '/dev/zero'),
+                            ('parent', '../add_count_ckpt.2.gz'),
+                            ('nonexistent', 'nonexistent'))],
+      # Was loaded: the file went unchecked.
+      ('lacking_a_file', lambda files: {
+          k: v for k, v in files.items() if k != '$store$_action'},
+       r"lacks \['\$store\$_action'\]"),
       ('list', lambda files: list(files.items()), 'files is a list'),
       ('digest_types', lambda files: dict(files, add_count=('12', 'ab')),
        'the digest of add_count is'),
@@ -269,22 +235,13 @@ class DamagedFilesTest(HardeningTestCase):
 class BrokenStateTest(HardeningTestCase):
   """Files that loaded into a memory whose invariants or methods broke."""
 
-  def test_add_count_past_int64(self):
-    # uint64 2**63 + 20 loaded (with an invalid_range to match); then
-    # add_count and save raised.
-    add_count = 2**63 + 20
-    craft(self.directory, 'add_count',
-          gzip.compress(npy_bytes(np.array(add_count, np.uint64))))
-    craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
-        crb.invalid_range(add_count % 16, 16, 2, 2))))
-    self.assert_refused('add_count',
-                        r'in \[0, 2\*\*53\], got 9223372036854775828')
-
   @parameterized.named_parameters(('int64', np.int64), ('uint64', np.uint64))
   def test_add_count_past_the_bound(self, dtype):
     # Issue 22: any count up to 2**63 - 1 loaded; the next add (or, at
-    # 2**63 - 1, add_count, sampling and save) could overflow.
-    for add_count in (validation.MAX_ADD_COUNT + 1, 2**63 - 1):
+    # 2**63 - 1, add_count, sampling and save) could overflow. uint64
+    # 2**63 + 20 loaded too; then add_count and save raised.
+    counts = [validation.MAX_ADD_COUNT + 1, 2**63 - 1]
+    for add_count in counts + ([2**63 + 20] if dtype == np.uint64 else []):
       craft(self.directory, 'add_count',
             gzip.compress(npy_bytes(np.array(add_count, dtype))))
       craft(self.directory, 'invalid_range', gzip.compress(npy_bytes(
@@ -303,23 +260,30 @@ class BrokenStateTest(HardeningTestCase):
         largest))
 
   @parameterized.named_parameters(
+      # Was OverflowError (float(10**400)).
+      ('max_beyond_any_float', None, 10**400,
+       'Invalid max_recorded_priority'),
+      # Was OverflowError (np.asarray(..., float64) of 10**400).
+      ('leaf_beyond_any_float', lambda leaves: [10**400] + [0.0] * 15, None,
+       'real numbers'),
       # The imaginary part was dropped (a ComplexWarning).
-      ('complex', lambda leaves: leaves + 1j, 'dtype complex128'),
+      ('complex', lambda leaves: leaves + 1j, None,
+       'must be real numbers, got dtype complex128'),
       # Strings were parsed as numbers.
-      ('strings', lambda leaves: leaves.astype(str), 'dtype <U'),
-      ('bools', lambda leaves: leaves > 0, 'dtype bool'),
+      ('strings', lambda leaves: leaves.astype(str), None,
+       'must be real numbers, got dtype <U'),
+      ('bools', lambda leaves: leaves > 0, None,
+       'must be real numbers, got dtype bool'),
+      # The memory's priorities must read back from float32 as themselves.
+      ('outside_float32', lambda leaves: [1e300] + [0.0] * 15, 1e300,
+       'Sum tree state leaves'),
   )
-  def test_leaves_that_are_not_real_numbers(self, convert, message):
+  def test_bad_sum_tree(self, convert, max_recorded_priority, message):
     leaves = make().sum_tree.get_state()['nodes'][-1]
-    craft(self.directory, 'sum_tree',
-          sum_tree_pickle(nodes=leaves_with(convert(leaves))))
-    self.assert_refused('sum_tree', 'must be real numbers, got ' + message)
-
-  def test_priority_outside_float32(self):
-    # The memory's priorities must read back from float32 as themselves.
     craft(self.directory, 'sum_tree', sum_tree_pickle(
-        nodes=leaves_with([1e300] + [0.0] * 15), max_recorded_priority=1e300))
-    self.assert_refused('sum_tree', 'Sum tree state leaves')
+        nodes=None if convert is None else leaves_with(convert(leaves)),
+        max_recorded_priority=max_recorded_priority))
+    self.assert_refused('sum_tree', message)
 
   def test_good_checkpoint_still_loads(self):
     memory = make(steps=5, seed=2)
@@ -363,30 +327,28 @@ class GzipBombTest(HardeningTestCase):
   def test_bombs_are_refused_after_a_bounded_read(self):
     two_gib = 2 << 30
     binbytes8 = b'\x80\x04\x8e' + struct.pack('<Q', two_gib)
-    cases = {
+    state = memory_checkpoint.DOPAMINE_PER_STATE_NAME
+    cases = {  # case: (file, data)
         # Pickles of 2 MB that inflate to 2 GiB: were decompressed whole.
-        'sum_tree': gzip_bomb(binbytes8, two_gib),
-        'episode_end_indices': gzip_bomb(binbytes8, two_gib),
-        memory_checkpoint.DOPAMINE_PER_STATE_NAME: gzip_bomb(binbytes8,
-                                                             two_gib),
+        'sum_tree': ('sum_tree', gzip_bomb(binbytes8, two_gib)),
+        'episode_end_indices': ('episode_end_indices',
+                                gzip_bomb(binbytes8, two_gib)),
+        state: (state, gzip_bomb(binbytes8, two_gib)),
         # A version-2 .npy header declaring 4 GiB: NumPy reads it all.
-        'add_count': gzip_bomb(b'\x93NUMPY\x02\x00\xf0\xff\xff\xff',
-                               two_gib),
+        'add_count': ('add_count', gzip_bomb(
+            b'\x93NUMPY\x02\x00\xf0\xff\xff\xff', two_gib)),
+        # 300 KB that expand to 8 GiB once converted to an array: a leaf
+        # level of 104,858 references to one list of 10,000 floats.
+        'shared': ('sum_tree', sum_tree_pickle(
+            nodes=leaves_with([[0.5] * 10000] * 104858))),
     }
     directories = {}
-    for name, data in cases.items():
-      directories[name] = os.path.join(self.directory, name)
-      shutil.copytree(self.directory, directories[name],
+    for case, (name, data) in cases.items():
+      directories[case] = os.path.join(self.directory, case)
+      shutil.copytree(self.directory, directories[case],
                       ignore=lambda *_: list(directories))
-      craft(directories[name], name, data)
-      self.assertLess(len(data), 4 << 20)
-    # 300 KB of shared references, 8 GiB once converted to an array.
-    directories['shared'] = os.path.join(self.directory, 'shared')
-    shutil.copytree(self.directory, directories['shared'],
-                    ignore=lambda *_: list(directories))
-    data = shared_references_pickle()
-    self.assertLess(len(data), 400 << 10)
-    craft(directories['shared'], 'sum_tree', data)
+      craft(directories[case], name, data)
+      self.assertLess(len(data), (400 << 10) if case == 'shared' else 4 << 20)
 
     done = subprocess.run(
         [sys.executable, '-c', _MEASURE, json.dumps(directories)],
@@ -394,12 +356,11 @@ class GzipBombTest(HardeningTestCase):
         check=False)
     self.assertEqual(done.returncode, 0, done.stderr[-2000:])
     reports = json.loads(done.stdout.strip().splitlines()[-1])
-    for name, report in reports.items():
-      file_name = 'sum_tree' if name == 'shared' else name
+    for case, report in reports.items():
       self.assertRegex(report['outcome'], '^refused: .*{}_ckpt'.format(
-          re.escape(file_name)), name)
+          re.escape(cases[case][0])), case)
       # Bound: 64 MiB, where the bombs inflate to 2 GiB and 8 GiB.
-      self.assertLess(report['peak_growth_kib'], 64 << 10, name)
+      self.assertLess(report['peak_growth_kib'], 64 << 10, case)
 
 
 class LeftoverTemporariesTest(HardeningTestCase):

@@ -66,37 +66,22 @@ class AddValuesTest(parameterized.TestCase):
     replay_cases.assert_same_snapshot(self, before,
                                       replay_cases.snapshot(memory))
 
-  @parameterized.named_parameters(
-      ('python_float', 1e300), ('negative', -1e300), ('python_int', 2**128),
-      ('int_beyond_any_float', 10**400), ('numpy_float64', np.float64(1e39)),
-      ('array_0d', np.array(-3.5e38)), ('complex', np.complex128(1e300)))
-  def test_reward_overflowing_float32(self, reward):
-    # Was stored as inf (10**400: OverflowError after writing the padding).
-    memory = _memory()
-    self.assert_refused(memory, "argument 'reward' holds .*overflows float32",
-                        reward=reward)
-    self.assertTrue(memory.is_empty())
-
-  def test_int_beyond_any_float_writes_nothing(self):
-    # The issue's case: the three padding transitions were written before
-    # the OverflowError.
-    memory = _memory()
-    self.assert_refused(memory, r"'reward'.*10\*\*400", reward=10**400)
-    self.assert_refused(memory, r"'exact'.*10\*\*400.*overflows float64",
-                        exact=10**400)
-    self.assertTrue(memory.storage.episode_start)
-    memory.add(*_args())
-    self.assertEqual(int(memory.add_count), 4)
-
-  @parameterized.named_parameters(
-      ('float64_array', 'half', np.array([1.0, 65520.0])),
-      ('int32_array', 'half', np.array([70000, 1], np.int32)),
-      ('float_into_complex64', 'wave', 1e39),
-      ('complex_into_complex64', 'wave', np.complex128(1e300j)),
-      ('int_into_complex64', 'wave', 10**39))
-  def test_narrower_float_dtypes(self, name, value):
-    self.assert_refused(_memory(), "argument '{}' holds .*overflows".format(
-        name), **{name: value})
+  @parameterized.parameters(
+      # Rewards were stored as inf; 10**400 raised OverflowError after the
+      # three padding transitions were written (the snapshot checks them).
+      ('reward', 'float32', [1e300, -1e300, 2**128, 10**400,
+                             np.float64(1e39), np.array(-3.5e38),
+                             np.complex128(1e300)]),
+      ('exact', 'float64', [10**400]),
+      ('half', 'float16', [np.array([1.0, 65520.0]),
+                           np.array([70000, 1], np.int32)]),
+      ('wave', 'complex64', [1e39, np.complex128(1e300j), 10**39]))
+  def test_values_overflowing_their_dtype(self, name, dtype, values):
+    for value in values:
+      memory = _memory()
+      self.assert_refused(memory, "argument '{}' holds .*overflows {}".format(
+          name, dtype), **{name: value})
+      self.assertTrue(memory.is_empty())
 
   def test_values_that_round_to_finite_are_stored(self):
     memory = _memory()
@@ -173,19 +158,10 @@ _BOUND = validation.MAX_ADD_COUNT
 def _counting_memory(memory_class, room, episode_start=False):
   """A memory of real adds whose add_count then leaves `room` more writes.
 
-  After 40 adds (a few episodes), adds go on until the cursor is that of
-  MAX_ADD_COUNT - room; add_count is then moved up by a multiple of the
-  capacity, so the cursor, the stored transitions and their validity stay
-  those of the adds.
-
-  Args:
-    memory_class: one of `_MEMORY_CLASSES`.
-    room: int, MAX_ADD_COUNT - add_count afterwards.
-    episode_start: whether the next add starts an episode (and so writes
-      stack_size - 1 padding transitions first).
-
-  Returns:
-    the memory.
+  Adds go on until the cursor is that of MAX_ADD_COUNT - room; add_count is
+  then moved up by a multiple of the capacity, so the cursor, the stored
+  transitions and their validity stay those of the adds. With
+  `episode_start`, the next add starts an episode (writing padding first).
   """
   memory = memory_class(observation_shape=(2,), stack_size=4,
                         replay_capacity=32, batch_size=4, update_horizon=2,

@@ -1,14 +1,14 @@
 # coding=utf-8
 """Reading a replay memory's checkpoint: bounds, validation, installing.
 
-`memory_checkpoint.load` finds a checkpoint's files (through a pending
-journal, if its save was cut short) and hands them here: `read` reads every
-file and validates it against the memory's configuration, within bounds
-derived from that configuration, and changes nothing; `install` then puts
-what `read` returned into the memory, and cannot fail (what `replaced`
-returned before puts the memory back the same way). The checkpoint's layout
-(`Layout`: its files' names) and saving are `memory_checkpoint`'s; how each
-file is read is `file_io`'s.
+`memory_checkpoint.load` finds a checkpoint's files and hands them here:
+`read` reads every file and validates it against the memory's
+configuration, within bounds derived from it (so that a damaged or hostile
+file is refused after a bounded read), and changes nothing; `install` then
+puts what `read` returned into the memory, and cannot fail (nor can
+installing what `replaced` returned, which puts the memory back). The
+layout and saving are `memory_checkpoint`'s; how each file is read is
+`file_io`'s.
 """
 
 import collections
@@ -31,57 +31,11 @@ __all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'replaced', 'install']
 # and the only one `read` accepts.
 STATE_FORMAT_VERSION = 1
 
-# What `read` needs of the checkpoint's layout (`memory_checkpoint`'s):
-# store_prefix, the prefix of the storage arrays' file names; state_name,
-# the dopamine_per state file's name; files, (name, format) of every file
-# but the state file (`memory_checkpoint.checkpoint_files`); and
-# attribute_files, those of the public attributes among them.
+# What `read` needs of `memory_checkpoint`'s layout: the storage arrays'
+# file name prefix, the dopamine_per state file's name, (name, format) of
+# every other file (`checkpoint_files`) and of the attributes' among them.
 Layout = collections.namedtuple(
     'Layout', ['store_prefix', 'state_name', 'files', 'attribute_files'])
-
-
-# Bounds of what each checkpoint file may hold, derived from the memory's
-# configuration, so that a damaged or hostile file is refused after a
-# bounded amount of reading (see file_io).
-
-
-def _attribute_max_bytes(memory: Any) -> int:
-  """The most bytes a public attribute's file may decompress to.
-
-  Generous but finite: 64 MiB more than all storage arrays together.
-  """
-  return (1 << 26) + memory.storage.nbytes
-
-
-def _npy_max_bytes(memory: Any, name: str) -> int:
-  """The most bytes the array of checkpoint file `name` may take."""
-  if name == 'add_count':
-    return 16  # One integer of at most 16 bytes.
-  if name == 'invalid_range':
-    # Room for other configurations' ranges, for a clearer error.
-    return 8 * (memory.stack_size + memory.update_horizon) + (1 << 16)
-  return _attribute_max_bytes(memory)
-
-
-def _pickle_limits(memory: Any, layout: Layout, name: str
-                  ) -> safe_pickle.PickleLimits:
-  """The bounds of the pickle in checkpoint file `name`."""
-  if name == 'episode_end_indices':
-    # At most one int per slot, 5 to 13 bytes each in any protocol.
-    capacity = memory.replay_capacity
-    return safe_pickle.PickleLimits(
-        max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
-        max_depth=4)
-  if name == layout.state_name:
-    # A few flags, a generator state, a (size, sha256) per file.
-    files = len(layout.files)
-    return safe_pickle.PickleLimits(
-        max_bytes=(1 << 20) + 1024 * files,
-        max_elements=(1 << 14) + 8 * files, max_depth=16)
-  max_bytes = _attribute_max_bytes(memory)
-  return safe_pickle.PickleLimits(
-      max_bytes=max_bytes, max_elements=max_bytes // 8,
-      max_depth=safe_pickle.DEFAULT_PICKLE_LIMITS.max_depth)
 
 
 def read(memory: Any, layout: Layout, filename: Callable[[str], str],
@@ -103,7 +57,7 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
   Raises:
     atomic_files.CheckpointError: On any corrupt or mismatched file.
   """
-  extra = _read_extra_state(memory, layout, filename(layout.state_name),
+  extra = _read_extra_state(layout, filename(layout.state_name),
                             state_digest)
   digests = {} if extra is None else extra['files']
 
@@ -116,12 +70,14 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
   for element in memory.get_storage_signature():
     name = layout.store_prefix + element.name
     with atomic_files.refusing(filename(name)):
-      pending['store'][element.name] = _storage_array(
-          gzip_files.load_npy_gz(
-              filename(name), shape=(capacity,) + tuple(element.shape),
-              dtype=element.type, expected=digest_of(name)))
-  add_count = _read_add_count(memory, filename('add_count'),
-                              digest_of('add_count'))
+      array = gzip_files.load_npy_gz(
+          filename(name), shape=(capacity,) + tuple(element.shape),
+          dtype=element.type, expected=digest_of(name))
+      # As the native ops and `add` take it: a valid `.npy` may hold a
+      # Fortran-order array, which loads copied into C order.
+      pending['store'][element.name] = np.require(
+          array, requirements=['C_CONTIGUOUS', 'ALIGNED', 'WRITEABLE'])
+  add_count = _read_add_count(filename('add_count'), digest_of('add_count'))
   pending['add_count'] = add_count
   cursor = add_count % capacity
   _check_invalid_range(memory, filename('invalid_range'),
@@ -133,12 +89,12 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
     episode_ends = set(np.flatnonzero(terminal).tolist())
   else:
     episode_ends = _read_episode_ends(
-        memory, layout, filename('episode_end_indices'),
+        memory, filename('episode_end_indices'),
         digest_of('episode_end_indices'), written)
   pending['episode_end_indices'] = episode_ends
   pending['attributes'] = {
-      name: _read_attribute(memory, layout, name, filename(name),
-                            file_format, digest_of(name))
+      name: _read_attribute(memory, filename(name), file_format,
+                            digest_of(name))
       for name, file_format in layout.attribute_files}
 
   path = filename(layout.state_name)
@@ -174,23 +130,7 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
   return pending
 
 
-def _storage_array(array: np.ndarray) -> np.ndarray:
-  """A loaded storage array as the storage and the native ops take it.
-
-  The native ops read each storage array as C-contiguous rows (see
-  `native_memory.NativeMemory.bind`), and `add` writes into it. A valid
-  `.npy` may hold a Fortran-order array (``np.save`` of a transposed or
-  ``np.asfortranarray`` one): NumPy reads its values right, so it loads,
-  copied into C order, rather than being refused. `load_npy_gz` gives a
-  fresh array of the element's dtype (in this machine's byte order, as
-  the storage signature's), so aligned and writable; `np.require` copies
-  only an array that is not all of that.
-  """
-  return np.require(array, requirements=['C_CONTIGUOUS', 'ALIGNED',
-                                         'WRITEABLE'])
-
-
-def _read_add_count(memory: Any, path: str,
+def _read_add_count(path: str,
                     expected: Optional[atomic_files.FileDigest]) -> int:
   """Reads the add_count file: an integer in [0, validation.MAX_ADD_COUNT].
 
@@ -200,9 +140,8 @@ def _read_add_count(memory: Any, path: str,
       next `add`, or `add_count` and `save`).
   """
   with atomic_files.refusing(path):
-    add_count = gzip_files.load_npy_gz(
-        path, expected=expected,
-        max_bytes=_npy_max_bytes(memory, 'add_count'))
+    add_count = gzip_files.load_npy_gz(path, expected=expected,
+                                       max_bytes=16)
     if add_count.shape not in ((), (1,)):
       raise atomic_files.CorruptCheckpointError(
           '{}: add_count must be an integer scalar, got {}'.format(
@@ -227,9 +166,10 @@ def _check_invalid_range(memory: Any, path: str,
       `add_count` and the memory's configuration.
   """
   with atomic_files.refusing(path):
+    # Room for other configurations' ranges, for a clearer error.
     loaded_range = gzip_files.load_npy_gz(
-        path, expected=expected,
-        max_bytes=_npy_max_bytes(memory, 'invalid_range'))
+        path, expected=expected, max_bytes=8 * (
+            memory.stack_size + memory.update_horizon) + (1 << 16))
     if add_count == 0:
       return  # Dopamine saves zeros of some length before the first add.
     capacity = memory.replay_capacity
@@ -245,7 +185,7 @@ def _check_invalid_range(memory: Any, path: str,
               memory.update_horizon))
 
 
-def _read_episode_ends(memory: Any, layout: Layout, path: str,
+def _read_episode_ends(memory: Any, path: str,
                        expected: Optional[atomic_files.FileDigest],
                        written: int) -> set:
   """Reads the episode_end_indices file: a set of written slots.
@@ -254,10 +194,14 @@ def _read_episode_ends(memory: Any, layout: Layout, path: str,
     atomic_files.CheckpointError: If the file is corrupt, too large, or
       holds anything but ints in [0, written).
   """
+  # At most one int per slot, 5 to 13 bytes each in any protocol.
+  capacity = memory.replay_capacity
+  limits = safe_pickle.PickleLimits(
+      max_bytes=32 * capacity + (1 << 16), max_elements=capacity + 16,
+      max_depth=4)
   with atomic_files.refusing(path):
-    loaded = gzip_files.load_pickle_gz(
-        path, expected=expected,
-        limits=_pickle_limits(memory, layout, 'episode_end_indices'))
+    loaded = gzip_files.load_pickle_gz(path, expected=expected,
+                                       limits=limits)
     if not isinstance(loaded, (set, frozenset, list, tuple)):
       raise atomic_files.CorruptCheckpointError(
           '{}: episode_end_indices must be a set of ints, got {}'.format(
@@ -274,22 +218,23 @@ def _read_episode_ends(memory: Any, layout: Layout, path: str,
   return episode_ends
 
 
-def _read_attribute(memory: Any, layout: Layout, name: str, path: str,
-                    file_format: str,
+def _read_attribute(memory: Any, path: str, file_format: str,
                     expected: Optional[atomic_files.FileDigest]) -> Any:
-  """Reads the checkpoint file of public attribute `name` (plain data).
+  """Reads the checkpoint file of a public attribute (plain data).
 
   Raises:
     atomic_files.CheckpointError: If the file is corrupt, unsafe or larger
-      than `_attribute_max_bytes`.
+      than 64 MiB more than all storage arrays together.
   """
+  max_bytes = (1 << 26) + memory.storage.nbytes
   with atomic_files.refusing(path):
     if file_format == 'npy':
-      return gzip_files.load_npy_gz(
-          path, expected=expected, max_bytes=_npy_max_bytes(memory, name))
+      return gzip_files.load_npy_gz(path, expected=expected,
+                                    max_bytes=max_bytes)
     value = gzip_files.load_pickle_gz(
-        path, expected=expected,
-        limits=_pickle_limits(memory, layout, name))
+        path, expected=expected, limits=safe_pickle.PickleLimits(
+            max_bytes=max_bytes, max_elements=max_bytes // 8,
+            max_depth=safe_pickle.DEFAULT_PICKLE_LIMITS.max_depth))
     problem = safe_pickle.non_plain_data(value)
     if problem is not None:
       raise atomic_files.CorruptCheckpointError(
@@ -298,7 +243,7 @@ def _read_attribute(memory: Any, layout: Layout, name: str, path: str,
   return value
 
 
-def _read_extra_state(memory: Any, layout: Layout, path: str,
+def _read_extra_state(layout: Layout, path: str,
                       expected: Optional[atomic_files.FileDigest]
                      ) -> Optional[Dict[str, Any]]:
   """Reads and checks the dopamine_per state file; None if there is none.
@@ -308,7 +253,6 @@ def _read_extra_state(memory: Any, layout: Layout, path: str,
   (size, sha256) tuples, so it can name no other file.
 
   Args:
-    memory: the memory being loaded.
     layout: Layout, the checkpoint's file names.
     path: str, the file.
     expected: the digest a pending journal records for it, or None.
@@ -319,10 +263,14 @@ def _read_extra_state(memory: Any, layout: Layout, path: str,
   """
   if expected is None and not atomic_files.exists(path):
     return None
+  # A few flags, a generator state, a (size, sha256) per file.
+  files = len(layout.files)
+  limits = safe_pickle.PickleLimits(
+      max_bytes=(1 << 20) + 1024 * files,
+      max_elements=(1 << 14) + 8 * files, max_depth=16)
   with atomic_files.refusing(path):
-    extra = gzip_files.load_pickle_gz(
-        path, expected=expected,
-        limits=_pickle_limits(memory, layout, layout.state_name))
+    extra = gzip_files.load_pickle_gz(path, expected=expected,
+                                      limits=limits)
     problem = _extra_state_problem(layout, extra)
     if problem is not None:
       raise atomic_files.CorruptCheckpointError(
@@ -368,11 +316,9 @@ def replaced(memory: Any, pending: Dict[str, Any]) -> Dict[str, Any]:
 
   Installing it puts the memory back as it is now: the same storage arrays
   (`install` adopts new ones and writes none of the old), add count,
-  episode ends, generator state, public attributes and extension states
-  (each extension's `value`). Only the storage's backing of pages ahead of
-  the cursor stops, as after any `CircularStorage.restore` (a matter of
-  speed). `memory_checkpoint.load` takes it before installing, to undo a
-  load that the native ops cannot take.
+  episode ends, generator state, public attributes and extension states.
+  `memory_checkpoint.load` takes it to undo a load that the native ops
+  cannot take.
 
   Args:
     memory: the memory being loaded (the caller holds its lock).

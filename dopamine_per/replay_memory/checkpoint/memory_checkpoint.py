@@ -1,29 +1,19 @@
 # coding=utf-8
 """A replay memory's checkpoints: file layout, save, load, clean-up.
 
-The memories' `save` and `load` are thin calls into `save` and `load` here,
-so that the memory classes hold storage and sampling only. The files are
+The memories' `save` and `load` call `save` and `load` here. The files are
 Dopamine's, ``{name}_ckpt.{N}.gz`` (the storage arrays, the counters and
 every public attribute), plus a ``dopamine_per_state`` file that marks the
-checkpoint complete and records every other file's digest. A memory class
-adds files of its own with a `CheckpointExtension` (the prioritized
-memory's sum tree: `SUM_TREE`). How each file is written and read is
-`file_io`'s. What differs from Dopamine: docs/compat.md#memory_checkpoint.
-
-A save replaces checkpoint N as a whole (`file_io.transaction`), so saving
-the same N again can lose nothing: `prepare_save` writes every file, the
-state file included, under a temporary name beside its target (nothing
-visible changes); `commit_save` writes the journal
-``dopamine_per_journal_ckpt.N``, whose appearance is the commit point, then
-renames the files onto Dopamine's names and deletes the journal; `prune`
-deletes the stale checkpoint and leftover temporaries. `save` is the three
-in a row; a sharded memory runs each phase on every shard (all shards
-prepared before any commits). A save cut short before its journal leaves
-the previous checkpoint N; after, the new one: `latest_checkpoint_iteration`
-counts a pending journal as a complete checkpoint, `load` reads through it
-(without writing), and the next save (or `roll_forward`) finishes it.
-`load` finds the files and has `checkpoint_reading` read and validate
-everything before it changes the memory.
+checkpoint complete and records every other file's digest; a memory class
+adds files of its own with a `CheckpointExtension` (`SUM_TREE`). A save
+replaces checkpoint N as a whole, in phases: `prepare_save` stages every
+file under a temporary name, `commit_save` writes the journal
+``dopamine_per_journal_ckpt.N`` (the commit point) and renames the files,
+`prune` deletes the stale checkpoint and leftover temporaries. `load` has
+`checkpoint_reading` read and validate everything before it changes the
+memory. How each file is written and read is `file_io`'s. What differs
+from Dopamine: docs/compat.md#memory_checkpoint; the guarantees:
+docs/reliability.md.
 """
 
 import operator
@@ -66,15 +56,12 @@ __all__ = [
 # attribute name, so these never collide with other checkpointed attributes.
 STORE_FILENAME_PREFIX = '$store$_'
 
-# Checkpoint name of the state Dopamine does not save but we need (whether
-# the next add starts an episode, the generator state). Dopamine ignores the
-# file; without it we derive the values from the data.
+# Checkpoint name of the state Dopamine does not save (whether the next add
+# starts an episode, the generators' states, every other file's digest).
 DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 
 # Name of the journal of a save being committed, ``{JOURNAL_NAME}_ckpt.{N}``
-# (JSON, no ``.gz``: no Dopamine attribute file can have that name; an
-# attribute of this name is refused anyway). It exists from the commit point
-# until every file is in place.
+# (JSON, no ``.gz``), from the commit point until every file is in place.
 JOURNAL_NAME = 'dopamine_per_journal'
 
 # File names of state files and journals; group 1 is the iteration number.
@@ -93,9 +80,8 @@ class CheckpointExtension(object):
   """A file a memory class adds to the circular memory's checkpoint.
 
   A memory class lists its extensions in its `checkpoint_extensions`
-  class attribute. `save` writes them after the circular memory's own files (and
-  before the public attributes'); `load` reads and validates them after
-  everything else, and installs them first.
+  class attribute. `save` writes them after the memory's own files, before
+  the public attributes'; `load` reads them last and installs them first.
 
   Attributes:
     name: str, the checkpoint file's name.
@@ -130,8 +116,7 @@ class CheckpointExtension(object):
   def commit(self, memory: Any, state: Any) -> None:
     """Installs what `read` returned. Must not fail.
 
-    Also takes what `value` returned, and then puts the memory back as it
-    was (`load` undoes a load the native ops cannot take so).
+    Also takes what `value` returned, to put the memory back as it was.
     """
     raise NotImplementedError
 
@@ -145,20 +130,17 @@ class _SumTreeExtension(CheckpointExtension):
   def value(self, memory: Any) -> Dict[str, Any]:
     return memory.get_sum_tree_state()
 
-  def _limits(self, memory: Any) -> safe_pickle.PickleLimits:
-    # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes each
-    # in any pickle protocol; and a generator state (MT19937's holds 624
-    # words).
-    leaves = 1 << max(memory.replay_capacity - 1, 0).bit_length()
-    return safe_pickle.PickleLimits(
-        max_bytes=128 * leaves + (1 << 16),
-        max_elements=2 * leaves + (1 << 12), max_depth=8)
-
   def read(self, memory: Any, path: str,
            expected: Optional[atomic_files.FileDigest]) -> Dict[str, Any]:
+    # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes each
+    # in any pickle protocol; and a generator state (MT19937's: 624 words).
+    leaves = 1 << max(memory.replay_capacity - 1, 0).bit_length()
+    limits = safe_pickle.PickleLimits(
+        max_bytes=128 * leaves + (1 << 16),
+        max_elements=2 * leaves + (1 << 12), max_depth=8)
     with atomic_files.refusing(path):
       loaded = gzip_files.load_pickle_gz(path, expected=expected,
-                                            limits=self._limits(memory))
+                                         limits=limits)
       if isinstance(loaded, safe_pickle.PickledSumTreeState):
         state = loaded.state
       elif isinstance(loaded, dict):
@@ -181,9 +163,7 @@ class _SumTreeExtension(CheckpointExtension):
     return state
 
   def commit(self, memory: Any, state: Dict[str, Any]) -> None:
-    # Validated in `read`; set_state is all-or-nothing anyway, and runs
-    # before the rest is installed, so nothing has changed if it raises.
-    memory.set_sum_tree_state(state)
+    memory.set_sum_tree_state(state)  # Validated in `read`.
 
 
 # The prioritized memory's extension.
@@ -195,10 +175,7 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
 
   A checkpoint is complete once its `dopamine_per_state` file exists, or
   its journal (a save committed but not yet finished: `load` reads through
-  it). A save stages its files, the state file among them, under temporary
-  names and commits them by writing the journal, and the clean-up deletes
-  the state file first, so a save or a clean-up cut short (a crash,
-  SIGKILL) leaves the previous checkpoint as the newest.
+  it); a save or a clean-up cut short leaves the previous one the newest.
 
   Args:
     checkpoint_dir: str, the directory given to `save`.
@@ -206,35 +183,28 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   Returns:
     int, the iteration number to give `load`, or None if there is none.
   """
-  iterations = _complete_iterations(
-      atomic_files.list_directory(checkpoint_dir))
+  names = atomic_files.list_directory(checkpoint_dir)
+  iterations = (_iterations(_STATE_PATTERN, names) +
+                _iterations(_JOURNAL_PATTERN, names))
   return max(iterations) if iterations else None
 
 
 def holds_checkpoint(checkpoint_dir: str, iteration_number: Any) -> bool:
   """Whether `checkpoint_dir` holds complete checkpoint N.
 
-  Complete as `latest_checkpoint_iteration` counts it: its
-  `dopamine_per_state` file or its journal exists. Looks at those two
-  paths only.
+  Complete as `latest_checkpoint_iteration` counts it; looks at its
+  `dopamine_per_state` file and its journal only.
 
   Args:
     checkpoint_dir: str, a memory's checkpoint directory.
     iteration_number: int or str, N.
   """
-  names = [_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-           journal_filename(iteration_number)]
-  return bool(_complete_iterations([
-      name for name in names
-      if atomic_files.exists(os.path.join(checkpoint_dir, name))]))
-
-
-def _complete_iterations(names: Sequence[str]) -> List[int]:
-  """The iterations whose state file or journal is among file names
-  `names`: the complete checkpoints."""
-  states = [int(match.group(1))
-            for match in map(_STATE_PATTERN.match, names) if match]
-  return states + _journal_iterations(names)
+  names = ((_STATE_PATTERN, _target(DOPAMINE_PER_STATE_NAME,
+                                    iteration_number)),
+           (_JOURNAL_PATTERN, journal_filename(iteration_number)))
+  return any(pattern.match(name) and
+             atomic_files.exists(os.path.join(checkpoint_dir, name))
+             for pattern, name in names)
 
 
 def journal_filename(iteration_number: Any) -> str:
@@ -246,19 +216,19 @@ def journal_filename(iteration_number: Any) -> str:
   return '{}_ckpt.{}'.format(JOURNAL_NAME, iteration_number)
 
 
-def _journal_iterations(names: Sequence[str]) -> List[int]:
-  """The iteration numbers of the journals among file names `names`."""
+def _iterations(pattern: 're.Pattern[str]', names: Sequence[str]
+               ) -> List[int]:
+  """The iteration numbers of the file names `names` that `pattern` fits."""
   return sorted(int(match.group(1))
-                for match in map(_JOURNAL_PATTERN.match, names) if match)
+                for match in map(pattern.match, names) if match)
 
 
 def roll_forward(checkpoint_dir: str) -> List[int]:
   """Finishes the saves that were committed but cut short (SIGKILL, error).
 
   Renames each pending journal's files onto their names and deletes the
-  journal (`transaction.roll_forward`); afterwards the directory holds
-  Dopamine's files only, for Dopamine or any other reader. `prepare_save`
-  does it first; `load` does not need it. Idempotent.
+  journal (`transaction.roll_forward`): afterwards the directory holds
+  Dopamine's files only. `prepare_save` does it first. Idempotent.
 
   Args:
     checkpoint_dir: str, a memory's checkpoint directory.
@@ -273,8 +243,8 @@ def roll_forward(checkpoint_dir: str) -> List[int]:
     OSError: If a rename fails (call it again).
   """
   done = []
-  for iteration in _journal_iterations(
-      atomic_files.list_directory(checkpoint_dir)):
+  for iteration in _iterations(_JOURNAL_PATTERN,
+                               atomic_files.list_directory(checkpoint_dir)):
     if transaction.roll_forward(checkpoint_dir, journal_filename(iteration)):
       logging.info('Finished the interrupted save of checkpoint %d in %s.',
                    iteration, checkpoint_dir)
@@ -328,15 +298,11 @@ def _value(memory: Any, name: str) -> Any:
       return extension.value(memory)
   if name.startswith(STORE_FILENAME_PREFIX):
     return memory.storage.arrays[name[len(STORE_FILENAME_PREFIX):]]
-  if name == 'add_count':
-    return memory.add_count
-  if name == 'invalid_range':
-    return memory.invalid_range
+  if name in ('add_count', 'invalid_range'):
+    return getattr(memory, name)
   if name == 'episode_end_indices':
     return set(int(i) for i in memory.episode_end_indices)
-  if not name.startswith('_') and name in vars(memory):
-    return vars(memory)[name]
-  raise KeyError(name)
+  return vars(memory)[name]  # A public attribute (`_attribute_files`).
 
 
 def checkpointable_elements(memory: Any) -> Dict[str, Any]:
@@ -354,7 +320,7 @@ def checkpointable_elements(memory: Any) -> Dict[str, Any]:
 # ------------------------------------------------------------------- save
 
 
-def _check_checkpointable(memory: Any, files: Sequence[FileSpec]) -> None:
+def _check_checkpointable(memory: Any) -> None:
   """Checks that every public attribute can be saved and safely loaded.
 
   Raises:
@@ -362,10 +328,7 @@ def _check_checkpointable(memory: Any, files: Sequence[FileSpec]) -> None:
       (`safe_pickle.non_plain_data`): loading it would have to run code.
     ValueError: If an attribute's name cannot be a checkpoint file's.
   """
-  own = {name for name, _ in _layout(memory)}
-  for name, _ in files:
-    if name in own:
-      continue
+  for name, _ in _attribute_files(memory):
     if not name.isidentifier() or name in (DOPAMINE_PER_STATE_NAME,
                                            JOURNAL_NAME):
       raise ValueError(
@@ -391,8 +354,7 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
           bool(memory.storage.episode_start),
       'rng_state': (None if memory.rng is None else
                     memory.rng.bit_generator.state),
-      # The native ops' generator, so that a resumed run's graph samples
-      # continue its stream.
+      # The native ops' generator: a resumed run's samples continue.
       'sampler_state': (None if memory.native is None else
                         memory.native.sampler_state()),
   }
@@ -418,14 +380,11 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   """Writes `memory` to `checkpoint_dir` (`OutOfGraphReplayBuffer.save`).
 
   `prepare_save`, `commit_save` and `prune` in a row: checkpoint N is
-  replaced as a whole. Whatever stops the save (an exception, a full disk,
-  SIGKILL), `load(N)` then gives all of the previous checkpoint N (if any)
-  or all of the new one: the previous one until the journal is written,
-  the new one from then on. On an exception before the journal, the staged
-  files are deleted; a SIGKILL leaves them, and the next save deletes them.
-
-  The caller holds the memory's lock (`_lock`); the prioritized memory's
-  sum tree is read under its `_priority_lock`, which its extension takes.
+  replaced as a whole. Whatever stops the save, `load(N)` gives all of the
+  previous checkpoint N (if any) until the journal is written, all of the
+  new one from then on. On an exception before the journal the staged
+  files are deleted; those a SIGKILL leaves, the next save deletes. The
+  caller holds the memory's lock (`_lock`).
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -452,7 +411,6 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     transaction.abort_uncommitted(
         checkpoint_dir, journal_filename(iteration_number), record)
     raise
-  # prepare_save finished every pending journal; none can have appeared.
   _clean_up(memory, checkpoint_dir, iteration_number)
 
 
@@ -460,17 +418,13 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
                 ) -> Optional[transaction.Record]:
   """Writes every file of checkpoint N under a temporary name: phase one.
 
-  First finishes any save of this memory in `checkpoint_dir` that was
-  committed but cut short (`roll_forward`, any iteration), then checks that
-  every public attribute can be saved, then writes and fsyncs each file
-  (the dopamine_per state last, with every other file's size and SHA-256)
-  beside its target. No target changes: a previous checkpoint N still loads
-  exactly as before. Give the record to `commit_save`, or to `abort_save`.
-  Nothing but `commit_save` or `abort_save` of this record may run on the
-  directory in between (`prune` and `save` delete uncommitted staged files).
-
-  The caller holds the locks `save` needs (the memory's `_lock`); what is
-  written is the memory's state at this call.
+  First finishes any committed save cut short (`roll_forward`), checks
+  that every public attribute can be saved, then writes and fsyncs each
+  file (the dopamine_per state last, with every other file's size and
+  SHA-256) beside its target: a previous checkpoint N still loads as
+  before. Give the record to `commit_save` or `abort_save`; nothing else
+  may run on the directory in between (`prune` and `save` delete
+  uncommitted staged files). The caller holds the memory's `_lock`.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -478,9 +432,8 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
     iteration_number: int, N.
 
   Returns:
-    transaction.Record of the staged files (plain data with `to_data()`),
-    or None if `checkpoint_dir` does not exist (a warning is logged and
-    nothing is written).
+    transaction.Record of the staged files, or None if `checkpoint_dir`
+    does not exist (a warning is logged and nothing is written).
 
   Raises:
     TypeError, ValueError: As `save`, before anything is written.
@@ -493,17 +446,15 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
                     'not saved.', checkpoint_dir)
     return None
   roll_forward(checkpoint_dir)
-  files = checkpoint_files(memory)
-  _check_checkpointable(memory, files)
+  _check_checkpointable(memory)
   staging = transaction.Transaction(checkpoint_dir)
   try:
     digests = {}
-    for name, file_format in files:
+    for name, file_format in checkpoint_files(memory):
       digests[name] = tuple(staging.write(
           _target(name, iteration_number),
           _writer(memory, name, file_format)))
-    # Staged last (so renamed last): the state file records every other
-    # file's size and checksum, and marks the checkpoint complete.
+    # Last, so renamed last: it marks the checkpoint complete.
     state = _extra_state(memory)
     state['files'] = digests
     staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
@@ -519,31 +470,28 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
                 prune: bool = True) -> None:  # pylint: disable=redefined-outer-name
   """Makes the files `prepare_save` staged checkpoint N: phase two.
 
-  Writes the journal ``dopamine_per_journal_ckpt.N`` (atomically: the
-  commit point, from which `load(N)` gives the new checkpoint), renames
-  each staged file onto its Dopamine name, the state file last, and deletes
-  the journal; then, if `prune`, runs `prune`. Idempotent: called again
-  with the same record after a crash or an error, it finishes what is left
-  (or does nothing if the record is in place already).
+  Writes the journal (atomically: the commit point, from which `load(N)`
+  gives the new checkpoint), renames each staged file onto its name, the
+  state file last, and deletes the journal; then, if `prune`, runs
+  `prune`. Idempotent: called again with the same record, it finishes what
+  is left (or does nothing if the record is in place already).
 
   Args:
     memory: the `OutOfGraphReplayBuffer` that was saved (for `prune`).
     checkpoint_dir: str, the directory given to `prepare_save`.
     iteration_number: int, N, as given to `prepare_save`.
-    record: what `prepare_save` returned (here or, through
-      `Record.to_data` and `Record.from_data`, in another process); None
-      (the directory did not exist) commits nothing.
+    record: what `prepare_save` returned (in another process, through
+      `Record.to_data` and `Record.from_data`); None commits nothing.
     prune: bool, whether to `prune` afterwards (a sharded memory prunes
       once every shard has committed).
 
   Raises:
     ValueError: If `record` is not of checkpoint N's files.
-    atomic_files.CheckpointError: If a staged file is gone (the record was
-      aborted, or its temporaries deleted) and the record is not in place:
-      checkpoint N is unchanged.
-    OSError: If the journal or a rename fails. Before the journal exists,
-      checkpoint N is unchanged (call again, or `abort_save`); after, it is
-      the new one (call again, or let the next save finish it).
+    atomic_files.CheckpointError: If a staged file is gone and the record
+      is not in place: checkpoint N is unchanged.
+    OSError: If the journal or a rename fails: checkpoint N is unchanged
+      before the journal exists (call again, or `abort_save`), the new one
+      after (call again, or let the next save finish it).
   """
   if record is None:
     return
@@ -565,9 +513,7 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
         'save was aborted, or its temporary files deleted). Checkpoint {} '
         'is unchanged; save again.'.format(
             iteration_number, checkpoint_dir, missing[:3], iteration_number))
-  if prune:
-    # The journal of N is finished; others may be pending (a record from
-    # another process): roll them forward before deleting temporaries.
+  if prune:  # As `prune` (which this argument hides) does.
     roll_forward(checkpoint_dir)
     _clean_up(memory, checkpoint_dir, iteration_number)
 
@@ -602,13 +548,12 @@ def abort_save(checkpoint_dir: str, record: Optional[transaction.Record]
 def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   """The clean-up after checkpoint N is saved: what `save` does last.
 
-  Deletes the checkpoint `checkpoint_duration` iterations older (unless a
-  multiple of keep_every), its state file first, and then temporary files
-  of this memory's checkpoint files left by killed saves (any iteration).
-  Pending journals are finished first (`roll_forward`), so no committed
-  file is deleted; staged files of a save not yet committed are deleted:
-  call it after every `commit_save`, never between `prepare_save` and
-  `commit_save`. The caller holds the memory's lock.
+  Finishes pending journals (`roll_forward`), then deletes the checkpoint
+  `checkpoint_duration` iterations older (unless a multiple of
+  keep_every), its state file first, and the temporaries of this memory's
+  checkpoint files that killed saves left (any iteration). Staged files
+  of a save not yet committed are deleted too: never call it between
+  `prepare_save` and `commit_save`. The caller holds the memory's lock.
 
   Args:
     memory: the `OutOfGraphReplayBuffer` that was saved.
@@ -622,8 +567,11 @@ def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
 def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int
              ) -> None:
   """`prune` once no journal is pending: stale checkpoint, temporaries."""
-  _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number))
-  _remove_temporaries(checkpoint_dir, checkpoint_files(memory))
+  names = [DOPAMINE_PER_STATE_NAME] + [
+      name for name, _ in checkpoint_files(memory)]
+  _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
+                   names)
+  _remove_temporaries(checkpoint_dir, names)
 
 
 def _check_record(record: transaction.Record,
@@ -654,8 +602,7 @@ def _in_place(checkpoint_dir: str, iteration_number: int,
               record: transaction.Record) -> bool:
   """Whether `record`'s commit has finished: its state file is in place.
 
-  The state file is renamed last and records the rng state and every
-  other file's digest, so its bytes identify this save.
+  The state file is renamed last, and its bytes identify this save.
   """
   target = _target(DOPAMINE_PER_STATE_NAME, iteration_number)
   try:
@@ -665,17 +612,13 @@ def _in_place(checkpoint_dir: str, iteration_number: int,
     return False
 
 
-def _remove_temporaries(checkpoint_dir: str,
-                        files: Sequence[FileSpec]) -> None:
+def _remove_temporaries(checkpoint_dir: str, names: Sequence[str]) -> None:
   """Deletes what killed saves left: temporaries of this memory's files.
 
-  `transaction` stages each file under a temporary name (as
-  `atomic_files.atomic_write` does); a SIGKILL leaves them behind. Only
-  temporaries of a checkpoint file or journal of this memory (any
-  iteration) are deleted, nothing else. Run it only once pending journals
-  are rolled forward: their staged files are such temporaries.
+  Only temporaries of a checkpoint file `names` or journal (any iteration)
+  are deleted. Run it only once pending journals are rolled forward: their
+  staged files are such temporaries.
   """
-  names = [DOPAMINE_PER_STATE_NAME] + [name for name, _ in files]
   pattern = re.compile(r'^(?:(?:{})_ckpt\.\d+\.gz|{}_ckpt\.\d+)$'.format(
       '|'.join(re.escape(name) for name in names), re.escape(JOURNAL_NAME)))
   for path in atomic_files.remove_temporaries(
@@ -683,23 +626,20 @@ def _remove_temporaries(checkpoint_dir: str,
     logging.info('Deleted %s, left by an interrupted save.', path)
 
 
-def _collect_garbage(memory: Any, checkpoint_dir: str,
-                     iteration_number: int) -> None:
-  """Deletes the checkpoint `checkpoint_duration` iterations older.
+def _collect_garbage(memory: Any, checkpoint_dir: str, iteration_number: int,
+                     names: Sequence[str]) -> None:
+  """Deletes files `names` of the checkpoint `checkpoint_duration` older.
 
-  Call it with no journal pending (`prune` rolls them forward first).
+  Call it with no journal pending (deleting one instead could leave a mix
+  of old and new files under the old state file). `names` starts with the
+  state file: a checkpoint that has one has all its files.
   """
   stale = iteration_number - memory.checkpoint_duration
   if stale < 0:
     return
   if memory.keep_every is not None and stale % memory.keep_every == 0:
     return
-  # `prune` has finished any pending journal (deleting one instead could
-  # leave a mix of old and new files under the old state file). The state
-  # file goes first: a checkpoint that has one has all its files, even if
-  # this deletion is interrupted.
-  names = [name for name, _ in checkpoint_files(memory)]
-  for name in [DOPAMINE_PER_STATE_NAME] + names:
+  for name in names:
     atomic_files.remove_if_exists(
         gzip_files.checkpoint_filename(checkpoint_dir, name, stale))
 
@@ -712,19 +652,15 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
   """Restores `memory` from a checkpoint (`OutOfGraphReplayBuffer.load`).
 
   The caller holds the memory's lock. All-or-nothing: every file is checked
-  to exist, then read and validated against the memory's configuration
-  (storage arrays are made C-contiguous, as the native ops read them), and
-  only then installed; then `bind`, if given, registers the installed
+  to exist, then read and validated against the memory's configuration,
+  and only then installed; then `bind`, if given, registers the installed
   arrays with the native ops. If it raises, the memory is put back as it
-  was (the same arrays, counters, episode ends, generator state, sum tree
-  and attributes), so Python samples what the ops still do: `bind` raises
-  before it registers anything (`native_memory.NativeMemory.bind`), and
-  the ops keep the previous arrays, which it holds.
+  was, so Python samples what the ops still do (`bind` raises before it
+  registers anything, and the ops keep the previous arrays).
 
-  A checkpoint whose save was committed but cut short (its journal
-  pending) is read through the journal, each file where it is now (staged,
-  or renamed already) and checked against the journal's digests; nothing
-  is written (the next save, or `roll_forward`, finishes that save).
+  A checkpoint whose save was committed but cut short is read through its
+  journal, each file where it is now, checked against the journal's
+  digests; nothing is written.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -735,16 +671,13 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
 
   Raises:
     atomic_files.CheckpointNotFoundError: If an expected file is missing
-      (but for episode_end_indices, which old checkpoints lack): a
-      FileNotFoundError and a CheckpointError, and where TensorFlow is
-      loaded a tf.errors.NotFoundError as Dopamine raises (TensorFlow is
-      never imported to raise it).
+      (but for episode_end_indices, which old checkpoints lack); also a
+      FileNotFoundError and, where TensorFlow is loaded, the
+      tf.errors.NotFoundError Dopamine raises.
     atomic_files.CheckpointError: (a ValueError) If a file or the journal
-      is corrupt, unsafe, not a regular file, larger than the memory can
-      need, or does not match the memory's configuration; or if `bind`
-      raises an `Exception` (chained to it; the memory is as it was). An
-      exception that is not an `Exception` (KeyboardInterrupt) passes
-      unchanged, the memory put back too.
+      is corrupt, unsafe, too large or does not match the memory's
+      configuration; or if `bind` raises an `Exception` (chained to it).
+      Any other exception of `bind` passes unchanged, the memory put back.
   """
   journal = transaction.pending(checkpoint_dir, journal_filename(suffix))
 
@@ -783,8 +716,7 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
   try:
     bind(memory)
   except BaseException as e:
-    # Not bound again: that would reseed the ops' generator, and they read
-    # the previous arrays still (see above).
+    # Not bound again: that would reseed the ops' generator.
     checkpoint_reading.install(memory, previous)
     if not isinstance(e, Exception):
       raise

@@ -3,12 +3,11 @@
 
 `circular_replay_buffer.WrappedReplayBuffer` and
 `prioritized_replay_buffer.WrappedPrioritizedReplayBuffer` (Dopamine's
-classes and gin names) are these bases with their memory class. Every
-TensorFlow op of the wrappers and of the memories' `as_dataset` is built by
-`wrapped_sampling`, which only `tensorflow_side` imports, on first use: so
-defining and configuring the wrappers with gin, or using the NumPy
-memories, does not import TensorFlow. What differs from Dopamine's Wrapped*
-classes: docs/compat.md#wrapped_replay_buffer.
+classes and gin names) are these bases with their memory class. Their
+TensorFlow ops, and `as_dataset`'s, are built by `wrapped_sampling`, which
+only `tensorflow_side` imports, on first use: configuring the wrappers or
+using the NumPy memories does not import TensorFlow. What differs from
+Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
 
 import collections
@@ -37,15 +36,10 @@ class WrappedReplayBufferBase(object):
   """Graph-mode access to an out-of-graph replay memory.
 
   Every `session.run` that needs a tensor of `transition` (or the legacy
-  attributes `states`, `actions`, ...) samples a fresh batch: through the
-  native ops, which share the memory and its lock and run without the GIL
-  (see `native_ops`), or, with `use_native_ops=False` or where they cannot
-  be built, through a `tf.numpy_function`. With `use_staging=True` each run returns the batch
-  staged by the previous run and stages the next one, sampled while the
-  graph trains on the current one (see `create_sampling_ops`).
-
-  Subclasses set `_memory_class`, the class of the memory the constructor
-  creates.
+  attributes `states`, `actions`, ...) samples a fresh batch, through the
+  native ops (see `native_ops`) or a `tf.numpy_function`; with staging, the
+  batch staged by the previous run (see `create_sampling_ops`). Subclasses
+  set `_memory_class`, the class of the memory the constructor creates.
 
   Attributes:
     memory: the out-of-graph replay memory; `add`, `save` and `load` go to it.
@@ -97,9 +91,8 @@ class WrappedReplayBufferBase(object):
       reward_dtype: np.dtype of rewards.
       use_native_ops: bool, sample and set priorities through the native
         ops (the default; they fall back to `tf.numpy_function` ops, with
-        one warning saying why, where they cannot be built or cannot sample
-        this memory as it samples itself); False for the `tf.numpy_function`
-        ops.
+        one warning saying why, where they cannot serve this memory); False
+        for the `tf.numpy_function` ops.
       **memory_kwargs: further keyword arguments for the memory's constructor
         (e.g. `checkpoint_duration`, `keep_every`, `rng`).
 
@@ -147,10 +140,9 @@ class WrappedReplayBufferBase(object):
   def create_sampling_ops(self, use_staging: bool) -> None:
     """Builds the sampling ops and fills `transition` and legacy attributes.
 
-    Without staging, each run samples a batch (through the native ops or a
-    `tf.numpy_function`); with staging, a run returns the batch the previous run staged and
-    samples the next one while the graph trains (see
-    `wrapped_sampling.sampling_ops`).
+    Without staging, each run samples a batch; with staging, a run returns
+    the batch the previous run staged and samples the next one while the
+    graph trains (see `wrapped_sampling.sampling_ops`).
 
     Args:
       use_staging: bool, prefetch the next batch while the graph trains.

@@ -1,15 +1,13 @@
 # coding=utf-8
 """The TensorFlow side of the replay memories: sampling and priority ops.
 
-The out-of-graph memories are NumPy only, so that a process that only
-stores transitions never imports TensorFlow. This module builds what the
-`Wrapped*` classes and `as_dataset` hand to TensorFlow: ops that sample a
-batch (with or without a staging area), that set and get priorities, and a
-`tf.data.Dataset` of batches. Each is the native op when the memory is
-registered with them (`native_binding`, see `native_ops`), else a
-`tf.numpy_function`. They reach it through
-`wrapped_replay_buffer.tensorflow_side`, when they first need it. What
-differs from Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
+What the `Wrapped*` classes and `as_dataset` hand to TensorFlow, reached
+through `wrapped_replay_buffer.tensorflow_side` on first use (the memories
+are NumPy only): ops that sample a batch (with or without a staging area),
+that set and get priorities, and a `tf.data.Dataset` of batches. Each is
+the native op when the memory is registered with them (`native_binding`,
+see `native_ops`), else a `tf.numpy_function`. What differs from
+Dopamine's Wrapped* classes: docs/compat.md#wrapped_replay_buffer.
 """
 
 import threading
@@ -32,10 +30,9 @@ native_binding = native_ops.binding
 # they do not wait for the next batch to be staged (see `sampling_ops`).
 _NETWORK_INPUTS = ('state', 'next_state')
 
-# Graph -> the memories its native ops reach (by id only): as a py_func keeps
-# its memory alive while its graph lives, so that a graph or dataset that
-# outlives its wrapper still samples. In TF2 the graph is a tf.function's or
-# a dataset function's.
+# Graph -> the memories its native ops reach (by id only), kept alive while
+# the graph lives as a py_func keeps its memory (a tf.function's or dataset
+# function's graph too).
 _GRAPH_MEMORIES = weakref.WeakKeyDictionary()
 _GRAPH_MEMORIES_LOCK = threading.Lock()
 
@@ -56,21 +53,9 @@ def _numpy_function(func: Callable[..., Any], inp: Sequence[Any],
                    ) -> Union[List[tf.Tensor], tf.Operation, None]:
   """`tf.numpy_function(func, inp, out_types, stateful=True, name=name)`.
 
-  Stateful, so that TensorFlow neither folds nor merges the op: each run
-  calls `func` again (a fresh batch, an update applied each time). Eagerly,
-  one output is still a list, as in graph mode, so that callers unpack it
-  alike.
-
-  Args:
-    func: callable taking NumPy arrays and returning one array per
-      `out_types` entry (None for no outputs).
-    inp: list of tensors, the arguments.
-    out_types: list of dtypes of the outputs.
-    name: str, the op's name.
-
-  Returns:
-    list of tf.Tensor, one per `out_types` entry; when `out_types` is
-    empty, the tf.Operation (None eagerly: `func` has run).
+  Stateful, so that each run calls `func` again. Returns a list of tensors,
+  one per `out_types` entry (eagerly too); with no `out_types`, the
+  tf.Operation (None eagerly).
   """
   out_types = list(out_types)
   result = tf.numpy_function(func, list(inp), out_types, stateful=True,
@@ -88,15 +73,12 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None
   samples a batch: the native op with `native`, else a `tf.numpy_function`.
 
   With staging, a `StagingArea` in the session holds the next batch. A run
-  takes the staged batch (or samples one, when none is staged: the first
-  run) and then samples the next one into the area. That sampling runs on
-  another of TensorFlow's inter-op threads while the graph trains: the
-  `state` and `next_state` tensors come straight from the area, and the
-  other elements (actions, rewards, indices, ...) are released once the next
-  batch is staged. A training step reads them only after its networks have
-  run on the states, so the sampling overlaps with that work and a step
-  costs about max(sample, train). A run that reads nothing but the states
-  stages nothing; the next run then samples its own batch.
+  takes the staged batch (or samples one, when none is staged) and then
+  samples the next one into the area, on another inter-op thread: `state`
+  and `next_state` come straight from the area, the other elements are
+  released once the next batch is staged, so the sampling overlaps with
+  the networks' work on the states. A run that reads nothing but the
+  states stages nothing.
 
   Args:
     memory: an out-of-graph replay memory.
@@ -239,22 +221,21 @@ def dataset(memory: Any, batch_size: Optional[int], prefetch: int,
   elements = memory.get_transition_elements(batch_size)
   names = [element.name for element in elements]
   native = native_binding(memory, use_native_ops)
-  if native is not None:
 
-    def sample(unused_element):
-      _keep_alive(memory)  # While the dataset's function lives.
-      return dict(zip(names, native_ops.sample(native, elements)))
-
-    batches_dataset = tf.data.Dataset.from_tensors(0).repeat().map(sample)
-    return batches_dataset.prefetch(prefetch) if prefetch else batches_dataset
+  def sample(unused_element):
+    _keep_alive(memory)  # While the dataset's function lives.
+    return dict(zip(names, native_ops.sample(native, elements)))
 
   def batches():
     while True:
       yield dict(zip(names, memory.sample_transition_batch(batch_size)))
 
-  signature = {element.name: tf.TensorSpec(element.shape, element.type,
-                                           name=element.name)
-               for element in elements}
-  batches_dataset = tf.data.Dataset.from_generator(
-      batches, output_signature=signature)
+  if native is not None:
+    batches_dataset = tf.data.Dataset.from_tensors(0).repeat().map(sample)
+  else:
+    batches_dataset = tf.data.Dataset.from_generator(
+        batches, output_signature={
+            element.name: tf.TensorSpec(element.shape, element.type,
+                                        name=element.name)
+            for element in elements})
   return batches_dataset.prefetch(prefetch) if prefetch else batches_dataset

@@ -82,16 +82,12 @@ inline Walked Walk(const BatchSource& s, const int64_t* slots,
   return w;
 }
 
-// Writes a flag of `item` bytes: the value in the lowest-order byte.
+// Writes flags of `item` bytes each (little-endian: native_memory.py
+// refuses a big-endian machine).
 inline void WriteFlags(const uint8_t* flags, int64_t count, int64_t item,
                        uint8_t* out) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  const int64_t low = item - 1;
-#else
-  const int64_t low = 0;
-#endif
   std::memset(out, 0, count * item);
-  for (int64_t b = 0; b < count; ++b) out[b * item + low] = flags[b];
+  for (int64_t b = 0; b < count; ++b) out[b * item] = flags[b];
 }
 
 // Copies the rows of a kRow output.
@@ -212,7 +208,7 @@ inline bool OutputFor(const Memory& m, int64_t code, uint8_t* out,
       return true;
     case 6:  // terminal
       o->kind = Fill::kTerminal;
-      *row_bytes = o->item = m.terminal_item;
+      *row_bytes = o->item = m.terminal.row_bytes;
       return true;
     case 7:  // indices
       o->kind = Fill::kIndex;
@@ -234,9 +230,9 @@ inline bool OutputFor(const Memory& m, int64_t code, uint8_t* out,
 
 // What a batch of `m` reads besides its outputs' rows.
 inline BatchSource SourceOf(const Memory& m) {
-  return BatchSource{m.observation, m.capacity,      m.pixels,
-                     m.observation_item, m.stack,  m.terminal.data,
-                     m.terminal_item, m.reward,    m.discounts.data(),
+  return BatchSource{m.observation,      m.capacity, m.pixels,
+                     m.observation_item, m.stack,    m.terminal.data,
+                     m.terminal.row_bytes, m.reward, m.discounts.data(),
                      m.horizon};
 }
 

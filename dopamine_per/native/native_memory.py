@@ -2,23 +2,17 @@
 """A replay memory's entry in the native registry, shared with the ops.
 
 Every memory made where the native library builds gets a `NativeMemory`
-when it is made (`create`): an entry in the core library's registry
-(dopamine_per/native) with an id and a random token, and the memory's two
-locks, `lock` (the storage's) and `tree_lock` (the sum tree's), which are
-the registry entry's mutexes (the extension module's `Lock`: re-entrant per
-thread, waiting without the GIL and interruptible by a signal). So the
-memory's lock is chosen once, and is the lock the ops take, from the start.
+when it is made (`create`): an entry in the core library's registry with
+an id and a random token, and the memory's two locks, `lock` (the
+storage's) and `tree_lock` (the sum tree's), which are the entry's mutexes
+(the extension module's `Lock`: re-entrant per thread, waiting without the
+GIL and interruptible by a signal), so the lock the ops take is the
+memory's from the start.
 
-`bind` registers the memory's arrays for the ops (`native_ops`): its
-storage's arrays, add count and episode ends, and the sum tree's flat
-levels and [total, max_recorded_priority]. The ops read and write those
-very arrays: adds from Python are what the next graph sample sees,
-priorities set in the graph are what `get_priority` returns. The registry
-entry outlives sessions and `tf.function`s; the memory's finalizer closes
-it. The design: docs/architecture.md#native-ops.
-
-TensorFlow-free: the core library is a separate shared object from the
-ops library.
+`bind` registers the memory's arrays, which the ops then read and write in
+place. The entry outlives sessions and `tf.function`s; the memory's
+finalizer closes it. TensorFlow-free. The design:
+docs/architecture.md#native-ops.
 """
 
 import ctypes
@@ -137,14 +131,11 @@ def _address(array: np.ndarray) -> int:
 def _seed(memory: Any, memory_id: int) -> int:
   """The ops' generator seed, drawing nothing from any generator.
 
-  A digest of the state of the memory's generator and its add count, so
-  that a seeded run samples the same batches again, and a memory restored
-  from a checkpoint without a sampler state does not replay the draws its
-  run started with. Without a generator, of the states of NumPy's and
-  Python's global generators instead, and the memory's id (memories bound
-  together draw apart): a run seeded as the Runner seeds (`random.seed`,
-  `np.random.seed`) samples the same batches again, and those generators,
-  which the agent's exploration draws from, are not advanced.
+  A digest of the memory's add count and its generator's state or, without
+  one, the states of NumPy's and Python's global generators (which the
+  agent's exploration draws from, so they are not advanced) and the
+  memory's id: a seeded run samples the same batches again, and a memory
+  restored without a sampler state does not replay its run's first draws.
   """
   if memory.rng is None:
     state = (np.random.get_state()[1].tobytes(), random.getstate(),

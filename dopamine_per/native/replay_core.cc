@@ -89,7 +89,7 @@ void per_memory_destroy(int64_t id, void* handle, int take_storage,
                                           std::defer_lock);
   if (take_storage) storage.lock();
   if (take_tree) tree.lock();
-  memory->Unbind();
+  memory->bound = false;
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
   auto found = dopamine_per::Registry().find(id);
   if (found != dopamine_per::Registry().end()) found->second.memory.reset();

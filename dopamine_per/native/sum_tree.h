@@ -180,22 +180,16 @@ inline bool DescendFrom(const Tree& t, const int64_t* rows, double* remaining,
   return DescendOf<0>(t, rows, remaining, count, out);
 }
 
-// `DescendFrom` the masses `targets`, unchecked (a tree the library built).
-inline void Descend(const Tree& t, const double* targets, int64_t count,
-                    int64_t* out) {
-  std::vector<double> remaining(targets, targets + count);
-  DescendFrom(t, nullptr, remaining.data(), count, out);
-}
-
-// `Descend` to the masses (lower + width * uniforms) * scale.
-inline void DescendUniforms(const Tree& t, const double* uniforms,
-                            const double* lower, const double* width,
-                            double scale, int64_t count, int64_t* out) {
-  std::vector<double> targets(count);
+// `DescendFrom` the masses (lower + width * uniforms) * scale.
+inline bool DescendUniforms(const Tree& t, const int64_t* rows,
+                            const double* uniforms, const double* lower,
+                            const double* width, double scale, int64_t count,
+                            int64_t* out) {
+  std::vector<double> masses(count);
   for (int64_t i = 0; i < count; ++i) {
-    targets[i] = (lower[i] + width[i] * uniforms[i]) * scale;
+    masses[i] = (lower[i] + width[i] * uniforms[i]) * scale;
   }
-  Descend(t, targets.data(), count, out);
+  return DescendFrom(t, rows, masses.data(), count, out);
 }
 
 // The doubles of Python's random.random() from pairs of 32-bit words.

@@ -80,11 +80,13 @@ void CheckEqual(const A& a, const B& b, const char* what, const char* file,
 
 NOINLINE std::string DrawOf(Memory& m, int64_t count, bool strata,
                             int64_t* out) {
-  return dopamine_per::Draw(m, count, strata, out);
+  dopamine_per::GeneratorDraws draws{m.rng};
+  return dopamine_per::Draw(m, count, strata, draws, out);
 }
 
 NOINLINE std::string SampleOf(Memory& m, int64_t count, int64_t* out) {
-  return dopamine_per::SampleIndices(m, count, out);
+  dopamine_per::GeneratorDraws draws{m.rng};
+  return dopamine_per::SampleIndices(m, count, draws, out);
 }
 
 // ------------------------------------------------------------- sum trees
@@ -259,7 +261,7 @@ void TestLeavesValid() {
 
 NOINLINE int64_t DescendOne(TestTree& t, double mass) {
   int64_t leaf = -1;
-  dopamine_per::Descend(t.tree(), &mass, 1, &leaf);
+  dopamine_per::DescendFrom(t.tree(), nullptr, &mass, 1, &leaf);
   return leaf;
 }
 
@@ -280,15 +282,15 @@ void TestDescentBoundaries() {
   // Batched, with the same answers; DescendUniforms' masses.
   std::vector<double> remaining(std::begin(masses), std::end(masses));
   std::vector<int64_t> out(remaining.size(), -1);
-  dopamine_per::Descend(t.tree(), remaining.data(),
-                        static_cast<int64_t>(out.size()), out.data());
+  dopamine_per::DescendFrom(t.tree(), nullptr, remaining.data(),
+                            static_cast<int64_t>(out.size()), out.data());
   CHECK(std::equal(out.begin(), out.end(), std::begin(leaves)));
   const double uniforms[] = {0.0, 0.5, 0.0};
   const double lower[] = {0.0, 0.5, 0.625};
   const double width[] = {0.5, 0.5, 0.375};
   int64_t drawn[3];
-  dopamine_per::DescendUniforms(t.tree(), uniforms, lower, width, 10.0, 3,
-                                drawn);
+  dopamine_per::DescendUniforms(t.tree(), nullptr, uniforms, lower, width,
+                                10.0, 3, drawn);
   CHECK_EQ(drawn[0], 0);  // mass 0
   CHECK_EQ(drawn[1], 6);  // mass 7.5
   CHECK_EQ(drawn[2], 6);  // mass 6.25
@@ -771,8 +773,9 @@ void TestFrameStacks() {
     const std::vector<int64_t> ends{0, 3, 5, -1, 8};
     const int64_t rows = static_cast<int64_t>(ends.size());
     std::vector<uint8_t> out(rows * state, 0xAB);
-    dopamine_per::StacksEndingAt(frames.data(), capacity, c.pixels, c.item,
-                                 c.stack, ends.data(), rows, out.data());
+    dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
+                                   c.stack, ends.data(), nullptr, rows,
+                                   out.data(), nullptr);
     std::vector<uint8_t> expected;
     for (const int64_t end : ends) {
       const std::vector<uint8_t> one =

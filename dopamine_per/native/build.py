@@ -62,8 +62,7 @@ _WORK_PREFIX = '.build-'
 _LOCK_SUFFIX = '.lock'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
-# The headers every library includes (replay_core.h and the one header per
-# concern it includes), then each library's own source.
+# The headers every library includes, then each library's own source.
 _HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'frames.h',
             'batch.h', 'memory.h', 'sampler.h')
 _CORE_SOURCES = _HEADERS + ('replay_core.cc',)
@@ -72,9 +71,7 @@ _PYTHON_SOURCES = _HEADERS + ('replay_python.cc',)
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
-# -Wall -Wextra: our sources compile without a warning (tests/native/
-# replay_core_cpp_test.py checks); the headers of TensorFlow and Python
-# are included with -isystem, which keeps their own warnings quiet.
+# -Wall -Wextra: our sources compile without a warning.
 _PROGRAM_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', '-Wall',
                   '-Wextra']
 _COMMON_FLAGS = _PROGRAM_FLAGS + ['-shared', '-fPIC']
@@ -336,10 +333,9 @@ def _compile(command: List[str], target: str) -> str:
   """Runs `command` (writing to {output}) unless `target` verifies.
 
   The library is compiled into a new work directory beside `target`, given
-  the mode of a new executable (0777 & ~umask: 0755 under the usual umask,
-  readable by all, as a shared library is), recorded, and renamed to
-  `target` only after the compiler succeeded; its record follows it.
-  Whatever was at `target` and did not verify is replaced.
+  the mode of a new executable (0755 under the usual umask), recorded, and
+  renamed to `target`, replacing whatever did not verify there; its record
+  follows it.
 
   Returns:
     `target`, which `_verified` accepts.
@@ -393,10 +389,9 @@ def _compile(command: List[str], target: str) -> str:
 def _system_includes(flags: Sequence[str]) -> List[str]:
   """`flags` with each `-I<dir>` as `-isystem <dir>`.
 
-  A system header's warnings are not printed: those of TensorFlow's and
-  Python's headers, which are not ours to fix, stay out of the build's
-  -Wall -Wextra output. (Nothing else is included with -I, so the search
-  order is unchanged.)
+  The warnings of TensorFlow's and Python's headers, not ours to fix, stay
+  out of the build's output. (Nothing else is included with -I, so the
+  search order is unchanged.)
   """
   rewritten = []
   for flag in flags:

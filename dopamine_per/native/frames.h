@@ -81,6 +81,9 @@ struct Sse2Steps {
     }
   }
 };
+using LineSteps = Sse2Steps;
+#else
+using LineSteps = WordSteps;
 #endif
 
 // Interleaves four one-byte frames (Atari's stack) into one word per
@@ -125,13 +128,8 @@ inline void FillStack(const uint8_t* const* sources,
                       int64_t item, int64_t stack, uint8_t* target,
                       uint8_t* next_target) {
   if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
-#if defined(__SSE2__)
-    return InterleaveFour<Sse2Steps>(sources, next, pixels, target,
+    return InterleaveFour<LineSteps>(sources, next, pixels, target,
                                      next_target);
-#else
-    return InterleaveFour<WordSteps>(sources, next, pixels, target,
-                                     next_target);
-#endif
   }
   if (stack == 1) {
     std::memcpy(target, sources[0], pixels * item);

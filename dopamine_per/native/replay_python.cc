@@ -65,25 +65,19 @@ enum Kind : char {
 Kind KindOf(const char* format) {
   if (format == nullptr) return kUnsigned;  // Plain bytes.
   if (*format == '@' || *format == '=' || *format == kNativeOrder) ++format;
+  const bool single = format[0] != '\0' && format[1] == '\0';
   if (format[0] == 'Z') {
-    return format[1] != '\0' && std::strchr("efdg", format[1]) != nullptr &&
-                   format[2] == '\0'
-               ? kComplex
-               : kOther;
+    return single || std::strchr("efdg", format[1]) == nullptr ||
+                   format[2] != '\0'
+               ? kOther
+               : kComplex;
   }
-  if (format[0] == '\0' || format[1] != '\0') return kOther;
-  switch (format[0]) {
-    case '?':
-      return kBool;
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
-      return kSigned;
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-      return kUnsigned;
-    case 'e': case 'f': case 'd': case 'g':
-      return kFloat;
-    default:
-      return kOther;
-  }
+  if (!single) return kOther;
+  if (format[0] == '?') return kBool;
+  if (std::strchr("bhilqn", format[0]) != nullptr) return kSigned;
+  if (std::strchr("BHILQN", format[0]) != nullptr) return kUnsigned;
+  if (std::strchr("efdg", format[0]) != nullptr) return kFloat;
+  return kOther;
 }
 
 // A C-contiguous buffer of an argument, released when it goes out of scope.
@@ -529,9 +523,7 @@ PyObject* SetLeavesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   bool valid = false;
   double total = 0.0, written_max = 0.0;
   const bool typed = WithIndices(leaves, [&](const auto* indices) {
-    int64_t bad;
-    valid = LeavesValid(indices, numbers, count, capacity, smallest, largest,
-                        &bad);
+    valid = LeavesValid(indices, numbers, count, capacity, smallest, largest);
     if (valid) {
       total = WriteLeaves(tree.tree(), indices, numbers, count, &written_max);
     }
@@ -595,73 +587,60 @@ PyObject* DescendPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return inside ? Done() : NotCovered();
 }
 
-// The strata [lower, lower + width) of a descent: float64 [count] each.
-bool TakeStrata(PyObject* lower_object, PyObject* width_object,
-                Array* lower, Array* width) {
-  return lower->Take(lower_object, 1) && lower->IsDouble() &&
-         lower->length() > 0 && width->Take(width_object, 1) &&
-         width->IsDouble() && width->length() == lower->length();
-}
-
 // descend_uniforms(flat, offsets, fanout, uniforms, lower, width, scale,
-// out): True, or NotImplemented.
-PyObject* DescendUniformsPy(PyObject*, PyObject* const* args,
-                            Py_ssize_t nargs) {
-  if (!CheckArguments("descend_uniforms", nargs, 8)) return nullptr;
+// out), and descend_draws(...) (`from_words`) with the uniforms given as
+// the bytes of 2 * count little-endian 32-bit words (random()'s): the
+// leaves holding (lower + width * uniforms) * scale; True, or
+// NotImplemented.
+PyObject* DescendStrata(const char* name, PyObject* const* args,
+                        Py_ssize_t nargs, bool from_words) {
+  if (!CheckArguments(name, nargs, 8)) return nullptr;
   TreeArgument tree;
   Array uniforms, lower, width, out;
   double scale;
   if (!Double(args[6], &scale) ||
       !tree.Take(args[0], args[1], args[2], false) ||
-      !TakeStrata(args[4], args[5], &lower, &width) ||
-      !uniforms.Take(args[3], 1) || !uniforms.IsDouble() ||
-      uniforms.length() != lower.length() || !out.Take(args[7], 1, true) ||
+      !lower.Take(args[4], 1) || !lower.IsDouble() || lower.length() == 0 ||
+      !width.Take(args[5], 1) || !width.IsDouble() ||
+      width.length() != lower.length() || !out.Take(args[7], 1, true) ||
       !out.IsInt64() || out.length() != lower.length()) {
     return NotCovered();
   }
   const int64_t count = lower.length();
+  if (from_words ? !kLittleEndian || !PyBytes_CheckExact(args[3]) ||
+                       PyBytes_GET_SIZE(args[3]) != 8 * count
+                 : !uniforms.Take(args[3], 1) || !uniforms.IsDouble() ||
+                       uniforms.length() != count) {
+    return NotCovered();
+  }
+  // bytes are immutable: read without the GIL too.
+  const char* bytes = from_words ? PyBytes_AS_STRING(args[3]) : nullptr;
   bool inside;
   {
     WithoutGil unlocked(count >= kTreeBatchWithoutGil);
-    inside = DescendUniforms(tree.tree(), tree.rows(), uniforms.data<double>(),
-                             lower.data<double>(), width.data<double>(),
-                             scale, count, out.data<int64_t>());
+    std::vector<double> drawn;
+    if (from_words) {
+      std::vector<uint32_t> words(2 * count);
+      std::memcpy(words.data(), bytes, 8 * count);  // Any alignment.
+      drawn.resize(count);
+      UniformsFromWords(words.data(), count, drawn.data());
+    }
+    inside = DescendUniforms(
+        tree.tree(), tree.rows(),
+        from_words ? drawn.data() : uniforms.data<double>(),
+        lower.data<double>(), width.data<double>(), scale, count,
+        out.data<int64_t>());
   }
   return inside ? Done() : NotCovered();
 }
 
-// descend_draws(flat, offsets, fanout, words, lower, width, scale, out):
-// words the bytes of 2 * count little-endian 32-bit words (random()'s);
-// True, or NotImplemented.
+PyObject* DescendUniformsPy(PyObject*, PyObject* const* args,
+                            Py_ssize_t nargs) {
+  return DescendStrata("descend_uniforms", args, nargs, false);
+}
+
 PyObject* DescendDrawsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("descend_draws", nargs, 8)) return nullptr;
-  TreeArgument tree;
-  Array lower, width, out;
-  double scale;
-  if (!kLittleEndian || !PyBytes_CheckExact(args[3]) ||
-      !Double(args[6], &scale) ||
-      !tree.Take(args[0], args[1], args[2], false) ||
-      !TakeStrata(args[4], args[5], &lower, &width) ||
-      PyBytes_GET_SIZE(args[3]) != 8 * lower.length() ||
-      !out.Take(args[7], 1, true) || !out.IsInt64() ||
-      out.length() != lower.length()) {
-    return NotCovered();
-  }
-  const int64_t count = lower.length();
-  // bytes are immutable: read without the GIL too.
-  const char* bytes = PyBytes_AS_STRING(args[3]);
-  bool inside;
-  {
-    WithoutGil unlocked(count >= kTreeBatchWithoutGil);
-    std::vector<uint32_t> words(2 * count);
-    std::memcpy(words.data(), bytes, 8 * count);  // Any alignment.
-    std::vector<double> uniforms(count);
-    UniformsFromWords(words.data(), count, uniforms.data());
-    inside = DescendUniforms(tree.tree(), tree.rows(), uniforms.data(),
-                             lower.data<double>(), width.data<double>(),
-                             scale, count, out.data<int64_t>());
-  }
-  return inside ? Done() : NotCovered();
+  return DescendStrata("descend_draws", args, nargs, true);
 }
 
 // ------------------------------------------------------ a memory's batch
@@ -775,13 +754,12 @@ PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("fill_batch", nargs, 5)) return nullptr;
   const Memory* m = HeldMemory(args[0], "fill_batch");
   if (m == nullptr) return nullptr;
-  if (!IsLock(args[1]) || !reinterpret_cast<LockObject*>(args[1])->tree ||
-      reinterpret_cast<LockObject*>(args[1])->memory->get() != m) {
+  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
+  if (!IsLock(args[1]) || !tree_lock->tree || tree_lock->memory->get() != m) {
     PyErr_SetString(PyExc_TypeError,
                     "fill_batch: tree_lock must be the memory's tree Lock");
     return nullptr;
   }
-  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
   std::vector<int64_t> slots;
   if (!TakeSlots(args[2], m->capacity, &slots)) return nullptr;
   if (!PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) % 8 != 0 ||

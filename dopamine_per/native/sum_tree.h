@@ -80,14 +80,12 @@ inline void LevelSums(const double* blocks, int64_t rows, int64_t fanout,
 // [smallest, largest] (NaN is neither).
 template <typename Index, typename Value>
 bool LeavesValid(const Index* leaves, const Value* values, int64_t count,
-                 int64_t capacity, double smallest, double largest,
-                 int64_t* bad) {
+                 int64_t capacity, double smallest, double largest) {
   for (int64_t i = 0; i < count; ++i) {
     const int64_t leaf = static_cast<int64_t>(leaves[i]);
     const double value = static_cast<double>(values[i]);
     if (leaf < 0 || leaf >= capacity ||
         (!(value >= smallest && value <= largest) && value != 0.0)) {
-      *bad = i;
       return false;
     }
   }

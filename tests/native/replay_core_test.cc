@@ -234,29 +234,26 @@ void TestWritesUpdateAncestors() {
 
 void TestLeavesValid() {
   const double smallest = 1e-30, largest = 1e30;
-  int64_t bad = -1;
   const std::vector<int64_t> at{0, 3, 9};
   const std::vector<double> fine{1.0, 0.0, largest};
   CHECK(dopamine_per::LeavesValid(at.data(), fine.data(), 3, 10, smallest,
-                                  largest, &bad));
-  CHECK_EQ(bad, -1);
-  const std::vector<int64_t> outside{0, 10, -1};
-  CHECK(!dopamine_per::LeavesValid(outside.data(), fine.data(), 3, 10,
-                                   smallest, largest, &bad));
-  CHECK_EQ(bad, 1);
+                                  largest));
+  for (const int64_t leaf : {10, -1}) {
+    const std::vector<int64_t> outside{0, leaf, 3};
+    CHECK(!dopamine_per::LeavesValid(outside.data(), fine.data(), 3, 10,
+                                     smallest, largest));
+  }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   for (const double value : {nan, inf, -inf, -1.0, 1e-31, 2e30}) {
     const std::vector<double> values{1.0, 2.0, value};
-    bad = -1;
     CHECK(!dopamine_per::LeavesValid(at.data(), values.data(), 3, 10,
-                                     smallest, largest, &bad));
-    CHECK_EQ(bad, 2);
+                                     smallest, largest));
   }
   const std::vector<int32_t> at32{0, 3, 9};
   const std::vector<float> floats{1.0f, 0.0f, 2.0f};
   CHECK(dopamine_per::LeavesValid(at32.data(), floats.data(), 3, 10, smallest,
-                                  largest, &bad));
+                                  largest));
 }
 
 NOINLINE int64_t DescendOne(TestTree& t, double mass) {
@@ -520,12 +517,7 @@ struct TestMemory {
       : capacity(capacity_), stack(stack_), horizon(horizon_),
         max_attempts(attempts), add_count(add_count_),
         episode_end(capacity_, 0), terminal(capacity_, 0),
-        tree(capacity_, fanout), discounts(horizon_, 1.0f),
-        uniform(!prioritized) {
-    Bind(seed);
-  }
-
-  void Bind(uint64_t seed) {
+        tree(capacity_, fanout), discounts(horizon_, 1.0f) {
     PerLayout l{};
     l.size = sizeof(PerLayout);
     l.version = dopamine_per::kLayoutVersion;
@@ -538,7 +530,7 @@ struct TestMemory {
     l.terminal = terminal.data();
     l.terminal_item = 1;
     l.discounts = discounts.data();
-    if (!uniform) {
+    if (prioritized) {
       l.flat = tree.flat.data();
       l.offsets = tree.offsets.data();
       l.levels = tree.levels();
@@ -567,7 +559,6 @@ struct TestMemory {
   std::vector<uint8_t> episode_end, terminal;
   TestTree tree;
   std::vector<float> discounts;
-  bool uniform;
   double scalars[2] = {0.0, 0.0};
   Memory m;
 };
@@ -772,36 +763,31 @@ void TestFrameStacks() {
     for (uint8_t& byte : frames) byte = static_cast<uint8_t>(rng());
     const std::vector<int64_t> ends{0, 3, 5, -1, 8};
     const int64_t rows = static_cast<int64_t>(ends.size());
-    std::vector<uint8_t> out(rows * state, 0xAB);
-    dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
-                                   c.stack, ends.data(), nullptr, rows,
-                                   out.data(), nullptr);
-    std::vector<uint8_t> expected;
-    for (const int64_t end : ends) {
-      const std::vector<uint8_t> one =
-          ReferenceStack(frames, capacity, c.pixels, c.item, c.stack, end);
-      expected.insert(expected.end(), one.begin(), one.end());
-    }
-    CHECK(out == expected);
-    // States and next states together; either alone.
     const std::vector<int64_t> next{1, 4, 0, 0, 2};
-    std::vector<uint8_t> states(rows * state), next_states(rows * state);
+    auto reference = [&](const std::vector<int64_t>& at) {
+      std::vector<uint8_t> all;
+      for (const int64_t end : at) {
+        const std::vector<uint8_t> one =
+            ReferenceStack(frames, capacity, c.pixels, c.item, c.stack, end);
+        all.insert(all.end(), one.begin(), one.end());
+      }
+      return all;
+    };
+    // States and next states together; either alone.
+    std::vector<uint8_t> states(rows * state, 0xAB), next_states(rows * state);
     dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
                                    c.stack, ends.data(), next.data(), rows,
                                    states.data(), next_states.data());
-    CHECK(states == expected);
-    std::vector<uint8_t> next_expected;
-    for (const int64_t end : next) {
-      const std::vector<uint8_t> one =
-          ReferenceStack(frames, capacity, c.pixels, c.item, c.stack, end);
-      next_expected.insert(next_expected.end(), one.begin(), one.end());
+    CHECK(states == reference(ends));
+    CHECK(next_states == reference(next));
+    for (const bool first : {true, false}) {
+      std::vector<uint8_t> only(rows * state, 0);
+      dopamine_per::TransitionStates(
+          frames.data(), capacity, c.pixels, c.item, c.stack, ends.data(),
+          next.data(), rows, first ? only.data() : nullptr,
+          first ? nullptr : only.data());
+      CHECK(only == reference(first ? ends : next));
     }
-    CHECK(next_states == next_expected);
-    std::vector<uint8_t> only(rows * state, 0);
-    dopamine_per::TransitionStates(frames.data(), capacity, c.pixels, c.item,
-                                   c.stack, ends.data(), next.data(), rows,
-                                   nullptr, only.data());
-    CHECK(only == next_expected);
   }
   // GatherRows copies whole rows.
   const std::vector<uint8_t> table{1, 2, 3, 4, 5, 6, 7, 8, 9};

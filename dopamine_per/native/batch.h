@@ -1,10 +1,7 @@
-// Filling a batch of transitions at valid slots: the one routine both
-// faces call on a registered memory, the TensorFlow op (replay_ops.cc) and
-// the Python extension (replay_python.cc). A batch's elements are named as
-// the ops name them and parsed once (ElementCode); at each fill their
-// codes give the outputs (OutputFor) that FillBatch fills: it walks the
-// n-step trajectories once and fills every output from them, as
-// numpy_kernels.transition_batch does, the reference.
+// Filling a batch of transitions at valid slots, the one routine of the op
+// and the extension: elements named as the ops name them, parsed once
+// (ElementCode), give the outputs (OutputFor) that FillBatch fills from the
+// n-step trajectories, walked once (numpy_kernels.transition_batch).
 
 #ifndef DOPAMINE_PER_NATIVE_BATCH_H_
 #define DOPAMINE_PER_NATIVE_BATCH_H_

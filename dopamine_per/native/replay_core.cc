@@ -1,8 +1,5 @@
 // The TensorFlow-free core library: the registry of memories shared with
-// the TensorFlow ops, as a C interface for Python's ctypes
-// (dopamine_per/native/native_memory.py). The memories' locks and
-// the kernels reach Python through the extension module (replay_python.cc)
-// instead.
+// the TensorFlow ops, as a C interface for Python's ctypes (core.py).
 
 #include <cerrno>
 #include <cstdlib>

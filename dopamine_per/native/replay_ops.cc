@@ -1,11 +1,9 @@
-// TensorFlow ops on a registered replay memory (replay_core.h): sample a
-// batch with every transition element, gather the transitions at given
-// slots, set and get priorities, read the total priority. Each op finds
-// its memory by id in the core library's registry and works under the
-// memory's lock, the one Python's side takes (without the GIL). Bad input
-// is an InvalidArgument error naming it, and changes nothing; a memory that
-// cannot be sampled (too few transitions, every priority zero, too many
-// invalid draws) is a FailedPrecondition error.
+// TensorFlow ops on a registered replay memory: sample a batch, gather the
+// transitions at given slots, set and get priorities, read the total. Each
+// op finds its memory in the core library's registry and works under the
+// memory's locks, Python's. Bad input is an InvalidArgument error naming
+// it, and changes nothing; a memory that cannot be sampled is a
+// FailedPrecondition error.
 
 #include <algorithm>
 #include <charconv>

@@ -92,9 +92,8 @@ class Array {
 
   // Takes `object`'s buffer: C-contiguous, of one simple item type,
   // `ndim` dimensions (any if < 0), aligned for its items, writable if
-  // asked. False, with no exception set, if it has no such buffer.
-  // (Writability is read from the buffer, not requested: NumPy's check on
-  // request costs as much again as the rest.)
+  // asked (read from the buffer: requesting it costs NumPy as much again).
+  // False, with no exception set, if it has no such buffer.
   bool Take(PyObject* object, int ndim, bool writable = false) {
     if (PyObject_GetBuffer(object, &view_,
                            PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
@@ -184,20 +183,14 @@ PyObject* Done() { Py_RETURN_TRUE; }
 
 // ------------------------------------------------------------------ locks
 
-// Lock(handle, tree): one of a registered memory's two locks (replay_core.h
-// `Memory`: the storage's `mutex`, or with `tree` true the sum tree's
-// `tree_mutex`), as the Python memory's lock. `handle` is the
-// per_memory_create reference (an address, from native_memory.py); the
-// lock takes a reference of its own. Re-entrant per thread, with RLock's
-// acquire(blocking=True, timeout=-1) and release(): the native mutex is
-// held while the lock is held at any depth, so the TensorFlow ops, which
-// take the mutex, wait for Python and Python for them.
-//
-// Waiting releases the GIL and, every kWaitSlice, takes it back to run the
-// signal handlers: an exception from one (KeyboardInterrupt) leaves the
-// wait with the mutex not taken. The mutex and the owner are set together
-// in C, with the GIL held, so no Python code runs between them. The owner
-// and depth are read and written with the GIL held only.
+// Lock(handle, tree): a registered memory's storage `mutex` (or with `tree`
+// its `tree_mutex`) as the Python memory's lock, RLock's API. `handle` is
+// the per_memory_create reference; the lock takes one of its own. The
+// mutex is held while the lock is held at any depth, so the ops wait for
+// Python and Python for them. Waiting releases the GIL and, every
+// kWaitSlice, takes it back to run the signal handlers: an exception from
+// one (KeyboardInterrupt) leaves the wait with the mutex not taken. The
+// owner and depth are read and written with the GIL held only.
 struct LockObject {
   PyObject_HEAD
   std::shared_ptr<Memory>* memory;

@@ -1,9 +1,7 @@
-// The sampling policy on a registered memory: draws (uniform over the
-// sampling range, or one per stratum of the total priority), the validity
-// test, redraws up to max_sample_attempts and their messages, as the
-// Python memories sample. The draws come from a source: the ops' generator
-// (GeneratorDraws, the memory's mt19937_64) or, out of the graph, the
-// memory's own NumPy generator (replay_python.cc), drawn as NumPy draws.
+// The sampling policy on a registered memory, as the Python memories
+// sample: draws, the validity test, redraws up to max_sample_attempts and
+// their messages. The draws come from the ops' generator (GeneratorDraws)
+// or the memory's NumPy generator (replay_python.cc).
 
 #ifndef DOPAMINE_PER_NATIVE_SAMPLER_H_
 #define DOPAMINE_PER_NATIVE_SAMPLER_H_

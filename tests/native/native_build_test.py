@@ -42,12 +42,6 @@ def _compile_command(build_library):
   return commands[-1]
 
 
-def _system_include(command, directory):
-  """Whether `command` includes `directory` as a system header directory."""
-  return any(command[i:i + 2] == ['-isystem', directory]
-             for i in range(len(command) - 1))
-
-
 class BuildTest(parameterized.TestCase):
 
   @classmethod
@@ -134,10 +128,8 @@ class BuildTest(parameterized.TestCase):
     module = extension._import(self.extension)  # pylint: disable=protected-access
     self.assertEqual(module.__name__, build.PYTHON_MODULE)
     self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
-    command = _compile_command(build.python_extension)
-    self.assertTrue(_system_include(command, sysconfig.get_paths()['include']),
-                    command)
-    self.assertIn('-ffp-contract=off', command)
+    self.assertIn('-ffp-contract=off',
+                  _compile_command(build.python_extension))
 
   @parameterized.named_parameters(
       ('no_compiler', lambda: mock.patch.dict(
@@ -179,9 +171,7 @@ class BuildTest(parameterized.TestCase):
     ops_command = _compile_command(build.ops_library)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     for flag in tf.sysconfig.get_compile_flags():
-      if flag.startswith('-I'):  # A system header directory.
-        self.assertTrue(_system_include(ops_command, flag[2:]), ops_command)
-      else:
+      if not flag.startswith('-I'):  # -isystem: replay_core_cpp_test.
         self.assertIn(flag, ops_command)
     self.assertIn('-D_GLIBCXX_USE_CXX11_ABI=1', ops_command)
     self.assertIn('-std=c++17', ops_command)

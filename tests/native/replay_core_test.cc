@@ -1,12 +1,7 @@
 // Unit tests of dopamine_per/native/replay_core.h, the loops every native
-// library shares: the sum tree (level sums, writes and their ancestors,
-// descents), validity masks and n-step trajectories, the sampler (uniform
-// and stratified draws, redraws of invalid slots, its errors), the random
-// draws, and the frame stacks. A plain program, no test framework: it
-// prints each failed check and "N checks passed" (exit 0) or "K of N
-// checks failed" (exit 1). tests/native/replay_core_cpp_test.py compiles
-// it with build.py's compiler and flags (`build.compile_test_program`),
-// also with AddressSanitizer and UBSan, and runs it.
+// library shares. A plain program, no test framework: it prints each failed
+// check and "N checks passed" (exit 0) or "K of N checks failed" (exit 1).
+// tests/native/replay_core_cpp_test.py compiles and runs it.
 
 #include <algorithm>
 #include <cmath>
@@ -636,10 +631,6 @@ void TestPrioritizedDraws() {
       }
     }
   }
-  // An empty tree cannot be sampled.
-  TestMemory empty(8, 1, 1, 8, true);
-  CHECK_EQ(DrawOf(empty.m, 4, true, out),
-           std::string("Cannot sample from an empty sum tree."));
 }
 
 void TestSampleIndices() {
@@ -704,7 +695,6 @@ void TestRandomDraws() {
     }
     CHECK(inside);
   }
-  for (int i = 0; i < 100; ++i) CHECK_EQ(dopamine_per::DrawBelow(rng, 1), 0u);
   // Unbiased: each of 3 values about a third of the time.
   int64_t counts[3] = {0, 0, 0};
   for (int i = 0; i < 30000; ++i) ++counts[dopamine_per::DrawBelow(rng, 3)];

@@ -466,18 +466,21 @@ _BATCH_LAYOUTS = (
 )
 
 
-def _filled_memories(prioritized, shape, dtype, stack, horizon,
-                     terminal_dtype):
-  """A memory on NumPy's loops and one sampled natively, the same 150
-  transitions in each (across the wrap of 60 slots, episodes cut by
-  terminals and by ends), and the same priorities."""
+def _filled_memories(prioritized, shape=(2,), dtype=np.float32, stack=2,
+                     horizon=3, terminal_dtype=np.uint8, make_rng=lambda: None,
+                     **config):
+  """A memory on NumPy's loops and one sampled natively, with equal
+  generators (make_rng()), the same 150 transitions in each (across the
+  wrap of 60 slots, episodes cut by terminals and by ends), and the same
+  priorities."""
   extras = [ReplayElement('logits', (2, 3), np.float64),
             ReplayElement('flag', (), np.int8)]
   memories = [_memory(prioritized, kernels=kernels, observation_shape=shape,
                       observation_dtype=dtype, stack_size=stack,
                       update_horizon=horizon, gamma=0.9, replay_capacity=60,
                       terminal_dtype=terminal_dtype, action_shape=(2,),
-                      action_dtype=np.int16, extra_storage_types=extras)
+                      action_dtype=np.int16, extra_storage_types=extras,
+                      rng=make_rng(), **config)
               for kernels in ('numpy', 'native')]
   rng = np.random.default_rng(horizon)
   for t in range(150):
@@ -531,25 +534,6 @@ class NativeBatchTest(parameterized.TestCase):
       for mine, theirs in zip(*batches):
         self.assertEqual(mine.tobytes(), theirs.tobytes())
 
-  def _twins(self, prioritized, make_rng, **config):
-    """A memory on NumPy's loops and one sampled natively, with equal
-    generators (make_rng()), the same 120 transitions (across the wrap of
-    50 slots, a fifth of the slots invalid) and priorities."""
-    memories = []
-    for kernels in ('numpy', 'native'):
-      memory = _memory(prioritized, kernels=kernels, replay_capacity=50,
-                       batch_size=7, update_horizon=3, rng=make_rng(),
-                       **config)
-      rng = np.random.default_rng(1)
-      for t in range(120):
-        keywords = dict(episode_end=bool(rng.random() < 0.1))
-        if prioritized:
-          keywords['priority'] = float(rng.random())
-        memory.add(rng.random(2).astype(np.float32), t % 3, 1.0,
-                   int(rng.random() < 0.1), **keywords)
-      memories.append(memory)
-    return memories
-
   def test_one_native_call_draws_as_numpy_does(self):
     # Each batch is one native call (draws, redraws, fill) that consumes
     # the memory's generator exactly as its Python draws do: the same
@@ -561,7 +545,8 @@ class NativeBatchTest(parameterized.TestCase):
         (prioritized, lambda g=g: np.random.Generator(g(7)))
         for prioritized in (False, True) for g in generators]
     for prioritized, make_rng in cases:
-      numpy_memory, native = self._twins(prioritized, make_rng)
+      numpy_memory, native = _filled_memories(prioritized, make_rng=make_rng,
+                                              batch_size=7)
       redraws = mock.patch.object(type(numpy_memory), '_redraw',
                                   autospec=True,
                                   side_effect=type(numpy_memory)._redraw)
@@ -587,12 +572,12 @@ class NativeBatchTest(parameterized.TestCase):
 
   def test_one_native_call_raises_as_python_does(self):
     for prioritized in (False, True):
-      numpy_memory, native = self._twins(
-          prioritized, lambda: np.random.default_rng(2),
+      numpy_memory, native = _filled_memories(
+          prioritized, make_rng=lambda: np.random.default_rng(2),
           max_sample_attempts=3)
       if prioritized:  # Every priority zero; uniform: attempts exhausted.
         for memory in (numpy_memory, native):
-          memory.sum_tree.set(np.arange(50), np.zeros(50))
+          memory.sum_tree.set(np.arange(60), np.zeros(60))
       errors = []
       for memory in (numpy_memory, native):
         try:

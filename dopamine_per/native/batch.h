@@ -1,10 +1,7 @@
-// Filling a batch of transitions at valid slots: the one routine both
-// faces call on a registered memory, the TensorFlow op (replay_ops.cc) and
-// the Python extension (replay_python.cc). A batch's elements are named as
-// the ops name them and parsed once (ElementCode); at each fill their
-// codes give the outputs (OutputFor) that FillBatch fills: it walks the
-// n-step trajectories once and fills every output from them, as
-// numpy_kernels.transition_batch does, the reference.
+// Filling a batch of transitions at valid slots, the one routine of the op
+// and the extension: elements named as the ops name them, parsed once
+// (ElementCode), give the outputs (OutputFor) that FillBatch fills from the
+// n-step trajectories, walked once (numpy_kernels.transition_batch).
 
 #ifndef DOPAMINE_PER_NATIVE_BATCH_H_
 #define DOPAMINE_PER_NATIVE_BATCH_H_
@@ -82,16 +79,12 @@ inline Walked Walk(const BatchSource& s, const int64_t* slots,
   return w;
 }
 
-// Writes a flag of `item` bytes: the value in the lowest-order byte.
+// Writes flags of `item` bytes each (little-endian: native_memory.py
+// refuses a big-endian machine).
 inline void WriteFlags(const uint8_t* flags, int64_t count, int64_t item,
                        uint8_t* out) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  const int64_t low = item - 1;
-#else
-  const int64_t low = 0;
-#endif
   std::memset(out, 0, count * item);
-  for (int64_t b = 0; b < count; ++b) out[b * item + low] = flags[b];
+  for (int64_t b = 0; b < count; ++b) out[b * item] = flags[b];
 }
 
 // Copies the rows of a kRow output.
@@ -212,7 +205,7 @@ inline bool OutputFor(const Memory& m, int64_t code, uint8_t* out,
       return true;
     case 6:  // terminal
       o->kind = Fill::kTerminal;
-      *row_bytes = o->item = m.terminal_item;
+      *row_bytes = o->item = m.terminal.row_bytes;
       return true;
     case 7:  // indices
       o->kind = Fill::kIndex;
@@ -234,9 +227,9 @@ inline bool OutputFor(const Memory& m, int64_t code, uint8_t* out,
 
 // What a batch of `m` reads besides its outputs' rows.
 inline BatchSource SourceOf(const Memory& m) {
-  return BatchSource{m.observation, m.capacity,      m.pixels,
-                     m.observation_item, m.stack,  m.terminal.data,
-                     m.terminal_item, m.reward,    m.discounts.data(),
+  return BatchSource{m.observation,      m.capacity, m.pixels,
+                     m.observation_item, m.stack,    m.terminal.data,
+                     m.terminal.row_bytes, m.reward, m.discounts.data(),
                      m.horizon};
 }
 

@@ -1,46 +1,29 @@
 # coding=utf-8
 """Builds the native libraries, once per source and TensorFlow version.
 
-Three shared objects, compiled with the system's C++ compiler (g++, or
-$CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE (default
-~/.cache/dopamine_per/native):
+Three shared objects (docs/architecture.md#native-ops), compiled with the
+system's C++ compiler (g++, or $CXX) with -Wall -Wextra on first use and
+cached under $DOPAMINE_PER_NATIVE_CACHE (default
+~/.cache/dopamine_per/native): the TensorFlow-free core library
+(`core_library`), the kernels' CPython extension (`python_extension`, for
+this interpreter's ABI) and the TensorFlow ops (`ops_library`, with the
+installed TensorFlow's flags, linked to the core library, whose registry
+they share). `python -m dopamine_per.native.build` builds all three now.
 
-* the core library (`core_library`): the registry of memories, with a C
-  interface for ctypes, without TensorFlow, so that the NumPy memory can
-  load it;
-* the kernels' Python extension (`python_extension`, replay_python.cc): a
-  CPython extension module calling the same loops without ctypes' cost
-  per call (`replay_memory.kernels.native_kernels`), compiled against this
-  interpreter's headers (python3-dev) and named for its ABI;
-* the TensorFlow ops (`ops_library`), compiled with the installed
-  TensorFlow's flags (`tf.sysconfig`; its C++ ABI, `-D_GLIBCXX_USE_CXX11_ABI=1`
-  for the pip wheels) and linked to the core library, whose registry they
-  share.
+A library's file name carries a hash of its sources, the compiler and the
+flags (and TensorFlow's version, for the ops). Each library has a record
+beside it (`<library>.sha256`: its size and SHA-256), and a cached library
+is used only if it matches: anything else is rebuilt, because loading a
+truncated ELF kills the process (SIGBUS). Each build compiles into its own
+locked work directory in the cache and renames the library only once the
+compiler succeeded; the work of a killed build is removed by the next
+process to use the cache.
 
-A library's file name carries a hash of its sources, the compiler's version
-and the flags (and TensorFlow's version, for the ops): a new release or
-another TensorFlow gets its own build. Beside each library, its record
-(`<library>.sha256`: its size and SHA-256) is written after it, and a
-cached library is used only if it matches its record: anything else there
-(truncated, empty, not a regular file, left by an older release) is
-treated as absent and rebuilt, because loading a truncated ELF kills the
-process (SIGBUS). Each build compiles into its own locked work directory in
-the cache (`.build-*`) and renames the library there only once the compiler
-succeeded, so concurrent processes never see a half-written file; the work
-of a build that was killed is removed by the next process to use the cache.
-`python -m dopamine_per.native.build` builds all three now and prints where.
-They are compiled with -Wall -Wextra, and our sources print no warning
-(TensorFlow's and Python's headers are system headers, -isystem, whose
-warnings are not shown); one that does is logged. `compile_test_program`
-compiles a C++ test program with the same compiler and flags
-(tests/native/replay_core_test.cc).
 With $DOPAMINE_PER_NATIVE_SANITIZE=1, `core_library()` and `ops_library()`
-(and so the libraries the memories and ops load) are the AddressSanitizer
-and UBSan builds, for tests: the process must have libasan preloaded
-(LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
-Without a compiler, or when it fails, `NativeBuildError` says why; the
-memories then fall back to their Python paths (see
-`replay_memory.graph.native_ops`).
+are the AddressSanitizer and UBSan builds, for tests (the process must have
+libasan preloaded). Without a compiler, or when it fails,
+`NativeBuildError` says why; the memories then fall back to their Python
+paths.
 """
 
 import fcntl
@@ -79,8 +62,7 @@ _WORK_PREFIX = '.build-'
 _LOCK_SUFFIX = '.lock'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
-# The headers every library includes (replay_core.h and the one header per
-# concern it includes), then each library's own source.
+# The headers every library includes, then each library's own source.
 _HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'frames.h',
             'batch.h', 'memory.h', 'sampler.h')
 _CORE_SOURCES = _HEADERS + ('replay_core.cc',)
@@ -89,9 +71,7 @@ _PYTHON_SOURCES = _HEADERS + ('replay_python.cc',)
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
-# -Wall -Wextra: our sources compile without a warning (tests/native/
-# replay_core_cpp_test.py checks); the headers of TensorFlow and Python
-# are included with -isystem, which keeps their own warnings quiet.
+# -Wall -Wextra: our sources compile without a warning.
 _PROGRAM_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', '-Wall',
                   '-Wextra']
 _COMMON_FLAGS = _PROGRAM_FLAGS + ['-shared', '-fPIC']
@@ -194,9 +174,8 @@ def _digest(sources: Sequence[str], *parts: str) -> str:
   return digest.hexdigest()[:16]
 
 
-def _contents(path: str, size: Optional[int] = None
-              ) -> Optional[Tuple[int, str]]:
-  """The size and SHA-256 of the regular file at `path`, else None.
+def _read(path: str, size: Optional[int] = None) -> Optional[bytes]:
+  """The contents of the regular file at `path`, else None.
 
   None for anything but a readable regular file (missing, a directory, a
   FIFO, a dangling link), or, given `size`, for a file of another size. It
@@ -212,35 +191,29 @@ def _contents(path: str, size: Optional[int] = None
     if not stat.S_ISREG(status.st_mode) or (
         size is not None and status.st_size != size):
       return None
-    digest = hashlib.sha256()
-    length = 0
+    chunks = []
     while True:
       chunk = os.read(handle, 1 << 20)
       if not chunk:
-        return length, digest.hexdigest()
-      digest.update(chunk)
-      length += len(chunk)
+        return b''.join(chunks)
+      chunks.append(chunk)
   except OSError:
     return None
   finally:
     os.close(handle)
+
+
+def _contents(path: str, size: Optional[int] = None
+              ) -> Optional[Tuple[int, str]]:
+  """The size and SHA-256 of the regular file at `path` (`_read`)."""
+  data = _read(path, size)
+  return None if data is None else (len(data), hashlib.sha256(
+      data).hexdigest())
 
 
 def _record(path: str) -> Optional[Tuple[int, str]]:
   """The size and SHA-256 that the record at `path` holds, else None."""
-  try:
-    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-  except OSError:
-    return None
-  try:
-    if not stat.S_ISREG(os.fstat(handle).st_mode):
-      return None
-    text = os.read(handle, 256)  # A record is under 100 bytes.
-  except OSError:
-    return None
-  finally:
-    os.close(handle)
-  match = _RECORD_PATTERN.fullmatch(text)
+  match = _RECORD_PATTERN.fullmatch(_read(path) or b'')
   return (int(match.group(1)), match.group(2).decode()) if match else None
 
 
@@ -339,14 +312,30 @@ def _install(source: str, target: str, work: str) -> None:
     os.replace(source, target)
 
 
+def _run_compiler(command: List[str], name: str) -> str:
+  """Runs the compiler's `command`; returns what it printed.
+
+  Raises:
+    NativeBuildError: If the compiler would not start or failed.
+  """
+  try:
+    result = subprocess.run(command, capture_output=True, text=True,
+                            check=False)
+  except OSError as e:
+    raise NativeBuildError('compiling {} failed: {}'.format(name, e)) from e
+  if result.returncode != 0:
+    raise NativeBuildError('compiling {} failed:\n{}'.format(
+        name, result.stderr[-4000:]))
+  return result.stderr
+
+
 def _compile(command: List[str], target: str) -> str:
   """Runs `command` (writing to {output}) unless `target` verifies.
 
   The library is compiled into a new work directory beside `target`, given
-  the mode of a new executable (0777 & ~umask: 0755 under the usual umask,
-  readable by all, as a shared library is), recorded, and renamed to
-  `target` only after the compiler succeeded; its record follows it.
-  Whatever was at `target` and did not verify is replaced.
+  the mode of a new executable (0755 under the usual umask), recorded, and
+  renamed to `target`, replacing whatever did not verify there; its record
+  follows it.
 
   Returns:
     `target`, which `_verified` accepts.
@@ -371,15 +360,11 @@ def _compile(command: List[str], target: str) -> str:
   start = time.monotonic()
   try:
     output = os.path.join(work, name)
-    result = subprocess.run([part.replace('{output}', output)
-                             for part in command],
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-      raise NativeBuildError('compiling {} failed:\n{}'.format(
-          name, result.stderr[-4000:]))
-    if result.stderr.strip():  # Warnings: our sources should have none.
+    printed = _run_compiler([part.replace('{output}', output)
+                             for part in command], name)
+    if printed.strip():  # Warnings: our sources should have none.
       logging.warning('dopamine_per: compiling %s printed:\n%s', name,
-                      result.stderr[-4000:])
+                      printed[-4000:])
     contents = _contents(output)
     if not contents or not contents[0]:
       raise NativeBuildError('compiling {} failed: the compiler wrote no '
@@ -394,7 +379,7 @@ def _compile(command: List[str], target: str) -> str:
     _install(record, target + _RECORD_SUFFIX, work)
     logging.info('dopamine_per: compiled %s in %.1f s', name,
                  time.monotonic() - start)
-  except OSError as e:  # The compiler would not start; a full disk.
+  except OSError as e:  # A full disk.
     raise NativeBuildError('compiling {} failed: {}'.format(name, e)) from e
   finally:
     _end_work(work, lock)
@@ -404,10 +389,9 @@ def _compile(command: List[str], target: str) -> str:
 def _system_includes(flags: Sequence[str]) -> List[str]:
   """`flags` with each `-I<dir>` as `-isystem <dir>`.
 
-  A system header's warnings are not printed: those of TensorFlow's and
-  Python's headers, which are not ours to fix, stay out of the build's
-  -Wall -Wextra output. (Nothing else is included with -I, so the search
-  order is unchanged.)
+  The warnings of TensorFlow's and Python's headers, not ours to fix, stay
+  out of the build's output. (Nothing else is included with -I, so the
+  search order is unchanged.)
   """
   rewritten = []
   for flag in flags:
@@ -425,13 +409,6 @@ def _sanitize(sanitize: Optional[bool]) -> bool:
   return bool(sanitize)
 
 
-def _core_name(sanitize: bool) -> str:
-  compiler, version = _compiler()
-  flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
-  return 'libdopamine_per_core-{}.so'.format(
-      _digest(_CORE_SOURCES, version, compiler, *flags))
-
-
 def core_library(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the TensorFlow-free core library.
 
@@ -443,10 +420,10 @@ def core_library(sanitize: Optional[bool] = None) -> str:
   Raises:
     NativeBuildError: If there is no compiler or it fails.
   """
-  sanitize = _sanitize(sanitize)
-  compiler, _ = _compiler()
-  flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if sanitize else [])
-  name = _core_name(sanitize)
+  compiler, version = _compiler()
+  flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if _sanitize(sanitize) else [])
+  name = 'libdopamine_per_core-{}.so'.format(
+      _digest(_CORE_SOURCES, version, compiler, *flags))
   command = [compiler] + flags + [
       '-Wl,-soname,' + name, os.path.join(_SOURCE_DIR, 'replay_core.cc'),
       '-o', '{output}']
@@ -543,18 +520,9 @@ def compile_test_program(source: str, output: str,
     NativeBuildError: If there is no compiler or it fails.
   """
   compiler, _ = _compiler()
-  command = ([compiler] + _PROGRAM_FLAGS +
-             (_SANITIZER_FLAGS if sanitize else []) +
-             ['-I' + _SOURCE_DIR, source, '-o', output])
-  try:
-    result = subprocess.run(command, capture_output=True, text=True,
-                            check=False)
-  except OSError as e:
-    raise NativeBuildError('compiling {} failed: {}'.format(source, e)) from e
-  if result.returncode != 0:
-    raise NativeBuildError('compiling {} failed:\n{}'.format(
-        source, result.stderr[-4000:]))
-  return result.stderr
+  return _run_compiler([compiler] + _PROGRAM_FLAGS +
+                       (_SANITIZER_FLAGS if sanitize else []) +
+                       ['-I' + _SOURCE_DIR, source, '-o', output], source)
 
 
 def main(argv: Sequence[str] = ()) -> int:

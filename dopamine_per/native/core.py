@@ -41,7 +41,8 @@ class PerLayout(ctypes.Structure):
   """
   _fields_ = [
       ('size', _I), ('version', _I), ('capacity', _I), ('stack', _I),
-      ('horizon', _I), ('max_sample_attempts', _I), ('add_count', _P), ('episode_end', _P),
+      ('horizon', _I), ('max_sample_attempts', _I), ('add_count', _P),
+      ('episode_end', _P),
       ('observation', _P), ('pixels', _I), ('observation_item', _I),
       ('action', _P), ('action_bytes', _I), ('reward', _P),
       ('terminal', _P), ('terminal_item', _I), ('extras', _I),

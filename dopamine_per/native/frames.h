@@ -15,26 +15,25 @@
 
 namespace dopamine_per {
 
-// Interleaves `stack` frames of `pixels` items of kItem bytes:
-// item k of pixel p of `target` is sources[k]'s pixel p (frames last).
+// Interleaves `stack` frames of `pixels` items of kItem bytes (0: `item`,
+// read at run time): item k of pixel p of `target` is sources[k]'s pixel p
+// (frames last). A constant size makes one load and store per item.
 template <int64_t kItem>
 void Interleave(const uint8_t* const* sources, int64_t pixels, int64_t stack,
-                uint8_t* target) {
+                int64_t item, uint8_t* target) {
+  const int64_t size = kItem ? kItem : item;
   for (int64_t p = 0; p < pixels; ++p) {
     for (int64_t k = 0; k < stack; ++k) {
-      std::memcpy(target + (p * stack + k) * kItem, sources[k] + p * kItem,
-                  kItem);
+      std::memcpy(target + (p * stack + k) * size, sources[k] + p * size,
+                  size);
     }
   }
 }
 
 // How far ahead of the pixel being interleaved the Atari path fetches its
-// frames' lines. The frames lie at random in a large storage, so each is a
-// fresh stream from memory: the hardware prefetcher stops at every page and
-// does not know the next stack's frames. 1 KiB (16 lines per frame) is the
-// least distance at which the copy stops waiting for memory here (measured
-// by hand on an Atari batch of 32: 10-15% faster than at none; 512 bytes
-// halfway; 2 KiB the same).
+// frames' lines: the frames lie at random in a large storage, where the
+// hardware prefetcher stops at every page; the least distance at which the
+// copy stops waiting for memory.
 constexpr int64_t kPrefetchAhead = 1024;
 constexpr int64_t kLineBytes = 64;
 
@@ -49,8 +48,7 @@ inline void InterleaveWord(const uint8_t* const* f, int64_t p,
 }
 
 // The steps that interleave a line (64 pixels) of four one-byte frames:
-// SSE2 (every x86-64; AVX2 measured no faster, as the copy waits on memory)
-// or, elsewhere, words.
+// SSE2 (every x86-64) or, elsewhere, words.
 struct WordSteps {
   static void Line(const uint8_t* const* f, int64_t p, uint8_t* target) {
     for (int64_t q = p; q < p + kLineBytes; ++q) InterleaveWord(f, q, target);
@@ -83,6 +81,9 @@ struct Sse2Steps {
     }
   }
 };
+using LineSteps = Sse2Steps;
+#else
+using LineSteps = WordSteps;
 #endif
 
 // Interleaves four one-byte frames (Atari's stack) into one word per
@@ -90,14 +91,9 @@ struct Sse2Steps {
 // ahead: the frames' lines to read, and for writing, the target's lines
 // those pixels fill (4 per line of pixels); past the end, those of the
 // stack filled after this one (`next` frames into `next_target`; null for
-// none). Writing needs the target's lines too: when the op last ran on
-// another core, they sit modified in that core's cache (measured by hand:
-// states filled by two threads in turn on two cores took 1.4x as long
-// without these prefetches, the same with them).
-//
-// The prefetches are written in this loop, not in a helper of their own:
-// GCC takes a function whose only effect is prefetching for one without
-// effects, and drops its calls.
+// none). The target's lines may sit modified in another core's cache.
+// The prefetches are written in this loop: GCC drops the calls of a helper
+// whose only effect is prefetching.
 template <typename Steps>
 inline void InterleaveFour(const uint8_t* const* sources,
                            const uint8_t* const* next, int64_t pixels,
@@ -132,67 +128,42 @@ inline void FillStack(const uint8_t* const* sources,
                       int64_t item, int64_t stack, uint8_t* target,
                       uint8_t* next_target) {
   if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
-#if defined(__SSE2__)
-    return InterleaveFour<Sse2Steps>(sources, next, pixels, target,
+    return InterleaveFour<LineSteps>(sources, next, pixels, target,
                                      next_target);
-#else
-    return InterleaveFour<WordSteps>(sources, next, pixels, target,
-                                     next_target);
-#endif
   }
   if (stack == 1) {
     std::memcpy(target, sources[0], pixels * item);
     return;
   }
-  switch (item) {  // A constant size: one load and store per item.
+  switch (item) {
     case 1:
-      return Interleave<1>(sources, pixels, stack, target);
+      return Interleave<1>(sources, pixels, stack, item, target);
     case 2:
-      return Interleave<2>(sources, pixels, stack, target);
+      return Interleave<2>(sources, pixels, stack, item, target);
     case 4:
-      return Interleave<4>(sources, pixels, stack, target);
+      return Interleave<4>(sources, pixels, stack, item, target);
     case 8:
-      return Interleave<8>(sources, pixels, stack, target);
+      return Interleave<8>(sources, pixels, stack, item, target);
     default:
-      for (int64_t p = 0; p < pixels; ++p) {
-        for (int64_t k = 0; k < stack; ++k) {
-          std::memcpy(target + (p * stack + k) * item,
-                      sources[k] + p * item, item);
-        }
-      }
-  }
-}
-
-// Fills `count` states, state i ([pixels * stack] items of `item` bytes,
-// frames last) from the frames frames_of(i, sources) points `sources` at,
-// into target_of(i), in order: each state's frames and target are fetched
-// ahead while the one before is filled.
-template <typename FramesOf, typename TargetOf>
-void FillStacks(int64_t count, int64_t pixels, int64_t item, int64_t stack,
-                FramesOf frames_of, TargetOf target_of) {
-  std::vector<const uint8_t*> current(stack), upcoming(stack);
-  if (count > 0) frames_of(0, current.data());
-  for (int64_t i = 0; i < count; ++i) {
-    const bool last = i + 1 == count;
-    if (!last) frames_of(i + 1, upcoming.data());
-    FillStack(current.data(), last ? nullptr : upcoming.data(), pixels, item,
-              stack, target_of(i), last ? nullptr : target_of(i + 1));
-    current.swap(upcoming);
+      return Interleave<0>(sources, pixels, stack, item, target);
   }
 }
 
 // Fills states[b] and next_states[b] ([pixels * stack] items of `item`
 // bytes each, frames last) with the `stack` frames ending at ends[b] and
 // at next_ends[b], b < count, wrapping around capacity: each state with
-// its next state, which shares frames with it (read again while cached).
-// Either output may be null: it is skipped, and its ends are not read.
+// its next state, which shares frames with it (read again while cached),
+// each state's frames and target fetched ahead while the one before is
+// filled. Either output may be null: it is skipped, and its ends are not
+// read.
 inline void TransitionStates(const uint8_t* frames, int64_t capacity,
                              int64_t pixels, int64_t item, int64_t stack,
                              const int64_t* ends, const int64_t* next_ends,
                              int64_t count, uint8_t* states,
                              uint8_t* next_states) {
   const int64_t frame_bytes = pixels * item, state_bytes = frame_bytes * stack;
-  // The outputs given (either may be null), in the order they are filled.
+  // The outputs given, in the order they are filled: fill i is output
+  // i % given of row i / given.
   const int64_t* ends_of[2];
   uint8_t* outs[2];
   int64_t given = 0;
@@ -204,25 +175,25 @@ inline void TransitionStates(const uint8_t* frames, int64_t capacity,
     ends_of[given] = next_ends;
     outs[given++] = next_states;
   }
-  FillStacks(
-      count * given, pixels, item, stack,
-      [&](int64_t i, const uint8_t** sources) {
-        const int64_t end = ends_of[i % given][i / given];
-        for (int64_t k = 0; k < stack; ++k) {
-          sources[k] = frames + Mod(end - stack + 1 + k, capacity) *
-                       frame_bytes;
-        }
-      },
-      [&](int64_t i) { return outs[i % given] + (i / given) * state_bytes; });
-}
-
-// Fills out[row] ([pixels * stack] items of `item` bytes, frames last)
-// with the `stack` frames ending at ends[row], wrapping around capacity.
-inline void StacksEndingAt(const uint8_t* frames, int64_t capacity,
-                           int64_t pixels, int64_t item, int64_t stack,
-                           const int64_t* ends, int64_t rows, uint8_t* out) {
-  TransitionStates(frames, capacity, pixels, item, stack, ends, nullptr, rows,
-                   out, nullptr);
+  auto frames_of = [&](int64_t i, const uint8_t** sources) {
+    const int64_t end = ends_of[i % given][i / given];
+    for (int64_t k = 0; k < stack; ++k) {
+      sources[k] = frames + Mod(end - stack + 1 + k, capacity) * frame_bytes;
+    }
+  };
+  auto target_of = [&](int64_t i) {
+    return outs[i % given] + (i / given) * state_bytes;
+  };
+  const int64_t fills = count * given;
+  std::vector<const uint8_t*> current(stack), upcoming(stack);
+  if (fills > 0) frames_of(0, current.data());
+  for (int64_t i = 0; i < fills; ++i) {
+    const bool last = i + 1 == fills;
+    if (!last) frames_of(i + 1, upcoming.data());
+    FillStack(current.data(), last ? nullptr : upcoming.data(), pixels, item,
+              stack, target_of(i), last ? nullptr : target_of(i + 1));
+    current.swap(upcoming);
+  }
 }
 
 }  // namespace dopamine_per

@@ -75,8 +75,7 @@ struct Memory {
   uint8_t* episode_end = nullptr;
   uint8_t* observation = nullptr;
   int64_t pixels = 0, observation_item = 0;
-  Column action, terminal;
-  int64_t terminal_item = 0;
+  Column action, terminal;  // terminal: row_bytes is its item's size.
   float* reward = nullptr;
   std::vector<Column> extras;
   std::vector<float> discounts;
@@ -87,42 +86,37 @@ struct Memory {
   double smallest = 0.0, largest = 0.0;
   std::mt19937_64 rng;
 
-  // Installs `layout` (the caller holds both locks).
-  void Bind(const PerLayout& layout);
-  // Forgets every pointer (the caller holds both locks).
-  void Unbind() { bound = false; }
+  // Installs `l` (the caller holds both locks).
+  void Bind(const PerLayout& l) {
+    capacity = l.capacity;
+    stack = l.stack;
+    horizon = l.horizon;
+    max_sample_attempts = l.max_sample_attempts;
+    add_count = l.add_count;
+    episode_end = l.episode_end;
+    observation = l.observation;
+    pixels = l.pixels;
+    observation_item = l.observation_item;
+    action = Column{l.action, l.action_bytes};
+    reward = l.reward;
+    terminal = Column{l.terminal, l.terminal_item};
+    extras.clear();
+    for (int64_t k = 0; k < l.extras; ++k) {
+      extras.push_back(Column{l.extra_data[k], l.extra_bytes[k]});
+    }
+    discounts.assign(l.discounts, l.discounts + l.horizon);
+    prioritized = l.flat != nullptr;
+    if (prioritized) {
+      offsets.assign(l.offsets, l.offsets + l.levels + 1);
+      tree = Tree{l.flat, offsets.data(), l.levels, l.fanout};
+      tree_scalars = l.tree_scalars;
+      smallest = l.smallest;
+      largest = l.largest;
+    }
+    rng.seed(l.seed);
+    bound = true;
+  }
 };
-
-inline void Memory::Bind(const PerLayout& l) {
-  capacity = l.capacity;
-  stack = l.stack;
-  horizon = l.horizon;
-  max_sample_attempts = l.max_sample_attempts;
-  add_count = l.add_count;
-  episode_end = l.episode_end;
-  observation = l.observation;
-  pixels = l.pixels;
-  observation_item = l.observation_item;
-  action = Column{l.action, l.action_bytes};
-  reward = l.reward;
-  terminal = Column{l.terminal, l.terminal_item};
-  terminal_item = l.terminal_item;
-  extras.clear();
-  for (int64_t k = 0; k < l.extras; ++k) {
-    extras.push_back(Column{l.extra_data[k], l.extra_bytes[k]});
-  }
-  discounts.assign(l.discounts, l.discounts + l.horizon);
-  prioritized = l.flat != nullptr;
-  if (prioritized) {
-    offsets.assign(l.offsets, l.offsets + l.levels + 1);
-    tree = Tree{l.flat, offsets.data(), l.levels, l.fanout};
-    tree_scalars = l.tree_scalars;
-    smallest = l.smallest;
-    largest = l.largest;
-  }
-  rng.seed(l.seed);
-  bound = true;
-}
 
 // The registry: memories by id, shared by every library loading this
 // header's core (replay_core.cc defines these). The memory registered as

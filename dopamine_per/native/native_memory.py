@@ -2,23 +2,17 @@
 """A replay memory's entry in the native registry, shared with the ops.
 
 Every memory made where the native library builds gets a `NativeMemory`
-when it is made (`create`): an entry in the core library's registry
-(dopamine_per/native) with an id and a random token, and the memory's two
-locks, `lock` (the storage's) and `tree_lock` (the sum tree's), which are
-the registry entry's mutexes (the extension module's `Lock`: re-entrant per
-thread, waiting without the GIL and interruptible by a signal). So the
-memory's lock is chosen once, and is the lock the ops take, from the start.
+when it is made (`create`): an entry in the core library's registry with
+an id and a random token, and the memory's two locks, `lock` (the
+storage's) and `tree_lock` (the sum tree's), which are the entry's mutexes
+(the extension module's `Lock`: re-entrant per thread, waiting without the
+GIL and interruptible by a signal), so the lock the ops take is the
+memory's from the start.
 
-`bind` registers the memory's arrays for the ops (`native_ops`): its
-storage's arrays, add count and episode ends, and the sum tree's flat
-levels and [total, max_recorded_priority]. The ops read and write those
-very arrays: adds from Python are what the next graph sample sees,
-priorities set in the graph are what `get_priority` returns. The registry
-entry outlives sessions and `tf.function`s; the memory's finalizer closes
-it. The design: docs/architecture.md#native-ops.
-
-TensorFlow-free: the core library is a separate shared object from the
-ops library.
+`bind` registers the memory's arrays, which the ops then read and write in
+place. The entry outlives sessions and `tf.function`s; the memory's
+finalizer closes it. TensorFlow-free. The design:
+docs/architecture.md#native-ops.
 """
 
 import ctypes
@@ -56,30 +50,10 @@ class UnsupportedMemoryError(ValueError):
   """The native ops cannot sample this memory as it samples itself."""
 
 
-def _stock_class(memory: Any) -> Optional[type]:
-  """The library's memory class that `memory`'s class is or derives from.
-
-  The nearest class of its MRO defined in dopamine_per.replay_memory (the
-  circular or the prioritized memory), or None.
-  """
-  for cls in type(memory).__mro__:
-    if cls.__module__.startswith(_MEMORIES_PACKAGE + '.'):
-      return cls
-  return None
-
-
-def _methods(stock: type) -> List[str]:
-  """The methods and properties of the library's class `stock` (and its
-  bases in the library), but for double-underscore ones: what a subclass
-  overriding keeps the Python path (`unsupported_reason`)."""
-  names = set()
-  for cls in stock.__mro__:
-    if cls.__module__.startswith(_MEMORIES_PACKAGE + '.'):
-      names.update(
-          name for name, value in vars(cls).items()
-          if isinstance(value, (types.FunctionType, property, staticmethod,
-                                classmethod)) and not name.startswith('__'))
-  return sorted(names)
+def _library_mro(cls: type) -> List[type]:
+  """The classes of `cls`'s MRO defined in dopamine_per.replay_memory."""
+  return [c for c in cls.__mro__
+          if c.__module__.startswith(_MEMORIES_PACKAGE + '.')]
 
 
 def unsupported_reason(memory: Any) -> Optional[str]:
@@ -92,11 +66,16 @@ def unsupported_reason(memory: Any) -> Optional[str]:
   whose terminals are bools or integers and whose elements are plain (not
   object) arrays.
   """
-  stock = _stock_class(memory)
-  if stock is None:
+  library = _library_mro(type(memory))
+  if not library:
     return '{} is not a dopamine_per out-of-graph memory'.format(
         type(memory).__name__)
-  for name in _methods(stock):
+  stock = library[0]  # The circular or the prioritized memory.
+  methods = {name for cls in _library_mro(stock)
+             for name, value in vars(cls).items()
+             if isinstance(value, (types.FunctionType, property, staticmethod,
+                                   classmethod)) and not name.startswith('__')}
+  for name in sorted(methods):
     if (getattr(type(memory), name) is not getattr(stock, name) or
         name in vars(memory)):
       return ('{}.{} overrides the library\'s method (a memory whose class '
@@ -137,14 +116,11 @@ def _address(array: np.ndarray) -> int:
 def _seed(memory: Any, memory_id: int) -> int:
   """The ops' generator seed, drawing nothing from any generator.
 
-  A digest of the state of the memory's generator and its add count, so
-  that a seeded run samples the same batches again, and a memory restored
-  from a checkpoint without a sampler state does not replay the draws its
-  run started with. Without a generator, of the states of NumPy's and
-  Python's global generators instead, and the memory's id (memories bound
-  together draw apart): a run seeded as the Runner seeds (`random.seed`,
-  `np.random.seed`) samples the same batches again, and those generators,
-  which the agent's exploration draws from, are not advanced.
+  A digest of the memory's add count and its generator's state or, without
+  one, the states of NumPy's and Python's global generators (which the
+  agent's exploration draws from, so they are not advanced) and the
+  memory's id: a seeded run samples the same batches again, and a memory
+  restored without a sampler state does not replay its run's first draws.
   """
   if memory.rng is None:
     state = (np.random.get_state()[1].tobytes(), random.getstate(),
@@ -176,8 +152,7 @@ class NativeMemory(object):
         the extension module cannot be built.
     """
     self._library = core.load()
-    module = extension.load()
-    self._module = module
+    self._module = module = extension.load()
     handle = ctypes.c_void_p()
     self.token = secrets.randbits(64)
     self.id = self._library.per_memory_create(ctypes.byref(handle),
@@ -307,12 +282,10 @@ class NativeMemory(object):
              outputs: Sequence[np.ndarray]) -> np.ndarray:
     """Samples `count` valid slots and fills `outputs` with their batch.
 
-    One native call: the sampling policy of sampler.h (the ops'), drawing
-    from the NumPy BitGenerator `generator` exactly as NumPy's
-    `Generator.integers` and `random` (`masked`: the legacy
-    `RandomState.randint`) would for the memory's Python draws, then
-    `fill`. The caller holds `lock`; this takes `tree_lock` (the draws read
-    the tree), then the generator's lock; the memory is bound.
+    One native call: sampler.h's policy (the ops'), drawing from the NumPy
+    BitGenerator `generator` exactly as the memory's Python draws would
+    (`masked`: as the legacy `RandomState.randint`), then `fill`. The
+    caller holds `lock`, and the memory is bound.
 
     Returns:
       The slots, int64.
@@ -352,10 +325,9 @@ class NativeMemory(object):
   def restore_sampler_state(self, state: Optional[str]) -> None:
     """Makes `state` (checked) the ops' generator state from the next bind.
 
-    A loaded memory binds its arrays again (and a memory binds them when
-    its ops are first built), which would seed the generator anew: with a
-    checkpoint's state it continues the stream the saved run was drawing,
-    so a resumed run samples as an uninterrupted one. None: seed as usual.
+    A bind (after a load, or for the first ops) would seed the generator
+    anew: with a checkpoint's state a resumed run samples as an
+    uninterrupted one. None: seed as usual.
     """
     self._pending_sampler_state = state
 
@@ -421,10 +393,8 @@ def sampler_of(memory: Any, native: Optional[NativeMemory],
 
   It does where the memory has a registry entry (`native`), its kernels are
   compiled (`compiled`: not 'numpy') and the ops could sample it
-  (`unsupported_reason`); the memory then samples through `valid_mask` and
-  `fill`, the ops' code, and otherwise through NumPy's loops. Binds it
-  unless it is bound already (a bind would seed the ops' generator anew);
-  the caller holds the memory's lock.
+  (`unsupported_reason`). Binds it unless it is bound already (a bind
+  would seed the ops' generator anew); the caller holds the memory's lock.
   """
   if native is None or not compiled:
     return None

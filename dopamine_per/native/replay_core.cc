@@ -1,8 +1,5 @@
 // The TensorFlow-free core library: the registry of memories shared with
-// the TensorFlow ops, as a C interface for Python's ctypes
-// (dopamine_per/native/native_memory.py). The memories' locks and
-// the kernels reach Python through the extension module (replay_python.cc)
-// instead.
+// the TensorFlow ops, as a C interface for Python's ctypes (core.py).
 
 #include <cerrno>
 #include <cstdlib>
@@ -89,7 +86,7 @@ void per_memory_destroy(int64_t id, void* handle, int take_storage,
                                           std::defer_lock);
   if (take_storage) storage.lock();
   if (take_tree) tree.lock();
-  memory->Unbind();
+  memory->bound = false;
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);
   auto found = dopamine_per::Registry().find(id);
   if (found != dopamine_per::Registry().end()) found->second.memory.reset();

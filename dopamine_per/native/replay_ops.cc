@@ -1,11 +1,9 @@
-// TensorFlow ops on a registered replay memory (replay_core.h): sample a
-// batch with every transition element, gather the transitions at given
-// slots, set and get priorities, read the total priority. Each op finds
-// its memory by id in the core library's registry and works under the
-// memory's lock, the one Python's side takes (without the GIL). Bad input
-// is an InvalidArgument error naming it, and changes nothing; a memory that
-// cannot be sampled (too few transitions, every priority zero, too many
-// invalid draws) is a FailedPrecondition error.
+// TensorFlow ops on a registered replay memory: sample a batch, gather the
+// transitions at given slots, set and get priorities, read the total. Each
+// op finds its memory in the core library's registry and works under the
+// memory's locks, Python's. Bad input is an InvalidArgument error naming
+// it, and changes nothing; a memory that cannot be sampled is a
+// FailedPrecondition error.
 
 #include <algorithm>
 #include <charconv>
@@ -35,9 +33,7 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::shape_inference::InferenceContext;
 
-// TensorFlow's errors::InvalidArgument and errors::FailedPrecondition,
-// which it deprecated, as it defines them: the status whose message is the
-// pieces' absl::StrCat.
+// TensorFlow's deprecated errors::InvalidArgument and FailedPrecondition.
 namespace errors {
 
 template <typename... Pieces>
@@ -186,22 +182,18 @@ std::vector<int64_t> IndicesOf(const Tensor& tensor) {
                                                   : AsInt64<int64_t>(tensor);
 }
 
-// The first index outside [0, capacity), or -1.
-int64_t FirstOutOfRange(const std::vector<int64_t>& indices,
+// The error for the first index outside [0, capacity) (Python's wording),
+// or OK.
+absl::Status CheckRange(const std::vector<int64_t>& indices,
                         int64_t capacity) {
   for (size_t i = 0; i < indices.size(); ++i) {
-    if (indices[i] < 0 || indices[i] >= capacity) return i;
+    if (indices[i] < 0 || indices[i] >= capacity) {
+      return errors::InvalidArgument("indices must be in [0, ", capacity,
+                                     "). Got: ", indices[i], " (indices[", i,
+                                     "]); nothing was written");
+    }
   }
-  return -1;
-}
-
-// The error for indices[bad] outside [0, capacity) (Python's wording).
-absl::Status OutOfRange(const std::vector<int64_t>& indices, int64_t bad,
-                        int64_t capacity) {
-  return errors::InvalidArgument(
-      "indices must be in [0, ", capacity, "). Got: ",
-      bad < 0 ? 0 : indices[bad], " (indices[", bad, "]); nothing was "
-      "written");
+  return absl::OkStatus();
 }
 
 // Python's repr of a float: the shortest digits that read back as `value`,
@@ -352,7 +344,9 @@ class TransitionsOp : public MemoryOp {
                       "batch_size ", batch_size_, " exceeds the replay "
                       "memory's capacity ", m.capacity));
       indices.resize(batch_size_);
-      const std::string error = SampleIndices(m, batch_size_, indices.data());
+      GeneratorDraws draws{m.rng};
+      const std::string error =
+          SampleIndices(m, batch_size_, draws, indices.data());
       OP_REQUIRES(context, error.empty(), errors::FailedPrecondition(error));
     } else {
       indices.swap(given);
@@ -471,8 +465,7 @@ class SetPriorityOp : public MemoryOp {
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     Memory& m = *memory;
-    const int64_t bad = FirstOutOfRange(indices, m.capacity);
-    OP_REQUIRES(context, bad < 0, OutOfRange(indices, bad, m.capacity));
+    OP_REQUIRES_OK(context, CheckRange(indices, m.capacity));
     for (const double value : values) {
       OP_REQUIRES(context,
                   value == 0.0 || (value >= m.smallest && value <= m.largest),
@@ -504,9 +497,7 @@ class GetPriorityOp : public MemoryOp {
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
-    const int64_t bad = FirstOutOfRange(indices, memory->capacity);
-    OP_REQUIRES(context, bad < 0,
-                OutOfRange(indices, bad, memory->capacity));
+    OP_REQUIRES_OK(context, CheckRange(indices, memory->capacity));
     PrioritiesAsFloat(*memory, indices.data(), indices.size(),
                       output->flat<float>().data());
   }

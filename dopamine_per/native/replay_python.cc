@@ -1,26 +1,20 @@
 // The replay memory's native face in Python, a CPython extension module:
-// the sum tree's loops for
-// dopamine_per/replay_memory/kernels/native_kernels.py, and on a memory
-// registered with the core library (memory.h), its lock (`Lock`) and its
-// batches: the validity of slots and filling a batch
-// (batch.h's FillBatch, the routine the TensorFlow op fills with). C API
-// only (METH_FASTCALL, without ctypes' cost per call): arrays come in
-// through the buffer protocol, and every buffer's type, length, layout and
+// the sum tree's loops for replay_memory/kernels/native_kernels.py, and on
+// a memory registered with the core library (memory.h), its `Lock` and its
+// batches (batch.h's FillBatch, as the TensorFlow op fills). Arrays come in
+// through the buffer protocol; every buffer's type, length, layout and
 // alignment is checked, and a tree's offsets against its flat array,
 // before a loop reads or writes it.
 //
 // The tree's functions return NotImplemented for arguments they do not
-// cover (another dtype, a strided or misaligned array, a tree laid out
-// otherwise, an empty batch, a descent leaving the tree's rows): the
-// caller then runs NumPy's loop, which gives the reference result or
-// error. Otherwise they return their result, or True when they filled the
-// output arrays the caller passed in (np.empty). The memory's functions
-// raise for what does not fit; they run with the memory's storage lock
-// held by the caller, which they check.
-//
-// The loops give the bits of numpy_kernels.py. Loops over large batches
-// run without the GIL; they then read their inputs once, or from a copy,
-// so that another thread writing them cannot take an index out of bounds.
+// cover (another dtype, a strided array, a tree laid out otherwise, an
+// empty batch, a descent leaving the tree's rows): the caller then runs
+// NumPy's loop, the reference. Otherwise they return their result, or True
+// when they filled the output arrays passed in. The memory's functions
+// raise for what does not fit, and check that the caller holds the
+// memory's storage lock. Loops over large batches run without the GIL,
+// reading their inputs once or from a copy, so that another thread writing
+// them cannot take an index out of bounds.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -71,25 +65,19 @@ enum Kind : char {
 Kind KindOf(const char* format) {
   if (format == nullptr) return kUnsigned;  // Plain bytes.
   if (*format == '@' || *format == '=' || *format == kNativeOrder) ++format;
+  const bool single = format[0] != '\0' && format[1] == '\0';
   if (format[0] == 'Z') {
-    return format[1] != '\0' && std::strchr("efdg", format[1]) != nullptr &&
-                   format[2] == '\0'
-               ? kComplex
-               : kOther;
+    return single || std::strchr("efdg", format[1]) == nullptr ||
+                   format[2] != '\0'
+               ? kOther
+               : kComplex;
   }
-  if (format[0] == '\0' || format[1] != '\0') return kOther;
-  switch (format[0]) {
-    case '?':
-      return kBool;
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
-      return kSigned;
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-      return kUnsigned;
-    case 'e': case 'f': case 'd': case 'g':
-      return kFloat;
-    default:
-      return kOther;
-  }
+  if (!single) return kOther;
+  if (format[0] == '?') return kBool;
+  if (std::strchr("bhilqn", format[0]) != nullptr) return kSigned;
+  if (std::strchr("BHILQN", format[0]) != nullptr) return kUnsigned;
+  if (std::strchr("efdg", format[0]) != nullptr) return kFloat;
+  return kOther;
 }
 
 // A C-contiguous buffer of an argument, released when it goes out of scope.
@@ -104,9 +92,8 @@ class Array {
 
   // Takes `object`'s buffer: C-contiguous, of one simple item type,
   // `ndim` dimensions (any if < 0), aligned for its items, writable if
-  // asked. False, with no exception set, if it has no such buffer.
-  // (Writability is read from the buffer, not requested: NumPy's check on
-  // request costs as much again as the rest.)
+  // asked (read from the buffer: requesting it costs NumPy as much again).
+  // False, with no exception set, if it has no such buffer.
   bool Take(PyObject* object, int ndim, bool writable = false) {
     if (PyObject_GetBuffer(object, &view_,
                            PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
@@ -130,15 +117,12 @@ class Array {
   bool IsInt64() const { return Is(kSigned, 8); }
   bool IsInt32() const { return Is(kSigned, 4); }
   bool IsDouble() const { return Is(kFloat, 8); }
-  bool IsFloat() const { return Is(kFloat, 4); }
   bool IsBool() const { return Is(kBool, 1); }
 
   // The length of the first axis, and of axis `axis`.
   int64_t length() const { return view_.shape[0]; }
   int64_t dim(int axis) const { return view_.shape[axis]; }
-  int ndim() const { return view_.ndim; }
   int64_t bytes() const { return view_.len; }
-  int64_t itemsize() const { return view_.itemsize; }
   template <typename T>
   T* data() const {
     return static_cast<T*>(view_.buf);
@@ -162,10 +146,6 @@ bool Int(PyObject* object, int64_t* out) {
 
 // A float64 argument (a float, or anything with __float__ or __index__).
 bool Double(PyObject* object, double* out) {
-  if (PyFloat_CheckExact(object)) {
-    *out = PyFloat_AS_DOUBLE(object);
-    return true;
-  }
   const double value = PyFloat_AsDouble(object);
   if (value == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -203,20 +183,14 @@ PyObject* Done() { Py_RETURN_TRUE; }
 
 // ------------------------------------------------------------------ locks
 
-// Lock(handle, tree): one of a registered memory's two locks (replay_core.h
-// `Memory`: the storage's `mutex`, or with `tree` true the sum tree's
-// `tree_mutex`), as the Python memory's lock. `handle` is the
-// per_memory_create reference (an address, from native_memory.py); the
-// lock takes a reference of its own. Re-entrant per thread, with RLock's
-// acquire(blocking=True, timeout=-1) and release(): the native mutex is
-// held while the lock is held at any depth, so the TensorFlow ops, which
-// take the mutex, wait for Python and Python for them.
-//
-// Waiting releases the GIL and, every kWaitSlice, takes it back to run the
-// signal handlers: an exception from one (KeyboardInterrupt) leaves the
-// wait with the mutex not taken. The mutex and the owner are set together
-// in C, with the GIL held, so no Python code runs between them. The owner
-// and depth are read and written with the GIL held only.
+// Lock(handle, tree): a registered memory's storage `mutex` (or with `tree`
+// its `tree_mutex`) as the Python memory's lock, RLock's API. `handle` is
+// the per_memory_create reference; the lock takes one of its own. The
+// mutex is held while the lock is held at any depth, so the ops wait for
+// Python and Python for them. Waiting releases the GIL and, every
+// kWaitSlice, takes it back to run the signal handlers: an exception from
+// one (KeyboardInterrupt) leaves the wait with the mutex not taken. The
+// owner and depth are read and written with the GIL held only.
 struct LockObject {
   PyObject_HEAD
   std::shared_ptr<Memory>* memory;
@@ -234,6 +208,11 @@ bool IsLock(PyObject* object) {
   return lock_type != nullptr && PyObject_TypeCheck(object, lock_type);
 }
 
+// Whether this thread holds `lock`.
+bool HeldHere(const LockObject* lock) {
+  return lock->depth > 0 && lock->owner == PyThread_get_thread_ident();
+}
+
 std::timed_mutex& MutexOf(LockObject* lock) {
   return lock->tree ? (*lock->memory)->tree_mutex : (*lock->memory)->mutex;
 }
@@ -241,8 +220,7 @@ std::timed_mutex& MutexOf(LockObject* lock) {
 // Takes `lock`: 1 taken, 0 not (not blocking, or `timeout` seconds passed
 // first, if it is not negative), -1 with an exception set (and not taken).
 int AcquireLock(LockObject* lock, bool blocking, double timeout) {
-  const unsigned long me = PyThread_get_thread_ident();
-  if (lock->depth > 0 && lock->owner == me) {
+  if (HeldHere(lock)) {
     ++lock->depth;
     return 1;
   }
@@ -266,7 +244,7 @@ int AcquireLock(LockObject* lock, bool blocking, double timeout) {
     if (!taken && PyErr_CheckSignals() < 0) return -1;
   }
   if (!taken) return 0;
-  lock->owner = me;
+  lock->owner = PyThread_get_thread_ident();
   lock->depth = 1;
   return 1;
 }
@@ -274,7 +252,7 @@ int AcquireLock(LockObject* lock, bool blocking, double timeout) {
 // Releases one level of `lock`; false, with RuntimeError set, if this
 // thread does not hold it.
 bool ReleaseLock(LockObject* lock) {
-  if (lock->depth == 0 || lock->owner != PyThread_get_thread_ident()) {
+  if (!HeldHere(lock)) {
     PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
     return false;
   }
@@ -356,15 +334,9 @@ PyObject* LockRelease(PyObject* object, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* LockExit(PyObject* object, PyObject*) {
-  return LockRelease(object, nullptr);
-}
-
 // Whether this thread holds the lock (threading.Condition's hook).
 PyObject* LockIsOwned(PyObject* object, PyObject*) {
-  const LockObject* self = reinterpret_cast<LockObject*>(object);
-  return PyBool_FromLong(self->depth > 0 &&
-                         self->owner == PyThread_get_thread_ident());
+  return PyBool_FromLong(HeldHere(reinterpret_cast<LockObject*>(object)));
 }
 
 PyMethodDef lock_methods[] = {
@@ -374,7 +346,7 @@ PyMethodDef lock_methods[] = {
      "acquire(blocking=True, timeout=-1) -> bool, as RLock's"},
     {"release", LockRelease, METH_NOARGS, "Releases one level."},
     {"__enter__", LockEnter, METH_NOARGS, "acquire()"},
-    {"__exit__", LockExit, METH_VARARGS, "release()"},
+    {"__exit__", LockRelease, METH_VARARGS, "release()"},
     {"held", LockIsOwned, METH_NOARGS, "Whether this thread holds it."},
     {"_is_owned", LockIsOwned, METH_NOARGS,
      "held(), under threading.Condition's name for it."},
@@ -469,14 +441,6 @@ bool AllBelow(const Index* indices, int64_t count, int64_t limit) {
   return true;
 }
 
-// `DescendFrom` (replay_core.h), checked against the tree's rows: false
-// where a descent would leave them; NumPy's loop then raises its
-// IndexError.
-bool CheckedDescend(const TreeArgument& tree, double* remaining,
-                    int64_t count, int64_t* out) {
-  return DescendFrom(tree.tree(), tree.rows(), remaining, count, out);
-}
-
 // level_sums(blocks, out): blocks float64 [rows, fanout], out float64
 // [rows]. True, or NotImplemented.
 PyObject* LevelSumsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -552,27 +516,14 @@ PyObject* SetLeavesPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   bool valid = false;
   double total = 0.0, written_max = 0.0;
   const bool typed = WithIndices(leaves, [&](const auto* indices) {
-    int64_t bad;
-    valid = LeavesValid(indices, numbers, count, capacity, smallest, largest,
-                        &bad);
+    valid = LeavesValid(indices, numbers, count, capacity, smallest, largest);
     if (valid) {
       total = WriteLeaves(tree.tree(), indices, numbers, count, &written_max);
     }
   });
   if (!typed) return NotCovered();
   if (!valid) Py_RETURN_NONE;
-  PyObject* result = PyTuple_New(2);
-  PyObject* first = PyFloat_FromDouble(total);
-  PyObject* second = PyFloat_FromDouble(written_max);
-  if (result == nullptr || first == nullptr || second == nullptr) {
-    Py_XDECREF(result);
-    Py_XDECREF(first);
-    Py_XDECREF(second);
-    return nullptr;
-  }
-  PyTuple_SET_ITEM(result, 0, first);
-  PyTuple_SET_ITEM(result, 1, second);
-  return result;
+  return Py_BuildValue("(dd)", total, written_max);
 }
 
 // get_leaves(leaves, indices, out): True (out = leaves[indices]), None (an
@@ -623,90 +574,66 @@ PyObject* DescendPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     WithoutGil unlocked(count >= kTreeBatchWithoutGil);
     std::vector<double> remaining(targets.data<double>(),
                                   targets.data<double>() + count);
-    inside = CheckedDescend(tree, remaining.data(), count,
-                            out.data<int64_t>());
+    inside = DescendFrom(tree.tree(), tree.rows(), remaining.data(), count,
+                         out.data<int64_t>());
   }
   return inside ? Done() : NotCovered();
 }
 
-// The masses (lower + width * uniforms) * scale, then the descent.
-bool DescendToMasses(const TreeArgument& tree, const double* uniforms,
-                     const double* lower, const double* width, double scale,
-                     int64_t count, int64_t* out) {
-  std::vector<double> remaining(count);
-  for (int64_t i = 0; i < count; ++i) {
-    remaining[i] = (lower[i] + width[i] * uniforms[i]) * scale;
-  }
-  return CheckedDescend(tree, remaining.data(), count, out);
-}
-
-// The strata [lower, lower + width) of a descent: float64 [count] each.
-bool TakeStrata(PyObject* lower_object, PyObject* width_object,
-                Array* lower, Array* width) {
-  return lower->Take(lower_object, 1) && lower->IsDouble() &&
-         lower->length() > 0 && width->Take(width_object, 1) &&
-         width->IsDouble() && width->length() == lower->length();
-}
-
 // descend_uniforms(flat, offsets, fanout, uniforms, lower, width, scale,
-// out): True, or NotImplemented.
-PyObject* DescendUniformsPy(PyObject*, PyObject* const* args,
-                            Py_ssize_t nargs) {
-  if (!CheckArguments("descend_uniforms", nargs, 8)) return nullptr;
+// out), and descend_draws(...) (`from_words`) with the uniforms given as
+// the bytes of 2 * count little-endian 32-bit words (random()'s): the
+// leaves holding (lower + width * uniforms) * scale; True, or
+// NotImplemented.
+PyObject* DescendStrata(const char* name, PyObject* const* args,
+                        Py_ssize_t nargs, bool from_words) {
+  if (!CheckArguments(name, nargs, 8)) return nullptr;
   TreeArgument tree;
   Array uniforms, lower, width, out;
   double scale;
   if (!Double(args[6], &scale) ||
       !tree.Take(args[0], args[1], args[2], false) ||
-      !TakeStrata(args[4], args[5], &lower, &width) ||
-      !uniforms.Take(args[3], 1) || !uniforms.IsDouble() ||
-      uniforms.length() != lower.length() || !out.Take(args[7], 1, true) ||
+      !lower.Take(args[4], 1) || !lower.IsDouble() || lower.length() == 0 ||
+      !width.Take(args[5], 1) || !width.IsDouble() ||
+      width.length() != lower.length() || !out.Take(args[7], 1, true) ||
       !out.IsInt64() || out.length() != lower.length()) {
     return NotCovered();
   }
   const int64_t count = lower.length();
+  if (from_words ? !kLittleEndian || !PyBytes_CheckExact(args[3]) ||
+                       PyBytes_GET_SIZE(args[3]) != 8 * count
+                 : !uniforms.Take(args[3], 1) || !uniforms.IsDouble() ||
+                       uniforms.length() != count) {
+    return NotCovered();
+  }
+  // bytes are immutable: read without the GIL too.
+  const char* bytes = from_words ? PyBytes_AS_STRING(args[3]) : nullptr;
   bool inside;
   {
     WithoutGil unlocked(count >= kTreeBatchWithoutGil);
-    inside = DescendToMasses(tree, uniforms.data<double>(),
-                             lower.data<double>(), width.data<double>(),
-                             scale, count, out.data<int64_t>());
+    std::vector<double> drawn;
+    if (from_words) {
+      std::vector<uint32_t> words(2 * count);
+      std::memcpy(words.data(), bytes, 8 * count);  // Any alignment.
+      drawn.resize(count);
+      UniformsFromWords(words.data(), count, drawn.data());
+    }
+    inside = DescendUniforms(
+        tree.tree(), tree.rows(),
+        from_words ? drawn.data() : uniforms.data<double>(),
+        lower.data<double>(), width.data<double>(), scale, count,
+        out.data<int64_t>());
   }
   return inside ? Done() : NotCovered();
 }
 
-// descend_draws(flat, offsets, fanout, words, lower, width, scale, out):
-// words the bytes of 2 * count little-endian 32-bit words (random()'s);
-// True, or NotImplemented.
+PyObject* DescendUniformsPy(PyObject*, PyObject* const* args,
+                            Py_ssize_t nargs) {
+  return DescendStrata("descend_uniforms", args, nargs, false);
+}
+
 PyObject* DescendDrawsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("descend_draws", nargs, 8)) return nullptr;
-  TreeArgument tree;
-  Array lower, width, out;
-  double scale;
-  if (!kLittleEndian || !PyBytes_CheckExact(args[3]) ||
-      !Double(args[6], &scale) ||
-      !tree.Take(args[0], args[1], args[2], false) ||
-      !TakeStrata(args[4], args[5], &lower, &width) ||
-      PyBytes_GET_SIZE(args[3]) != 8 * lower.length() ||
-      !out.Take(args[7], 1, true) || !out.IsInt64() ||
-      out.length() != lower.length()) {
-    return NotCovered();
-  }
-  const int64_t count = lower.length();
-  // bytes are immutable: read without the GIL too.
-  const char* bytes = PyBytes_AS_STRING(args[3]);
-  bool inside;
-  {
-    WithoutGil unlocked(count >= kTreeBatchWithoutGil);
-    std::vector<uint32_t> words(2 * count);
-    std::memcpy(words.data(), bytes, 8 * count);  // Any alignment.
-    std::vector<double> uniforms(count);
-    UniformsFromWords(words.data(), count, uniforms.data());
-    inside = DescendToMasses(tree, uniforms.data(), lower.data<double>(),
-                             width.data<double>(), scale, count,
-                             out.data<int64_t>());
-  }
-  return inside ? Done() : NotCovered();
+  return DescendStrata("descend_draws", args, nargs, true);
 }
 
 // ------------------------------------------------------ a memory's batch
@@ -721,8 +648,7 @@ Memory* HeldMemory(PyObject* object, const char* function) {
     return nullptr;
   }
   LockObject* lock = reinterpret_cast<LockObject*>(object);
-  if (lock->tree || lock->depth == 0 ||
-      lock->owner != PyThread_get_thread_ident()) {
+  if (lock->tree || !HeldHere(lock)) {
     PyErr_Format(PyExc_RuntimeError,
                  "%s: the calling thread must hold the memory's storage lock",
                  function);
@@ -821,13 +747,12 @@ PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("fill_batch", nargs, 5)) return nullptr;
   const Memory* m = HeldMemory(args[0], "fill_batch");
   if (m == nullptr) return nullptr;
-  if (!IsLock(args[1]) || !reinterpret_cast<LockObject*>(args[1])->tree ||
-      reinterpret_cast<LockObject*>(args[1])->memory->get() != m) {
+  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
+  if (!IsLock(args[1]) || !tree_lock->tree || tree_lock->memory->get() != m) {
     PyErr_SetString(PyExc_TypeError,
                     "fill_batch: tree_lock must be the memory's tree Lock");
     return nullptr;
   }
-  LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
   std::vector<int64_t> slots;
   if (!TakeSlots(args[2], m->capacity, &slots)) return nullptr;
   if (!PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) % 8 != 0 ||
@@ -955,8 +880,7 @@ PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   LockObject* const tree_lock = reinterpret_cast<LockObject*>(args[1]);
   if (!IsLock(args[1]) || !tree_lock->tree ||
       tree_lock->memory->get() != m ||
-      (m->prioritized && (tree_lock->depth == 0 ||
-                          tree_lock->owner != PyThread_get_thread_ident()))) {
+      (m->prioritized && !HeldHere(tree_lock))) {
     PyErr_SetString(PyExc_RuntimeError,
                     "sample_batch: tree_lock must be the memory's tree Lock, "
                     "held by the calling thread for a prioritized memory");
@@ -1059,18 +983,15 @@ PyModuleDef module = {
 PyMODINIT_FUNC PyInit__replay(void) {
   PyObject* module = PyModule_Create(&dopamine_per::module);
   if (module == nullptr) return nullptr;
-  PyObject* lock = PyType_FromSpec(&dopamine_per::lock_spec);
-  if (lock == nullptr) {
+  // lock_type keeps the reference PyType_FromSpec gives; the module takes
+  // one of its own.
+  auto* lock = reinterpret_cast<PyTypeObject*>(
+      PyType_FromSpec(&dopamine_per::lock_spec));
+  if (lock == nullptr || PyModule_AddType(module, lock) < 0) {
+    Py_XDECREF(lock);
     Py_DECREF(module);
     return nullptr;
   }
-  Py_INCREF(lock);  // The module's reference, and lock_type's.
-  if (PyModule_AddObject(module, "Lock", lock) < 0) {
-    Py_DECREF(lock);
-    Py_DECREF(lock);
-    Py_DECREF(module);
-    return nullptr;
-  }
-  dopamine_per::lock_type = reinterpret_cast<PyTypeObject*>(lock);
+  dopamine_per::lock_type = lock;
   return module;
 }

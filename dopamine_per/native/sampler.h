@@ -1,9 +1,7 @@
-// The sampling policy on a registered memory: draws (uniform over the
-// sampling range, or one per stratum of the total priority), the validity
-// test, redraws up to max_sample_attempts and their messages, as the
-// Python memories sample. The draws come from a source: the ops' generator
-// (GeneratorDraws, the memory's mt19937_64) or, out of the graph, the
-// memory's own NumPy generator (replay_python.cc), drawn as NumPy draws.
+// The sampling policy on a registered memory, as the Python memories
+// sample: draws, the validity test, redraws up to max_sample_attempts and
+// their messages. The draws come from the ops' generator (GeneratorDraws)
+// or the memory's NumPy generator (replay_python.cc).
 
 #ifndef DOPAMINE_PER_NATIVE_SAMPLER_H_
 #define DOPAMINE_PER_NATIVE_SAMPLER_H_
@@ -56,35 +54,25 @@ std::string Draw(const Memory& m, int64_t count, bool strata, Draws& draws,
   if (m.prioritized) {
     const double total = m.tree_scalars[0];
     if (!(total > 0.0)) return kEmptyTreeError;
-    std::vector<double> lower(count), width(count), uniforms(count);
+    std::vector<double> lower(count, 0.0), width(count, 1.0), uniforms(count);
     const double step = 1.0 / static_cast<double>(count);
     for (int64_t i = 0; i < count; ++i) {
       if (strata) {  // np.linspace(0, 1, count + 1)'s edges
-        const double low = static_cast<double>(i) * step;
-        const double high = i + 1 == count ? 1.0
-                                           : static_cast<double>(i + 1) * step;
-        lower[i] = low;
-        width[i] = high - low;
-      } else {
-        lower[i] = 0.0;
-        width[i] = 1.0;
+        lower[i] = static_cast<double>(i) * step;
+        width[i] = (i + 1 == count ? 1.0 : static_cast<double>(i + 1) * step) -
+                   lower[i];
       }
       uniforms[i] = draws.Uniform();
     }
-    DescendUniforms(m.tree, uniforms.data(), lower.data(), width.data(),
-                    total, count, out);
+    DescendUniforms(m.tree, nullptr, uniforms.data(), lower.data(),
+                    width.data(), total, count, out);
     return "";
   }
   const int64_t add_count = *m.add_count;
   const int64_t cursor = add_count % m.capacity;
-  int64_t low, high;
-  if (add_count >= m.capacity) {
-    low = cursor - m.capacity + m.stack - 1;
-    high = cursor - m.horizon;
-  } else {
-    low = m.stack - 1;
-    high = cursor - m.horizon;
-  }
+  const int64_t low =
+      (add_count >= m.capacity ? cursor - m.capacity : 0) + m.stack - 1;
+  const int64_t high = cursor - m.horizon;
   for (int64_t i = 0; i < count; ++i) {
     out[i] = Mod(low + static_cast<int64_t>(
                            draws.Below(static_cast<uint64_t>(high - low))),
@@ -98,7 +86,7 @@ std::string Draw(const Memory& m, int64_t count, bool strata, Draws& draws,
 inline void ValidSlots(const Memory& m, const int64_t* slots, int64_t count,
                        uint8_t* valid) {
   ValidMask(slots, count, m.capacity, *m.add_count, m.horizon, m.stack,
-            m.episode_end, m.terminal.data, m.terminal_item, valid);
+            m.episode_end, m.terminal.data, m.terminal.row_bytes, valid);
 }
 
 // The sampling range's error, or "" (the caller holds the lock).
@@ -151,18 +139,6 @@ std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
     pending.swap(still);
   }
   return "";
-}
-
-// The ops' draws and samples: from the memory's generator.
-inline std::string Draw(Memory& m, int64_t count, bool strata,
-                        int64_t* out) {
-  GeneratorDraws draws{m.rng};
-  return Draw(m, count, strata, draws, out);
-}
-
-inline std::string SampleIndices(Memory& m, int64_t count, int64_t* out) {
-  GeneratorDraws draws{m.rng};
-  return SampleIndices(m, count, draws, out);
 }
 
 }  // namespace dopamine_per

@@ -80,14 +80,12 @@ inline void LevelSums(const double* blocks, int64_t rows, int64_t fanout,
 // [smallest, largest] (NaN is neither).
 template <typename Index, typename Value>
 bool LeavesValid(const Index* leaves, const Value* values, int64_t count,
-                 int64_t capacity, double smallest, double largest,
-                 int64_t* bad) {
+                 int64_t capacity, double smallest, double largest) {
   for (int64_t i = 0; i < count; ++i) {
     const int64_t leaf = static_cast<int64_t>(leaves[i]);
     const double value = static_cast<double>(values[i]);
     if (leaf < 0 || leaf >= capacity ||
         (!(value >= smallest && value <= largest) && value != 0.0)) {
-      *bad = i;
       return false;
     }
   }
@@ -180,22 +178,16 @@ inline bool DescendFrom(const Tree& t, const int64_t* rows, double* remaining,
   return DescendOf<0>(t, rows, remaining, count, out);
 }
 
-// `DescendFrom` the masses `targets`, unchecked (a tree the library built).
-inline void Descend(const Tree& t, const double* targets, int64_t count,
-                    int64_t* out) {
-  std::vector<double> remaining(targets, targets + count);
-  DescendFrom(t, nullptr, remaining.data(), count, out);
-}
-
-// `Descend` to the masses (lower + width * uniforms) * scale.
-inline void DescendUniforms(const Tree& t, const double* uniforms,
-                            const double* lower, const double* width,
-                            double scale, int64_t count, int64_t* out) {
-  std::vector<double> targets(count);
+// `DescendFrom` the masses (lower + width * uniforms) * scale.
+inline bool DescendUniforms(const Tree& t, const int64_t* rows,
+                            const double* uniforms, const double* lower,
+                            const double* width, double scale, int64_t count,
+                            int64_t* out) {
+  std::vector<double> masses(count);
   for (int64_t i = 0; i < count; ++i) {
-    targets[i] = (lower[i] + width[i] * uniforms[i]) * scale;
+    masses[i] = (lower[i] + width[i] * uniforms[i]) * scale;
   }
-  Descend(t, targets.data(), count, out);
+  return DescendFrom(t, rows, masses.data(), count, out);
 }
 
 // The doubles of Python's random.random() from pairs of 32-bit words.

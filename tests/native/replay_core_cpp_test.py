@@ -1,15 +1,10 @@
 """The C++ unit tests of replay_core.h, and a warning-free native build.
 
-tests/native/replay_core_test.cc, a plain C++ program (no framework; it
-includes only replay_core.h), tests the sum tree, validity masks and n-step
-trajectories, the sampler's draws and redraws and its errors, the random
-draws and the frame stacks. It is compiled here with the compiler and flags
-the libraries are built with (`build.compile_test_program`: -O3,
--ffp-contract=off, -Wall -Wextra), once plainly and once with
-AddressSanitizer and UBSan, and run: it must print no warning when compiled,
-exit 0 and say "N checks passed". The third test builds the three libraries
-(core, Python extension, TensorFlow ops) in a fresh cache and checks that
-the compiler printed nothing for any of them.
+tests/native/replay_core_test.cc, a plain C++ program, is compiled with
+the libraries' compiler and flags (`build.compile_test_program`), plainly
+and with AddressSanitizer and UBSan, and run: it must compile without a
+warning, exit 0 and say "N checks passed". The libraries, built in a fresh
+cache, must compile without a warning too.
 """
 
 import os
@@ -17,6 +12,7 @@ import subprocess
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 
 from dopamine_per.native import build
 from tests.support import fixtures
@@ -24,9 +20,10 @@ from tests.support import fixtures
 SOURCE = fixtures.repo_path('tests', 'native', 'replay_core_test.cc')
 
 
-class ReplayCoreCppTest(absltest.TestCase):
+class ReplayCoreCppTest(parameterized.TestCase):
 
-  def _compile_and_run(self, sanitize):
+  @parameterized.named_parameters(('plain', False), ('sanitized', True))
+  def test_the_core_passes_its_unit_tests(self, sanitize):
     program = os.path.join(fixtures.temp_dir(self), 'replay_core_test')
     printed = build.compile_test_program(SOURCE, program, sanitize=sanitize)
     self.assertEqual(printed, '', 'the compiler warned')
@@ -42,12 +39,6 @@ class ReplayCoreCppTest(absltest.TestCase):
     self.assertEqual(result.returncode, 0, output)
     self.assertRegex(result.stdout, r'^[1-9]\d* checks passed\n$')
     self.assertEqual(result.stderr, '')
-
-  def test_the_core_passes_its_unit_tests(self):
-    self._compile_and_run(sanitize=False)
-
-  def test_the_core_passes_its_unit_tests_under_sanitizers(self):
-    self._compile_and_run(sanitize=True)
 
   def test_the_libraries_compile_without_warnings(self):
     compiles = []

@@ -1,34 +1,25 @@
 # coding=utf-8
 """Several files replaced as one: staged files and a redo journal.
 
-A checkpoint is several files, each written atomically (`atomic_files`).
-That is not enough when a checkpoint is written again under the same
-names: a save that fails half-way would leave some files new and some
-old, and the old checkpoint would be gone. A `Transaction` switches the
-whole set at once:
+For a checkpoint written again under the same names, where a save failing
+half-way must not leave some files new and some old:
 
 1. `Transaction.write` (or `Transaction.adopt`) stages each file: written
-   in full and fsync'ed under a temporary name beside its target
-   (`atomic_files.stage_write`'s naming). No target changes.
+   in full and fsync'ed under a temporary name beside its target. No
+   target changes.
 2. `Transaction.commit` writes the journal, a small JSON file listing each
-   target with its staged name, size and SHA-256, atomically. Its
-   appearance is the commit point.
+   target with its staged name, size and SHA-256, atomically: the commit
+   point.
 3. `roll_forward` renames each staged file onto its target, in the order
    staged, then deletes the journal. Run again after a crash, it finishes
-   the renames left (a staged file already renamed is no longer there).
+   the renames left.
 
-So a failure before the journal exists leaves every target as it was (the
-staged files are deleted, or left as temporaries that
-`atomic_files.remove_temporaries` recognizes), and once it exists the new
-set is the checkpoint. A reader that may meet an interrupted commit either
-rolls it forward first or reads each target through the journal
-(`pending`, then `Record.path_of`). A commit may also be split (two-phase):
-`Transaction.record` is plain data that another process can keep, and
-`commit` writes any such record.
-
-The journal names only files of its directory (subdirectories allowed,
-never ``..``), and each staged name must be a temporary of its target, so
-a crafted journal can rename nothing but staged files.
+A reader that may meet an interrupted commit either rolls it forward first
+or reads each target through the journal (`pending`, then
+`Record.path_of`). A commit may be split in two: `Transaction.record` is
+plain data that another process can `commit`. A journal names only
+temporaries of files of its directory, so a crafted one can rename nothing
+but staged files.
 """
 
 import collections
@@ -45,8 +36,7 @@ __all__ = ['JOURNAL_FORMAT', 'Entry', 'Record', 'Transaction', 'commit',
 
 JOURNAL_FORMAT = 'dopamine_per.journal/1'
 
-# A journal lists a checkpoint's files: a few hundred at most (a sharded
-# memory's), about 200 bytes each.
+# A journal lists a checkpoint's files: a few hundred at most.
 _MAX_JOURNAL_BYTES = 1 << 24
 
 # One staged file: `target` and `staged` are paths relative to the journal's

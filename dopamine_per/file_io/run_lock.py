@@ -81,14 +81,14 @@ def _holder_note() -> bytes:
   }, sort_keys=True) + '\n').encode('utf-8')
 
 
-def _parse_note(data: bytes) -> Optional[dict]:
-  """The holder's note as a dict of pid, host and since; None if unreadable.
+def _read_note(fd: int) -> Optional[dict]:
+  """The holder's note as a dict of pid, host and since, read once.
 
-  The file is another process's: anything in it is tolerated.
+  The file is another process's: anything in it is tolerated (None).
   """
   try:
-    note = json.loads(data.decode('utf-8'))
-  except (ValueError, RecursionError):
+    note = json.loads(os.pread(fd, _MAX_NOTE_BYTES, 0).decode('utf-8'))
+  except (OSError, ValueError, RecursionError):
     return None
   if not isinstance(note, dict):
     return None
@@ -101,15 +101,6 @@ def _parse_note(data: bytes) -> Optional[dict]:
     return value[:200] if isinstance(value, str) else None
 
   return {'pid': pid, 'host': text('host'), 'since': text('since')}
-
-
-def _read_note(fd: int) -> Optional[dict]:
-  """The holder's note, read once; None if there is none or it is unreadable.
-  """
-  try:
-    return _parse_note(os.pread(fd, _MAX_NOTE_BYTES, 0))
-  except OSError:
-    return None
 
 
 class RunDirectoryLock(object):

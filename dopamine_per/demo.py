@@ -36,17 +36,9 @@ import numpy as np
 
 from dopamine_per.replay_memory import prioritized_replay_buffer
 
-__all__ = [
-    'RandomWalkCartPole',
-    'chi_square_critical_value',
-    'define_flags',
-    'fake_td_errors',
-    'fill_memory',
-    'main',
-    'priorities_from_td_errors',
-    'run_demo',
-    'sampling_table',
-]
+__all__ = ['RandomWalkCartPole', 'chi_square_critical_value', 'define_flags',
+           'fake_td_errors', 'fill_memory', 'main', 'priorities_from_td_errors',
+           'run_demo', 'sampling_table']
 
 
 def define_flags():

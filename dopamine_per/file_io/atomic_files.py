@@ -32,34 +32,14 @@ from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from dopamine_per import errors
 
-__all__ = [
-    'CheckpointError',
-    'CorruptCheckpointError',
-    'CheckpointNotFoundError',
-    'not_found_error',
-    'READ_CHUNK_BYTES',
-    'describe_error',
-    'refusing',
-    'is_url',
-    'exists',
-    'make_directories',
-    'list_directory',
-    'remove_if_exists',
-    'FileDigest',
-    'digest_from_data',
-    'file_digest',
-    'read_file',
-    'read_json',
-    'write_json',
-    'open_for_reading',
-    'create_temporary',
-    'StagedFile',
-    'stage_write',
-    'replace',
-    'atomic_write',
-    'is_temporary_of',
-    'remove_temporaries',
-]
+__all__ = ['CheckpointError', 'CorruptCheckpointError',
+           'CheckpointNotFoundError', 'not_found_error', 'READ_CHUNK_BYTES',
+           'describe_error', 'refusing', 'is_url', 'exists', 'make_directories',
+           'list_directory', 'remove_if_exists', 'FileDigest',
+           'digest_from_data', 'file_digest', 'read_file', 'read_json',
+           'write_json', 'open_for_reading', 'create_temporary', 'StagedFile',
+           'stage_write', 'replace', 'atomic_write', 'is_temporary_of',
+           'remove_temporaries']
 
 # Bytes read per call when hashing a file or filling an array from one.
 READ_CHUNK_BYTES = 1 << 24

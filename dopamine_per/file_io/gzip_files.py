@@ -29,18 +29,10 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import safe_pickle
 
-__all__ = [
-    'DEFAULT_MAX_ARRAY_BYTES',
-    'checkpoint_filename',
-    'npy_gz_writer',
-    'pickle_gz_writer',
-    'dopamine_sum_tree_gz_writer',
-    'save_npy_gz',
-    'save_pickle_gz',
-    'save_dopamine_sum_tree_gz',
-    'load_npy_gz',
-    'load_pickle_gz',
-]
+__all__ = ['DEFAULT_MAX_ARRAY_BYTES', 'checkpoint_filename', 'npy_gz_writer',
+           'pickle_gz_writer', 'dopamine_sum_tree_gz_writer', 'save_npy_gz',
+           'save_pickle_gz', 'save_dopamine_sum_tree_gz', 'load_npy_gz',
+           'load_pickle_gz']
 
 # Protocol of the pickles we write: readable by every Python 3 that Dopamine
 # supports.
@@ -105,9 +97,9 @@ def npy_gz_writer(array: np.ndarray, name: str = 'array'
 
 
 def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:
-  """Returns a function writing `obj` as a gzip'd pickle (see `save_pickle_gz`).
+  """Returns a function writing `obj` as a gzip'd pickle, pickled now.
 
-  The object is pickled now, so later changes to it are not written.
+  Keep `obj` plain data if it is to be read back with `load_pickle_gz`.
   """
   data = pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
   return _gzip_writer(lambda gz: gz.write(data))
@@ -115,8 +107,16 @@ def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:
 
 def dopamine_sum_tree_gz_writer(state: Dict[str, Any]
                                ) -> Callable[[BinaryIO], None]:
-  """Returns a function writing a sum-tree state as a pickled Dopamine
-  ``SumTree`` (see `save_dopamine_sum_tree_gz`); pickled now."""
+  """Returns a function writing a sum-tree state as a pickled Dopamine SumTree.
+
+  Dopamine's ``pickle.load`` of the file rebuilds its own
+  ``dopamine.tf.replay_memory.sum_tree.SumTree`` with `state` as attributes;
+  `load_pickle_gz` reads it back as a `safe_pickle.PickledSumTreeState`.
+
+  Args:
+    state: dict, e.g. ``SumTree.get_state()``: ``nodes`` (list of float64
+      arrays, root first) and ``max_recorded_priority``. Pickled now.
+  """
   data = safe_pickle.pickle_as_instance(*safe_pickle.DOPAMINE_SUM_TREE_GLOBAL,
                                         state)
   return _gzip_writer(lambda gz: gz.write(data))
@@ -132,26 +132,13 @@ def save_npy_gz(path: str, array: np.ndarray) -> atomic_files.FileDigest:
 
 
 def save_pickle_gz(path: str, obj: Any) -> atomic_files.FileDigest:
-  """Atomically writes `obj` to `path` as a gzip'd pickle (Dopamine's format).
-
-  Keep `obj` plain data if it is to be read back with `load_pickle_gz`.
-  """
+  """Atomically writes `obj` to `path`, as `pickle_gz_writer` writes it."""
   return atomic_files.atomic_write(path, pickle_gz_writer(obj))
 
 
 def save_dopamine_sum_tree_gz(path: str, state: Dict[str, Any]
                              ) -> atomic_files.FileDigest:
-  """Atomically writes a sum-tree state as a pickled Dopamine ``SumTree``.
-
-  Dopamine's ``pickle.load`` of the file rebuilds its own
-  ``dopamine.tf.replay_memory.sum_tree.SumTree`` with `state` as attributes;
-  `load_pickle_gz` reads it back as a `safe_pickle.PickledSumTreeState`.
-
-  Args:
-    path: str, the destination file.
-    state: dict, e.g. ``SumTree.get_state()``: ``nodes`` (list of float64
-      arrays, root first) and ``max_recorded_priority``.
-  """
+  """Atomically writes `state`, as `dopamine_sum_tree_gz_writer` writes it."""
   return atomic_files.atomic_write(path, dopamine_sum_tree_gz_writer(state))
 
 

@@ -25,17 +25,10 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 
-__all__ = [
-    'UnsafePickleError',
-    'PickledSumTreeState',
-    'PickleLimits',
-    'DEFAULT_PICKLE_LIMITS',
-    'DOPAMINE_SUM_TREE_GLOBAL',
-    'SUM_TREE_GLOBALS',
-    'restricted_loads',
-    'non_plain_data',
-    'pickle_as_instance',
-]
+__all__ = ['UnsafePickleError', 'PickledSumTreeState', 'PickleLimits',
+           'DEFAULT_PICKLE_LIMITS', 'DOPAMINE_SUM_TREE_GLOBAL',
+           'SUM_TREE_GLOBALS', 'restricted_loads', 'non_plain_data',
+           'pickle_as_instance']
 
 # The class Dopamine's checkpoints name for a pickled sum tree.
 DOPAMINE_SUM_TREE_GLOBAL = ('dopamine.tf.replay_memory.sum_tree', 'SumTree')

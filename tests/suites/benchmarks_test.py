@@ -1,10 +1,8 @@
 """Smoke tests for `python -m benchmarks` and its sections, at tiny sizes.
 
-They run every section of the command (benchmarks/__main__.py) on small
-memories, check the document's structure, and check that the peers are
-configured to store and return the transitions ours does. The distributed
-section starts a local Ray (loopback only) in its own process, which shuts
-it down; the command test takes about two minutes on 2 cores.
+They run every section of the command on small memories, check the
+document's structure, and check that the peers are configured to store and
+return the transitions ours does.
 """
 
 import importlib

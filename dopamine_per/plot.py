@@ -94,12 +94,9 @@ class GroupSummary:
 
   Attributes:
     runs: int, the runs in the group.
-    best_eval_mean: float, mean over runs of `Summary.best_eval`.
-    best_eval_min: float, its minimum (the worst run).
-    last_eval_mean: float, mean over runs of `Summary.last_eval`.
-    last_eval_min: float, its minimum.
-    steps_per_second: float, mean over runs of `Summary.steps_per_second`.
-    seconds: float, mean over runs of `Summary.seconds`.
+    best_eval_mean, last_eval_mean, steps_per_second, seconds: float, means
+      over the runs of those of their `Summary`.
+    best_eval_min, last_eval_min: float, minimums (the worst run).
   """
   runs: int
   best_eval_mean: float

@@ -80,24 +80,20 @@ class CommitTest(TransactionTestCase):
                      [b'new a', b'new b', b'new c'])
     self.assertEqual(self.listing(), ['a', 'b', os.path.join('sub', 'c')])
 
-  def test_abort_keeps_targets_and_deletes_staged_files(self):
-    self.put('a', b'old a')
-    txn = self.staged_transaction({'a': b'new a', 'b': b'new b'})
-    txn.abort()
-    self.assertEqual(self.content('a'), b'old a')
-    self.assertEqual(self.listing(), ['a'])
-
-  def test_abort_of_a_record_deletes_its_staged_files_only(self):
-    """Two-phase: a record kept as data is aborted later, from anywhere."""
+  @parameterized.parameters(False, True)
+  def test_abort_deletes_its_staged_files_only(self, as_data):
+    """Also two-phase: a record kept as data is aborted later, anywhere."""
     self.put('a', b'old a')
     self.put('other', b'not staged')
-    data = self.staged_transaction({'a': b'new a',
-                                    'sub/b': b'new b'}).record().to_data()
-    record = transaction.Record.from_data(json.loads(json.dumps(data)))
-    transaction.abort(self.dir, record)
+    txn = self.staged_transaction({'a': b'new a', 'sub/b': b'new b'})
+    if as_data:
+      record = transaction.Record.from_data(
+          json.loads(json.dumps(txn.record().to_data())))
+      transaction.abort(self.dir, record)
+      transaction.abort(self.dir, record)  # Files already gone are skipped.
+    else:
+      txn.abort()
     self.assertEqual(self.content('a'), b'old a')
-    self.assertEqual(self.listing(), ['a', 'other'])
-    transaction.abort(self.dir, record)  # Files already gone are skipped.
     self.assertEqual(self.listing(), ['a', 'other'])
 
   def test_failing_write_stages_nothing(self):

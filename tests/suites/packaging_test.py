@@ -166,8 +166,11 @@ class WheelTest(absltest.TestCase):
     expected = {
         'dopamine-per-train': trainer,
         'dopamine-per-train-distributed': trainer + ['--ray_address'],
-        'dopamine-per-plot': ['--out', '--label'],
-        'dopamine-per-port-gin': ['--in_place'],
+        'dopamine-per-plot': ['--out', '--label', 'NAME=GLOB', 'RUN_DIR'],
+        # The module docstring's table of rewrites, too.
+        'dopamine-per-port-gin': ['usage: python -m dopamine_per.port_gin',
+                                  '--in_place',
+                                  'dopamine.tf.agents.PKG.MODULE'],
     }
     self.assertCountEqual(expected, _SCRIPTS)
     for script, flag_names in expected.items():

@@ -36,25 +36,14 @@ import numpy as np
 
 from dopamine_per.replay_memory import prioritized_replay_buffer
 
-__all__ = [
-    'RandomWalkCartPole',
-    'chi_square_critical_value',
-    'define_flags',
-    'fake_td_errors',
-    'fill_memory',
-    'main',
-    'priorities_from_td_errors',
-    'run_demo',
-    'sampling_table',
-]
+__all__ = ['RandomWalkCartPole', 'chi_square_critical_value', 'define_flags',
+           'fake_td_errors', 'fill_memory', 'main', 'priorities_from_td_errors',
+           'run_demo', 'sampling_table']
 
 
 def define_flags():
-  """Defines the demo's command-line flags (only when it runs as a program).
-
-  Defining them at import time would clash with other modules' flags of the
-  same names (Dopamine's `train.py` also has --base_dir) in one process.
-  """
+  """Defines the demo's flags; only when it runs as a program (others, such
+  as Dopamine's `train.py`, define --base_dir too)."""
   flags.DEFINE_string(
       'base_dir', 'runs/demo',
       'Directory the checkpoint is written to (a relative path is taken from '
@@ -95,11 +84,9 @@ class RandomWalkCartPole:
   """A tiny deterministic CartPole-like random walk (not real physics).
 
   The state is (cart position, cart velocity, pole angle, pole angular
-  velocity), float32. The action (0 or 1) pushes the cart left or right,
-  which also tips the pole the other way; both velocities get Gaussian noise
-  and the pole falls further the more it leans. An episode terminates when
-  the cart leaves [-2.4, 2.4] or the pole leans more than 0.21 rad, and is cut
-  off (not terminal) after `max_steps` steps. Every step is rewarded 1.
+  velocity). An episode terminates when the cart leaves [-2.4, 2.4] or the
+  pole leans more than 0.21 rad, and is cut off (not terminal) after
+  `max_steps` steps. Every step is rewarded 1.
 
   Attributes:
     seed: int, seed of the simulator's own `numpy.random.Generator`, which
@@ -142,9 +129,8 @@ class RandomWalkCartPole:
 def fill_memory(memory, simulator, num_transitions):
   """Adds `num_transitions` simulator transitions to `memory`.
 
-  New transitions get the largest priority recorded so far, so each is
-  likely to be replayed at least once (Schaul et al., 2015). Episodes cut off
-  by the time limit are marked with `episode_end=True`, not as terminal.
+  New transitions get the largest priority recorded so far (Schaul et al.,
+  2015); episodes cut off are marked with `episode_end=True`, not terminal.
 
   Args:
     memory: OutOfGraphPrioritizedReplayBuffer.
@@ -174,9 +160,8 @@ def fill_memory(memory, simulator, num_transitions):
 def fake_td_errors(next_states, terminals, rng):
   """Made-up TD errors standing in for an agent's: larger where it matters.
 
-  The error grows with how far the pole leans after the transition, is
-  largest on terminal transitions (the value estimate changes abruptly
-  there) and carries a little noise, so the priorities are spread out.
+  They grow with how far the pole leans, are largest on terminal
+  transitions, and carry a little noise, so the priorities are spread out.
 
   Args:
     next_states: float array (batch, 4, stack), the next states.

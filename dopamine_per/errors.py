@@ -39,9 +39,9 @@ class InvalidIndexTypeError(TypeError, ArgumentError):
 def describe(value: Any, limit: int = 60) -> str:
   """A short description of `value` for an error message; never raises.
 
-  Loaded data may be anything: its repr may be huge, recurse without bound,
-  or fail (an int of 10**5 digits), so containers are described by type and
-  size, and other values by a repr cut to `limit` characters.
+  Containers are described by type and size (a loaded one's repr may be
+  huge or recurse without bound), other values by a repr cut to `limit`
+  characters.
 
   Args:
     value: any object.

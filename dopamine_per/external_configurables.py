@@ -1,14 +1,11 @@
 # coding=utf-8
 """Registers TensorFlow's TF1 optimizers with gin, as ``gin.tf`` did.
 
-Dopamine's gin files say ``import gin.tf.external_configurables`` and bind
-``@tf.train.AdamOptimizer()``. gin-config's ``gin.tf`` module no longer
-imports with current TensorFlow, so this module registers the
-``tf.compat.v1.train`` optimizers under the same gin names
-(``tf.train.AdamOptimizer``, ``tf.train.RMSPropOptimizer``, ...). Importing
-it twice, or alongside a working ``gin.tf``, is harmless. The agents import
-it, so a gin file that imports an agent module can bind optimizers too; our
-gin files import it explicitly in place of ``gin.tf.external_configurables``
+Dopamine's gin files bind ``@tf.train.AdamOptimizer()`` after
+``import gin.tf.external_configurables``, which no longer imports with
+current TensorFlow; this module registers the ``tf.compat.v1.train``
+optimizers under the same gin names in its place. Importing it twice, or
+alongside a working ``gin.tf``, is harmless. The agents import it too
 (docs/compat.md#external_configurables).
 """
 

@@ -4,15 +4,13 @@ r"""Compares training runs: a picture and a table across seeds and configs.
   python -m dopamine_per.plot --out compare.png runs/per_s* runs/uniform_s* \
       --label PER='runs/per_s*' --label uniform='runs/uniform_s*'
 
-Reads each run's ``logs/statistics.jsonl`` (what the trainer writes after
-every iteration; keys it does not know are ignored, so the distributed
-trainer's records read the same; lines that are not statistics records are
-skipped, with one warning on stderr counting them:
-`discrete_domains.statistics_file`) and draws, against the iteration, the
-average evaluation return (left) and the training steps per second
-(right). Runs sharing a label are one group: its mean is the line and the
-band spans the group's minimum and maximum, e.g. across seeds. A run no
---label matches is a group of its own, named by its directory.
+Reads each run's ``logs/statistics.jsonl`` (lines that are not statistics
+records are skipped, with one warning on stderr counting them) and draws,
+against the iteration, the average evaluation return (left) and the
+training steps per second (right). Runs sharing a label are one group: its
+mean is the line and the band spans the group's minimum and maximum, e.g.
+across seeds. A run no --label matches is a group of its own, named by its
+directory.
 
 It prints two Markdown tables: per run, the best evaluation return, the
 mean of the last 5 evaluation returns, the mean training steps/s and the
@@ -96,12 +94,9 @@ class GroupSummary:
 
   Attributes:
     runs: int, the runs in the group.
-    best_eval_mean: float, mean over runs of `Summary.best_eval`.
-    best_eval_min: float, its minimum (the worst run).
-    last_eval_mean: float, mean over runs of `Summary.last_eval`.
-    last_eval_min: float, its minimum.
-    steps_per_second: float, mean over runs of `Summary.steps_per_second`.
-    seconds: float, mean over runs of `Summary.seconds`.
+    best_eval_mean, last_eval_mean, steps_per_second, seconds: float, means
+      over the runs of those of their `Summary`.
+    best_eval_min, last_eval_min: float, minimums (the worst run).
   """
   runs: int
   best_eval_mean: float
@@ -113,13 +108,10 @@ class GroupSummary:
 
 
 def load_run(run_dir: str) -> Run:
-  """Reads the statistics of the run in `run_dir`.
+  """Reads the statistics of the run in `run_dir`; warns of skipped lines.
 
   Args:
     run_dir: str, a run's base directory (the trainer's --base_dir).
-
-  Lines of the file that are not statistics records are skipped
-  (`statistics_file.read_records`), and a warning on stderr counts them.
 
   Returns:
     Run.
@@ -149,13 +141,7 @@ def load_run(run_dir: str) -> Run:
 
 
 def parse_label(text: str) -> Tuple[str, str]:
-  """Splits a --label value 'NAME=GLOB'.
-
-  Args:
-    text: str.
-
-  Returns:
-    (name, glob).
+  """Splits a --label value 'NAME=GLOB' into (name, glob).
 
   Raises:
     ValueError: If there is no '=' or the name or glob is empty.
@@ -252,8 +238,7 @@ def band(runs: Sequence[Run], key: str
         ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """Mean, minimum and maximum of `key` across runs, per iteration.
 
-  An iteration counts the runs that have a number for it (runs may differ
-  in length).
+  An iteration counts the runs that have a number for it.
 
   Args:
     runs: the group's runs.
@@ -318,8 +303,7 @@ def plot_groups(path: str, groups: Mapping[str, Sequence[Run]],
                 title: Optional[str] = None) -> None:
   """Draws each group's mean and min-max band; writes a PNG atomically.
 
-  Left: average evaluation return; right: training steps per second; both
-  against the iteration. The PNG is WIDTH_PX x HEIGHT_PX.
+  The PNG is WIDTH_PX x HEIGHT_PX (see the module docstring).
 
   Args:
     path: str, the PNG file.

@@ -1,14 +1,9 @@
 """pytest configuration: the `slow` marker, taken from the BUILD files' tags.
 
-The BUILD files are the one place that says which test files are slow
-(training runs, subprocess trainers): a py_test tagged `tags = ["slow"]`. Under pytest,
-every test of such a file carries the `slow` marker, so
-
-  bash scripts/test.sh -m "not slow"
-
-runs the fast subset, while `bash scripts/test.sh` still runs everything
-(tests/suites/markers_test.py checks both). Bazel runs each file as a
-program and does not read this file.
+The BUILD files are the one place that says which test files are slow: a
+py_test tagged `tags = ["slow"]`. Under pytest every test of such a file
+carries the `slow` marker, so `bash scripts/test.sh -m "not slow"` runs the
+fast subset (tests/suites/markers_test.py checks it).
 """
 
 import os

@@ -1,15 +1,10 @@
 """Dopamine-style gin files, ported with port_gin, train with our trainer.
 
-For each of Dopamine's TF agents (DQN, C51, Rainbow, IQN) and each domain
-Dopamine configures (CartPole, Acrobot, MountainCar, LunarLander and an Atari
-game), the test writes a small gin file the way Dopamine's configs are
-written (Dopamine's import lines, gin names and networks, e.g.
-`@legacy_networks.AcrobotRainbowNetwork`, `LunarLander-v2`), ports it with
-`python -m dopamine_per.port_gin`, and runs one short iteration of
-`python -m dopamine_per.discrete_domains.train` on the result, as a user
-moving from Dopamine would. The run must finish, train (the replay memory
-is past `min_replay_history`, so training steps run) and write its
-statistics.
+For each of Dopamine's TF agents and each domain Dopamine configures, the
+test writes a small gin file as Dopamine's configs are written, ports it
+with `python -m dopamine_per.port_gin`, and runs one short iteration of
+`python -m dopamine_per.discrete_domains.train` on it, which must train and
+write its statistics.
 """
 
 import concurrent.futures

@@ -1,7 +1,6 @@
 """Tests for port_gin: the import rewrites, untouched text and the command."""
 
 import contextlib
-import importlib.util
 import io
 import os
 import stat
@@ -102,16 +101,10 @@ class PortTest(parameterized.TestCase):
 
   @parameterized.parameters(*_REWRITES)
   def test_rewrites(self, dopamine_line, expected):
+    # port_module checks that the ported module exists.
     self.assertEqual(_ported_line(dopamine_line), expected)
     # Ported again, nothing changes.
     self.assertEqual(_ported_line(expected), expected)
-
-  @parameterized.parameters(*_REWRITES)
-  def test_ported_module_exists(self, dopamine_line, expected):
-    del dopamine_line
-    words = expected.split('#')[0].split()
-    module = (words[1] + '.' + words[3] if words[0] == 'from' else words[1])
-    self.assertIsNotNone(importlib.util.find_spec(module), module)
 
   @parameterized.parameters(*_UNTOUCHED)
   def test_untouched_lines(self, line):
@@ -249,14 +242,7 @@ class MainTest(absltest.TestCase):
     self.assertEqual(result.returncode, 2)
     self.assertLen(result.stderr.splitlines(), 1)
     self.assertIn('a.gin.missing', result.stderr)
-
-    result = subprocess.run(command + ['--help'], capture_output=True,
-                            text=True, env=env, cwd=fixtures.REPO_ROOT,
-                            timeout=120)
-    self.assertEqual(result.returncode, 0)
-    self.assertIn('usage: python -m dopamine_per.port_gin', result.stdout)
-    self.assertIn('--in_place', result.stdout)
-    self.assertIn('dopamine.tf.agents.PKG.MODULE', result.stdout)
+    # --help: packaging_test.
 
 
 if __name__ == '__main__':

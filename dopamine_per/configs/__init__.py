@@ -1,16 +1,12 @@
 # coding=utf-8
 """The gin configs shipped with dopamine_per, found by name.
 
-The source of the configs is the repository's top-level ``configs/``
-directory. The wheel and the sdist carry them (setup.py copies them into this
-package when it builds), so an installed package finds them here; a checkout
-and its editable install (``pip install -e .``) and Bazel's runfiles find them
-in ``configs/`` beside the package. The trainer's ``--gin_files`` takes a
-shipped config by name (`resolve`), which is what makes
-
-  dopamine-per-train --base_dir=runs/cartpole --gin_files=rainbow_cartpole
-
-work outside a checkout. ``python -m dopamine_per.configs`` lists them.
+Their source is the repository's top-level ``configs/``, which setup.py
+copies into this package for the wheel and the sdist; a checkout (and its
+editable install, and Bazel's runfiles) finds them in ``configs/`` beside
+the package. The trainer's ``--gin_files`` takes a shipped config by name
+(`resolve`), also outside a checkout. ``python -m dopamine_per.configs``
+lists them.
 """
 
 import os
@@ -39,7 +35,6 @@ def _gin_files(folder: str) -> Dict[str, str]:
 
 
 def _stem(name: str) -> str:
-  """`name` without its .gin extension."""
   return name[:-len(EXTENSION)] if name.endswith(EXTENSION) else name
 
 
@@ -48,8 +43,7 @@ def directory() -> Optional[str]:
 
   Returns:
     str, this package's directory in an installed wheel or sdist, else the
-    checkout's ``configs/``; None when neither holds a .gin file (a broken
-    installation).
+    checkout's ``configs/``; None when neither holds a .gin file.
   """
   for folder in (_PACKAGE_DIR, _CHECKOUT_DIR):
     if _gin_files(folder):

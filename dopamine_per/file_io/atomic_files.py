@@ -1,35 +1,26 @@
 # coding=utf-8
 """Atomic writing and safe, bounded reading of files, and their errors.
 
-* Atomic writes (`atomic_write`). A file is written to a temporary file in
-  the destination directory, flushed, fsync'ed and moved into place with
-  ``os.replace`` (and the directory is fsync'ed), so a crash never leaves a
-  half-written file under the final name. A writer killed midway leaves its
-  temporary file, which `remove_temporaries` finds by name. A new file gets
-  the mode a plain ``open`` gives (0666 less the umask). `stage_write` and
-  `replace` are its two halves, for `transaction`, which replaces several
-  files as one.
-* Digests (`FileDigest`). `atomic_write` returns the size and SHA-256 of
-  what it wrote; `open_for_reading` checks a file against such a digest as
-  it is read, so a truncated, corrupted or swapped-in file is refused.
-* Safe reads. Only regular files are opened: a directory, FIFO or device
-  under a file's name is refused without blocking (`read_file`,
-  `file_digest`, `open_for_reading`).
-* One error type. A file that cannot be used raises `CheckpointError` (a
-  ValueError) naming the file; `refusing` turns any other error raised
-  while reading one into a `CorruptCheckpointError`. A missing one is a
-  `CheckpointNotFoundError` (`not_found_error`: also TensorFlow's
-  `NotFoundError` where TensorFlow is loaded, never importing it).
+* `atomic_write` writes a temporary file beside the target, fsyncs it and
+  renames it into place, so a crash never leaves a half-written file under
+  the final name; `stage_write` and `replace` are its two halves, for
+  `transaction`. A killed writer's temporary is found by
+  `remove_temporaries`. New files get the mode a plain ``open`` gives.
+* `FileDigest`: the size and SHA-256 `atomic_write` returns;
+  `open_for_reading` checks a file against one as it is read.
+* Only regular files are read, never blocking on a FIFO or device.
+* A file that cannot be used raises `CheckpointError` naming it; a missing
+  one `CheckpointNotFoundError` (`not_found_error`).
 
-Paths with a URL scheme (``gs://``, ``ram://``, ...) go through
-``tf.io.gfile``, TensorFlow being imported only then; there the final
-rename is as atomic as the filesystem makes it. How this differs from
-Dopamine, which writes files in place: docs/compat.md#file_io.
+Paths with a URL scheme (``gs://``, ``ram://``) go through ``tf.io.gfile``,
+TensorFlow being imported only then. How this differs from Dopamine, which
+writes files in place: docs/compat.md#file_io.
 """
 
 import collections
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -41,34 +32,14 @@ from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from dopamine_per import errors
 
-__all__ = [
-    'CheckpointError',
-    'CorruptCheckpointError',
-    'CheckpointNotFoundError',
-    'not_found_error',
-    'READ_CHUNK_BYTES',
-    'describe_error',
-    'refusing',
-    'is_url',
-    'exists',
-    'make_directories',
-    'list_directory',
-    'remove_if_exists',
-    'FileDigest',
-    'digest_from_data',
-    'file_digest',
-    'read_file',
-    'read_json',
-    'write_json',
-    'open_for_reading',
-    'create_temporary',
-    'StagedFile',
-    'stage_write',
-    'replace',
-    'atomic_write',
-    'is_temporary_of',
-    'remove_temporaries',
-]
+__all__ = ['CheckpointError', 'CorruptCheckpointError',
+           'CheckpointNotFoundError', 'not_found_error', 'READ_CHUNK_BYTES',
+           'describe_error', 'refusing', 'is_url', 'exists', 'make_directories',
+           'list_directory', 'remove_if_exists', 'FileDigest',
+           'digest_from_data', 'file_digest', 'read_file', 'read_json',
+           'write_json', 'open_for_reading', 'create_temporary', 'StagedFile',
+           'stage_write', 'replace', 'atomic_write', 'is_temporary_of',
+           'remove_temporaries']
 
 # Bytes read per call when hashing a file or filling an array from one.
 READ_CHUNK_BYTES = 1 << 24
@@ -107,47 +78,37 @@ class CheckpointNotFoundError(FileNotFoundError, CheckpointError):
     return not_found_error, (str(self), self.filename)
 
 
-# The subclass of CheckpointNotFoundError and tf.errors.NotFoundError, built
-# by `not_found_error` the first time it is needed with TensorFlow loaded.
-_tf_not_found_class = None
-
-
+@functools.lru_cache(maxsize=None)
 def _tf_not_found_error_class() -> type:
   """CheckpointNotFoundError that is also a tf.errors.NotFoundError.
 
-  Built on first use: the base class exists only once TensorFlow is imported,
-  and importing it here would cost the 4-6 s and 500 MB this avoids.
+  Built on first use: the base class exists only once TensorFlow is imported.
   """
-  global _tf_not_found_class
-  if _tf_not_found_class is None:
-    tf_not_found = sys.modules['tensorflow'].errors.NotFoundError
+  tf_not_found = sys.modules['tensorflow'].errors.NotFoundError
 
-    class TfCheckpointNotFoundError(CheckpointNotFoundError, tf_not_found):
-      """A missing checkpoint file, as TensorFlow's NotFoundError too.
+  class TfCheckpointNotFoundError(CheckpointNotFoundError, tf_not_found):
+    """A missing checkpoint file, as TensorFlow's NotFoundError too.
 
-      Built as TensorFlow's errors are: (node_def, op, message).
-      """
+    Built as TensorFlow's errors are: (node_def, op, message).
+    """
 
-      def __init__(self, node_def, op, message: str, *args):
-        tf_not_found.__init__(self, node_def, op, message, *args)
-        # Last: TensorFlow's __init__ leaves Exception.args empty.
-        CheckpointNotFoundError.__init__(self, message)
+    def __init__(self, node_def, op, message: str, *args):
+      tf_not_found.__init__(self, node_def, op, message, *args)
+      # Last: TensorFlow's __init__ leaves Exception.args empty.
+      CheckpointNotFoundError.__init__(self, message)
 
-    TfCheckpointNotFoundError.__module__ = __name__
-    TfCheckpointNotFoundError.__qualname__ = 'TfCheckpointNotFoundError'
-    _tf_not_found_class = TfCheckpointNotFoundError
-  return _tf_not_found_class
+  TfCheckpointNotFoundError.__module__ = __name__
+  TfCheckpointNotFoundError.__qualname__ = 'TfCheckpointNotFoundError'
+  return TfCheckpointNotFoundError
 
 
 def not_found_error(message: str, filename: Optional[str] = None
                    ) -> CheckpointNotFoundError:
   """The error for a missing checkpoint file; never imports TensorFlow.
 
-  Where TensorFlow is loaded (``'tensorflow' in sys.modules``) the error is
-  also a `tf.errors.NotFoundError`, which Dopamine's callers catch (its
-  memories' `load` raises one); elsewhere (an actor, a shard, a tool that
-  never imported TensorFlow) it is a plain `CheckpointNotFoundError`,
-  raised at once.
+  Where TensorFlow is loaded the error is also a `tf.errors.NotFoundError`,
+  which Dopamine's callers catch (its memories' `load` raises one);
+  elsewhere it is a plain `CheckpointNotFoundError`.
 
   Args:
     message: str, what is missing.
@@ -179,8 +140,7 @@ def describe_error(error: BaseException) -> str:
 def refusing(path: str) -> Iterator[None]:
   """Turns any error inside the `with` into a CorruptCheckpointError.
 
-  For reading and validating checkpoint file `path`: whatever goes wrong
-  (MemoryError, OverflowError, RecursionError, OSError, AttributeError ...)
+  Whatever goes wrong while reading or validating checkpoint file `path`
   comes out as one error type naming the file. `CheckpointError`s pass
   unchanged; so do exceptions that are not `Exception`s (KeyboardInterrupt).
 
@@ -220,12 +180,10 @@ def exists(path: str) -> bool:
 
 
 def make_directories(path: str) -> None:
-  """Creates directory `path` and its missing parents, as `os.makedirs`.
+  """Creates directory `path` and its missing parents; an existing one is fine.
 
-  Local directories get 0777 less the umask, as a plain ``mkdir`` gives
-  (``tf.io.gfile.makedirs`` creates them 0755 whatever the umask); paths
-  with a URL scheme go through ``tf.io.gfile``. An existing directory is
-  fine.
+  Local directories get 0777 less the umask (``tf.io.gfile.makedirs`` would
+  create them 0755 whatever the umask).
 
   Raises:
     OSError: If it cannot be created (e.g. PermissionError), or a file is in
@@ -249,14 +207,7 @@ def list_directory(path: str) -> list:
 
 
 def remove_if_exists(path: str) -> bool:
-  """Deletes the file at `path` if there is one.
-
-  Args:
-    path: str, the file to delete.
-
-  Returns:
-    bool, whether a file was deleted.
-  """
+  """Deletes the file at `path` if there is one; returns whether it did."""
   if is_url(path):
     gfile = _gfile()
     if not gfile.exists(path):
@@ -286,8 +237,7 @@ def _fsync_directory(directory: str) -> None:
 
 # ----------------------------------------------------------------- digests
 
-# The size in bytes and SHA-256 (hex) of a file as written. A checkpoint
-# records one per file, and loading verifies them while reading.
+# The size in bytes and SHA-256 (hex) of a file as written.
 FileDigest = collections.namedtuple('FileDigest', ['size', 'sha256'])
 
 _SHA256 = re.compile('[0-9a-f]{64}')
@@ -383,9 +333,9 @@ def _file_kind(mode: int) -> str:
 def _open_regular(path: str) -> BinaryIO:
   """Opens local file `path` for reading if it is a regular file.
 
-  The name is checked first, so a device is never opened; the file is then
+  The name is checked first, so a device is never opened; then the file is
   opened without blocking (a FIFO's open would wait for a writer) and the
-  opened descriptor checked to be that same regular file.
+  descriptor checked to be that same file.
 
   Raises:
     FileNotFoundError: If there is no such file.
@@ -417,12 +367,11 @@ def _open_regular(path: str) -> BinaryIO:
 
 
 def _open_file(path: str) -> BinaryIO:
-  """Opens a checkpoint file for reading: local paths as regular files only.
+  """Opens a file for reading: local paths as regular files only.
 
   Raises:
     FileNotFoundError: If the file does not exist.
-    CorruptCheckpointError: If it is not a regular file (see
-      `_open_regular`), or a tf.io.gfile path is a directory.
+    CorruptCheckpointError: If it is not a regular file.
   """
   if not is_url(path):
     return _open_regular(path)
@@ -439,8 +388,7 @@ def _open_file(path: str) -> BinaryIO:
 def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
   """Returns the whole content of a file of at most `limit` bytes.
 
-  Local paths must be regular files (see `_open_regular`: a FIFO or device
-  is refused without blocking); at most `limit + 1` bytes are read.
+  At most `limit + 1` bytes are read.
 
   Args:
     path: str, the file.
@@ -473,13 +421,10 @@ def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
 def read_json(path: str, limit: int, what: str) -> Any:
   """Returns the JSON value a file of at most `limit` bytes holds.
 
-  Read as `read_file` reads; invalid UTF-8, invalid JSON and nesting deep
-  enough to exhaust the stack are a `CorruptCheckpointError` too.
-
   Raises:
     FileNotFoundError: If the file does not exist.
-    CorruptCheckpointError: If it is not a regular file, is larger than
-      `limit`, or does not hold JSON.
+    CorruptCheckpointError: As `read_file`, or if it does not hold JSON
+      (invalid UTF-8, nesting deep enough to exhaust the stack included).
   """
   content = read_file(path, limit, what)
   with refusing(path):
@@ -526,8 +471,7 @@ def file_digest(path: str) -> FileDigest:
 
   Raises:
     FileNotFoundError: If the file does not exist.
-    CorruptCheckpointError: If `path` is not a regular file (a directory,
-      FIFO or device, which could not be read or never to the end).
+    CorruptCheckpointError: If `path` is not a regular file.
   """
   digest = hashlib.sha256()
   size = 0
@@ -544,19 +488,10 @@ def file_digest(path: str) -> FileDigest:
 
 # How `atomic_write` names its temporary files: '.{name}.{8 random
 # characters}.tmp' in the destination directory, and '{name}.tmp-{12 hex
-# digits}' for tf.io.gfile paths. A process killed while writing leaves one;
-# `remove_temporaries` finds them by name.
-_TEMP_PREFIX, _TEMP_SUFFIX = '.', '.tmp'
+# digits}' for tf.io.gfile paths.
 _TEMP_CHARACTERS = 'abcdefghijklmnopqrstuvwxyz0123456789_'
 _LOCAL_TEMPORARY = re.compile(r'^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$')
 _GFILE_TEMPORARY = re.compile(r'^(?P<target>.+)\.tmp-[0-9a-f]{12}$')
-# The mode a plain `open(path, 'w')` asks for; the umask (and a directory's
-# default ACL) then applies.
-_NEW_FILE_MODE = 0o666
-
-
-def _gfile_temporary(path: str) -> str:
-  return '{}.tmp-{}'.format(path, os.urandom(6).hex())
 
 
 def is_temporary_of(name: str, target: str) -> bool:
@@ -577,12 +512,11 @@ def remove_temporaries(directory: str, is_target: Callable[[str], bool]
                       ) -> List[str]:
   """Deletes temporary files of `atomic_write` left by killed writers.
 
-  Only files named as `atomic_write` names its temporaries, for a target
-  name that `is_target` accepts, are deleted (regular files only, never a
-  directory or a link): a user's other files are never touched. Call it
-  only while no other process writes those targets, and after any pending
-  `transaction` journal of the directory is rolled forward (its staged
-  files are such temporaries).
+  Only regular files named as `atomic_write` names its temporaries, for a
+  target name that `is_target` accepts, are deleted: a user's other files
+  are never touched. Call it only while no other process writes those
+  targets, and after any pending `transaction` journal of the directory is
+  rolled forward (its staged files are such temporaries).
 
   Args:
     directory: str, the directory written to.
@@ -613,22 +547,20 @@ def remove_temporaries(directory: str, is_target: Callable[[str], bool]
 def create_temporary(path: str) -> Tuple[int, str]:
   """Creates a new temporary file beside local file `path`: (fd, its path).
 
-  Named as `remove_temporaries` recognizes, opened for writing.
-
-  Created as `open` creates a file (mode 0666 less the umask, and a
-  directory's default ACL), not 0600 as `tempfile.mkstemp` would: the
-  checkpoint, log or picture then has the permissions the user's other
-  files get. The descriptor is not inherited by child processes.
+  Named as `remove_temporaries` recognizes, opened for writing, not
+  inherited by child processes. Created as `open` creates a file (mode 0666
+  less the umask, and a directory's default ACL), not 0600 as
+  `tempfile.mkstemp` would, so that a checkpoint, log or picture gets the
+  permissions the user's other files get.
   """
   directory, base = os.path.split(os.path.abspath(path))
   flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0) |
            getattr(os, 'O_CLOEXEC', 0) | getattr(os, 'O_NOFOLLOW', 0))
   while True:
     suffix = ''.join(secrets.choice(_TEMP_CHARACTERS) for _ in range(8))
-    temp_path = os.path.join(directory, '{}{}.{}{}'.format(
-        _TEMP_PREFIX, base, suffix, _TEMP_SUFFIX))
+    temp_path = os.path.join(directory, '.{}.{}.tmp'.format(base, suffix))
     try:
-      return os.open(temp_path, flags, _NEW_FILE_MODE), temp_path
+      return os.open(temp_path, flags, 0o666), temp_path
     except FileExistsError:
       continue
 
@@ -658,41 +590,32 @@ def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
   Raises:
     Whatever `write` or the filesystem raises.
   """
-  if is_url(path):
-    return _stage_write_gfile(path, write)
-  fd, temp_path = create_temporary(path)
+  url = is_url(path)
+  if url:
+    temp_path = '{}.tmp-{}'.format(path, os.urandom(6).hex())
+    opened = _gfile().GFile(temp_path, 'wb')
+  else:
+    fd, temp_path = create_temporary(path)
+    opened = os.fdopen(fd, 'wb')
   try:
-    with os.fdopen(fd, 'wb') as f:
+    with opened as f:
       hashing = _HashingWriter(f)
       write(hashing)
-      f.flush()
-      os.fsync(f.fileno())
+      if not url:
+        f.flush()
+        os.fsync(f.fileno())
   except BaseException:
-    try:
-      os.remove(temp_path)
-    except OSError:
-      pass
+    _remove_quietly(temp_path)
     raise
   return StagedFile(temp_path, hashing.digest())
 
 
-def _stage_write_gfile(path: str, write: Callable[[BinaryIO], None]
-                      ) -> StagedFile:
-  """`stage_write` for tf.io.gfile paths."""
-  gfile = _gfile()
-  temp_path = _gfile_temporary(path)
+def _remove_quietly(path: str) -> None:
+  """Deletes a temporary file after a failure, which it never hides."""
   try:
-    with gfile.GFile(temp_path, 'wb') as f:
-      hashing = _HashingWriter(f)
-      write(hashing)
-  except BaseException:
-    try:
-      if gfile.exists(temp_path):
-        gfile.remove(temp_path)
-    except Exception:  # pylint: disable=broad-except
-      pass
-    raise
-  return StagedFile(temp_path, hashing.digest())
+    remove_if_exists(path)
+  except Exception:  # pylint: disable=broad-except
+    pass
 
 
 def replace(source: str, destination: str) -> None:
@@ -712,11 +635,10 @@ def replace(source: str, destination: str) -> None:
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   """Writes a file so that `path` holds either the old or the new content.
 
-  `write` receives a binary file object for a temporary file in the same
-  directory. When it returns, the file is flushed, fsync'ed and renamed onto
-  `path` (``os.replace``), and the directory is fsync'ed. If `write` raises,
-  the temporary file is deleted and `path` is untouched. A new file gets
-  the mode a plain ``open`` would give it (0666 less the umask).
+  `stage_write`, then `replace`: `write` receives a binary file object for
+  a temporary file in the same directory, which is flushed, fsync'ed and
+  renamed onto `path`. If anything fails, the temporary file is deleted and
+  `path` is untouched.
 
   Args:
     path: str, the destination file.
@@ -732,9 +654,6 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   try:
     replace(staged.path, path)
   except BaseException:
-    try:
-      remove_if_exists(staged.path)
-    except Exception:  # pylint: disable=broad-except
-      pass
+    _remove_quietly(staged.path)
     raise
   return staged.digest

@@ -2,28 +2,15 @@
 """One trainer per run directory: an exclusive kernel lock on the directory.
 
 A `RunDirectoryLock` holds ``flock(LOCK_EX)`` on the file `LOCK_FILENAME`
-in the run's directory, and writes into it who holds it (pid, host, since
-when). A second lock on the same directory, from this process or any other,
-is refused at once with `RunDirectoryLockedError`, which names the holder.
-
-The lock is the kernel's: it goes away with the process however it ends
-(SIGKILL included), so it can never be stale, unlike a pid file. Its
-descriptor is close-on-exec (Python's default, PEP 446), so processes the
-holder starts (Ray's, any subprocess) do not keep it. A child that the
-holder forks without exec shares the descriptor, and so the lock, until it
-exits.
-
-`release` deletes the file (while still holding the lock, and only if it
-is still the file locked) before closing it; `acquire` checks after
-locking that the file it locked is still the one under the name, so a
-trainer that opened the file just before it was deleted tries again rather
-than locking a deleted file. A file left behind by a killed holder is
-locked and reused as it is. Deleting the file by hand while a trainer holds
-it lets a second trainer in.
-
-Where the filesystem cannot lock (``flock`` fails with ENOLCK, ENOTSUP,
-ENOSYS, ...) and for paths with a URL scheme (``gs://``), nothing is locked:
-`acquire` logs one warning saying so and returns False.
+in the run's directory and writes into it who holds it. A second lock on
+the same directory, from any process, is refused at once with
+`RunDirectoryLockedError`, which names the holder. The lock goes away with
+its process however it ends, so it is never stale, and its descriptor is
+close-on-exec. `release` deletes the file while still holding the lock;
+`acquire` checks that the file it locked is still the one under the name.
+Where the filesystem cannot lock, and for paths with a URL scheme, nothing
+is locked: `acquire` logs one warning and returns False. Details:
+docs/reliability.md.
 """
 
 import datetime
@@ -41,8 +28,7 @@ from dopamine_per.file_io import atomic_files
 
 __all__ = ['LOCK_FILENAME', 'RunDirectoryLockedError', 'RunDirectoryLock']
 
-# The lock file in the run directory. `experiment_resume.move_run_aside`
-# leaves it in place (it moves the Runner's files only).
+# The lock file in the run directory.
 LOCK_FILENAME = '.dopamine_per_lock'
 # What `flock` fails with where the filesystem cannot lock.
 _CANNOT_LOCK = frozenset(
@@ -95,14 +81,14 @@ def _holder_note() -> bytes:
   }, sort_keys=True) + '\n').encode('utf-8')
 
 
-def _parse_note(data: bytes) -> Optional[dict]:
-  """The holder's note as a dict of pid, host and since; None if unreadable.
+def _read_note(fd: int) -> Optional[dict]:
+  """The holder's note as a dict of pid, host and since, read once.
 
-  The file is another process's: anything in it is tolerated.
+  The file is another process's: anything in it is tolerated (None).
   """
   try:
-    note = json.loads(data.decode('utf-8'))
-  except (ValueError, RecursionError):
+    note = json.loads(os.pread(fd, _MAX_NOTE_BYTES, 0).decode('utf-8'))
+  except (OSError, ValueError, RecursionError):
     return None
   if not isinstance(note, dict):
     return None
@@ -115,18 +101,6 @@ def _parse_note(data: bytes) -> Optional[dict]:
     return value[:200] if isinstance(value, str) else None
 
   return {'pid': pid, 'host': text('host'), 'since': text('since')}
-
-
-def _read_note(fd: int) -> Optional[dict]:
-  """The holder's note, read once; None if there is none or it is unreadable.
-
-  A `RunDirectoryLock` writes its note right after locking, so there is
-  none only in those microseconds, or where the holder is something else.
-  """
-  try:
-    return _parse_note(os.pread(fd, _MAX_NOTE_BYTES, 0))
-  except OSError:
-    return None
 
 
 class RunDirectoryLock(object):

@@ -2,30 +2,16 @@
 """Unpickling plain data only, within bounds, and pickling without imports.
 
 Checkpoints hold pickles (Dopamine's format for everything that is not an
-array), and ``pickle.load`` runs whatever code a pickle names. This module
-reads them without that risk:
-
-* Plain data only. `restricted_loads` builds None, bool, int, float,
-  complex, str, bytes, list, tuple, dict, set, frozenset and NumPy arrays,
-  scalars and dtypes, and refuses every other global with
-  `UnsafePickleError`; even the allowed constructors are restricted to the
-  arguments pickles give them (no set built from a huge array, no array of
-  a size the pickle does not hold). A pickled Dopamine ``SumTree`` loads as
-  a `PickledSumTreeState`, which only captures the tree's attribute dict:
-  nothing is imported and no code runs.
-* Bounded. What a pickle builds is bounded by its `PickleLimits`: bytes of
-  pickle data, nesting depth, and elements (shared references counted once
-  per use, so data that a caller expands, e.g. into an array, is bounded
-  too). Tuples are bounded as they are built: hashing one nested a million
-  deep would overflow the C stack.
-* Clear errors. A malformed, truncated or oversized pickle raises
-  `atomic_files.CorruptCheckpointError` naming the file, whatever the
-  underlying error.
-
-`non_plain_data` tells before writing whether a value would load back;
-`pickle_as_instance` writes a pickle of an instance of a class it only names
-(a Dopamine ``SumTree`` that Dopamine's ``pickle.load`` rebuilds). How this
-differs from Dopamine, which unpickles anything: docs/compat.md#file_io.
+array), and ``pickle.load`` runs whatever code a pickle names.
+`restricted_loads` builds plain data only (`non_plain_data` says what
+that is) and refuses every other global with `UnsafePickleError`; a
+pickled Dopamine ``SumTree`` loads as a `PickledSumTreeState`, data only.
+What it builds is bounded by its `PickleLimits`, and a malformed,
+truncated or oversized pickle raises `atomic_files.CorruptCheckpointError`
+naming the file. `pickle_as_instance` writes a pickle of an instance of a
+class it only names (a Dopamine ``SumTree`` that Dopamine's
+``pickle.load`` rebuilds). How this differs from Dopamine, which unpickles
+anything: docs/compat.md#file_io.
 """
 
 import collections
@@ -39,17 +25,10 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 
-__all__ = [
-    'UnsafePickleError',
-    'PickledSumTreeState',
-    'PickleLimits',
-    'DEFAULT_PICKLE_LIMITS',
-    'DOPAMINE_SUM_TREE_GLOBAL',
-    'SUM_TREE_GLOBALS',
-    'restricted_loads',
-    'non_plain_data',
-    'pickle_as_instance',
-]
+__all__ = ['UnsafePickleError', 'PickledSumTreeState', 'PickleLimits',
+           'DEFAULT_PICKLE_LIMITS', 'DOPAMINE_SUM_TREE_GLOBAL',
+           'SUM_TREE_GLOBALS', 'restricted_loads', 'non_plain_data',
+           'pickle_as_instance']
 
 # The class Dopamine's checkpoints name for a pickled sum tree.
 DOPAMINE_SUM_TREE_GLOBAL = ('dopamine.tf.replay_memory.sum_tree', 'SumTree')
@@ -70,7 +49,7 @@ PickleLimits = collections.namedtuple(
     'PickleLimits', ['max_bytes', 'max_elements', 'max_depth'])
 
 # For callers that know nothing better: generous for any checkpoint's
-# metadata, yet bounded (a bomb stops at 256 MiB).
+# metadata, yet bounded.
 DEFAULT_PICKLE_LIMITS = PickleLimits(max_bytes=1 << 28,
                                      max_elements=1 << 25,
                                      max_depth=64)
@@ -103,16 +82,6 @@ class PickledSumTreeState(object):
     self.state = {} if state is None else dict(state)
 
   def __setstate__(self, state: Any) -> None:
-    if isinstance(state, tuple) and len(state) == 2:
-      # (dict state, slot state), as pickle writes for classes with slots.
-      dict_state, slot_state = state
-      merged = {}
-      for part in (dict_state, slot_state):
-        if part is not None:
-          if not isinstance(part, dict):
-            raise pickle.UnpicklingError('Sum tree state is not a dict.')
-          merged.update(part)
-      state = merged
     if not isinstance(state, dict):
       raise pickle.UnpicklingError(
           'Sum tree state is a {}, not a dict.'.format(type(state).__name__))
@@ -233,9 +202,8 @@ class _RestrictedUnpickler(pickle._Unpickler):  # pylint: disable=protected-acce
 
   Python's own (pure-Python) unpickler, so that tuples can be bounded as
   they are built: hashing a tuple nested a million deep (as a set item or a
-  dict key does while unpickling) overflows the C stack, which no exception
-  can catch. Depth and size of everything else are checked on the result
-  (`_check_structure`).
+  dict key does) overflows the C stack. Everything else is checked on the
+  result (`_check_structure`).
   """
 
   dispatch = dict(pickle._Unpickler.dispatch)  # pylint: disable=protected-access

@@ -1,34 +1,25 @@
 # coding=utf-8
 """Several files replaced as one: staged files and a redo journal.
 
-A checkpoint is several files, each written atomically (`atomic_files`).
-That is not enough when a checkpoint is written again under the same
-names: a save that fails half-way would leave some files new and some
-old, and the old checkpoint would be gone. A `Transaction` switches the
-whole set at once:
+For a checkpoint written again under the same names, where a save failing
+half-way must not leave some files new and some old:
 
 1. `Transaction.write` (or `Transaction.adopt`) stages each file: written
-   in full and fsync'ed under a temporary name beside its target
-   (`atomic_files.stage_write`'s naming). No target changes.
+   in full and fsync'ed under a temporary name beside its target. No
+   target changes.
 2. `Transaction.commit` writes the journal, a small JSON file listing each
-   target with its staged name, size and SHA-256, atomically. Its
-   appearance is the commit point.
+   target with its staged name, size and SHA-256, atomically: the commit
+   point.
 3. `roll_forward` renames each staged file onto its target, in the order
    staged, then deletes the journal. Run again after a crash, it finishes
-   the renames left (a staged file already renamed is no longer there).
+   the renames left.
 
-So a failure before the journal exists leaves every target as it was (the
-staged files are deleted, or left as temporaries that
-`atomic_files.remove_temporaries` recognizes), and once it exists the new
-set is the checkpoint. A reader that may meet an interrupted commit either
-rolls it forward first or reads each target through the journal
-(`pending`, then `Record.path_of`). A commit may also be split (two-phase):
-`Transaction.record` is plain data that another process can keep, and
-`commit` writes any such record.
-
-The journal names only files of its directory (subdirectories allowed,
-never ``..``), and each staged name must be a temporary of its target, so
-a crafted journal can rename nothing but staged files.
+A reader that may meet an interrupted commit either rolls it forward first
+or reads each target through the journal (`pending`, then
+`Record.path_of`). A commit may be split in two: `Transaction.record` is
+plain data that another process can `commit`. A journal names only
+temporaries of files of its directory, so a crafted one can rename nothing
+but staged files.
 """
 
 import collections
@@ -45,8 +36,7 @@ __all__ = ['JOURNAL_FORMAT', 'Entry', 'Record', 'Transaction', 'commit',
 
 JOURNAL_FORMAT = 'dopamine_per.journal/1'
 
-# A journal lists a checkpoint's files: a few hundred at most (a sharded
-# memory's), about 200 bytes each.
+# A journal lists a checkpoint's files: a few hundred at most.
 _MAX_JOURNAL_BYTES = 1 << 24
 
 # One staged file: `target` and `staged` are paths relative to the journal's
@@ -119,18 +109,16 @@ class Record(object):
       entries.append(Entry(target, staged, digest))
     return cls(entries)
 
+  def _entry(self, target: str) -> Optional[Entry]:
+    return next((e for e in self.entries if e.target == target), None)
+
   def digest_of(self, target: str) -> Optional[atomic_files.FileDigest]:
     """The digest recorded for `target`, or None if it is not listed."""
-    for entry in self.entries:
-      if entry.target == target:
-        return entry.digest
-    return None
+    entry = self._entry(target)
+    return entry and entry.digest
 
   def path_of(self, directory: str, target: str) -> str:
     """Where `target`'s recorded content is now: staged, or already moved.
-
-    For readers of a journal not rolled forward: the staged file while it
-    exists, the target once renamed.
 
     Args:
       directory: str, the journal's directory.
@@ -139,20 +127,18 @@ class Record(object):
     Raises:
       KeyError: If `target` is not listed.
     """
-    for entry in self.entries:
-      if entry.target == target:
-        staged = join(directory, entry.staged)
-        return staged if atomic_files.exists(staged) else join(
-            directory, target)
-    raise KeyError(target)
+    entry = self._entry(target)
+    if entry is None:
+      raise KeyError(target)
+    staged = join(directory, entry.staged)
+    return staged if atomic_files.exists(staged) else join(directory, target)
 
 
 def is_relative_path(path: Any) -> bool:
   """Whether `path` is a normalized relative path with no '..' or '.' part.
 
   The paths a journal (or a checkpoint's list of files) may name: '/'
-  separators, no empty part, no backslash or NUL, never leaving the
-  directory.
+  separators, no empty part, no backslash or NUL.
 
   Args:
     path: anything; only a str can pass.
@@ -164,11 +150,7 @@ def is_relative_path(path: Any) -> bool:
 
 
 def join(directory: str, relative: str) -> str:
-  """Returns the path of `relative` ('/'-separated) below `directory`.
-
-  How the paths a journal or a checkpoint's marker names become the
-  platform's: each part joined with its separator.
-  """
+  """Returns the path of `relative` ('/'-separated) below `directory`."""
   return os.path.join(directory, *relative.split('/'))
 
 
@@ -199,13 +181,16 @@ class Transaction(object):
     self.directory = directory
     self._entries = []
 
-  def _check_target(self, target: str) -> str:
+  def _target_path(self, target: str) -> str:
+    """The path of a new target, its directory created."""
     if not is_relative_path(target):
       raise ValueError('target must be a path inside {}, got {}'.format(
           self.directory, errors.describe(target)))
     if any(entry.target == target for entry in self._entries):
       raise ValueError('{} is staged twice'.format(target))
-    return join(self.directory, target)
+    path = join(self.directory, target)
+    atomic_files.make_directories(os.path.dirname(path))
+    return path
 
   def _add(self, target: str, staged_path: str,
            digest: atomic_files.FileDigest) -> atomic_files.FileDigest:
@@ -231,9 +216,7 @@ class Transaction(object):
         staged already.
       Whatever `write` or the filesystem raises (nothing is staged then).
     """
-    path = self._check_target(target)
-    atomic_files.make_directories(os.path.dirname(path))
-    staged = atomic_files.stage_write(path, write)
+    staged = atomic_files.stage_write(self._target_path(target), write)
     return self._add(target, staged.path, staged.digest)
 
   def adopt(self, target: str, source: str) -> atomic_files.FileDigest:
@@ -255,10 +238,10 @@ class Transaction(object):
       FileNotFoundError, atomic_files.CheckpointError: If `source` is
         missing or not a regular file.
     """
-    path = self._check_target(target)
-    atomic_files.make_directories(os.path.dirname(path))
+    path = self._target_path(target)
     digest = atomic_files.file_digest(source)
-    _fsync_file(source)
+    with open(source, 'rb') as f:
+      os.fsync(f.fileno())
     fd, staged_path = atomic_files.create_temporary(path)
     os.close(fd)
     try:
@@ -300,23 +283,13 @@ class Transaction(object):
       raise
 
 
-def _fsync_file(path: str) -> None:
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
-
-
 def commit(directory: str, journal_name: str, record: Record) -> None:
   """Commits `record`: writes it as the journal, then `roll_forward`.
 
   A journal of that name still pending (an earlier commit cut short) is
-  rolled forward first, never overwritten. Once the journal is written
-  (atomically), the record's files are the new content of their targets,
-  whatever happens next. A failure leaves the staged files in place: the
-  caller decides (`abort_uncommitted`; a two-phase caller whose commit
-  point is elsewhere keeps them).
+  rolled forward first, never overwritten. Once the journal is written,
+  the record's files are the new content of their targets. A failure leaves
+  the staged files in place: the caller decides (`abort_uncommitted`).
 
   Args:
     directory: str, the directory of the record's paths.

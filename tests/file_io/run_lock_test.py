@@ -1,12 +1,5 @@
-"""One trainer per run directory: `run_lock` (issue 22, point 2).
+"""One trainer per run directory: `run_lock` (docs/reliability.md).
 
-A second lock is refused naming the holder's pid and host; a holder killed
-with SIGKILL leaves no stale lock; the descriptor is not inherited by a
-subprocess (checked against a descriptor made inheritable on purpose, which
-the same check catches); a lock file deleted under a locker is not locked
-twice, and one replaced by hand is not deleted on release; a holder that
-wrote no note is refused at once, as one that did not say which; a URL or
-a filesystem without locks gives one warning and no lock.
 The trainer's side (two trainers on one --base_dir) is in
 tests/discrete_domains/train_test.py.
 """
@@ -44,11 +37,10 @@ _SLEEPER = 'import sys; print("started", flush=True); sys.stdin.read()'
 
 
 def _start(script, *args, close_fds=True):
-  process = subprocess.Popen(
+  return subprocess.Popen(
       [sys.executable, '-c', script] + list(args),
       env=fixtures.subprocess_env(), stdin=subprocess.PIPE,
       stdout=subprocess.PIPE, close_fds=close_fds)
-  return process
 
 
 def _read_line(process):
@@ -139,16 +131,8 @@ class RunDirectoryLockTest(absltest.TestCase):
       self.assertEqual(json.loads(f.read())['pid'], os.getpid())
 
   def _lock_survives_in_child(self, hold, release):
-    """Whether a child started while `hold()` holds a lock keeps it.
-
-    Args:
-      hold: callable taking the lock in this process.
-      release: callable releasing it in this process.
-
-    Returns:
-      bool, whether the lock is still held once this process released it
-      while the child (started with close_fds=False) lives.
-    """
+    """Whether a child (close_fds=False) started while `hold()` holds a lock
+    keeps it once this process has called `release()`."""
     hold()
     child = _start(_SLEEPER, close_fds=False)
     self.addCleanup(_stop, child)

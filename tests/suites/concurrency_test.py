@@ -1,11 +1,8 @@
 """Stress test: sampling, priority updates and adds on several threads.
 
-TensorFlow runs the sampling op and the priority ops of a memory on its own
-threads (always so with staging) while the agent adds transitions; the
-compiled kernels release the GIL, so these really run at once. After many
-concurrent iterations every invariant must hold: each inner node of the sum
-tree equals the sum of its children, the counts are those of the adds, and
-no sample ever returned an invalid slot or one of zero priority.
+TensorFlow runs the sampling and priority ops on its own threads while the
+agent adds transitions, and the compiled kernels release the GIL. After
+many concurrent iterations every invariant must hold (docs/reliability.md).
 """
 
 import threading

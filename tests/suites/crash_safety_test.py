@@ -1,27 +1,14 @@
 """A process killed (SIGKILL) or failed (disk full) while saving loses nothing.
 
 A child process fills a prioritized memory and saves it, following a plan of
-(iteration to advance, checkpoint number to save) steps. It watches its own
-file-system events in the checkpoint directory, whichever module makes them:
-each file created (`os.open` with ``O_CREAT``: the staged files and the
-journal's temporary), each rename (`os.replace`, `os.rename`) and each
-deletion (`os.remove`, `os.unlink`). A first run records every event; then,
-for chosen events of the plan's last save, a child SIGKILLs itself right
-after that event. Each time:
-
-- the directory holds exactly the files the recorded events up to the kill
-  leave (staged temporaries included, nothing else);
-- a fresh memory loads the checkpoint equal, transition for transition and
-  priority for priority, to a memory rebuilt to the iteration it must hold:
-  the previous content until the journal is renamed into place (the commit
-  point), the new content from then on;
-- the run resumes: a save over whatever the kill left loads back equal.
-
-Two plans: a new checkpoint number over older ones (`NewCheckpointTest`,
-the kill points that matter), and a re-save of the same number over a
-complete checkpoint of other content (`ResaveTest`, every event).
-`DiskFullResaveTest` fails a re-save with a real EFBIG (RLIMIT_FSIZE in a
-child, SIGXFSZ ignored) at each file it writes.
+(iteration to advance, checkpoint number to save) steps, and prints each
+file-system event in the checkpoint directory (a file created, renamed or
+deleted). A first run records every event; then a child SIGKILLs itself
+right after a chosen event of the plan's last save. Each time the directory
+must hold exactly the files the events up to the kill leave, the checkpoint
+must load equal to a memory rebuilt to the iteration it must hold, and a
+save over whatever the kill left must load back. What each test class
+covers: docs/reliability.md.
 """
 
 import errno
@@ -70,40 +57,24 @@ def event(*fields):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def inside(path):
-  return os.path.dirname(os.path.abspath(os.fspath(path))) == directory
-
-
-def watched_open(real):
-  def call(path, flags, *args, **kwargs):
-    fd = real(path, flags, *args, **kwargs)
-    if flags & os.O_CREAT and inside(path):
-      event('create', t.name_of(path))
-    return fd
+def watched(real, kind, paths):
+  """`real`, printing event `kind` of `paths(*args)` (the last one inside)."""
+  def call(*args, **kwargs):
+    result = real(*args, **kwargs)
+    named = paths(*args)
+    if named and os.path.dirname(os.path.abspath(named[-1])) == directory:
+      event(kind, *(t.name_of(path) for path in named))
+    return result
   return call
 
 
-def watched_rename(real):
-  def call(source, destination, *args, **kwargs):
-    real(source, destination, *args, **kwargs)
-    if inside(destination):
-      event('rename', t.name_of(source), t.name_of(destination))
-  return call
-
-
-def watched_remove(real):
-  def call(path, *args, **kwargs):
-    real(path, *args, **kwargs)
-    if inside(path):
-      event('remove', t.name_of(path))
-  return call
-
-
-os.open = watched_open(os.open)
-os.replace = watched_rename(os.replace)
-os.rename = watched_rename(os.rename)
-os.remove = watched_remove(os.remove)
-os.unlink = watched_remove(os.unlink)
+os.open = watched(os.open, 'create', lambda path, flags, *_: (
+    [path] if flags & os.O_CREAT else []))
+for kind, names, count in (('rename', ('replace', 'rename'), 2),
+                            ('remove', ('remove', 'unlink'), 1)):
+  for name in names:
+    setattr(os, name, watched(getattr(os, name), kind,
+                              lambda *args, count=count: args[:count]))
 memory = t.make()
 for step, (iteration, number) in enumerate(plan):
   if iteration is not None:

@@ -1,10 +1,7 @@
 """Smoke tests for benchmarks/native_benchmark.py, so that it keeps running.
 
 They run the section (`python -m benchmarks --sections=native`) on small
-memories, a few runs a round, and check its tables: every row of the
-session runs for both paths next to the copy floor, the spinning runs, the
-training step and issue 24's targets; and its helpers: the spinning thread
-and the sum of the memory ops' step stats.
+memories and check its tables and its helpers.
 """
 
 import re

@@ -1,19 +1,10 @@
 """Tests for the packaging: what the wheel and sdist carry, and what they run.
 
-A user who installs rather than clones gets the wheel. It is built here as
-the release is (`python -m build`: the sdist, then the wheel from the sdist),
-from a copy of the sources, without network access (--no-isolation: the
-environment's setuptools), then installed with pip into a temporary
-directory. Commands run from another directory with that directory first on
-PYTHONPATH, so that they import the installed copy, not the checkout (each
-test checks that they do). .ci/run does the same into a fresh virtual
-environment with the dependencies and trains from it.
-
-Checked: every config of configs/ is in the wheel and the sdist; its
-requirements and extras; the native kernels are the default, with one
-warning where they cannot be built; the console scripts' targets exist and
-their --help lists their flags; the trainer resolves a shipped config by
-name (in the checkout and installed) and lists the shipped ones.
+The wheel is built as the release is (`python -m build`: the sdist, then
+the wheel from it) from a copy of the sources, without network access, and
+installed with pip into a temporary directory. Commands run from another
+directory with it first on PYTHONPATH, so that they import the installed
+copy (each test checks that they do).
 """
 
 import email.parser
@@ -34,10 +25,7 @@ import dopamine_per
 from dopamine_per import configs
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import train
-from dopamine_per.native import build
-from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory.kernels import choice
-from dopamine_per.replay_memory.kernels import native_kernels
 from tests.support import fixtures
 
 _CONFIGS = sorted(os.path.basename(path) for path in glob.glob(
@@ -178,8 +166,11 @@ class WheelTest(absltest.TestCase):
     expected = {
         'dopamine-per-train': trainer,
         'dopamine-per-train-distributed': trainer + ['--ray_address'],
-        'dopamine-per-plot': ['--out', '--label'],
-        'dopamine-per-port-gin': ['--in_place'],
+        'dopamine-per-plot': ['--out', '--label', 'NAME=GLOB', 'RUN_DIR'],
+        # The module docstring's table of rewrites, too.
+        'dopamine-per-port-gin': ['usage: python -m dopamine_per.port_gin',
+                                  '--in_place',
+                                  'dopamine.tf.agents.PKG.MODULE'],
     }
     self.assertCountEqual(expected, _SCRIPTS)
     for script, flag_names in expected.items():
@@ -242,30 +233,7 @@ class WheelTest(absltest.TestCase):
 
 
 class KernelsTest(absltest.TestCase):
-  """The native loops are the default; NumPy's warn once standing in."""
-
-  def test_native_is_the_default(self):
-    # 'auto', the default without an argument or $DOPAMINE_PER_KERNELS
-    # (kernels_test), is the native kernels' where a C++ compiler builds
-    # them.
-    self.assertEqual(choice.available(), ['numpy', 'native'])
-    self.assertIs(choice.choose('auto'), choice.native())
-    self.assertIs(sum_tree.SumTree(8, kernels='auto')._kernels,
-                  choice.native())
-
-  def test_the_fallback_warns_once(self):
-    error = build.NativeBuildError('no C++ compiler')
-    with mock.patch.object(choice, '_native', None), \
-        mock.patch.object(native_kernels.NativeKernels, '__init__',
-                          side_effect=error), \
-        mock.patch.object(choice, '_fallback_logged', False), \
-        mock.patch.object(choice.logging, 'warning') as warning:
-      for _ in range(3):
-        self.assertIs(choice.choose('auto'), choice.NUMPY)
-      self.assertIs(choice.choose('numpy'), choice.NUMPY)
-    warning.assert_called_once()
-    self.assertEqual(warning.call_args[0],
-                     (choice.FALLBACK_WARNING, 'no C++ compiler'))
+  """NumPy's loops warn once standing in (choose itself: kernels_test)."""
 
   def test_a_memory_without_a_compiler_warns_in_one_line(self):
     script = (

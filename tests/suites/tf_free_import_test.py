@@ -1,11 +1,9 @@
 """The NumPy side of the replay memories runs without TensorFlow.
 
-A process that only stores transitions (a replay shard, a data tool) must
-not pay for importing TensorFlow: `sum_tree`, `circular_replay_buffer` and
-`prioritized_replay_buffer` import, build, fill and sample their
-out-of-graph memories, and gin parses bindings of the `Wrapped*` classes,
-with `tensorflow` never in `sys.modules`. Each check runs in a fresh
-interpreter, since this test's own process may have imported TensorFlow.
+`sum_tree`, `circular_replay_buffer` and `prioritized_replay_buffer` (and
+so `file_io`) import, build, fill and sample their out-of-graph memories,
+and gin parses bindings of the `Wrapped*` classes, with `tensorflow` never
+in `sys.modules`. Each check runs in a fresh interpreter.
 """
 
 import subprocess
@@ -33,10 +31,8 @@ assert not loaded, 'TensorFlow was imported: {}'.format(loaded[:5])
 def _run(snippet: str, imports_tensorflow: bool = False) -> None:
   """Runs `snippet` after the imports in a fresh interpreter; fails on error.
 
-  Args:
-    snippet: Python code, checking what it must with asserts.
-    imports_tensorflow: bool, False to check at the end that TensorFlow was
-      not imported.
+  Unless `imports_tensorflow`, checks at the end that TensorFlow was not
+  imported.
   """
   code = _IMPORTS + textwrap.dedent(snippet)
   if not imports_tensorflow:
@@ -91,9 +87,8 @@ class TensorFlowFreeImportTest(absltest.TestCase):
         """)
 
   def test_a_failed_load_does_not_import_tensorflow(self):
-    # Issue 22, point 9: a missing file raised TensorFlow's NotFoundError,
-    # importing it (4-6 s, ~500 MB). Each memory, with the dopamine_per
-    # state file and without it (a Dopamine checkpoint).
+    # Each memory, with the dopamine_per state file and without it (a
+    # Dopamine checkpoint).
     _run("""
         import errno
         import os

@@ -98,8 +98,8 @@ class ImplicitQuantileAgent(rainbow_agent.RainbowAgent):
     """Builds the agent's graph in `sess`'s graph and initializes it.
 
     Args:
-      sess: tf.compat.v1.Session, or None for a new session on a new graph.
-      num_actions: int, the number of actions.
+      sess, num_actions, summary_writer, summary_writing_frequency: as
+        `dqn_agent.DQNAgent`'s.
       network: callable(num_actions, quantile_embedding_dim, name=...)
         returning a network whose call (state, num_quantiles) returns
         `atari_lib.ImplicitQuantileNetworkType` in its quantile-major layout.
@@ -111,8 +111,6 @@ class ImplicitQuantileAgent(rainbow_agent.RainbowAgent):
       quantile_embedding_dim: int, cosine features per level.
       double_dqn: bool, choose the target's next action with the online
         network (van Hasselt et al., 2016) instead of the target network.
-      summary_writer: a FileWriter, a directory (str), or None.
-      summary_writing_frequency: int, training steps between summaries.
       **kwargs: any other `rainbow_agent.RainbowAgent` argument
         (observation_shape, gamma, update_horizon, replay_scheme, optimizer,
         priority_exponent ...); those not given come from gin's

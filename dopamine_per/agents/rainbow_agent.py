@@ -70,34 +70,20 @@ class RainbowAgent(dqn_agent.DQNAgent):
     """Builds the agent's graph in `sess`'s graph and initializes it.
 
     Args:
-      sess: tf.compat.v1.Session, or None for a new session on a new graph.
-      num_actions: int, the number of actions.
-      observation_shape: tuple of ints, the shape of one observation.
-      observation_dtype: tf.DType of observations.
-      stack_size: int, observations per state.
+      sess, num_actions, observation_shape, observation_dtype, stack_size,
+        gamma, update_horizon, min_replay_history, update_period,
+        target_update_period, epsilon_fn, epsilon_train, epsilon_eval,
+        epsilon_decay_period, tf_device, use_staging, summary_writer,
+        summary_writing_frequency: as `dqn_agent.DQNAgent`'s.
       network: callable(num_actions, num_atoms, support, name=...) returning
-        a network whose call returns `atari_lib.RainbowNetworkType`: a Keras
-        model (Keras 3 or tf-keras), a `graph_layers.Network` or a
-        `tf.Module` (see `dqn_agent.DQNAgent`).
+        a network whose call returns `atari_lib.RainbowNetworkType` (see
+        `dqn_agent.DQNAgent`).
       num_atoms: int, atoms of the return distribution.
       vmin: float or None, the smallest atom; None means -vmax.
       vmax: float, the largest atom.
-      gamma: float, the discount factor.
-      update_horizon: int, n of the n-step return.
-      min_replay_history: int, transitions stored before training starts.
-      update_period: int, agent steps between training steps.
-      target_update_period: int, agent steps between target syncs.
-      epsilon_fn: callable(decay_period, step, warmup_steps, epsilon).
-      epsilon_train: float, the final training exploration rate.
-      epsilon_eval: float, the exploration rate in eval mode.
-      epsilon_decay_period: int, steps over which epsilon decays.
       replay_scheme: str, 'prioritized' or 'uniform'.
-      tf_device: str, the device of the graph's ops.
-      use_staging: bool, prefetch the next replay batch while training.
       optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
         default Adam (lr 0.00025, epsilon 0.0003125).
-      summary_writer: a FileWriter, a directory (str), or None.
-      summary_writing_frequency: int, training steps between summaries.
       priority_exponent: float, alpha of Schaul et al. (2015): new
         priorities are (loss + 1e-10) ** alpha. Default 0.5 (Dopamine).
       importance_sampling_exponent: float, beta (the starting beta when

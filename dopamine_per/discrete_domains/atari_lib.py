@@ -137,10 +137,6 @@ def _run_convs(convs, state):
   return graph_layers.flatten(x)
 
 
-def _run_torso(convs, dense, state):
-  return dense(_run_convs(convs, state))
-
-
 class NatureDQNNetwork(graph_layers.Network):
   """The convolutional Q-network of Mnih et al. (2015)."""
 
@@ -166,8 +162,8 @@ class NatureDQNNetwork(graph_layers.Network):
     Returns:
       DQNNetworkType with q_values [batch, num_actions].
     """
-    return DQNNetworkType(self.dense2(_run_torso(self.convs, self.dense1,
-                                                 state)))
+    return DQNNetworkType(self.dense2(self.dense1(_run_convs(self.convs,
+                                                             state))))
 
 
 class RainbowNetwork(graph_layers.Network):
@@ -208,7 +204,7 @@ class RainbowNetwork(graph_layers.Network):
       RainbowNetworkType: q_values [batch, num_actions], logits and
       probabilities [batch, num_actions, num_atoms].
     """
-    x = self.dense2(_run_torso(self.convs, self.dense1, state))
+    x = self.dense2(self.dense1(_run_convs(self.convs, state)))
     return distribution_outputs(x, self.num_actions, self.num_atoms,
                                 self.support)
 

@@ -264,13 +264,7 @@ class _DQNDomainNetwork(graph_layers.Network):
 
   def __init__(self, num_actions: int, name: Optional[str] = None,
                hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
-    """Creates the network.
-
-    Args:
-      num_actions: int, the number of actions.
-      name: str, the name scope of the variables.
-      hidden_units: sequence of int, the hidden layer sizes.
-    """
+    """Creates the network (arguments: `BasicDiscreteDomainNetwork`'s)."""
     super().__init__(name=name)
     self.num_actions = num_actions
     with self.name_scope:
@@ -292,14 +286,10 @@ class _RainbowDomainNetwork(graph_layers.Network):
   def __init__(self, num_actions: int, num_atoms: int, support: tf.Tensor,
                name: Optional[str] = None,
                hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
-    """Creates the network.
+    """Creates the network (arguments: `BasicDiscreteDomainNetwork`'s).
 
     Args:
-      num_actions: int, the number of actions.
-      num_atoms: int, atoms per return distribution.
       support: tensor [num_atoms], the atoms' values.
-      name: str, the name scope of the variables.
-      hidden_units: sequence of int, the hidden layer sizes.
     """
     super().__init__(name=name)
     self.num_actions = num_actions
@@ -388,14 +378,7 @@ class _BoundedImplicitQuantileNetwork(ImplicitQuantileDomainNetwork):
   def __init__(self, num_actions: int, quantile_embedding_dim: int,
                name: Optional[str] = None,
                hidden_units: Sequence[int] = _IQN_HIDDEN_UNITS):
-    """Creates the network.
-
-    Args:
-      num_actions: int, the number of actions.
-      quantile_embedding_dim: int, cosine features per quantile level.
-      name: str, the name scope of the variables.
-      hidden_units: non-empty sequence of int, the hidden layer sizes.
-    """
+    """Creates the network (see `ImplicitQuantileDomainNetwork`)."""
     super().__init__(self._MIN_VALS, self._MAX_VALS, num_actions,
                      quantile_embedding_dim, name=name,
                      hidden_units=hidden_units)

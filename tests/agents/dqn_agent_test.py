@@ -1,5 +1,6 @@
 """Tests for dqn_agent: epsilon schedules, acting, training, checkpoints."""
 
+import os
 from unittest import mock
 
 from absl.testing import absltest
@@ -113,8 +114,11 @@ class DQNAgentTest(absltest.TestCase):
       agent.step(1.0, np.ones(4))
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 0)
     self.assertEqual(set(bundle), {'state', 'training_steps'})
+    self.assertIsNone(agent.bundle_and_checkpoint(
+        os.path.join(checkpoint_dir, 'missing'), 1))
     fresh = _make_agent()
     self.assertFalse(fresh.unbundle(checkpoint_dir, 0, None))
+    self.assertFalse(fresh.unbundle(checkpoint_dir, 9, bundle))
     partial = _make_agent(allow_partial_reload=True)
     self.assertTrue(partial.unbundle(checkpoint_dir, 0, None))
     self.assertEqual(partial.training_steps, 0)

@@ -145,10 +145,8 @@ class DQNAgent(object):
       stack_size: int, observations per state.
       network: callable(num_actions, name=...) returning a network whose call
         on a state batch returns `atari_lib.DQNNetworkType`: a Keras model
-        (Keras 3 or tf-keras, e.g. Dopamine's), a `graph_layers.Network` or
-        a `tf.Module`. Its variables should live under `name` (Keras: pass
-        `name` to the base class), since checkpoints are keyed by variable
-        names.
+        (either Keras), a `graph_layers.Network` or a `tf.Module`, whose
+        variables live under `name` (checkpoints are keyed by their names).
       gamma: float, the discount factor.
       update_horizon: int, n of the n-step return.
       min_replay_history: int, transitions stored before training starts.
@@ -164,8 +162,7 @@ class DQNAgent(object):
       use_staging: bool, prefetch the next replay batch while training
         (see `circular_replay_buffer.WrappedReplayBuffer`).
       max_tf_checkpoints_to_keep: int, TF checkpoints kept in the directory
-        `bundle_and_checkpoint` writes to (the Runner's staging directory,
-        whose checkpointer then prunes by its own `checkpoint_duration`).
+        `bundle_and_checkpoint` writes to (the Runner's staging directory).
       optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
         default RMSProp (lr 0.00025, decay 0.95, epsilon 1e-5, centered).
       summary_writer: a tf.compat.v1.summary.FileWriter, a directory (str)

@@ -58,11 +58,8 @@ def trainable_tf_variables(network: Any, scope: str = '') -> List[tf.Variable]:
     scope: str, the network's name (the agents' ``Online`` and ``Target``),
       relative to the current name scope. When the network lists no
       variables, the default graph's trainable variables under this scope
-      are returned, sorted by name. Otherwise a warning is logged if a
-      variable's name is outside it: the agent's checkpoints are keyed by
-      variable names, and Keras 3 derives them from the model's name, so a
-      network that does not pass ``name`` on to its base class gets names
-      that depend on what the process built before.
+      are returned, sorted by name; otherwise a warning is logged if a
+      variable's name is outside it (checkpoints are keyed by names).
 
   Returns:
     list of tf.Variable (empty when nothing is found).

@@ -2,18 +2,11 @@
 """The DQN agent (Mnih et al., 2015) in TF1 graph mode, as Dopamine's.
 
 `DQNAgent` has the constructor, gin name (``DQNAgent``), defaults and methods
-of ``dopamine.tf.agents.dqn.dqn_agent.DQNAgent`` (Dopamine 4.1.2):
-`begin_episode`, `step`, `end_episode`, the `eval_mode` attribute,
-`bundle_and_checkpoint` and `unbundle`. Its replay memory is
-`circular_replay_buffer.WrappedReplayBuffer`, configured through gin as in
-Dopamine (``WrappedReplayBuffer.replay_capacity`` ...).
-
-Its networks may be Keras models (Keras 3 or tf-keras), `graph_layers`
-networks or `tf.Module`s (`network_variables` pairs their variables). An
-episode cut by a time limit is stored as an episode end, not a terminal
-state (`end_episode`'s ``terminal``), so the memory never bootstraps from a
-false terminal. Where this agent, and those that subclass it, differ from
-Dopamine: docs/compat.md#dqn_agent.
+of ``dopamine.tf.agents.dqn.dqn_agent.DQNAgent`` (Dopamine 4.1.2). Its replay
+memory is `circular_replay_buffer.WrappedReplayBuffer`, configured through
+gin as in Dopamine (``WrappedReplayBuffer.replay_capacity`` ...). Where this
+agent, and those that subclass it, differ from Dopamine (networks of either
+Keras, time limits, all-or-nothing restores): docs/compat.md#dqn_agent.
 """
 
 import math
@@ -78,10 +71,6 @@ def identity_epsilon(unused_decay_period, unused_step, unused_warmup_steps,
                      epsilon):
   """Returns `epsilon`: a constant exploration rate."""
   return epsilon
-
-
-def _as_tf_dtype(dtype) -> tf.DType:
-  return tf.as_dtype(dtype)
 
 
 def fast_callable(sess, fetches, feeds=(), targets=()):
@@ -156,10 +145,8 @@ class DQNAgent(object):
       stack_size: int, observations per state.
       network: callable(num_actions, name=...) returning a network whose call
         on a state batch returns `atari_lib.DQNNetworkType`: a Keras model
-        (Keras 3 or tf-keras, e.g. Dopamine's), a `graph_layers.Network` or
-        a `tf.Module`. Its variables should live under `name` (Keras: pass
-        `name` to the base class), since checkpoints are keyed by variable
-        names.
+        (either Keras), a `graph_layers.Network` or a `tf.Module`, whose
+        variables live under `name` (checkpoints are keyed by their names).
       gamma: float, the discount factor.
       update_horizon: int, n of the n-step return.
       min_replay_history: int, transitions stored before training starts.
@@ -175,8 +162,7 @@ class DQNAgent(object):
       use_staging: bool, prefetch the next replay batch while training
         (see `circular_replay_buffer.WrappedReplayBuffer`).
       max_tf_checkpoints_to_keep: int, TF checkpoints kept in the directory
-        `bundle_and_checkpoint` writes to (the Runner's staging directory,
-        whose checkpointer then prunes by its own `checkpoint_duration`).
+        `bundle_and_checkpoint` writes to (the Runner's staging directory).
       optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
         default RMSProp (lr 0.00025, decay 0.95, epsilon 1e-5, centered).
       summary_writer: a tf.compat.v1.summary.FileWriter, a directory (str)
@@ -206,7 +192,7 @@ class DQNAgent(object):
                  use_staging)
     self.num_actions = num_actions
     self.observation_shape = tuple(observation_shape)
-    self.observation_dtype = _as_tf_dtype(observation_dtype)
+    self.observation_dtype = tf.as_dtype(observation_dtype)
     self.stack_size = stack_size
     self.network = network
     self.gamma = gamma
@@ -415,10 +401,7 @@ class DQNAgent(object):
     return int(self._select_greedy(self.state)[0])
 
   def train_step(self) -> None:
-    """Runs `step`'s training step alone, for a learner others act for.
-
-    It calls `_train_step` (Dopamine's name), which subclasses override.
-    """
+    """Runs `step`'s training step alone (`_train_step`, Dopamine's name)."""
     self._train_step()
 
   def _train_step(self) -> None:
@@ -537,9 +520,8 @@ class DQNAgent(object):
 
     Raises:
       atomic_files.CheckpointError: If the TF checkpoint does not match the
-        network (the message names the variable and both shapes) or a file
-        is damaged; the agent is unchanged. Reading a damaged file may also
-        raise TF's errors, OSError and others, with the agent unchanged.
+        network or a file is damaged (reading one may also raise TF's
+        errors, OSError and others); the agent is unchanged.
     """
     prefix = os.path.join(checkpoint_dir, 'tf_ckpt-{}'.format(iteration_number))
     if not self.allow_partial_reload and (
@@ -563,9 +545,8 @@ class DQNAgent(object):
       except BaseException:
         snapshot.restore()
         raise
-      # The saver is not told of the directory's TF checkpoints: it would
-      # delete them past max_to_keep, including files that a completion
-      # marker the checkpointer keeps (keep_every) still lists.
+      # The saver is not told of the directory's TF checkpoints: its
+      # max_to_keep would delete files a kept completion marker lists.
     if bundle_dictionary is None:
       logging.warning("Unable to reload the agent's Python state.")
     else:

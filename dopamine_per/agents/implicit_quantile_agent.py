@@ -2,27 +2,19 @@
 """The implicit quantile network (IQN) agent (Dabney et al., 2018), TF1 graphs.
 
 `ImplicitQuantileAgent` has the constructor, gin name
-(``ImplicitQuantileAgent``), defaults and graph attributes of
-``dopamine.tf.agents.implicit_quantile.implicit_quantile_agent
-.ImplicitQuantileAgent`` (Dopamine 4.1.2). It subclasses
-`rainbow_agent.RainbowAgent`, as Dopamine's subclasses its Rainbow, so the
-settings it does not name (gamma, update_horizon, replay_scheme, optimizer,
-the memory ...) are `RainbowAgent`'s: bound in gin as
-``RainbowAgent.update_horizon = 3``, as Dopamine's configs do, or passed as
-keyword arguments.
+(``ImplicitQuantileAgent``), defaults and graph attributes of Dopamine
+4.1.2's. It subclasses `rainbow_agent.RainbowAgent`, as Dopamine's does, so
+the settings it does not name (gamma, update_horizon, replay_scheme, ...)
+are bound as ``RainbowAgent.*`` in gin or passed as keyword arguments.
 
-The agent learns the quantile function of the return. Each training step
-samples N levels tau for the replayed states and N' levels tau' for the
-next states; the target of every (tau', tau) pair is
+Each training step samples N levels tau for the replayed states and N'
+levels tau' for the next states; the target of every (tau', tau) pair is
 r + gamma^n * Z_tau'(s', a*), where a* maximizes the mean of K sampled
 quantile values of s' (the target network's, or the online network's with
-``double_dqn``), and the loss is `quantile_huber_loss`. Acting is greedy
-(epsilon-greedy while training) in the mean of K quantile values.
-
-The ``replay_scheme`` that Dopamine's IQN inherits but ignores works here:
-'prioritized' (the default) updates priorities from the quantile Huber
-loss and weights it, as `RainbowAgent` does. What else differs from
-Dopamine: docs/compat.md#implicit_quantile_agent.
+``double_dqn``), and the loss is `quantile_huber_loss`. Acting is
+epsilon-greedy in the mean of K quantile values. Unlike Dopamine's,
+'prioritized' replay updates priorities from that loss
+(docs/compat.md#implicit_quantile_agent).
 """
 
 import numbers
@@ -106,8 +98,8 @@ class ImplicitQuantileAgent(rainbow_agent.RainbowAgent):
     """Builds the agent's graph in `sess`'s graph and initializes it.
 
     Args:
-      sess: tf.compat.v1.Session, or None for a new session on a new graph.
-      num_actions: int, the number of actions.
+      sess, num_actions, summary_writer, summary_writing_frequency: as
+        `dqn_agent.DQNAgent`'s.
       network: callable(num_actions, quantile_embedding_dim, name=...)
         returning a network whose call (state, num_quantiles) returns
         `atari_lib.ImplicitQuantileNetworkType` in its quantile-major layout.
@@ -119,8 +111,6 @@ class ImplicitQuantileAgent(rainbow_agent.RainbowAgent):
       quantile_embedding_dim: int, cosine features per level.
       double_dqn: bool, choose the target's next action with the online
         network (van Hasselt et al., 2016) instead of the target network.
-      summary_writer: a FileWriter, a directory (str), or None.
-      summary_writing_frequency: int, training steps between summaries.
       **kwargs: any other `rainbow_agent.RainbowAgent` argument
         (observation_shape, gamma, update_horizon, replay_scheme, optimizer,
         priority_exponent ...); those not given come from gin's

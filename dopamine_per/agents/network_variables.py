@@ -1,26 +1,13 @@
 # coding=utf-8
 """The TensorFlow variables of an agent's network, whatever built it.
 
-The agents assign, save and fetch `tf.Variable`s in a ``tf.compat.v1``
-session. What a network's ``trainable_variables`` holds depends on how it
-was written:
-
-* `graph_layers` networks, plain `tf.Module`s and tf-keras (Keras 2) models:
-  `tf.Variable`s.
-* Keras 3 models (``tf.keras`` from TensorFlow 2.16 on): ``keras.Variable``s.
-  On the TensorFlow backend each one wraps a `tf.Variable`, which its public
-  ``value`` property returns, but is not one itself: it has no
-  ``assign(..., use_locking=...)``, a session cannot fetch it, and its
-  ``path`` (e.g. ``Online/fully_connected/kernel``) need not be unique. The
-  wrapped variable is what the graph reads, what the optimizer updates, and
-  what ``tf.compat.v1.global_variables()`` (hence the agent's `Saver`) holds.
-* Networks that do not track their variables (e.g. a function creating
-  ``tf.compat.v1`` variables in a variable scope): their variables are the
-  trainable ones under the network's name scope, as Dopamine finds them.
-
-This module is the one place that knows about these cases: the agents' target
-sync, the tests and user code fetching a network's weights all go through
-`trainable_tf_variables`.
+A network's ``trainable_variables`` hold `tf.Variable`s (`graph_layers`
+networks, `tf.Module`s, tf-keras models), or Keras 3 variables, each of
+which wraps the `tf.Variable` that the graph reads and the optimizer and
+the agent's `Saver` update; a network that tracks no variables (a function
+creating ``tf.compat.v1`` variables) has the trainable variables under its
+name scope. The agents' target sync, the tests and user code find a
+network's variables here (`trainable_tf_variables`).
 """
 
 import os
@@ -71,11 +58,8 @@ def trainable_tf_variables(network: Any, scope: str = '') -> List[tf.Variable]:
     scope: str, the network's name (the agents' ``Online`` and ``Target``),
       relative to the current name scope. When the network lists no
       variables, the default graph's trainable variables under this scope
-      are returned, sorted by name. Otherwise a warning is logged if a
-      variable's name is outside it: the agent's checkpoints are keyed by
-      variable names, and Keras 3 derives them from the model's name, so a
-      network that does not pass ``name`` on to its base class gets names
-      that depend on what the process built before.
+      are returned, sorted by name; otherwise a warning is logged if a
+      variable's name is outside it (checkpoints are keyed by names).
 
   Returns:
     list of tf.Variable (empty when nothing is found).

@@ -3,35 +3,18 @@
 
 `RainbowAgent` has the constructor, gin name (``RainbowAgent``), defaults and
 methods of ``dopamine.tf.agents.rainbow.rainbow_agent.RainbowAgent``
-(Dopamine 4.1.2). Of Rainbow's six components it keeps the three that matter
-most on Atari: a categorical return distribution (C51, Bellemare et al.,
-2017) projected with `project_distribution`, n-step returns (the replay
-memory's ``update_horizon``) and prioritized replay (Schaul et al., 2015)
-through `prioritized_replay_buffer.WrappedPrioritizedReplayBuffer`. With
+(Dopamine 4.1.2): a categorical return distribution (C51, Bellemare et al.,
+2017) projected with `project_distribution`, n-step returns and prioritized
+replay (Schaul et al., 2015) through
+`prioritized_replay_buffer.WrappedPrioritizedReplayBuffer`. With
 ``replay_scheme='uniform'`` every transition gets priority 1 and the loss is
 not reweighted; that plus ``update_horizon=1`` is C51.
 
-Prioritized replay exponents. Schaul et al. (2015) sample transition i with
-probability P(i) = p_i^alpha / sum_k p_k^alpha and correct the bias with
-importance weights w_i = (N * P(i))^-beta / max_j w_j, beta annealed
-linearly to 1 over training. Rainbow (Hessel et al., 2018) uses alpha = 0.5
-and beta annealed from 0.4 to 1. Dopamine fixes both: priorities are
-sqrt(loss) (alpha = 0.5 on the cross-entropy loss) and the weights are
-1 / sqrt(priority), normalized by the batch maximum (a constant beta = 0.5;
-the N and the normalizing sum cancel in the ratio to the maximum). Here both
-exponents are arguments, with Dopamine's values as defaults, so the defaults
-reproduce Dopamine exactly:
-
-* ``priority_exponent`` (alpha, default 0.5): priority = (loss + 1e-10)^alpha.
-* ``importance_sampling_exponent`` (beta, default 0.5): weight =
-  (priority + 1e-10)^-beta / max over the batch.
-* ``importance_sampling_anneal_steps`` (default None: beta stays fixed): if
-  set, beta grows linearly from ``importance_sampling_exponent`` to 1 over
-  that many training steps (agent steps, `training_steps`), as in Schaul et
-  al. (2015); it is recomputed from `training_steps` on every update, so it
-  resumes correctly from a checkpoint.
-
-What differs from Dopamine (these exponents, ``vmin``):
+Priorities are (loss + 1e-10) ** ``priority_exponent`` (alpha) and the loss
+weights (probability + 1e-10) ** -beta over the batch maximum, beta starting
+at ``importance_sampling_exponent`` (optionally annealed to 1); the defaults
+(0.5, 0.5, fixed) are Dopamine's sqrt(loss) and 1 / sqrt(priority). What
+differs from Dopamine (these exponents, ``vmin``):
 docs/compat.md#rainbow_agent.
 """
 
@@ -87,34 +70,20 @@ class RainbowAgent(dqn_agent.DQNAgent):
     """Builds the agent's graph in `sess`'s graph and initializes it.
 
     Args:
-      sess: tf.compat.v1.Session, or None for a new session on a new graph.
-      num_actions: int, the number of actions.
-      observation_shape: tuple of ints, the shape of one observation.
-      observation_dtype: tf.DType of observations.
-      stack_size: int, observations per state.
+      sess, num_actions, observation_shape, observation_dtype, stack_size,
+        gamma, update_horizon, min_replay_history, update_period,
+        target_update_period, epsilon_fn, epsilon_train, epsilon_eval,
+        epsilon_decay_period, tf_device, use_staging, summary_writer,
+        summary_writing_frequency: as `dqn_agent.DQNAgent`'s.
       network: callable(num_actions, num_atoms, support, name=...) returning
-        a network whose call returns `atari_lib.RainbowNetworkType`: a Keras
-        model (Keras 3 or tf-keras), a `graph_layers.Network` or a
-        `tf.Module` (see `dqn_agent.DQNAgent`).
+        a network whose call returns `atari_lib.RainbowNetworkType` (see
+        `dqn_agent.DQNAgent`).
       num_atoms: int, atoms of the return distribution.
       vmin: float or None, the smallest atom; None means -vmax.
       vmax: float, the largest atom.
-      gamma: float, the discount factor.
-      update_horizon: int, n of the n-step return.
-      min_replay_history: int, transitions stored before training starts.
-      update_period: int, agent steps between training steps.
-      target_update_period: int, agent steps between target syncs.
-      epsilon_fn: callable(decay_period, step, warmup_steps, epsilon).
-      epsilon_train: float, the final training exploration rate.
-      epsilon_eval: float, the exploration rate in eval mode.
-      epsilon_decay_period: int, steps over which epsilon decays.
       replay_scheme: str, 'prioritized' or 'uniform'.
-      tf_device: str, the device of the graph's ops.
-      use_staging: bool, prefetch the next replay batch while training.
       optimizer: a tf.compat.v1.train.Optimizer, or None for Dopamine's
         default Adam (lr 0.00025, epsilon 0.0003125).
-      summary_writer: a FileWriter, a directory (str), or None.
-      summary_writing_frequency: int, training steps between summaries.
       priority_exponent: float, alpha of Schaul et al. (2015): new
         priorities are (loss + 1e-10) ** alpha. Default 0.5 (Dopamine).
       importance_sampling_exponent: float, beta (the starting beta when
@@ -237,12 +206,10 @@ class RainbowAgent(dqn_agent.DQNAgent):
                                ) -> Tuple[tf.Operation, tf.Tensor]:
     """Returns (train op, loss) minimizing a per-transition loss.
 
-    With 'prioritized' replay each sampled transition's priority becomes
-    (loss + 1e-10) ** priority_exponent and the loss is weighted by the
-    importance weights (see the module docstring); with 'uniform', neither.
-    Sets _unweighted_loss, _new_priorities (None for 'uniform') and
-    _beta_ph, which the training callable feeds. Subclasses with another
-    loss (IQN) end their `_build_train_op` here.
+    With 'prioritized' replay it sets the sampled transitions' priorities
+    from the loss and weights the loss (see the module docstring); with
+    'uniform', neither. Sets _unweighted_loss, _new_priorities (None for
+    'uniform') and _beta_ph, which the training callable feeds.
 
     Args:
       loss: float tensor [batch], each transition's loss.
@@ -284,11 +251,9 @@ class RainbowAgent(dqn_agent.DQNAgent):
       action: int, the action.
       reward: float, the reward.
       is_terminal: bool, whether the action reached a terminal state.
-      priority: float or None; None means 1 for 'uniform' and the largest
-        priority recorded so far for 'prioritized' (Schaul et al., 2015),
-        which the memory reads itself (its `add` takes None for it), so the
-        agent also acts over a memory without a local sum tree (a sharded
-        one).
+      priority: float or None; None means 1 for 'uniform' and, for
+        'prioritized', the largest priority so far, which the memory reads
+        itself (its `add` takes None for it).
       episode_end: bool, whether the episode ended here without a terminal
         state (a time limit).
     """

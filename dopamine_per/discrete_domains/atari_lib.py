@@ -2,26 +2,14 @@
 """Atari 2600 environments and networks, as Dopamine's ``atari_lib``.
 
 Same names as ``dopamine.discrete_domains.atari_lib`` (Dopamine 4.1.2): the
-Nature DQN constants, the network output types (`DQNNetworkType`,
-`RainbowNetworkType`, `ImplicitQuantileNetworkType`), the networks
-(`NatureDQNNetwork`, `RainbowNetwork`, `ImplicitQuantileNetwork`) and
-`create_atari_environment` with `AtariPreprocessing` (Machado et al., 2018):
-
-* frame skip 4, the reward summed over the skipped frames;
-* grayscale frames read from the ALE, the last two of each skip max-pooled;
-* resized to 84x84 by area averaging (what OpenCV's ``INTER_AREA`` does,
-  computed here with two small matrix products, so OpenCV is not needed);
-* optional terminal on life loss;
-* sticky actions with probability 0.25 by default.
-
-The environment comes from ``ale-py``, which ships the game ROMs; it is the
-``atari`` install extra (``pip install 'dopamine_per[atari]'``) and is
-imported only when an environment is created.
-
-The networks are built from `graph_layers` (TF variables created on the first
-call, named as Dopamine's tf-keras networks name them, whichever Keras is
-installed) instead of Keras layers; constructors, call signatures and outputs
-are Dopamine's. What differs from Dopamine: docs/compat.md#atari_lib.
+Nature DQN constants, the network output types, the networks and
+`create_atari_environment` with `AtariPreprocessing` (Machado et al., 2018).
+Frames are resized by area averaging (OpenCV's ``INTER_AREA``) with two
+small matrix products, so OpenCV is not needed. The environment comes from
+``ale-py`` (the ``atari`` install extra), imported only when an environment
+is created. The networks are built from `graph_layers`, with Dopamine's
+constructors, call signatures, outputs and variable names. What differs
+from Dopamine: docs/compat.md#atari_lib.
 """
 
 import collections
@@ -149,10 +137,6 @@ def _run_convs(convs, state):
   return graph_layers.flatten(x)
 
 
-def _run_torso(convs, dense, state):
-  return dense(_run_convs(convs, state))
-
-
 class NatureDQNNetwork(graph_layers.Network):
   """The convolutional Q-network of Mnih et al. (2015)."""
 
@@ -178,8 +162,8 @@ class NatureDQNNetwork(graph_layers.Network):
     Returns:
       DQNNetworkType with q_values [batch, num_actions].
     """
-    return DQNNetworkType(self.dense2(_run_torso(self.convs, self.dense1,
-                                                 state)))
+    return DQNNetworkType(self.dense2(self.dense1(_run_convs(self.convs,
+                                                             state))))
 
 
 class RainbowNetwork(graph_layers.Network):
@@ -220,7 +204,7 @@ class RainbowNetwork(graph_layers.Network):
       RainbowNetworkType: q_values [batch, num_actions], logits and
       probabilities [batch, num_actions, num_atoms].
     """
-    x = self.dense2(_run_torso(self.convs, self.dense1, state))
+    x = self.dense2(self.dense1(_run_convs(self.convs, state)))
     return distribution_outputs(x, self.num_actions, self.num_atoms,
                                 self.support)
 

@@ -2,22 +2,13 @@
 """Crash-safe experiment checkpoints, as Dopamine's ``checkpointer``.
 
 Same names and files as ``dopamine.discrete_domains.checkpointer``: each
-iteration N has ``ckpt.N`` (the pickled experiment data: the agent's bundle,
-the iteration number, ...), the agent's own files (``tf_ckpt-N.*``, the
-replay memory's ``*_ckpt.N.gz``, a sharded memory's ``shard_k/*``) and the
-marker ``sentinel_checkpoint_complete.N``; `get_latest_checkpoint_number`
-returns the newest N with a marker.
-
-The marker lists the iteration's files with their sizes and SHA-256, so
-`verify` says why a checkpoint is not usable and `Runner` falls back to an
-older one. The Runner's saves write, then switch: the agent writes into a
-staging directory, and `Checkpointer.commit_checkpoint` moves those files,
-``ckpt.N`` and the marker (listing exactly them) into place as one
-`transaction`, so saving N again leaves all of the old N or all of the new
-one. Stale iterations lose their marker, then every file it lists. Markers
-and ``ckpt.N`` are read only if bounded regular files, ``ckpt.N`` as plain
-data (`safe_pickle.restricted_loads`). An agent's TF restore is checked
-by `tf_checkpoint`. What differs from Dopamine: docs/compat.md#checkpointer.
+iteration N has ``ckpt.N`` (the pickled experiment data), the agent's own
+files (``tf_ckpt-N.*``, the replay memory's ``*_ckpt.N.gz``, a sharded
+memory's ``shard_k/*``) and the marker ``sentinel_checkpoint_complete.N``,
+which here lists those files with their sizes and SHA-256 (`verify`). The
+Runner's saves stage the agent's files, then `Checkpointer.commit_checkpoint`
+switches them, ``ckpt.N`` and the marker in as one `transaction`. What
+differs from Dopamine: docs/compat.md#checkpointer.
 """
 
 import json
@@ -38,17 +29,12 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 
 __all__ = ['get_latest_checkpoint_number', 'get_complete_checkpoint_numbers',
-           'iteration_files', 'Checkpointer', 'error_summary',
-           'regular_file_size']
+           'Checkpointer', 'error_summary', 'regular_file_size']
 
 _MARKER_FORMAT = 'dopamine_per.checkpoint_complete/2'
 
-# A marker lists one iteration's files (a few dozen names, a few hundred
-# with a sharded memory's; ~100 bytes each).
+# The largest marker and ``ckpt.N`` read: far above what a run writes.
 _MAX_MARKER_BYTES = 1 << 20
-# ``ckpt.N`` holds the agent's bundle and the statistics of every iteration
-# so far: a few MB after 200 Atari iterations (a few hundred numbers per
-# iteration). A file 100 times that size is not one the runner wrote.
 _MAX_DATA_BYTES = 1 << 28
 # Iteration numbers in marker names: ASCII digits (str.isdigit also takes
 # other scripts' digits), no more than an int64 holds.
@@ -57,14 +43,12 @@ _ITERATION_NUMBER = re.compile(r'[0-9]{1,18}')
 # what it is.
 _TF_CONTEXT_LINES = ('Detected at node', 'File "', 'Node:', '[[',
                      'Original stack trace')
-# Where the Runner's agent writes an iteration's files before
-# `Checkpointer.commit_checkpoint` switches them in: a subdirectory of the
-# checkpoint directory (its filesystem, so that adopting a file is a rename)
-# whose name does not change, so that TF's ``checkpoint`` state file, which
-# names its checkpoints relative to itself, is right once moved up.
+# Where the agent writes an iteration's files before `commit_checkpoint`: on
+# the checkpoint directory's filesystem (adopting a file is a rename), and
+# always the same, so that TF's ``checkpoint`` file (paths relative to
+# itself) is right once moved up.
 _STAGING_NAME = '.{}_staging'
-# The checkpointer's redo journal (`transaction`): present only while a save
-# switches its files into place, or after one was killed doing so.
+# The redo journal (`transaction`) of a save switching its files into place.
 _JOURNAL_NAME = '{}_journal'
 # A file name holding an iteration number: temporaries of such names in the
 # checkpoint directory are left by killed saves (`remove_leftovers`).
@@ -78,11 +62,9 @@ def _sentinel_prefix(sentinel_file_identifier: str) -> str:
 def error_summary(error: BaseException) -> str:
   """Returns one line saying why a checkpoint was refused.
 
-  The first informative line of the message (TF's graph errors start with a
-  generic 'Graph execution error:' and where the op was built), cut to 500
-  characters, after the exception's type unless it is a
-  `atomic_files.CheckpointError` (whose messages name the file and the
-  reason).
+  The first informative line of the message (not TF's 'Graph execution
+  error:' and where the op was built), cut to 500 characters, after the
+  exception's type unless it is a `atomic_files.CheckpointError`.
 
   Args:
     error: the exception raised while reading the checkpoint.
@@ -135,17 +117,7 @@ def regular_file_size(path: str) -> int:
 
 
 def _read_file(path: str, limit: int, what: str) -> bytes:
-  """Returns the content of the regular file at `path`, at most limit bytes.
-
-  Args:
-    path: str, the file.
-    limit: int, the largest size accepted.
-    what: str, what the file is, for the error message.
-
-  Raises:
-    atomic_files.CheckpointError: If the file is missing, not a regular
-      file, larger than `limit`, or cannot be read.
-  """
+  """`atomic_files.read_file`, with a missing file a CheckpointError."""
   try:
     return atomic_files.read_file(path, limit, what)
   except FileNotFoundError:
@@ -156,12 +128,11 @@ def _read_file(path: str, limit: int, what: str) -> bytes:
 def _belongs_to_iteration(path: str, iteration_number: int) -> bool:
   """Whether `path` names a file of iteration N's checkpoint.
 
-  `path` is relative to the checkpoint directory, with '/' separators (a
-  sharded memory writes ``shard_k/...``): normalized and inside it
-  (`transaction.is_relative_path`), no part starting with '.' (temporary
-  files, the staging directory). In its file name N stands between a '.'
-  or '-' and a '.' or the end: ``ckpt.N``, ``tf_ckpt-N.index``,
-  ``shard_0/add_count_ckpt.N.gz``.
+  `path` is relative to the checkpoint directory, '/'-separated,
+  normalized and inside it (`transaction.is_relative_path`), with no part
+  starting with '.' (temporaries, the staging directory); in its file name
+  N stands between a '.' or '-' and a '.' or the end: ``ckpt.N``,
+  ``tf_ckpt-N.index``, ``shard_0/add_count_ckpt.N.gz``.
   """
   if not transaction.is_relative_path(path):
     return False
@@ -254,32 +225,6 @@ def get_latest_checkpoint_number(base_directory: str,
   return numbers[0] if numbers else -1
 
 
-def iteration_files(base_directory: str, iteration_number: int,
-                    exclude: Optional[str] = None) -> Dict[str, list]:
-  """Returns {file name: [size, sha256]} of one iteration's checkpoint files.
-
-  A file belongs to iteration N if its name has N between a '.' or '-' and a
-  '.' or its end: ``ckpt.N``, ``tf_ckpt-N.index``, ``add_count_ckpt.N.gz``.
-  Temporary files (names starting with '.') and subdirectories are left
-  out. What `Checkpointer.save_checkpoint` lists, for files written in
-  place.
-
-  Args:
-    base_directory: str, the checkpoint directory.
-    iteration_number: int, N.
-    exclude: str or None, a name to leave out (the marker itself).
-  """
-  files = {}
-  for name in tf.io.gfile.listdir(base_directory):
-    if name == exclude or not _belongs_to_iteration(name, iteration_number):
-      continue
-    path = os.path.join(base_directory, name)
-    if tf.io.gfile.isdir(path):
-      continue
-    files[name] = list(atomic_files.file_digest(path))
-  return files
-
-
 def _listed_files(marker: Any, iteration_number: int,
                   marker_path: str) -> Dict[str, atomic_files.FileDigest]:
   """Returns a marker's {path: FileDigest}, after checking its structure.
@@ -317,10 +262,8 @@ class Checkpointer(object):
   """Saves and loads the experiment data of each iteration.
 
   Dopamine's save: the agent writes its files in place, then
-  `save_checkpoint`. The Runner's: the agent writes into `begin_checkpoint`'s
-  directory, then `commit_checkpoint` (or `abort_checkpoint`). After a
-  killed save (and only while no other process saves here):
-  `finish_interrupted_save`, then `remove_leftovers`.
+  `save_checkpoint`. The Runner's: `begin_checkpoint`, the agent writes
+  there, then `commit_checkpoint` (or `abort_checkpoint`).
   """
 
   def __init__(self, base_directory: str, checkpoint_file_prefix: str = 'ckpt',
@@ -371,10 +314,8 @@ class Checkpointer(object):
   def save_checkpoint(self, iteration_number: int, data: Any) -> None:
     """Writes `data` and the completion marker, for files written in place.
 
-    The caller has written the agent's files into the directory; the marker
-    lists the iteration's files found there (it cannot tell whose they
-    are). ``ckpt.N`` and the marker are one transaction; then the stale
-    iteration is pruned.
+    The marker lists the iteration's files found in the directory (it
+    cannot tell whose they are); then the stale iteration is pruned.
 
     Args:
       iteration_number: int, the iteration (skipped unless a multiple of
@@ -385,9 +326,12 @@ class Checkpointer(object):
       return
     own = ('{}.{}'.format(self._checkpoint_file_prefix, iteration_number),
            '{}.{}'.format(self._sentinel_file_prefix, iteration_number))
-    found = {name: atomic_files.FileDigest(*digest) for name, digest in
-             iteration_files(self._base_directory, iteration_number).items()
-             if name not in own}
+    found = {}
+    for name in tf.io.gfile.listdir(self._base_directory):
+      path = os.path.join(self._base_directory, name)
+      if (name not in own and _belongs_to_iteration(name, iteration_number)
+          and not tf.io.gfile.isdir(path)):
+        found[name] = atomic_files.file_digest(path)
     self._commit(iteration_number, data,
                  transaction.Transaction(self._base_directory), found)
     self._clean_up_old_checkpoints(iteration_number)
@@ -419,13 +363,11 @@ class Checkpointer(object):
 
     One `transaction.Transaction` adopts every staged file (subdirectories
     included), then stages ``ckpt.N`` and, last, the marker, which lists
-    the transaction's files of iteration N: what this process wrote, never
-    another process's file. Other staged files (TF's ``checkpoint`` state
-    file, rewritten by every save) move in unlisted. A save that fails or
-    is killed before the journal is written leaves a previous checkpoint N
-    as it was; after, `finish_interrupted_save` completes it. Then the
-    staging directory goes and the stale iteration is pruned by its marker
-    (so `checkpoint_duration` and `keep_every` govern every file).
+    the transaction's files of iteration N (TF's ``checkpoint`` file moves
+    in unlisted). A save that fails or is killed before the journal is
+    written leaves a previous checkpoint N as it was; after,
+    `finish_interrupted_save` completes it. Then the staging directory goes
+    and the stale iteration is pruned by its marker.
 
     Args:
       iteration_number: int, the iteration `begin_checkpoint` was given.
@@ -534,12 +476,11 @@ class Checkpointer(object):
   def remove_leftovers(self) -> List[str]:
     """Deletes what killed saves left, once a committed one is finished.
 
-    The staging directory, and below the checkpoint directory temporaries
+    A save killed after its commit point is finished first
+    (`finish_interrupted_save`, may raise). Then the staging directory goes,
+    and below the checkpoint directory the temporaries
     (`atomic_files.remove_temporaries`) of names with an iteration number,
     of TF's ``checkpoint`` file and of the journal; nothing else.
-
-    A save killed after its commit point, whose staged files are such
-    temporaries, is finished first (`finish_interrupted_save`, may raise).
 
     Returns:
       list of str, the paths deleted (the staging directory included).
@@ -587,9 +528,8 @@ class Checkpointer(object):
   def verify(self, iteration_number: int) -> None:
     """Checks iteration_number's marker and the files it lists.
 
-    Reads the marker (a bounded regular file) and checks its structure, then
-    each listed file's type, size and SHA-256. A Dopamine marker (``done``)
-    lists nothing and passes.
+    Checks each listed file's type, size and SHA-256; a Dopamine marker
+    (``done``) lists nothing and passes.
 
     Args:
       iteration_number: int, the iteration.

@@ -1,13 +1,12 @@
 # coding=utf-8
 """Resuming an experiment from its checkpoints, or moving a run aside.
 
-The `Runner`'s side of resuming (see `run_experiment`): finishing a
-checkpoint save killed after its commit point, which checkpoints to try and
-in what order, the checks of the runner's part of ``ckpt.N`` and of the
-statistics file before anything is applied, the global random states saved
-with each checkpoint, and the error raised when nothing can be resumed.
+The `Runner`'s side of resuming: finishing an interrupted save, which
+checkpoints to try and in what order, the checks of the runner's part of
+``ckpt.N`` and of the statistics file, the global random states saved with
+each checkpoint, and the error raised when nothing can be resumed.
 `move_run_aside` starts over without deleting anything. How this differs
-from Dopamine, which restarts from scratch: docs/compat.md#run_experiment.
+from Dopamine: docs/compat.md#run_experiment.
 """
 
 import os
@@ -113,8 +112,7 @@ def finish_interrupted_save(
   """Finishes a checkpoint save killed after its commit point.
 
   Call it before choosing a checkpoint: such a save replaced the files of
-  checkpoint N only in part, and its journal completes it
-  (`Checkpointer.finish_interrupted_save`), so N is the new one, whole.
+  checkpoint N only in part (`Checkpointer.finish_interrupted_save`).
 
   Args:
     base_dir: str, the experiment directory, for the error.

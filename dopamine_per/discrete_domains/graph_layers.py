@@ -1,25 +1,19 @@
 # coding=utf-8
 """Minimal dense and convolutional layers that build in TF1 graph mode.
 
-Dopamine's TF networks are Keras models. The agents accept Keras models of
-either Keras (see `dopamine_per.agents.network_variables`), but the networks
-of `atari_lib` and `gym_lib` are built from these layers instead, so that
-they behave the same whichever Keras ``tf.keras`` is: with Keras 3
-(TensorFlow >= 2.16) a model's variables are Keras variables named only by
-the model (``Online/kernel_1``), while tf-keras, whose names Dopamine's
-checkpoints carry, names them by layer (``Online/Conv_1/kernel``); tf-slim
-and ``tf.compat.v1.layers`` are gone. These layers are `tf.Module`
-subclasses whose `tf.Variable`s (``kernel`` and ``bias``, named as tf-keras
-names them) are created on the first call, under the module's name scope,
-with the initializers Keras uses by default (Glorot uniform kernels, zero
-biases). They work in graph mode (as the agents use them) and eagerly.
+The networks of `atari_lib` and `gym_lib` are built from these layers, not
+Keras layers, so that their variables are the same whichever Keras
+``tf.keras`` is (why: docs/compat.md#graph_layers). The layers are
+`tf.Module`s whose `tf.Variable`s (``kernel`` and ``bias``, named as
+tf-keras names them) are created on the first call, under the module's name
+scope, with Keras' default initializers (Glorot uniform kernels, zero
+biases), in graph mode or eagerly.
 
-A network is a `Network`: a `tf.Module` whose sub-layers are created in its
-name scope, so that a network named ``Online`` owns variables named
-``Online/fully_connected/kernel`` and so on, and whose `trainable_variables`
-(sorted by attribute name, hence in the same order for two instances of the
-same class) pair the online and the target network's variables. See also
-docs/compat.md#graph_layers.
+A `Network` creates its layers in its name scope, so that a network named
+``Online`` owns variables named ``Online/fully_connected/kernel`` and so on,
+and its `trainable_variables` (sorted by attribute name, hence in the same
+order for two instances of the same class) pair the online and the target
+network's variables.
 """
 
 from typing import Any, Callable, Optional, Sequence, Union
@@ -84,15 +78,24 @@ class _Layer(tf.Module):
     self.kernel = None
     self.bias = None
 
-  def _build(self, kernel_shape: Sequence[int], units: int,
-             dtype: tf.DType) -> None:
+  def _build(self, x: tf.Tensor, kernel_size: Sequence[int], units: int,
+             dimension: str) -> None:
+    """Creates the kernel [*kernel_size, inputs, units] and the bias.
+
+    Raises:
+      ValueError: If x's last dimension (named `dimension`) is unknown.
+    """
+    if x.shape[-1] is None:
+      raise ValueError('{} needs a known {} dimension, got shape {}'.format(
+          type(self).__name__, dimension, x.shape))
+    kernel_shape = list(kernel_size) + [int(x.shape[-1]), units]
     with self.name_scope:
       self.kernel = tf.Variable(
-          lambda: self.kernel_initializer(kernel_shape, dtype=dtype),
-          name='kernel', dtype=dtype)
+          lambda: self.kernel_initializer(kernel_shape, dtype=x.dtype),
+          name='kernel', dtype=x.dtype)
       if self.use_bias:
-        self.bias = tf.Variable(lambda: tf.zeros([units], dtype=dtype),
-                                name='bias', dtype=dtype)
+        self.bias = tf.Variable(lambda: tf.zeros([units], dtype=x.dtype),
+                                name='bias', dtype=x.dtype)
 
   def _finish(self, x: tf.Tensor) -> tf.Tensor:
     if self.bias is not None:
@@ -122,10 +125,7 @@ class Dense(_Layer):
 
   def __call__(self, x: tf.Tensor) -> tf.Tensor:
     if self.kernel is None:
-      if x.shape[-1] is None:
-        raise ValueError('Dense needs a known last dimension, got shape '
-                         '{}'.format(x.shape))
-      self._build([int(x.shape[-1]), self.units], self.units, x.dtype)
+      self._build(x, [], self.units, 'last')
     return self._finish(tf.matmul(x, self.kernel))
 
 
@@ -143,10 +143,9 @@ class Conv2D(_Layer):
       kernel_size: int or [height, width].
       strides: int, the stride in both spatial dimensions.
       padding: str, 'same' or 'valid'.
-      activation: callable or None, applied to the output.
-      kernel_initializer: a tf.compat.v1 initializer, or None for Glorot
-        uniform.
-      use_bias: bool, whether to add a bias.
+      activation: callable or None, as `Dense`'s.
+      kernel_initializer: as `Dense`'s.
+      use_bias: bool, as `Dense`'s.
       name: str, the layer's name scope.
     """
     super().__init__(activation, kernel_initializer, use_bias, name)
@@ -159,11 +158,7 @@ class Conv2D(_Layer):
 
   def __call__(self, x: tf.Tensor) -> tf.Tensor:
     if self.kernel is None:
-      if x.shape[-1] is None:
-        raise ValueError('Conv2D needs a known channel dimension, got shape '
-                         '{}'.format(x.shape))
-      self._build(list(self.kernel_size) + [int(x.shape[-1]), self.filters],
-                  self.filters, x.dtype)
+      self._build(x, self.kernel_size, self.filters, 'channel')
     y = tf.nn.conv2d(x, self.kernel, strides=self.strides,
                      padding=self.padding)
     return self._finish(y)

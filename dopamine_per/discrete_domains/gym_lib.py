@@ -1,20 +1,12 @@
 # coding=utf-8
 """Classic-control environments and networks, as Dopamine's ``gym_lib``.
 
-Same names as ``dopamine.discrete_domains.gym_lib`` (Dopamine 4.1.2): the
+The names of ``dopamine.discrete_domains.gym_lib`` (Dopamine 4.1.2): the
 observation bounds and gin constants (``gym_lib.CARTPOLE_OBSERVATION_SHAPE``
-...), `create_gym_environment`, `GymPreprocessing` and the networks
-(`BasicDiscreteDomainNetwork`, `CartpoleDQNNetwork`, `CartpoleRainbowNetwork`,
-`AcrobotDQNNetwork`, `AcrobotRainbowNetwork`, `LunarLanderDQNNetwork`,
-`MountainCarDQNNetwork`, and the Fourier-basis linear networks). Environments
-come from ``gymnasium``.
-
-The networks are `graph_layers.Network` modules, as `atari_lib`'s are; their
-hidden layer sizes are an argument (``hidden_units``, default Dopamine's),
-so a gin file can choose a smaller network. Added: an implicit quantile
-network per domain and Rainbow networks for LunarLander and MountainCar, so
-every agent runs on every domain. What differs from Dopamine:
-docs/compat.md#gym_lib.
+...), `create_gym_environment`, `GymPreprocessing` and the networks, which
+are `graph_layers.Network` modules as `atari_lib`'s are. Environments come
+from ``gymnasium``. What differs from Dopamine (``hidden_units``, the added
+networks): docs/compat.md#gym_lib.
 """
 
 import importlib
@@ -65,13 +57,6 @@ del _name, _size
 _DEFAULT_HIDDEN_UNITS = (512, 512)
 
 
-# Gymnasium packages whose environments need an optional dependency: the
-# module they import, and the install extra of this package that provides it.
-_EXTRA_FOR_ENTRY_POINT = {
-    'gymnasium.envs.box2d.': ('Box2D', 'box2d'),
-}
-
-
 def _current_spec(environment_name: str, version: str):
   """Returns the gymnasium spec to make for Dopamine's name and version.
 
@@ -120,29 +105,23 @@ def _current_spec(environment_name: str, version: str):
 
 
 def _check_extra_installed(spec) -> None:
-  """Raises ImportError naming the install extra an environment needs.
+  """Raises ImportError naming the ``box2d`` extra if Box2D is missing.
 
   Checked before gymnasium imports the environment's module, whose own
   message (or a cached import) would not name this package's extra.
 
   Args:
     spec: gymnasium.envs.registration.EnvSpec, the environment to make.
-
-  Raises:
-    ImportError: If a module the environment needs cannot be imported.
   """
-  entry_point = spec.entry_point
-  if not isinstance(entry_point, str):
-    return  # A class or function registered directly: nothing to check.
-  for prefix, (module, extra) in _EXTRA_FOR_ENTRY_POINT.items():
-    if not entry_point.startswith(prefix):
-      continue
-    try:
-      importlib.import_module(module)
-    except ImportError as e:
-      raise ImportError(
-          '{} needs {} ({}): pip install '
-          "'dopamine_per[{}]'".format(spec.id, module, e, extra)) from e
+  entry_point = spec.entry_point  # A class or function needs nothing.
+  if not (isinstance(entry_point, str) and
+          entry_point.startswith('gymnasium.envs.box2d.')):
+    return
+  try:
+    importlib.import_module('Box2D')
+  except ImportError as e:
+    raise ImportError("{} needs Box2D ({}): pip install "
+                      "'dopamine_per[box2d]'".format(spec.id, e)) from e
 
 
 @gin.configurable
@@ -279,18 +258,13 @@ class BasicDiscreteDomainNetwork(graph_layers.Network):
 class _DQNDomainNetwork(graph_layers.Network):
   """A `BasicDiscreteDomainNetwork` returning `atari_lib.DQNNetworkType`."""
 
+  _KIND = 'DQN'
   _MIN_VALS = None
   _MAX_VALS = None
 
   def __init__(self, num_actions: int, name: Optional[str] = None,
                hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
-    """Creates the network.
-
-    Args:
-      num_actions: int, the number of actions.
-      name: str, the name scope of the variables.
-      hidden_units: sequence of int, the hidden layer sizes.
-    """
+    """Creates the network (arguments: `BasicDiscreteDomainNetwork`'s)."""
     super().__init__(name=name)
     self.num_actions = num_actions
     with self.name_scope:
@@ -305,20 +279,17 @@ class _DQNDomainNetwork(graph_layers.Network):
 class _RainbowDomainNetwork(graph_layers.Network):
   """A `BasicDiscreteDomainNetwork` returning `RainbowNetworkType`."""
 
+  _KIND = 'Rainbow'
   _MIN_VALS = None
   _MAX_VALS = None
 
   def __init__(self, num_actions: int, num_atoms: int, support: tf.Tensor,
                name: Optional[str] = None,
                hidden_units: Sequence[int] = _DEFAULT_HIDDEN_UNITS):
-    """Creates the network.
+    """Creates the network (arguments: `BasicDiscreteDomainNetwork`'s).
 
     Args:
-      num_actions: int, the number of actions.
-      num_atoms: int, atoms per return distribution.
       support: tensor [num_atoms], the atoms' values.
-      name: str, the name scope of the variables.
-      hidden_units: sequence of int, the hidden layer sizes.
     """
     super().__init__(name=name)
     self.num_actions = num_actions
@@ -334,34 +305,6 @@ class _RainbowDomainNetwork(graph_layers.Network):
         self.net(state), self.num_actions, self.num_atoms, self.support)
 
 
-@gin.configurable
-class CartpoleDQNNetwork(_DQNDomainNetwork):
-  """DQN network for CartPole (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = CARTPOLE_MIN_VALS
-  _MAX_VALS = CARTPOLE_MAX_VALS
-
-
-@gin.configurable
-class CartpoleRainbowNetwork(_RainbowDomainNetwork):
-  """Rainbow network for CartPole (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = CARTPOLE_MIN_VALS
-  _MAX_VALS = CARTPOLE_MAX_VALS
-
-
-@gin.configurable
-class AcrobotDQNNetwork(_DQNDomainNetwork):
-  """DQN network for Acrobot (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = ACROBOT_MIN_VALS
-  _MAX_VALS = ACROBOT_MAX_VALS
-
-
-@gin.configurable
-class AcrobotRainbowNetwork(_RainbowDomainNetwork):
-  """Rainbow network for Acrobot (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = ACROBOT_MIN_VALS
-  _MAX_VALS = ACROBOT_MAX_VALS
-
-
 # The IQN networks' default layers (see ImplicitQuantileDomainNetwork).
 _IQN_HIDDEN_UNITS = (512, 512, 512)
 
@@ -370,16 +313,11 @@ _IQN_HIDDEN_UNITS = (512, 512, 512)
 class ImplicitQuantileDomainNetwork(atari_lib.ImplicitQuantileNetworkBase):
   """An implicit quantile network on low-dimensional observations.
 
-  New (Dopamine 4.1.2 has no classic-control IQN network). Laid out like
-  `atari_lib.ImplicitQuantileNetwork` with fully connected layers: the
-  rescaled observation goes through ``hidden_units[:-1]`` (the state
-  embedding), is multiplied by the quantile embedding, then goes through a
-  layer of ``hidden_units[-1]`` units and the output layer. The default,
-  three layers of 512, is Dopamine's two-layer gym torso in place of the
-  Atari convolutions, then the 512-unit layer that follows the product in
-  the Atari network; with a single layer before the product the agent
-  learned CartPole far more slowly (returns stuck near 100 for 24,000
-  steps). Kernels are Glorot uniform, as in the other gym networks.
+  Laid out like `atari_lib.ImplicitQuantileNetwork` with fully connected
+  layers: the rescaled observation goes through ``hidden_units[:-1]`` (the
+  state embedding), is multiplied by the quantile embedding, then goes
+  through a layer of ``hidden_units[-1]`` units and the output layer.
+  Kernels are Glorot uniform, as in the other gym networks.
   """
 
   def __init__(self, min_vals, max_vals, num_actions: int,
@@ -433,79 +371,68 @@ class ImplicitQuantileDomainNetwork(atari_lib.ImplicitQuantileNetworkBase):
 class _BoundedImplicitQuantileNetwork(ImplicitQuantileDomainNetwork):
   """An `ImplicitQuantileDomainNetwork` with its domain's bounds built in."""
 
+  _KIND = 'IQN'
   _MIN_VALS = None
   _MAX_VALS = None
 
   def __init__(self, num_actions: int, quantile_embedding_dim: int,
                name: Optional[str] = None,
                hidden_units: Sequence[int] = _IQN_HIDDEN_UNITS):
-    """Creates the network.
-
-    Args:
-      num_actions: int, the number of actions.
-      quantile_embedding_dim: int, cosine features per quantile level.
-      name: str, the name scope of the variables.
-      hidden_units: non-empty sequence of int, the hidden layer sizes.
-    """
+    """Creates the network (see `ImplicitQuantileDomainNetwork`)."""
     super().__init__(self._MIN_VALS, self._MAX_VALS, num_actions,
                      quantile_embedding_dim, name=name,
                      hidden_units=hidden_units)
 
 
-@gin.configurable
-class CartpoleImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
-  """IQN network for CartPole (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = CARTPOLE_MIN_VALS
-  _MAX_VALS = CARTPOLE_MAX_VALS
+def _domain_network(base, name: str, domain):
+  """Returns `base` for one domain: a gin-configurable subclass `name`.
 
-
-@gin.configurable
-class AcrobotImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
-  """IQN network for Acrobot (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = ACROBOT_MIN_VALS
-  _MAX_VALS = ACROBOT_MAX_VALS
-
-
-@gin.configurable
-class MountainCarImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
-  """IQN network for MountainCar (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = MOUNTAINCAR_MIN_VALS
-  _MAX_VALS = MOUNTAINCAR_MAX_VALS
-
-
-@gin.configurable
-class LunarLanderImplicitQuantileNetwork(_BoundedImplicitQuantileNetwork):
-  """IQN network for LunarLander (inputs not rescaled)."""
-
-
-@gin.configurable
-class LunarLanderDQNNetwork(_DQNDomainNetwork):
-  """DQN network for LunarLander (inputs not rescaled)."""
-
-
-@gin.configurable
-class MountainCarDQNNetwork(_DQNDomainNetwork):
-  """DQN network for MountainCar (inputs rescaled to [-1, 1])."""
-  _MIN_VALS = MOUNTAINCAR_MIN_VALS
-  _MAX_VALS = MOUNTAINCAR_MAX_VALS
-
-
-@gin.configurable
-class LunarLanderRainbowNetwork(_RainbowDomainNetwork):
-  """Rainbow network for LunarLander (inputs not rescaled).
-
-  New: Dopamine 4.1.2 has DQN networks only for LunarLander and MountainCar.
+  Args:
+    base: `_DQNDomainNetwork`, `_RainbowDomainNetwork` or
+      `_BoundedImplicitQuantileNetwork`.
+    name: str, the class name, e.g. 'CartpoleDQNNetwork'.
+    domain: (name, min_vals, max_vals); bounds None: inputs not rescaled.
   """
+  label, min_vals, max_vals = domain
+  return gin.configurable(type(name, (base,), {
+      '__module__': __name__, '_MIN_VALS': min_vals, '_MAX_VALS': max_vals,
+      '__doc__': '{} network for {} (inputs {}).'.format(
+          base._KIND, label,  # pylint: disable=protected-access
+          'not rescaled' if min_vals is None else 'rescaled to [-1, 1]')}))
 
 
-@gin.configurable
-class MountainCarRainbowNetwork(_RainbowDomainNetwork):
-  """Rainbow network for MountainCar (inputs rescaled to [-1, 1]).
-
-  New: Dopamine 4.1.2 has DQN networks only for LunarLander and MountainCar.
-  """
-  _MIN_VALS = MOUNTAINCAR_MIN_VALS
-  _MAX_VALS = MOUNTAINCAR_MAX_VALS
+_CARTPOLE = ('CartPole', CARTPOLE_MIN_VALS, CARTPOLE_MAX_VALS)
+_ACROBOT = ('Acrobot', ACROBOT_MIN_VALS, ACROBOT_MAX_VALS)
+_MOUNTAINCAR = ('MountainCar', MOUNTAINCAR_MIN_VALS, MOUNTAINCAR_MAX_VALS)
+_LUNARLANDER = ('LunarLander', None, None)
+CartpoleDQNNetwork = _domain_network(
+    _DQNDomainNetwork, 'CartpoleDQNNetwork', _CARTPOLE)
+CartpoleRainbowNetwork = _domain_network(
+    _RainbowDomainNetwork, 'CartpoleRainbowNetwork', _CARTPOLE)
+CartpoleImplicitQuantileNetwork = _domain_network(
+    _BoundedImplicitQuantileNetwork, 'CartpoleImplicitQuantileNetwork',
+    _CARTPOLE)
+AcrobotDQNNetwork = _domain_network(
+    _DQNDomainNetwork, 'AcrobotDQNNetwork', _ACROBOT)
+AcrobotRainbowNetwork = _domain_network(
+    _RainbowDomainNetwork, 'AcrobotRainbowNetwork', _ACROBOT)
+AcrobotImplicitQuantileNetwork = _domain_network(
+    _BoundedImplicitQuantileNetwork, 'AcrobotImplicitQuantileNetwork',
+    _ACROBOT)
+MountainCarDQNNetwork = _domain_network(
+    _DQNDomainNetwork, 'MountainCarDQNNetwork', _MOUNTAINCAR)
+MountainCarRainbowNetwork = _domain_network(
+    _RainbowDomainNetwork, 'MountainCarRainbowNetwork', _MOUNTAINCAR)
+MountainCarImplicitQuantileNetwork = _domain_network(
+    _BoundedImplicitQuantileNetwork, 'MountainCarImplicitQuantileNetwork',
+    _MOUNTAINCAR)
+LunarLanderDQNNetwork = _domain_network(
+    _DQNDomainNetwork, 'LunarLanderDQNNetwork', _LUNARLANDER)
+LunarLanderRainbowNetwork = _domain_network(
+    _RainbowDomainNetwork, 'LunarLanderRainbowNetwork', _LUNARLANDER)
+LunarLanderImplicitQuantileNetwork = _domain_network(
+    _BoundedImplicitQuantileNetwork, 'LunarLanderImplicitQuantileNetwork',
+    _LUNARLANDER)
 
 
 class FourierBasis(object):

@@ -1,14 +1,11 @@
 # coding=utf-8
 """The per-run learning curve, and the plotting helpers `plot` shares.
 
-The `Runner` calls `plot_learning_curve` after every iteration with the
-records of ``logs/statistics.jsonl``, which redraws
-``base_dir/learning_curve.png``: two panels, the average training and
-evaluation returns against the iteration and against the agent's training
-steps. Figures are drawn with matplotlib's Agg canvas directly (no pyplot:
-no global figure state, no GUI backend, safe in a trainer process), and
-matplotlib is imported on the first drawing only, so importing this module
-(and `run_experiment`) stays cheap. New, with no Dopamine counterpart:
+The `Runner` calls `plot_learning_curve` after every iteration, which
+redraws ``base_dir/learning_curve.png``. Figures are drawn on matplotlib's
+Agg canvas directly (no pyplot: no global figure state, no GUI backend),
+and matplotlib is imported on the first drawing only, so importing this
+module (and `run_experiment`) stays cheap. New:
 docs/compat.md#learning_curve.
 """
 

@@ -21,46 +21,20 @@ __all__ = [
 ]
 
 
-@gin.configurable
-class CartpoleDQNNetwork(gym_lib.CartpoleDQNNetwork):
-  """`gym_lib.CartpoleDQNNetwork` as ``legacy_networks.CartpoleDQNNetwork``."""
+def _registered(network_class):
+  """Returns a subclass of a `gym_lib` network, gin-registered here."""
+  return gin.configurable(type(network_class.__name__, (network_class,), {
+      '__module__': __name__,
+      '__doc__': '`gym_lib.{}` as ``legacy_networks.{}``.'.format(
+          network_class.__name__, network_class.__name__)}))
 
 
-@gin.configurable
-class CartpoleRainbowNetwork(gym_lib.CartpoleRainbowNetwork):
-  """`gym_lib.CartpoleRainbowNetwork` as ``legacy_networks.*``."""
-
-
-@gin.configurable
-class AcrobotDQNNetwork(gym_lib.AcrobotDQNNetwork):
-  """`gym_lib.AcrobotDQNNetwork` as ``legacy_networks.AcrobotDQNNetwork``."""
-
-
-@gin.configurable
-class AcrobotRainbowNetwork(gym_lib.AcrobotRainbowNetwork):
-  """`gym_lib.AcrobotRainbowNetwork` as ``legacy_networks.*``."""
-
-
-@gin.configurable
-class LunarLanderDQNNetwork(gym_lib.LunarLanderDQNNetwork):
-  """`gym_lib.LunarLanderDQNNetwork` as ``legacy_networks.*``."""
-
-
-@gin.configurable
-class MountainCarDQNNetwork(gym_lib.MountainCarDQNNetwork):
-  """`gym_lib.MountainCarDQNNetwork` as ``legacy_networks.*``."""
-
-
-@gin.configurable
-class FourierDQNNetwork(gym_lib.FourierDQNNetwork):
-  """`gym_lib.FourierDQNNetwork` as ``legacy_networks.FourierDQNNetwork``."""
-
-
-@gin.configurable
-class CartpoleFourierDQNNetwork(gym_lib.CartpoleFourierDQNNetwork):
-  """`gym_lib.CartpoleFourierDQNNetwork` as ``legacy_networks.*``."""
-
-
-@gin.configurable
-class AcrobotFourierDQNNetwork(gym_lib.AcrobotFourierDQNNetwork):
-  """`gym_lib.AcrobotFourierDQNNetwork` as ``legacy_networks.*``."""
+CartpoleDQNNetwork = _registered(gym_lib.CartpoleDQNNetwork)
+CartpoleRainbowNetwork = _registered(gym_lib.CartpoleRainbowNetwork)
+AcrobotDQNNetwork = _registered(gym_lib.AcrobotDQNNetwork)
+AcrobotRainbowNetwork = _registered(gym_lib.AcrobotRainbowNetwork)
+LunarLanderDQNNetwork = _registered(gym_lib.LunarLanderDQNNetwork)
+MountainCarDQNNetwork = _registered(gym_lib.MountainCarDQNNetwork)
+FourierDQNNetwork = _registered(gym_lib.FourierDQNNetwork)
+CartpoleFourierDQNNetwork = _registered(gym_lib.CartpoleFourierDQNNetwork)
+AcrobotFourierDQNNetwork = _registered(gym_lib.AcrobotFourierDQNNetwork)

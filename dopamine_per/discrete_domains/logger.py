@@ -2,16 +2,11 @@
 """Experiment logs as plain data: Dopamine's ``Logger`` and a JSON-lines log.
 
 `Logger` has the interface of ``dopamine.discrete_domains.logger.Logger``
-(``logger['iteration_3'] = data_lists``, `log_to_file`, `data`,
-`is_logging_enabled`) but writes JSON instead of a pickle, atomically: files
-``{prefix}_{N}`` holding every iteration's statistics so far, the
-``logs_duration`` newest kept.
-
-`StatisticsLog` is the log the `Runner` reads back: one JSON object per
-iteration in ``statistics.jsonl`` (averages, episode counts, steps per
-second, wall time), which plotting tools and `learning_curve` use; every
-reader reads it with `statistics_file.read_records`. What differs from
-Dopamine: docs/compat.md#logger.
+but writes JSON instead of a pickle, atomically: files ``{prefix}_{N}``
+holding every iteration's statistics so far, the ``logs_duration`` newest
+kept. `StatisticsLog` is ``statistics.jsonl``, one JSON object per
+iteration, which the `Runner` reads back. What differs from Dopamine:
+docs/compat.md#logger.
 """
 
 import json
@@ -107,9 +102,8 @@ class StatisticsLog(object):
   """An append-only JSON-lines file of per-iteration records.
 
   The file is read with `statistics_file.read_records`: lines that are not
-  statistics records are skipped, with one warning naming the file and the
-  count, and left out when the file is next written; of several records of
-  one iteration the last is kept.
+  statistics records are skipped, with one warning, and left out when the
+  file is next written.
 
   Attributes:
     path: str, the file.

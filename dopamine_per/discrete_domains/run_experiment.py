@@ -2,20 +2,14 @@
 """The experiment runner, as Dopamine's ``run_experiment``.
 
 Same names and gin parameters as ``dopamine.discrete_domains.run_experiment``
-(Dopamine 4.1.2): `load_gin_configs`, `create_agent` ('dqn', 'rainbow',
-'implicit_quantile'),
-`create_runner`, `Runner` (``num_iterations``, ``training_steps``,
-``evaluation_steps``, ``max_steps_per_episode``, ``create_environment_fn``,
-``clip_rewards``, ...) and `TrainRunner`. An iteration is a training phase of
-at least ``training_steps`` agent steps in whole episodes, then (`Runner`) an
-evaluation phase, then logging and a checkpoint.
-
-Each checkpoint is written, then switched into place as a whole
-(`checkpointer.Checkpointer.commit_checkpoint`). It resumes after the newest
-complete checkpoint that loads (the resume logic is `experiment_resume`'s),
-never silently restarts, logs plain data (``logs/statistics.jsonl``) and
-redraws ``base_dir/learning_curve.png`` after every iteration. What differs
-from Dopamine: docs/compat.md#run_experiment.
+(Dopamine 4.1.2): `load_gin_configs`, `create_agent`, `create_runner`,
+`Runner` and `TrainRunner`. An iteration is a training phase of at least
+``training_steps`` agent steps in whole episodes, then (`Runner`) an
+evaluation phase, then logging and a checkpoint, switched into place as a
+whole (`checkpointer.Checkpointer.commit_checkpoint`). The Runner resumes
+after the newest complete checkpoint that loads (`experiment_resume`) and
+never silently restarts. What differs from Dopamine:
+docs/compat.md#run_experiment.
 """
 
 import inspect
@@ -251,7 +245,6 @@ class Runner(object):
     self._max_steps_per_episode = max_steps_per_episode
     self._clip_rewards = clip_rewards
     self._use_legacy_logger = use_legacy_logger
-    self._fine_grained_print_to_console = fine_grained_print_to_console
     self._seed = seed
     self._status = StatusLine(enabled=fine_grained_print_to_console)
     self._checkpoint_dir = os.path.join(base_dir,
@@ -304,12 +297,10 @@ class Runner(object):
     """Resumes after the newest checkpoint that loads, all parts of it.
 
     Sets _checkpointer and _start_iteration (0 without a checkpoint). A
-    checkpoint save killed after its commit point is finished first (its
-    files were committed). Checkpoints are tried newest first (a gin
-    ``override_number`` first); a refused one leaves nothing applied. Only
-    once the start is decided are directories created, what killed saves
-    left deleted (`Checkpointer.remove_leftovers`) and the statistics of
-    iterations that will be rerun dropped.
+    save killed after its commit point is finished first; checkpoints are
+    tried newest first (a gin ``override_number`` first). Only once the
+    start is decided are directories created, leftovers of killed saves
+    deleted and the statistics of iterations that will be rerun dropped.
 
     Raises:
       experiment_resume.CannotResumeError: If checkpoints exist but none
@@ -350,9 +341,8 @@ class Runner(object):
   def _load_checkpoint(self, version: int) -> Dict[str, Any]:
     """Loads every part of checkpoint `version`, or nothing of it.
 
-    The runner's data is read and checked first, then the agent restores
-    itself all or nothing (`DQNAgent.unbundle`); the runner's data is
-    applied by the caller, after this returns.
+    The runner's data is checked, then the agent restores itself all or
+    nothing (`DQNAgent.unbundle`); the caller applies the runner's data.
 
     Returns:
       dict, the checkpoint's experiment data.
@@ -391,64 +381,39 @@ class Runner(object):
     else:
       self._agent.end_episode(reward)
 
-  def _run_one_episode(self):
+  def _run_one_episode(self, max_steps=None):
     """Plays one episode (up to max_steps_per_episode steps).
 
-    Returns:
-      (number of steps, undiscounted return).
-    """
-    step_number = 0
-    total_reward = 0.0
-    action = self._initialize_episode()
-    is_terminal = False
-    while True:
-      observation, reward, is_terminal = self._run_one_step(action)
-      total_reward += reward
-      step_number += 1
-      if self._clip_rewards:
-        reward = np.clip(reward, -1, 1)
-      if (self._environment.game_over or
-          step_number == self._max_steps_per_episode):
-        break
-      if is_terminal:
-        # A lost life (terminal_on_life_loss): the game goes on.
-        self._end_episode(reward, True)
-        action = self._agent.begin_episode(observation)
-      else:
-        action = self._agent.step(reward, observation)
-      if step_number % 256 == 0:
-        self._show_progress(step_number, total_reward)
-    self._end_episode(reward, is_terminal)
-    return step_number, total_reward
-
-  def _run_continued_episode(self, start_step_count, max_step_count):
-    """Plays until the phase's step budget; episodes span phases.
-
-    Used when max_steps_per_episode is None.
+    With max_steps_per_episode None, plays until the episode ends or
+    `max_steps` steps were taken: the next call continues the episode.
 
     Returns:
-      (number of steps, undiscounted return of this part of the episode).
+      (number of steps, undiscounted return of these steps).
     """
     step_number = 0
     total_reward = 0.0
     if getattr(self, '_episode_ended', True):
       self._action = self._initialize_episode()
       self._episode_ended = False
-    while start_step_count + step_number < max_step_count:
+    while max_steps is None or step_number < max_steps:
       observation, reward, is_terminal = self._run_one_step(self._action)
       total_reward += reward
       step_number += 1
       if self._clip_rewards:
         reward = np.clip(reward, -1, 1)
-      if self._environment.game_over:
+      if (self._environment.game_over or
+          step_number == self._max_steps_per_episode):
         self._end_episode(reward, is_terminal)
         self._episode_ended = True
         break
       if is_terminal:
+        # A lost life (terminal_on_life_loss): the game goes on.
         self._end_episode(reward, True)
         self._action = self._agent.begin_episode(observation)
       else:
         self._action = self._agent.step(reward, observation)
+      if step_number % 256 == 0:
+        self._show_progress(step_number, total_reward)
     return step_number, total_reward
 
   # ------------------------------------------------------------- phases
@@ -482,11 +447,9 @@ class Runner(object):
                       'phase': run_mode_str, 'target': min_steps,
                       'iteration': getattr(self, '_iteration', 0)}
     while step_count < min_steps:
-      if self._max_steps_per_episode is None:
-        length, episode_return = self._run_continued_episode(step_count,
-                                                             min_steps)
-      else:
-        length, episode_return = self._run_one_episode()
+      length, episode_return = self._run_one_episode(
+          None if self._max_steps_per_episode is not None
+          else min_steps - step_count)
       statistics.append({
           '{}_episode_lengths'.format(run_mode_str): length,
           '{}_episode_returns'.format(run_mode_str): episode_return,
@@ -619,12 +582,9 @@ class Runner(object):
   def _checkpoint_experiment(self, iteration):
     """Checkpoints the iteration: the agent's files, data and marker at once.
 
-    The agent writes its files into the checkpointer's staging directory,
-    then `Checkpointer.commit_checkpoint` switches them into place with
-    ``ckpt.N`` and the marker in one transaction: a save that fails or is
-    killed part-way leaves an earlier checkpoint of this number whole.
-    Iterations the checkpointer does not save (its checkpoint_frequency)
-    are skipped.
+    The agent writes into the checkpointer's staging directory, then
+    `Checkpointer.commit_checkpoint` switches everything in; iterations the
+    checkpointer does not save (checkpoint_frequency) are skipped.
     """
     staging_dir = self._checkpointer.begin_checkpoint(iteration)
     if staging_dir is None:

@@ -4,26 +4,11 @@
 The `Runner` writes one JSON object per iteration to
 ``logs/statistics.jsonl`` (`logger.StatisticsLog`) and reads it back when it
 resumes; `dopamine_per.plot` and ``benchmarks/learning.py`` read it to
-compare runs. All of them read it with `read_records`, which keeps the lines
-that are statistics records and skips, and counts, every other line,
-whatever it holds: any JSON value that is not such an object, JSON nested to
-any depth, lines longer than `MAX_LINE_BYTES`, bytes that are not UTF-8,
-``NaN`` and ``Infinity`` (not JSON), numbers beyond any float.
-
-A statistics record (`parse_record`) is a line of at most `MAX_LINE_BYTES`
-of UTF-8 holding a JSON object
-
-* whose ``iteration`` is an integer in [0, 2**63) (not a bool),
-* whose `NUMERIC_FIELDS` that it holds are finite numbers (ints or floats
-  that a float holds, not bools) or null,
-* nested at most `MAX_NESTING` deep, with only finite floats: it can be
-  written back as JSON and read again unchanged. Other keys may hold any
-  such value.
-
-Of several records of one iteration the last in the file is kept (a line
-appended later is newer); `Records.replaced` counts the others. Blank lines
-are neither records nor counted. Nothing here imports TensorFlow, except
-`atomic_files` to read a ``gs://``-style path.
+compare runs. All of them read it with `read_records`, which keeps the
+statistics records (`parse_record`) and skips, and counts, every other line,
+whatever it holds. Of several records of one iteration the last in the file
+is kept (`Records.replaced` counts the others). Nothing here imports
+TensorFlow, except `atomic_files` to read a ``gs://``-style path.
 """
 
 import dataclasses
@@ -165,12 +150,18 @@ def _nesting_within(value: Any, limit: int) -> bool:
 def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
   """Parses one line of a statistics file; never raises.
 
+  A statistics record is a line of at most `MAX_LINE_BYTES` of UTF-8 holding
+  a JSON object whose ``iteration`` is an integer in [0, MAX_ITERATION)
+  (not a bool), whose `NUMERIC_FIELDS` are finite numbers (not bools) or
+  null, nested at most `MAX_NESTING` deep, with finite floats only (no
+  ``NaN``, ``Infinity`` or 1e400): it can be written back and read again.
+
   Args:
     line: bytes, the line without its newline.
 
   Returns:
-    dict, the record, if the line is a statistics record (see the module's
-    docstring); None otherwise (blank lines too).
+    dict, the record, if the line is a statistics record; None otherwise
+    (blank lines too).
   """
   if len(line) > MAX_LINE_BYTES:
     return None
@@ -242,10 +233,10 @@ def _lines(file: BinaryIO, limit: int) -> Iterator[Optional[bytes]]:
 def read_records(path: str) -> Records:
   """Reads a statistics file, keeping its statistics records only.
 
-  No line can make this raise: a line that is not a statistics record (see
-  the module's docstring) is skipped and counted, one longer than
-  `MAX_LINE_BYTES` without being held in memory. Of the records of one
-  iteration the last is kept.
+  No line can make this raise: a line that is not a statistics record
+  (`parse_record`) is skipped and counted, one longer than `MAX_LINE_BYTES`
+  without being held in memory. Of the records of one iteration the last is
+  kept.
 
   Args:
     path: str, the file (a local path, or a tf.io.gfile URL).

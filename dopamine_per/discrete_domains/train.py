@@ -11,15 +11,11 @@ paths of gin files, or the names of the configs shipped with the package
 (--list_configs lists them; see `dopamine_per.configs`).
 
 Checks that --base_dir can hold the run's files, locks it (one trainer per
---base_dir: a second one exits with status 1 and one line naming the
-directory and the trainer that holds it; `run_lock`), loads the gin files,
-then the bindings, creates the runner (`run_experiment.create_runner`) and
-runs the experiment. Started again with the same --base_dir, it resumes
-after the last checkpoint that loads. It never writes over a run it cannot
-resume: if --base_dir holds checkpoints and none loads, it exits with
-status 1 and one message naming each and why, changing no file. Starting
-over is the user's choice: another --base_dir, or --restart_from_scratch.
-What differs from Dopamine's: docs/compat.md#train.
+--base_dir; `run_lock`), loads the gin files, then the bindings, creates the
+runner (`run_experiment.create_runner`) and runs the experiment, resuming
+after the last checkpoint that loads. If --base_dir holds checkpoints and
+none loads, it exits with status 1 and one message naming each and why,
+changing no file. What differs from Dopamine's: docs/compat.md#train.
 """
 
 import os
@@ -122,15 +118,7 @@ def check_base_dir(base_dir: Optional[str]) -> None:
 def _train(base_dir: str, gin_files: Sequence[str],
            gin_bindings: Sequence[str], restart_from_scratch: bool,
            create_runner_fn: Optional[Callable[[str], Any]]) -> int:
-  """Loads the configuration and runs the experiment.
-
-  Args:
-    base_dir: str, the run's directory, locked by the caller.
-    gin_files: the gin files' paths, in order.
-    gin_bindings: the gin bindings, applied after the files.
-    restart_from_scratch: bool, move an earlier run aside first.
-    create_runner_fn: callable(base_dir) returning the runner, called after
-      the configuration is loaded; None: `run_experiment.create_runner`.
+  """Loads the configuration and runs the experiment (see `main`).
 
   Returns:
     int, the exit status: 0, or 1 when the run in base_dir cannot be
@@ -169,13 +157,10 @@ def main(argv: Sequence[str],
          before_unlock_fn: Optional[Callable[[], None]] = None) -> int:
   """Checks and locks --base_dir, then trains; returns the exit status.
 
-  The lock (`run_lock.RunDirectoryLock`) is taken before the gin files are
-  loaded and the runner is created (the distributed trainer starts Ray
-  there), and held until training ends, however it ends; a process that
-  dies loses it with its descriptors. Locking creates --base_dir if it is
-  missing, and the lock file in it, which is deleted when the lock is
-  released. Where --base_dir cannot be locked (a ``gs://`` path, a
-  filesystem without locks) one warning says so.
+  The lock (`run_lock.RunDirectoryLock`, which creates --base_dir if it is
+  missing) is taken before the gin files are loaded and the runner is
+  created (the distributed trainer starts Ray there), and held until
+  training ends, however it ends.
 
   Args:
     argv: the arguments left after absl's flags (the program name only).
@@ -188,12 +173,11 @@ def main(argv: Sequence[str],
       nothing.
 
   Returns:
-    int, 0 after training or --list_configs; 1 for an unusable --base_dir,
-    one that another trainer holds, or a --gin_files entry that is neither
-    a file nor a shipped config (each reported in one line on stderr,
-    before TensorFlow is imported and before any file is changed), or for
-    a run in --base_dir that cannot be resumed (one message on stderr, no
-    file changed).
+    int, 0 after training or --list_configs; 1, with one message on stderr
+    and no file changed, for an unusable --base_dir, one that another
+    trainer holds, a --gin_files entry that is neither a file nor a shipped
+    config (these before TensorFlow is imported), or a run in --base_dir
+    that cannot be resumed.
 
   Raises:
     app.UsageError: For extra arguments or a gin file or binding that does
@@ -238,10 +222,9 @@ def main(argv: Sequence[str],
 def describe_in_help(module_name: str) -> None:
   """Makes absl's --help show a module's flags and docstring.
 
-  absl's --help lists the flags of the module that sys.argv[0] names, and
-  prints the docstring of ``__main__``: under ``python -m`` that is the
-  trainer itself, but under a console script (``dopamine-per-train``) it is
-  pip's wrapper, which has neither, so --help would list no flag.
+  absl's --help shows the flags of the module sys.argv[0] names and the
+  docstring of ``__main__``: under a console script (``dopamine-per-train``)
+  that is pip's wrapper, which has neither.
 
   Args:
     module_name: str, the name of a module whose flags --help lists (its

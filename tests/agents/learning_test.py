@@ -1,17 +1,20 @@
-"""A short learning check: seeded Rainbow on CartPole-v1 beats chance clearly.
+"""Short learning checks: seeded agents on CartPole-v1 beat chance clearly.
 
-configs/rainbow_cartpole.gin with seed 0, cut to 2 iterations of 3,000
-training steps (the shipped run has 15 of 4,000). A uniformly random policy
-averages about 22 steps on CartPole, and none of 10,000 simulated episodes
-(seed 0, `test_random_policy_baseline`) reaches 150 steps: the chance that
-one does is below 3e-4 (the 95% "rule of three" bound 3/n). An evaluation
-average of at least 150 needs at least one evaluation episode of 150 steps
-or more (in fact most of them), so a policy no better than chance passes
-with probability below 1e-3 (at most a handful of evaluation episodes, each
-below 3e-4).
+Each runs a shipped config with seed 0, cut to 2 iterations:
+configs/rainbow_cartpole.gin of 3,000 training steps (the shipped run has
+15 of 4,000) and configs/implicit_quantile_cartpole.gin of its 4,000 (the
+shipped run: 15 iterations, 2,500 evaluation steps). A uniformly random
+policy averages about 22 steps on CartPole, and none of 10,000 simulated
+episodes (seed 0, `test_random_policy_baseline`) reaches 150 steps: the
+chance that one does is below 3e-4 (the 95% "rule of three" bound 3/n). An
+evaluation average of at least 150 needs at least one evaluation episode of
+150 steps or more (in fact most of them), so a policy no better than chance
+passes with probability below 1e-3 (at most a handful of evaluation
+episodes, each below 3e-4).
 """
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import gin
 import numpy as np
 
@@ -23,7 +26,7 @@ from tests.support import gin_util
 _BOUND = 150.0
 
 
-class LearningTest(absltest.TestCase):
+class LearningTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -44,14 +47,17 @@ class LearningTest(absltest.TestCase):
     self.assertLess(np.mean(lengths), 25)
     self.assertLess(max(lengths), _BOUND)
 
-  def test_rainbow_learns_cartpole(self):
-    base_dir = fixtures.temp_dir(self)
+  @parameterized.named_parameters(
+      ('rainbow', 'rainbow_cartpole.gin', ['Runner.training_steps = 3000']),
+      ('iqn', 'implicit_quantile_cartpole.gin', []),
+  )
+  def test_learns_cartpole(self, config, bindings):
     gin.clear_config()
     run_experiment.load_gin_configs(
-        [fixtures.repo_path('configs', 'rainbow_cartpole.gin')],
-        ['Runner.num_iterations = 2', 'Runner.training_steps = 3000',
-         'Runner.evaluation_steps = 1000'])
-    runner = run_experiment.create_runner(base_dir)
+        [fixtures.repo_path('configs', config)],
+        ['Runner.num_iterations = 2', 'Runner.evaluation_steps = 1000',
+         'Runner.fine_grained_print_to_console = False'] + bindings)
+    runner = run_experiment.create_runner(fixtures.temp_dir(self))
     runner.run_experiment()
     record = runner._statistics_log.records[-1]
     self.assertGreaterEqual(record['eval_average_return'], _BOUND, record)

@@ -1,17 +1,14 @@
 """Tests for rainbow_agent: project_distribution, PER exponents, the agent."""
 
 import functools
-import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from dopamine_per import errors
 from dopamine_per.agents import rainbow_agent
 from dopamine_per.discrete_domains import gym_lib
-from tests.support import fixtures
 from tests.support import small_agents
 
 
@@ -122,15 +119,15 @@ class ProjectDistributionTest(parameterized.TestCase):
                                 weights: np.zeros((1, 2))})
 
 
-def _make_agent(sess=None, **kwargs):
+def _make_agent(**kwargs):
   """A small CartPole-shaped Rainbow agent."""
-  network = kwargs.pop('network', None) or (
-      lambda *a, **k: gym_lib.CartpoleRainbowNetwork(*a, hidden_units=(16,),
-                                                     **k))
-  defaults = dict(network=network, num_atoms=11, vmax=10.0, update_horizon=3,
-                  update_period=1, target_update_period=5)
+  defaults = dict(
+      network=lambda *a, **k: gym_lib.CartpoleRainbowNetwork(
+          *a, hidden_units=(16,), **k),
+      num_atoms=11, vmax=10.0, update_horizon=3, update_period=1,
+      target_update_period=5)
   defaults.update(kwargs)
-  return small_agents.cartpole_agent(rainbow_agent.RainbowAgent, sess,
+  return small_agents.cartpole_agent(rainbow_agent.RainbowAgent, None,
                                      **defaults)
 
 
@@ -144,19 +141,12 @@ class RainbowAgentTest(parameterized.TestCase):
     super().setUp()
     small_agents.bind_small_memory(self, 'WrappedPrioritizedReplayBuffer')
 
-  def test_invalid_replay_scheme(self):
-    with self.assertRaisesRegex(ValueError, 'Invalid replay scheme: ranked'):
-      _make_agent(replay_scheme='ranked')
-
-  def test_observation_shape_must_be_a_tuple(self):
-    with self.assertRaisesRegex(errors.ArgumentError, 'observation_shape'):
-      _make_agent(observation_shape=[4, 1])
-
   @parameterized.named_parameters(
       ('negative_alpha', dict(priority_exponent=-0.1)),
       ('beta_above_one', dict(importance_sampling_exponent=1.5)),
       ('anneal_zero', dict(importance_sampling_anneal_steps=0)),
       ('vmin_above_vmax', dict(vmin=20.0)),
+      ('replay_scheme', dict(replay_scheme='ranked')),
   )
   def test_invalid_arguments(self, kwargs):
     with self.assertRaises(ValueError):
@@ -178,43 +168,6 @@ class RainbowAgentTest(parameterized.TestCase):
     self.assertEqual(outputs.logits.shape, (1, 2, 11))
     np.testing.assert_allclose(outputs.probabilities.sum(-1), 1.0, rtol=1e-5)
 
-  def test_training_updates_priorities_and_weights(self):
-    agent = _make_agent()
-    _play(agent, 60)
-    memory = agent._replay.memory
-    self.assertGreater(agent.training_steps, 40)
-    priorities = memory.get_priority(np.arange(60))
-    # New transitions get the maximum priority; trained ones their loss**0.5.
-    self.assertGreater(len(np.unique(priorities[priorities > 0])), 5)
-
-  def test_default_exponents_reproduce_dopamine(self):
-    agent = _make_agent()
-    _play(agent, 30)
-    probabilities = agent._replay.transition['sampling_probabilities']
-    graph = agent._sess.graph
-    with graph.as_default():
-      ours = tf.pow(probabilities + 1e-10, -agent._beta_ph)
-      ours /= tf.reduce_max(ours)
-      dopamine = 1.0 / tf.sqrt(probabilities + 1e-10)
-      dopamine /= tf.reduce_max(dopamine)
-      # One run: both from the same sampled batch.
-      a, b = agent._sess.run([ours, dopamine])
-    np.testing.assert_allclose(a, b, rtol=1e-6)
-    self.assertEqual(agent.priority_exponent, 0.5)
-
-  @parameterized.parameters(0.5, 1.0)
-  def test_priority_exponent_sets_priorities(self, alpha):
-    agent = _make_agent(priority_exponent=alpha)
-    _play(agent, 25)
-    # One training run: the raw loss, new priorities and their indices.
-    loss, new_priorities, indices, _ = agent._sess.run(
-        [agent._unweighted_loss, agent._new_priorities,
-         agent._replay.indices, agent._train_op[0]])
-    np.testing.assert_allclose(new_priorities, (loss + 1e-10) ** alpha,
-                               rtol=1e-5)
-    np.testing.assert_allclose(agent._replay.memory.get_priority(indices),
-                               new_priorities, rtol=1e-6)
-
   def test_beta_annealing(self):
     agent = _make_agent(importance_sampling_exponent=0.4,
                         importance_sampling_anneal_steps=100)
@@ -226,13 +179,6 @@ class RainbowAgentTest(parameterized.TestCase):
     fixed = _make_agent()
     fixed.training_steps = 10**6
     self.assertAlmostEqual(fixed._importance_sampling_exponent_value(), 0.5)
-
-  def test_uniform_scheme_keeps_priorities_at_one(self):
-    agent = _make_agent(replay_scheme='uniform')
-    _play(agent, 60)
-    priorities = agent._replay.memory.get_priority(np.arange(60))
-    valid = priorities > 0
-    np.testing.assert_array_equal(priorities[valid], 1.0)
 
   def test_eval_mode_stores_nothing(self):
     agent = _make_agent()
@@ -249,26 +195,6 @@ class RainbowAgentTest(parameterized.TestCase):
     memory = agent._replay.memory
     self.assertEqual(memory._store['terminal'][1], 0)
     self.assertIn(1, memory.episode_end_indices)
-
-  def test_bundle_and_unbundle(self):
-    checkpoint_dir = fixtures.temp_dir(self)
-    agent = _make_agent()
-    _play(agent, 60)
-    bundle = agent.bundle_and_checkpoint(checkpoint_dir, 3)
-    self.assertEqual(bundle['training_steps'], agent.training_steps)
-    weights = agent._sess.run(agent.online_convnet.trainable_variables)
-    priorities = agent._replay.memory.get_priority(np.arange(60))
-    restored = _make_agent()
-    self.assertTrue(restored.unbundle(checkpoint_dir, 3, bundle))
-    self.assertEqual(restored.training_steps, agent.training_steps)
-    for a, b in zip(weights, restored._sess.run(
-        restored.online_convnet.trainable_variables)):
-      np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(
-        restored._replay.memory.get_priority(np.arange(60)), priorities)
-    self.assertIsNone(agent.bundle_and_checkpoint(
-        os.path.join(checkpoint_dir, 'missing'), 4))
-    self.assertFalse(_make_agent().unbundle(checkpoint_dir, 9, bundle))
 
 
 if __name__ == '__main__':

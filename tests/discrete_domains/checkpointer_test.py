@@ -5,7 +5,6 @@ import json
 import os
 import pickle
 import shutil
-import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -131,19 +130,6 @@ class MarkerAndDataFileTest(absltest.TestCase):
       self.saver.load_verified_checkpoint(3)
     self.assertFalse(self.saver.is_complete(3))
     self.assertIsNone(self.saver.load_checkpoint(3))
-
-  def test_marker_naming_a_file_elsewhere_is_refused(self):
-    outside = os.path.join(tempfile.mkdtemp(dir=self.dir), 'data.3')
-    with open(outside, 'wb') as f:
-      f.write(b'not of this checkpoint')
-    digest = list(atomic_files.file_digest(outside))
-    for name in (outside, os.path.join('..', os.path.basename(self.dir),
-                                       'data.3'), 'ckpt.4'):
-      marker = json.loads(json.dumps(self.marker))
-      marker['files'][name] = digest
-      self._write_marker(marker)
-      self._assert_refused(r'it lists .*, which is not a file name of '
-                           r'checkpoint 3')
 
   def test_malformed_markers_are_refused(self):
     cases = [
@@ -408,11 +394,8 @@ class StagedSaveTest(absltest.TestCase):
     self.assertFalse(os.path.exists(staging))
     self.assertEqual({name: self._content(name)
                       for name in self._listing()}, kept)
-    with self.assertRaisesRegex(ValueError, r'commit_checkpoint\(4\) without '
-                                r'begin_checkpoint\(4\)'):
+    with self.assertRaisesRegex(ValueError, r'commit_checkpoint\(4\)'):
       saver.commit_checkpoint(4, {})
-    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
-                     [3])
 
   def test_commit_needs_the_iteration_begun(self):
     saver = checkpointer.Checkpointer(self.dir, checkpoint_frequency=2)
@@ -449,10 +432,14 @@ class StagedSaveTest(absltest.TestCase):
     self._save(saver, 3)
     marker = self._marker(3)
     digest = marker['files']['tf_ckpt-3.index']
+    # Outside the directory, not normalized, hidden, or of another
+    # iteration.
     for path in ('shard_0/../tf_ckpt-3.index', './tf_ckpt-3.index',
                  'shard_0//tf_ckpt-3.index', '.ckpt_staging/tf_ckpt-3.index',
                  'shard_0/.tf_ckpt-3.index', 'shard_3.0/notes',
-                 '/tmp/tf_ckpt-3.index', 'shard_0\\tf_ckpt-3.index'):
+                 '/tmp/tf_ckpt-3.index', 'shard_0\\tf_ckpt-3.index',
+                 os.path.join('..', os.path.basename(self.dir), 'ckpt.3'),
+                 'ckpt.4'):
       with self.subTest(path=path):
         with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.3'),
                   'w') as f:

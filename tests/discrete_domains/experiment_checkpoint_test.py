@@ -1,27 +1,13 @@
 """Saving an experiment checkpoint again loses neither the old nor the new one.
 
-Issue 22, points 1 and 3. A run resumed from an older checkpoint
-(``get_latest_checkpoint_number.override_number``) saves checkpoint N again
-over a complete N. The Runner's save stages the agent's files, then the
-checkpointer switches them, ``ckpt.N`` and the marker into place as one
-transaction; whatever interrupts the save, a fresh Runner must resume from
-all of the old N or all of the new one, never refuse or lose N:
-
-- SIGKILL right after each file-system event of the save in the checkpoint
-  directory (each file the agent writes into the staging directory, each
-  file staged for the switch, the marker, the journal, each rename, the
-  journal's and the staging directory's removal, each deletion of the stale
-  checkpoint), and at the save's start;
-- a full disk (``RLIMIT_FSIZE``, with SIGXFSZ ignored) at several sizes;
-- an exception at several points.
-
-The resumed agent's training steps, variables and replay memory's add count
-must equal what one of the two saves held (the save being killed prints
-what it saves before it starts), and the old one exactly when the kill came
-before the journal's rename. The runs are CartPole with a tiny network.
-Each killed save is a child forked from one process that imported
-TensorFlow once (a TF session is only ever created after the fork), so a
-kill costs a run of a couple of seconds, not a cold start.
+Issue 22, points 1 and 3 (docs/reliability.md). A run resumed from an older
+checkpoint saves checkpoint N again over a complete N; killed (SIGKILL
+after each file-system event of the save, a full disk) or failing (an
+exception at several points), a fresh Runner must resume from all of the
+old N or all of the new one: the old one exactly when the kill came before
+the journal's rename. Each killed save is a child forked from one process
+that imported TensorFlow once (a TF session is only created after the
+fork), so a kill costs a couple of seconds, not a cold start.
 """
 
 # The tests read the runner's and the agent's state, as a user's debugger would.

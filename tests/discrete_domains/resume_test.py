@@ -1,16 +1,7 @@
 """Resuming never loses, overwrites or mixes experiments (issue 12, point 4).
 
-Small reproductions, each failing before the fix: a run whose checkpoints
-are all damaged is refused with one message and every file left as it was
-(in process and through ``train.py``, whose exit status is checked);
-``--restart_from_scratch`` moves the run aside; a checkpoint is used only if
-all its parts load, and a refused one leaves nothing applied (the agent's
-variables, replay memory and counters); a network of another shape is
-refused naming the variable and both shapes; any error reading a checkpoint
-(not only `CheckpointError`) falls back to the previous one, and files that
-would block (FIFOs) are refused in a subprocess guarded by a timeout.
-
-The runs are CartPole with a tiny network and a few hundred steps.
+Small reproductions on a trained tiny CartPole run, each failing before the
+fix (what each shows: docs/reliability.md).
 """
 
 import hashlib
@@ -381,19 +372,17 @@ class TrainerTest(_TrainedRunTestCase):
         capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT)
 
   def test_unresumable_run_exits_1_changing_nothing(self):
-    reasons = self._damage_every_checkpoint()
+    self._damage_every_checkpoint()
     before = _tree(self.base_dir)
     result = self._train()
     self.assertEqual(result.returncode, 1, result.stderr)
     self.assertNotIn('Traceback', result.stderr)
     self.assertEqual(result.stderr.count('train: error: '), 1, result.stderr)
     message = result.stderr[result.stderr.index('train: error: '):]
+    # CannotResumeError's message (RunnerResumeTest checks its lines).
     self.assertRegex(message, r'^train: error: cannot resume the experiment '
                      r'in {}: none of its 3 checkpoints loads'.format(
                          self.base_dir))
-    for number, reason in reasons:
-      self.assertRegex(message, r'\n  checkpoint {}: .*{}'.format(number,
-                                                                  reason))
     self.assertRegex(message, r'--restart_from_scratch does that\)\.\n$')
     self.assertEqual(_tree(self.base_dir), before)
 
@@ -451,11 +440,14 @@ class CheckpointFilesTest(_TrainedRunTestCase):
         f.write(b' changed')
     runner = _runner(self.base_dir, _ITERATIONS + 2)
     self.assertEqual(runner._start_iteration, _ITERATIONS + 1)
-    # A file it lists changes: refused, naming it; the previous one loads.
+    # A file it lists changes: refused, naming it; the previous one loads,
+    # and the record of the iteration to rerun is dropped.
     _flip_byte(self._path('tf_ckpt-3.data-00000-of-00001'))
     with self.assertLogs(level='WARNING') as logs:
       runner = _runner(self.base_dir, _ITERATIONS + 2)
     self.assertEqual(runner._start_iteration, _ITERATIONS)
+    self.assertEqual([r['iteration'] for r in runner._statistics_log.records],
+                     list(range(_ITERATIONS)))
     self.assertRegex('\n'.join(logs.output),
                      r'newer ones were refused: 3: \S*tf_ckpt-3\.data-00000-'
                      r'of-00001 changed since the checkpoint was written')

@@ -1,10 +1,6 @@
 """statistics.jsonl readers never crash on a log line (issue 22, point 4).
 
-`statistics_file.read_records` is the one reader (the Runner's resume,
-`dopamine_per.plot`, benchmarks/learning.py): every line of
-`tests/support/statistics_lines.ODD_LINES` is skipped and counted, valid
-records are kept (the last of an iteration), a line longer than the cap is
-skipped without being held in memory. `ResumeWithOddLinesTest` injects the lines
+`ResumeWithOddLinesTest` injects `tests/support/statistics_lines.ODD_LINES`
 into a real short run's file and resumes it: before, `[1, 2]` raised
 AttributeError and the run was stuck.
 """

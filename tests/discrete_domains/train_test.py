@@ -1,10 +1,9 @@
 """Tests for the train entry point: flags, errors, and kill-and-resume.
 
-The trainer runs as a subprocess (``python -m
-dopamine_per.discrete_domains.train``), is killed with SIGKILL in the middle
-of an iteration, and is started again with the same --base_dir: it must
-resume after the last complete checkpoint, with the agent's counters, the
-replay memory and its priorities as they were at that checkpoint.
+`TrainTest.test_sigkill_and_resume` kills the trainer with SIGKILL while it
+trains and starts it again on the same --base_dir: it must resume after the
+last complete checkpoint, with the agent's counters, the replay memory and
+its priorities as they were at that checkpoint.
 """
 
 import errno
@@ -22,6 +21,7 @@ import time
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import gin
 import numpy as np
 
@@ -52,7 +52,7 @@ def _command(base_dir, gin_files, bindings):
   return command
 
 
-class BaseDirTest(absltest.TestCase):
+class BaseDirTest(parameterized.TestCase):
   """An unusable --base_dir is one line on stderr, before TensorFlow loads."""
 
   def setUp(self):
@@ -62,35 +62,25 @@ class BaseDirTest(absltest.TestCase):
     with open(self.file, 'w') as f:
       f.write('not a directory')
 
-  def _run_trainer(self, base_dir):
-    return subprocess.run(
-        _command(base_dir, [_CARTPOLE], []), env=fixtures.subprocess_env(),
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=120)
-
-  def _assert_one_line_error(self, result, expected):
+  @parameterized.named_parameters(
+      ('a_file', '{file}', '--base_dir={file} is not a directory'),
+      # Also how an unwritable directory looks to root, which may write
+      # anywhere else: nothing can be created below a regular file.
+      ('below_a_file', '{file}/runs', '--base_dir={file}/runs cannot be '
+       'created: {file} is not a directory'),
+      ('empty', '', '--base_dir is required: the directory for checkpoints, '
+       'logs and summaries'),
+  )
+  def test_unusable_base_dir_is_one_line(self, base_dir, expected):
+    result = subprocess.run(
+        _command(base_dir.format(file=self.file), [_CARTPOLE], []),
+        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
+        capture_output=True, text=True, timeout=120)
     self.assertEqual(result.returncode, 1, result.stderr)
-    self.assertEqual(result.stderr, 'train: error: {}\n'.format(expected))
+    self.assertEqual(result.stderr, 'train: error: {}\n'.format(
+        expected.format(file=self.file)))
     self.assertEqual(result.stdout, '')
-
-  def test_base_dir_is_a_file(self):
-    self._assert_one_line_error(
-        self._run_trainer(self.file),
-        '--base_dir={} is not a directory'.format(self.file))
-
-  def test_base_dir_below_a_file(self):
-    # Also how an unwritable directory looks to root, which may write
-    # anywhere else: nothing can be created below a regular file.
-    base_dir = os.path.join(self.file, 'runs', 'cartpole')
-    self._assert_one_line_error(
-        self._run_trainer(base_dir),
-        '--base_dir={} cannot be created: {} is not a directory'.format(
-            base_dir, self.file))
     self.assertTrue(os.path.isfile(self.file))
-
-  def test_empty_base_dir(self):
-    self._assert_one_line_error(
-        self._run_trainer(''), '--base_dir is required: the directory for '
-        'checkpoints, logs and summaries')
 
   def test_base_dir_is_checked_before_tensorflow_is_imported(self):
     script = textwrap.dedent('''
@@ -158,14 +148,6 @@ class TrainTest(absltest.TestCase):
     self.assertIn("Invalid gin binding 'Runner.num_iteratons = 3'",
                   result.stderr)
     self.assertIn('num_iteratons', result.stderr)
-
-  def test_base_dir_is_required(self):
-    result = subprocess.run(
-        [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
-         '--gin_files=' + _CARTPOLE], env=fixtures.subprocess_env(),
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=120)
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn('base_dir', result.stderr)
 
   def _wait_for_training(self, process, terminal, stderr, iteration):
     """Returns once `process` says it trains in `iteration` or a later one.

@@ -113,18 +113,20 @@ def _address(array: np.ndarray) -> int:
   return array.__array_interface__['data'][0]
 
 
-def _seed(memory: Any, memory_id: int) -> int:
+def _seed(memory: Any) -> int:
   """The ops' generator seed, drawing nothing from any generator.
 
   A digest of the memory's add count and its generator's state or, without
   one, the states of NumPy's and Python's global generators (which the
-  agent's exploration draws from, so they are not advanced) and the
-  memory's id: a seeded run samples the same batches again, and a memory
-  restored without a sampler state does not replay its run's first draws.
+  agent's exploration draws from, so they are not advanced): a run seeded
+  as the Runner seeds it samples the same batches again, whatever the
+  process did before, and a memory restored without a sampler state does
+  not replay its run's first draws. Two memories without `rng` bound with
+  the global generators in one state and the same add count draw alike.
   """
   if memory.rng is None:
-    state = (np.random.get_state()[1].tobytes(), random.getstate(),
-             memory_id)
+    numpy_state = np.random.get_state()
+    state = (numpy_state[1].tobytes(), numpy_state[2:], random.getstate())
   else:
     state = memory.rng.bit_generator.state
   digest = hashlib.sha256(repr((state, memory.storage.add_count)).encode())
@@ -218,7 +220,7 @@ class NativeMemory(object):
         terminal_item=terminal.itemsize, extras=len(extras),
         extra_data=ctypes.cast(extra_data, ctypes.c_void_p),
         extra_bytes=ctypes.cast(extra_bytes, ctypes.c_void_p),
-        discounts=_address(discounts), seed=_seed(memory, self.id))
+        discounts=_address(discounts), seed=_seed(memory))
     kept = [memory.storage.counters, memory.storage.episode_end, discounts,
             *columns]
     tree = getattr(memory, 'sum_tree', None)

@@ -272,6 +272,19 @@ class SeedTest(parameterized.TestCase):
     self.assertEqual(states[0], states[1])
     self.assertNotEqual(states[0], states[2])
 
+  def test_the_stream_does_not_depend_on_memories_made_before(self):
+    def seeded_state(made_before):
+      for _ in range(made_before):
+        crb.OutOfGraphReplayBuffer((2,), 1, 16, 4).native_memory()
+        random.random()
+      random.seed(5)
+      np.random.seed(5)
+      memory = crb.OutOfGraphReplayBuffer((2,), 1, 16, 4)
+      return memory.native_memory().sampler_state()
+
+    self.assertEqual(seeded_state(0), seeded_state(3))
+    self.assertEqual(seeded_state(0), seeded_state(0))
+
 
 class ReplacedTreeTest(graph_util.GraphTestCase):
   """A sum tree assigned after the ops were built is the one they read."""

@@ -48,9 +48,8 @@ def apex_epsilon(actor_index: int, num_actors: int, base: float = 0.4,
                  exponent: float = 7.0) -> float:
   """Returns actor i's exploration rate, ``base ** (1 + exponent i / (N-1))``.
 
-  Ape-X's schedule (Horgan et al., 2018: epsilon 0.4, alpha 7):
-  from `base` for actor 0 down to ``base ** (1 + exponent)`` for the last
-  one; a single actor gets `base`.
+  Ape-X's schedule (Horgan et al., 2018: epsilon 0.4, alpha 7); a single
+  actor gets `base`.
 
   Args:
     actor_index: int in [0, num_actors), the actor's number.
@@ -82,14 +81,11 @@ def online_network_variables(agent: Any, graph: tf.Graph
   """Returns the `tf.Variable`s of an agent's online network, in order.
 
   Keras 3 variables are replaced by the `tf.Variable`s they wrap, which a
-  session can fetch and assign (`network_variables`).
+  session can fetch and assign.
 
   Args:
     agent: a DQNAgent or subclass (its ``online_convnet``, named 'Online').
     graph: tf.Graph, the agent's graph.
-
-  Returns:
-    list of tf.Variable.
   """
   with graph.as_default():
     return network_variables.trainable_tf_variables(agent.online_convnet,
@@ -98,17 +94,7 @@ def online_network_variables(agent: Any, graph: tf.Graph
 
 def read_weights(sess: tf.compat.v1.Session,
                  variables: Sequence[tf.Variable]) -> List[np.ndarray]:
-  """Returns the values of `variables` in `sess`, in order.
-
-  The learner publishes these (`weights.publish_weights`).
-
-  Args:
-    sess: tf.compat.v1.Session of the variables' graph.
-    variables: tf.Variables, e.g. `online_network_variables`.
-
-  Returns:
-    list of np.ndarray.
-  """
+  """Returns the values (np.ndarrays) of `variables` in `sess`, in order."""
   return list(sess.run(list(variables)))
 
 
@@ -117,12 +103,7 @@ class WeightAssigner(object):
 
   def __init__(self, sess: tf.compat.v1.Session,
                variables: Sequence[tf.Variable]):
-    """Builds one placeholder and assign op per variable in sess's graph.
-
-    Args:
-      sess: tf.compat.v1.Session of the variables' graph.
-      variables: the tf.Variables to assign, in the weights' order.
-    """
+    """Builds one placeholder and assign op per variable in sess's graph."""
     self._specs = [(v.name, tuple(v.shape.as_list()),
                     v.dtype.base_dtype.as_numpy_dtype) for v in variables]
     with sess.graph.as_default(), tf.name_scope('assign_weights'):
@@ -134,14 +115,11 @@ class WeightAssigner(object):
                                         targets=assigns)
 
   def assign(self, weights: Sequence[np.ndarray]) -> None:
-    """Assigns `weights` (checked first: nothing is assigned if one is off).
-
-    Args:
-      weights: arrays in the variables' order, of their shapes.
+    """Assigns `weights`, arrays in the variables' order and shapes.
 
     Raises:
       ValueError: If the count or a shape differs (the message names the
-        variable).
+        variable); nothing is assigned then.
     """
     if len(weights) != len(self._specs):
       raise ValueError('Expected {} weight arrays, got {}'.format(
@@ -279,11 +257,7 @@ class Actor(object):
       return bool(context.was_current_actor_reconstructed)
 
   def pull_weights(self) -> bool:
-    """Assigns the store's weights if newer than the network's.
-
-    Returns:
-      bool, whether new weights were assigned.
-    """
+    """Assigns the store's weights if newer; returns whether it did."""
     version, weights = weights_lib.fetch_weights_if_newer(
         self._store, self._weights_version)
     if weights is None:
@@ -333,22 +307,18 @@ class Actor(object):
     return None
 
   def run(self, num_steps: int) -> Dict[str, Any]:
-    """Plays `num_steps` agent steps, then flushes the writer.
-
-    Episodes continue across calls.
+    """Plays `num_steps` agent steps (episodes continue across calls).
 
     Args:
       num_steps: int >= 0, agent steps to play.
 
     Returns:
-      dict: ``actor_index``, ``epsilon``, ``steps`` (this call),
-      ``episode_returns`` (list of the undiscounted returns of the episodes
-      that ended in this call), ``steps_per_second`` (this call),
-      ``total_steps`` and ``total_episodes`` (since the actor started),
-      ``weights_version`` (0: never pulled), ``restarted`` (whether Ray
-      restarted this actor, whose counters then started again from 0) and
-      ``incarnation`` (a string, new in every process Ray starts for it)
-      and ``pid`` (the process id).
+      dict: ``actor_index``, ``epsilon``, ``steps`` and ``steps_per_second``
+      (this call), ``episode_returns`` (undiscounted, of the episodes that
+      ended in this call), ``total_steps`` and ``total_episodes`` (since
+      this process started), ``weights_version`` (0: never pulled),
+      ``restarted`` (by Ray), ``incarnation`` (new in every process Ray
+      starts for the actor) and ``pid``.
 
     Raises:
       The writer's errors (e.g. `shard.ShardError` if its shard died).

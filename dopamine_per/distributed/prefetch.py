@@ -1,15 +1,11 @@
 # coding=utf-8
 """Fetches replay batches ahead, in a background thread (Horgan et al., 2018).
 
-A sharded memory's batch costs remote calls (see docs/distributed.md).
-`BatchPrefetcher` runs a sampling callable, which draws a list of batches at
-a time, in one background thread and keeps up to `depth` such lists ready,
-so that the learner's `get()` usually returns at once.
-`replay.ShardedPrioritizedReplayBuffer(prefetch=...)` uses it for its
-default-size `sample_transition_batch()` calls. A prefetched batch was drawn
-with the priorities of its draw time, as Ape-X's learner accepts.
-
-The module uses the standard library only (no Ray, no TensorFlow).
+A sharded memory's batch costs remote calls; `BatchPrefetcher` samples
+lists of batches in a background thread so that the learner's `get()`
+usually returns at once (`replay.ShardedPrioritizedReplayBuffer(prefetch=)`).
+A prefetched batch has the priorities of its draw time, as Ape-X's learner
+accepts. Standard library only (no Ray, no TensorFlow).
 """
 
 import collections

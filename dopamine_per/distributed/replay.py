@@ -50,9 +50,8 @@ def route_targets(targets: np.ndarray, totals: np.ndarray
                  ) -> Tuple[np.ndarray, np.ndarray]:
   """Maps global masses to (shard, mass within that shard's tree).
 
-  Shard k owns [sum(totals[:k]), sum(totals[:k + 1])); shards of total 0
-  own nothing. A target at or past the grand total (rounding) goes to the
-  last shard with positive total. O(batch * log(num_shards)).
+  Shard k owns [sum(totals[:k]), sum(totals[:k + 1])); a target at or past
+  the grand total (rounding) goes to the last shard with positive total.
 
   Args:
     targets: float64 array of masses in [0, sum(totals)].
@@ -214,13 +213,7 @@ class ShardedPrioritizedReplayBuffer(object):
     self._wait_for_shards(start_timeout_s, num_cpus_per_shard)
 
   def _wait_for_shards(self, timeout_s: float, num_cpus: float) -> None:
-    """Waits until every shard answers; kills them all if one does not.
-
-    Raises:
-      shard.ShardError: If a shard's actor died while starting.
-      RuntimeError: If a shard did not start within `timeout_s` (Ray could
-        not place it: too few CPUs for num_cpus_per_shard, say).
-    """
+    """Waits until every shard answers; kills them all if one does not."""
     refs = [handle.add_count.remote() for handle in self._handles]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     try:
@@ -246,10 +239,6 @@ class ShardedPrioritizedReplayBuffer(object):
   def _call_each(self, method: str, args_by_shard: Dict[int, Tuple[Any, ...]]
                  ) -> Tuple[Dict[int, Any], Optional[Exception]]:
     """Calls `method` on several shards at once; waits for all of them.
-
-    Args:
-      method: str, a `shard.ReplayShard` method.
-      args_by_shard: {shard: its call's arguments}.
 
     Returns:
       ({shard: result} of the shards that answered, the first error or
@@ -389,7 +378,7 @@ class ShardedPrioritizedReplayBuffer(object):
       batch_size: int, or None for the default batch size.
 
     Returns:
-      list of ReplayElement, as the single memory's (``indices`` global).
+      list of ReplayElement, as the single memory's.
     """
     batch_size = self._batch_size if batch_size is None else batch_size
     return [ReplayElement(e.name, (batch_size,) + tuple(e.shape[1:]), e.type)
@@ -401,9 +390,8 @@ class ShardedPrioritizedReplayBuffer(object):
     """The shards' masses to route a draw over; shards too young own none.
 
     Args:
-      fresh: bool, whether to ask every shard for its mass (the call
-        carries the shard's queued priority updates) rather than use the
-        masses the last draw's answers gave, when those let a draw proceed.
+      fresh: bool, whether to ask every shard for its mass rather than use
+        the last draw's answers, when those let a draw proceed.
 
     Raises:
       RuntimeError: If no shard holds enough transitions to sample.
@@ -434,12 +422,9 @@ class ShardedPrioritizedReplayBuffer(object):
                         ) -> Dict[int, Any]:
     """Calls ``method(slots, priorities, *args_of(k))`` on each shard k.
 
-    (slots, priorities) are the shard's queued priority updates (Nones if
-    none), taken and sent holding the priority lock, so that no update
-    `set_priority` sends meanwhile overtakes them.
-
-    Returns:
-      {shard: result}.
+    (slots, priorities) are the shard's queued priority updates, taken and
+    sent holding the priority lock, so that no update `set_priority` sends
+    meanwhile overtakes them. Returns {shard: result}.
     """
     self._check_open()
     with self._priority_lock:
@@ -452,12 +437,9 @@ class ShardedPrioritizedReplayBuffer(object):
            ) -> Tuple[np.ndarray, List[Tuple[np.ndarray, Tuple[Any, ...]]]]:
     """Samples global indices in proportion to priority over all shards.
 
-    Per batch, one stratified target per entry over the grand total; each
-    target goes to the shard whose range of mass holds it, as a fraction of
-    that shard's total, and each shard finds its targets' slots in one call
-    (gathering the valid slots' transitions when `gather`). Invalid draws
-    are replaced by independent draws over the grand total, as the single
-    memory does.
+    Each batch is stratified over the grand total; each shard finds its
+    targets' slots in one call. Invalid draws are replaced by independent
+    draws over the grand total, as the single memory does.
 
     Args:
       batch_size: int, entries per batch.
@@ -534,9 +516,8 @@ class ShardedPrioritizedReplayBuffer(object):
                               indices: Any = None) -> Tuple[np.ndarray, ...]:
     """Returns a batch of transitions, as the single memory's.
 
-    With `prefetch`, a call without `indices` whose batch size is the
-    default returns a batch sampled ahead (see the class docstring); it
-    raises what sampling that batch raised.
+    With `prefetch`, a call without `indices` of the default batch size
+    returns a batch sampled ahead, raising what sampling it raised.
 
     Args:
       batch_size: int, or None for the default batch size (or the number of
@@ -564,11 +545,7 @@ class ShardedPrioritizedReplayBuffer(object):
 
   @locking.synchronized('_lock')
   def _sample_ahead(self) -> List[Tuple[np.ndarray, ...]]:
-    """Returns `batches_per_call` default-size batches (for the prefetcher).
-
-    They are drawn in one call to each shard, routed over the masses the
-    previous draw's answers gave.
-    """
+    """Returns `batches_per_call` default-size batches (for the prefetcher)."""
     batch_size, batches = self._batch_size, self._batches_per_call
     indices, pieces = self._draw(batch_size, True, batches, fresh=False)
     drawn = self._assemble(batch_size * batches, indices, pieces)
@@ -689,10 +666,10 @@ class ShardedPrioritizedReplayBuffer(object):
     """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
     Shard k's files go to ``checkpoint_dir/shard_{k}``, with a record of
-    the shards beside them (`sharded_checkpoint.ShardedCheckpointer.save`:
-    the phases, the errors). In a cluster, `checkpoint_dir` must be storage
-    that this process and every shard's machine see; if it does not exist,
-    a warning is logged and nothing is written, as the single memory.
+    the shards beside them (`sharded_checkpoint.ShardedCheckpointer.save`).
+    In a cluster, `checkpoint_dir` must be storage that this process and
+    every shard's machine see; if it does not exist, a warning is logged
+    and nothing is written, as the single memory.
     """
     self._settle()
     self._checkpointer.save(checkpoint_dir, iteration_number)
@@ -702,8 +679,7 @@ class ShardedPrioritizedReplayBuffer(object):
     """Restores every shard from checkpoint `suffix`, all or none.
 
     A checkpoint of another number of shards or shard capacity is refused
-    (an `atomic_files.CheckpointError`) before any shard is called
-    (`sharded_checkpoint.ShardedCheckpointer.load`: the phases, the errors).
+    (an `atomic_files.CheckpointError`) before any shard is called.
     """
     self._settle()
     self._checkpointer.load(checkpoint_dir, suffix)
@@ -712,10 +688,7 @@ class ShardedPrioritizedReplayBuffer(object):
       self._prefetcher.discard()  # Batches of the memory before the load.
 
   def close(self) -> None:
-    """Stops prefetching, flushes stream 0, kills the shard actors.
-
-    The shards' data is lost. Idempotent.
-    """
+    """Stops prefetching, flushes stream 0, kills the shards (idempotent)."""
     if self._prefetcher is not None:
       # Before taking the lock: the prefetcher's thread may be waiting for it.
       self._prefetcher.close()

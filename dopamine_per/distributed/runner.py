@@ -2,20 +2,12 @@
 """The Ape-X runner: actors feed a sharded memory, the learner trains from it.
 
 `ApexRunner` is `run_experiment.Runner` with its training phase spread over
-processes (Horgan et al., 2018, "Distributed Prioritized Experience
-Replay"): Ray actors (`actor.Actor`) step their environments with copies of
-the learner's network and write into the sharded memory
-(`replay.ShardedPrioritizedReplayBuffer`), while this process trains the
-agent on batches sampled from all shards and publishes its weights
-(`weights.publish_weights`). Everything else is the Runner's: the gin
-parameters, the evaluation phase (played here), the logs, the summaries,
-the checkpoints (through the memory, every shard's) and resuming.
-
-An iteration's training phase ends once the actors together played
-``Runner.training_steps`` agent steps; ``learner_steps_per_actor_step``
-bounds how far the learner may run ahead of the data. An actor that dies
-is restarted by Ray; a shard that dies ends the run with
-`shard.ShardError` naming it. See docs/distributed.md#the-trainer.
+processes (Horgan et al., 2018): Ray actors (`actor.Actor`) write into the
+sharded memory while this process trains on batches sampled from all shards
+and publishes its weights. Everything else (gin parameters, evaluation,
+logs, checkpoints, resuming) is the Runner's. An actor that dies is
+restarted by Ray; a shard that dies ends the run with `shard.ShardError`.
+See docs/distributed.md#the-trainer.
 """
 
 import time

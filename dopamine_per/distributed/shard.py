@@ -2,16 +2,11 @@
 """One shard of a sharded prioritized memory: what its Ray actor runs.
 
 `ReplayShard` holds an `OutOfGraphPrioritizedReplayBuffer` of
-`shard_capacity` slots and offers the calls the learner and the writers
-make, each on a whole batch: adding transitions, the shard's mass, a draw
-(a descent of its sum tree, the valid slots' transitions gathered in the
-same call), priorities by slot, and its part of a sharded checkpoint in
-phases (stage, commit, prune; read, swap), so that the learner can save
-and load all shards all or nothing.
-
-`replay.ShardedPrioritizedReplayBuffer` runs the class as a Ray actor. The
-module imports NumPy and the TF-free memory only, so a shard process never
-loads TensorFlow.
+`shard_capacity` slots and serves the learner's and writers' calls, each on
+a whole batch, including its part of a sharded checkpoint in phases (stage,
+commit, prune; read, swap) so that all shards save and load all or nothing.
+It imports NumPy and the TF-free memory only: a shard process never loads
+TensorFlow. Design: docs/distributed.md.
 """
 
 import contextlib
@@ -52,15 +47,7 @@ class ShardError(RuntimeError):
 
 
 def shard_directory(checkpoint_dir: str, shard: int) -> str:
-  """Returns the subdirectory of `checkpoint_dir` that holds shard `shard`.
-
-  Args:
-    checkpoint_dir: str, the sharded memory's checkpoint directory.
-    shard: int, the shard's number.
-
-  Returns:
-    str, ``checkpoint_dir/shard_{shard}``.
-  """
+  """Returns ``checkpoint_dir/shard_{shard}``, where shard `shard` saves."""
   return os.path.join(checkpoint_dir, 'shard_{}'.format(shard))
 
 
@@ -115,8 +102,8 @@ class ReplayShard(object):
                    ) -> Iterator[None]:
     """Re-raises an error of type `catch`, same type, with the shard named.
 
-    TensorFlow's errors (the memory's `load` raises tf.errors.NotFoundError
-    for a missing file, as Dopamine) take (node_def, op, message).
+    TensorFlow's errors (tf.errors.NotFoundError from `load`) take
+    (node_def, op, message).
     """
     try:
       yield
@@ -136,11 +123,10 @@ class ReplayShard(object):
                ) -> int:
     """Stages a stream's transitions; adds its complete episodes, in order.
 
-    Streams sharing this shard must not interleave inside an episode (the
-    memory builds n-step returns and frame stacks from consecutive slots),
-    so each stream's transitions wait here until their episode ends. Each
-    is first added to a scratch memory of the same configuration, so a
-    refused transition leaves no half-written episode behind.
+    Streams sharing this shard must not interleave inside an episode (n-step
+    returns and frame stacks come from consecutive slots), so a stream's
+    transitions wait here until their episode ends. Each first goes to a
+    scratch memory, so a refused one leaves no half-written episode behind.
 
     Args:
       stream_id: int, the writer's stream.
@@ -177,17 +163,9 @@ class ReplayShard(object):
     return int(self.memory.add_count)
 
   def discard_staged(self, stream_id: int) -> int:
-    """Drops a stream's transitions that wait for their episode to end.
+    """Drops a stream's unfinished episode; returns how many it held.
 
-    For a stream whose writer starts over mid-episode (an actor Ray
-    restarted): its next transitions begin a new episode and must not be
-    joined to the dead one's.
-
-    Args:
-      stream_id: int, the writer's stream.
-
-    Returns:
-      int, how many transitions were dropped.
+    For a writer that starts over mid-episode (an actor Ray restarted).
     """
     return len(self._staged.pop(stream_id, []))
 
@@ -195,15 +173,10 @@ class ReplayShard(object):
 
   def mass(self, slots: Optional[np.ndarray] = None,
            priorities: Optional[np.ndarray] = None) -> Tuple[float, bool]:
-    """Sets priorities, then returns (total priority, whether sampleable).
+    """Sets priorities (as `set_priority`); returns (total, sampleable).
 
-    Args:
-      slots: int64 slots the learner already checked, or None.
-      priorities: their priorities (already checked), or None.
-
-    Returns:
-      (float, bool): the sum tree's total, and False while the memory holds
-      fewer transitions than a sample needs (stack size + update horizon).
+    Not sampleable while the memory holds fewer transitions than a sample
+    needs (stack size + update horizon).
     """
     self.set_priority(slots, priorities)
     try:
@@ -235,20 +208,15 @@ class ReplayShard(object):
     targets this shard got, never which of its slots they find.
 
     Args:
-      slots: int64 slots the learner already checked, or None.
-      priorities: their priorities (already checked), or None.
-      fractions: float64 array in [0, 1]: the targets, as fractions of the
-        total priority; `sum_tree.query` maps the total to the last slot of
-        positive priority.
+      slots, priorities: as `set_priority`.
+      fractions: float64 array in [0, 1], the targets.
       gather: bool, whether to also return the valid slots' transitions.
 
     Returns:
-      (slots, valid, batch, mass): the int64 slots found, shaped like
-      `fractions`; a bool array, whether each is a valid transition (all
-      False if the total priority is 0 now, so that the learner draws those
-      targets again over the other shards); when `gather` and a slot is
-      valid, the memory's `sample_transition_batch` of the valid slots in
-      order (else None); and `mass()` afterwards.
+      (slots, valid, batch, mass): the int64 slots found; whether each is a
+      valid transition (all False at total priority 0, so the learner
+      redraws them over the other shards); the valid slots'
+      `sample_transition_batch` if `gather` (else None); `mass()` after.
     """
     self.set_priority(slots, priorities)
     fractions = np.clip(np.asarray(fractions, dtype=np.float64), 0.0, 1.0)
@@ -266,12 +234,7 @@ class ReplayShard(object):
     return found, valid, batch, self.mass()
 
   def gather(self, slots: np.ndarray) -> Tuple[np.ndarray, ...]:
-    """Returns the memory's `sample_transition_batch(indices=slots)`.
-
-    Raises:
-      ValueError: If a slot is not a valid transition (the message names the
-        shard and says why).
-    """
+    """`sample_transition_batch(indices=slots)`; errors name the shard."""
     with self._naming_shard(ValueError):
       return self.memory.sample_transition_batch(indices=slots)
 
@@ -296,22 +259,14 @@ class ReplayShard(object):
                   ) -> Optional[Dict[str, Any]]:
     """Stages checkpoint `iteration_number` in ``checkpoint_dir/shard_{shard}``.
 
-    Every file is written under a temporary name
-    (`memory_checkpoint.prepare_save`): nothing visible changes until
-    `commit_save`.
-
-    Args:
-      checkpoint_dir: str, the sharded memory's checkpoint directory.
-      iteration_number: int, the checkpoint's number.
+    Nothing visible changes until `commit_save`.
 
     Returns:
-      The staged files, a `transaction.Record` as plain data
-      (``to_data()``), or None (nothing written) if `checkpoint_dir` does
-      not exist.
+      The staged files as `transaction.Record.to_data()`, or None (nothing
+      written) if `checkpoint_dir` does not exist.
 
     Raises:
-      Whatever writing raises (disk full ...), with the shard named; no
-      staged file is left.
+      Whatever writing raises, with the shard named; no staged file is left.
     """
     if not atomic_files.exists(checkpoint_dir):
       return None
@@ -324,19 +279,10 @@ class ReplayShard(object):
 
   def commit_save(self, checkpoint_dir: str, iteration_number: int,
                   staged: Dict[str, Any]) -> None:
-    """Moves the files `prepare_save` staged into place, unless done already.
+    """Moves the files `prepare_save` staged (`staged`) into place.
 
-    Idempotent (`memory_checkpoint.commit_save`): the learner calls it again
-    to complete a save interrupted after its record. Old checkpoints are not
-    pruned here (see `prune`).
-
-    Args:
-      checkpoint_dir: str, the sharded memory's checkpoint directory.
-      iteration_number: int, the checkpoint's number.
-      staged: this shard's part of the record (`prepare_save`'s answer).
-
-    Raises:
-      The errors of `memory_checkpoint.commit_save`, with the shard named.
+    Idempotent: the learner calls it again to complete a save interrupted
+    after its record. Nothing is pruned (see `prune`). Errors name the shard.
     """
     with self._naming_shard():
       memory_checkpoint.commit_save(
@@ -346,23 +292,13 @@ class ReplayShard(object):
 
   def prune(self, checkpoint_dir: str, iteration_number: int,
             iterations: Sequence[int]) -> List[int]:
-    """The memory's clean-up after checkpoint `iteration_number`.
+    """`memory_checkpoint.prune` after checkpoint `iteration_number`.
 
-    `memory_checkpoint.prune` (checkpoint_duration, keep_every), run once
-    every shard committed its part.
-
-    Args:
-      checkpoint_dir: str, the sharded memory's checkpoint directory.
-      iteration_number: int, the checkpoint just saved.
-      iterations: the older checkpoints the learner has records of.
+    Run once every shard committed its part. Errors name the shard.
 
     Returns:
-      list of int, those of `iterations` that the shard no longer holds
-      afterwards (`memory_checkpoint.holds_checkpoint`): their records no
-      longer describe a whole checkpoint.
-
-    Raises:
-      The errors of `memory_checkpoint.prune`, with the shard named.
+      list of int, those of `iterations` (the older checkpoints the learner
+      has records of) that the shard no longer holds.
     """
     directory = shard_directory(checkpoint_dir, self.shard)
     with self._naming_shard():
@@ -373,11 +309,8 @@ class ReplayShard(object):
   def prepare_load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Reads ``checkpoint_dir/shard_{shard}`` into a new memory, kept aside.
 
-    `commit_load` then swaps it in; `abort_load` drops it.
-
-    Raises:
-      The memory's `load` errors, with the shard named; the shard is
-      unchanged.
+    `commit_load` swaps it in; `abort_load` drops it. `load`'s errors name
+    the shard, which is unchanged.
     """
     self._loaded = None
     memory = self._new_memory()

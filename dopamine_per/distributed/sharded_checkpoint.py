@@ -1,19 +1,13 @@
 # coding=utf-8
 """A sharded memory's checkpoints: a record of their shape, all or nothing.
 
-A sharded memory's checkpoint N is one directory per shard
-(``shard_{k}/``, the single memory's files) and, beside them, the record
-``dopamine_per_shards_ckpt.N``: JSON holding the number of shards, each
-shard's capacity, and each shard's staged files (a `transaction.Record`,
-paths relative to the shard's directory). Written once every shard has
-staged its part, the record is the commit point of the whole checkpoint.
-`ShardedCheckpointer` runs the protocol over the shards: see
-docs/distributed.md#design, Checkpoints. Checkpoints without a record
-(legacy: shard directories only) are recognized by their shard
-directories (`_legacy_shards`).
-
-No Ray (the checkpointer reaches the shards through the memory's calls),
-no TensorFlow.
+Checkpoint N is one directory per shard (``shard_{k}/``, the single
+memory's files) and the record ``dopamine_per_shards_ckpt.N``: JSON of the
+shape and each shard's staged files, written once every shard has staged
+its part, the commit point of the whole checkpoint. `ShardedCheckpointer`
+runs the protocol (docs/distributed.md#design, Checkpoints); legacy
+checkpoints, without a record, are recognized by their shard directories.
+Imports neither Ray nor TensorFlow.
 """
 
 import dataclasses
@@ -84,8 +78,7 @@ class ShardedRecord(object):
       where: str, what to name in an error (the file).
 
     Raises:
-      atomic_files.CorruptCheckpointError: If `data` is not such a record
-        (see also `transaction.Record.from_data`, for each shard's part).
+      atomic_files.CorruptCheckpointError: If `data` is not such a record.
     """
     def malformed(what):
       return atomic_files.CorruptCheckpointError(
@@ -112,30 +105,13 @@ class ShardedRecord(object):
 
 
 def record_path(checkpoint_dir: str, iteration_number: Any) -> str:
-  """Returns the path of checkpoint `iteration_number`'s record.
-
-  Args:
-    checkpoint_dir: str, the sharded memory's checkpoint directory.
-    iteration_number: int or str, the checkpoint's number (a str as the
-      memories' `load` takes it).
-
-  Returns:
-    str, ``{checkpoint_dir}/dopamine_per_shards_ckpt.{iteration_number}``.
-  """
+  """Returns the path of checkpoint `iteration_number`'s record."""
   return os.path.join(checkpoint_dir, '{}_ckpt.{}'.format(
       _RECORD_NAME, iteration_number))
 
 
 def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
   """Reads and checks checkpoint `suffix`'s record; None if there is none.
-
-  Args:
-    checkpoint_dir: str, the sharded memory's checkpoint directory.
-    suffix: int or str, the checkpoint's number.
-
-  Returns:
-    ShardedRecord, or None when the directory has no record of `suffix`
-    (nothing saved, or a legacy checkpoint).
 
   Raises:
     atomic_files.CheckpointError: If the record is not a bounded regular
@@ -158,9 +134,8 @@ def read_record(checkpoint_dir: str, suffix: Any) -> Optional[ShardedRecord]:
 def _written(checkpoint_dir: str, record: ShardedRecord) -> bool:
   """After writing `record` failed: whether it may be in place all the same.
 
-  True if the record file holds it (the failure came after the rename) or
-  cannot be read: then what the shards staged must stay (a later save's
-  clean-up deletes it if the record is not the commit point).
+  True also if the record cannot be read: then what the shards staged must
+  stay (a later save's clean-up deletes it if needed).
   """
   try:
     on_disk = read_record(checkpoint_dir, record.iteration)
@@ -187,16 +162,10 @@ def _remove_records(checkpoint_dir: str, iterations: Iterable[int]) -> None:
 
 
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
-  """Returns the newest sharded checkpoint, by its record; None if none.
+  """Returns the newest complete sharded checkpoint's number, or None.
 
-  A sharded checkpoint is complete once its record exists. Legacy
-  checkpoints (no record) are not counted.
-
-  Args:
-    checkpoint_dir: str, the directory given to the sharded memory's `save`.
-
-  Returns:
-    int, the number to give `load`, or None.
+  A checkpoint is complete once its record exists; legacy ones (no record)
+  are not counted.
   """
   iterations = _record_iterations(checkpoint_dir)
   return iterations[-1] if iterations else None
@@ -204,20 +173,10 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
 
 def _legacy_shards(checkpoint_dir: str, suffix: Any, num_shards: int
                   ) -> List[int]:
-  """The shards that hold a complete legacy checkpoint `suffix`.
+  """The shards whose directory holds legacy checkpoint `suffix`, in order.
 
-  A legacy sharded checkpoint (no record) is one complete single-memory
-  checkpoint in each of ``shard_0/``, ..., ``shard_{K-1}/``. Looks at the
-  first `num_shards` shard directories and at those after them, as long as
-  they exist.
-
-  Args:
-    checkpoint_dir: str, the sharded memory's checkpoint directory.
-    suffix: int or str, the checkpoint's number.
-    num_shards: int, the loading memory's number of shards.
-
-  Returns:
-    list of int, in order.
+  Looks at the first `num_shards` shard directories and at those after
+  them, as long as they exist.
   """
   held = []
   for k in itertools.count():
@@ -243,7 +202,7 @@ class ShardedCheckpointer(object):
     Args:
       num_shards: int, the number of shards.
       shard_capacity: int, each shard's replay_capacity.
-      call_each: CallEach, how to call the shards (the memory's).
+      call_each: CallEach, how to call the shards.
     """
     self._num_shards = num_shards
     self._shard_capacity = shard_capacity
@@ -264,13 +223,11 @@ class ShardedCheckpointer(object):
   def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
-    The phases (docs/distributed.md#design, Checkpoints): complete the
-    newest record's commits, stage every shard's files, write the record
-    (the commit point), commit every shard's files, prune. A failure before
+    The phases: docs/distributed.md#design, Checkpoints. A failure before
     the record deletes what the shards staged; after it, `load` (or the next
     save) completes the commits. Pending commits are completed for the
-    newest record only: a save whose number is lower than the newest
-    record's and whose commit fails is lost at the next save.
+    newest record only: a save numbered below the newest record whose
+    commit fails is lost at the next save.
 
     Args:
       checkpoint_dir: str, an existing directory (if it does not exist, a
@@ -353,25 +310,14 @@ class ShardedCheckpointer(object):
 
   def _complete_commits(self, checkpoint_dir: str,
                         record: ShardedRecord) -> None:
-    """Has each shard move its part of `record` into place (`commit_save`).
-
-    Idempotent. Only this memory's shards are called (a record of another
-    shape has its other shards' parts left as they are).
-
-    Raises:
-      The first shard's error.
-    """
+    """Has each of this memory's shards commit its part of `record`."""
     self._call('commit_save', {
         k: (checkpoint_dir, record.iteration, record.shards[k].to_data())
         for k in range(min(record.num_shards, self._num_shards))})
 
   def _check_shape(self, checkpoint_dir: str, suffix: Any,
                    record: Optional[ShardedRecord]) -> None:
-    """Refuses a checkpoint of another number of shards or shard capacity.
-
-    Raises:
-      atomic_files.CheckpointError: Naming both shapes.
-    """
+    """Refuses (CheckpointError) a checkpoint of another shape."""
     mine = '{} shards of {} slots'.format(self._num_shards,
                                           self._shard_capacity)
     if record is not None:
@@ -400,8 +346,7 @@ def _abort_staged(checkpoint_dir: str,
                   staged: Dict[int, Optional[Dict[str, Any]]]) -> None:
   """Deletes the files the shards staged, from here (a shard may be dead).
 
-  Never raises (the save's error matters more); the next save's clean-up
-  deletes what is left.
+  Never raises: the save's error matters more.
   """
   for k, part in staged.items():
     if part is None:

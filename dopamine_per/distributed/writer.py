@@ -42,7 +42,7 @@ class ShardWriter(object):
 
   def __init__(self, stream_id: int, shard: int, shard_handle: Any,
                flush_every: int = DEFAULT_FLUSH_EVERY):
-    """Creates a writer with nothing buffered.
+    """Creates a writer to `shard_handle`, shard `shard`'s Ray actor.
 
     Args:
       stream_id: int, the stream's number.
@@ -60,15 +60,6 @@ class ShardWriter(object):
   def add(self, observation: Any, action: Any, reward: Any, terminal: Any,
           *args: Any, **kwargs: Any) -> None:
     """Buffers a transition: the single memory's `add` arguments.
-
-    Args:
-      observation: array of shape observation_shape.
-      action: the action.
-      reward: the reward.
-      terminal: whether the transition ended the episode.
-      *args: the extra storage elements, then the priority (None: the
-        shard's largest priority so far), as the single memory's `add`.
-      **kwargs: `priority` and `episode_end`, as the single memory's `add`.
 
     Raises:
       ValueError, RuntimeError: When this add fills the buffer and sends it,
@@ -102,10 +93,8 @@ class ShardWriter(object):
   def flush(self) -> None:
     """Sends the buffered transitions and waits until the shard has them.
 
-    The shard adds them to its memory once their episode ends.
-
-    Raises:
-      See `wait`.
+    The shard adds them to its memory once their episode ends. Raises as
+    `wait`.
     """
     self._send()
     self.wait()
@@ -113,15 +102,11 @@ class ShardWriter(object):
   def discard_unfinished(self) -> int:
     """Drops this stream's unfinished episode, here and on the shard.
 
-    A writer that starts over (its actor was restarted by Ray, mid-episode)
-    calls it first, so its next episode is not joined to the transitions
-    the shard still holds from the interrupted one.
+    A writer whose actor Ray restarted mid-episode calls it first, so its
+    next episode is not joined to the interrupted one.
 
     Returns:
-      int, how many transitions the shard dropped.
-
-    Raises:
-      See `wait`.
+      int, how many transitions the shard dropped. Raises as `wait`.
     """
     self._buffer = []
     self.wait()

@@ -56,9 +56,7 @@ class CorruptCheckpointError(CheckpointError):
 
 
 class CheckpointNotFoundError(FileNotFoundError, CheckpointError):
-  """A checkpoint file that does not exist: a FileNotFoundError and a
-  CheckpointError. Raise it with `not_found_error`, which makes it a
-  `tf.errors.NotFoundError` too where TensorFlow is loaded.
+  """A missing checkpoint file; raise it with `not_found_error`.
 
   Attributes:
     filename: str or None, the missing file.
@@ -80,17 +78,11 @@ class CheckpointNotFoundError(FileNotFoundError, CheckpointError):
 
 @functools.lru_cache(maxsize=None)
 def _tf_not_found_error_class() -> type:
-  """CheckpointNotFoundError that is also a tf.errors.NotFoundError.
-
-  Built on first use: the base class exists only once TensorFlow is imported.
-  """
+  """CheckpointNotFoundError that is also a tf.errors.NotFoundError."""
   tf_not_found = sys.modules['tensorflow'].errors.NotFoundError
 
   class TfCheckpointNotFoundError(CheckpointNotFoundError, tf_not_found):
-    """A missing checkpoint file, as TensorFlow's NotFoundError too.
-
-    Built as TensorFlow's errors are: (node_def, op, message).
-    """
+    """A missing checkpoint file, built as TensorFlow's errors are."""
 
     def __init__(self, node_def, op, message: str, *args):
       tf_not_found.__init__(self, node_def, op, message, *args)
@@ -140,9 +132,8 @@ def describe_error(error: BaseException) -> str:
 def refusing(path: str) -> Iterator[None]:
   """Turns any error inside the `with` into a CorruptCheckpointError.
 
-  Whatever goes wrong while reading or validating checkpoint file `path`
-  comes out as one error type naming the file. `CheckpointError`s pass
-  unchanged; so do exceptions that are not `Exception`s (KeyboardInterrupt).
+  `CheckpointError`s pass unchanged; so do exceptions that are not
+  `Exception`s (KeyboardInterrupt).
 
   Args:
     path: str, the file (or a description of it) named in the error.
@@ -247,12 +238,11 @@ def digest_from_data(value: Any, container: type = list
                     ) -> Optional[FileDigest]:
   """A FileDigest from its stored form, or None if `value` is not one.
 
-  The stored form is a `container` (a list in JSON, a tuple in a pickle) of
-  a size (an int >= 0, not a bool) and a SHA-256 (64 lowercase hex digits).
-
   Args:
-    value: what a marker, journal or state file holds for one file.
-    container: type, the exact type the pair must have.
+    value: what a journal or state file holds for one file: a `container`
+      of a size (an int >= 0, not a bool) and a SHA-256 (64 lowercase hex).
+    container: type, the exact type the pair must have (list in JSON, tuple
+      in a pickle).
   """
   # Exact types: a bool is an int, and a list where a tuple belongs is not
   # what this package wrote.
@@ -333,13 +323,9 @@ def _file_kind(mode: int) -> str:
 def _open_regular(path: str) -> BinaryIO:
   """Opens local file `path` for reading if it is a regular file.
 
-  The name is checked first, so a device is never opened; then the file is
-  opened without blocking (a FIFO's open would wait for a writer) and the
-  descriptor checked to be that same file.
-
-  Raises:
-    FileNotFoundError: If there is no such file.
-    CorruptCheckpointError: If it is not a regular file, or cannot be opened.
+  The name is checked first, so a device is never opened; the open does not
+  block (a FIFO's would wait for a writer), and the descriptor must be the
+  file checked. Raises FileNotFoundError or CorruptCheckpointError.
   """
   try:
     named = os.stat(path)
@@ -367,12 +353,7 @@ def _open_regular(path: str) -> BinaryIO:
 
 
 def _open_file(path: str) -> BinaryIO:
-  """Opens a file for reading: local paths as regular files only.
-
-  Raises:
-    FileNotFoundError: If the file does not exist.
-    CorruptCheckpointError: If it is not a regular file.
-  """
+  """Opens a file for reading: local paths as regular files only."""
   if not is_url(path):
     return _open_regular(path)
   gfile = _gfile()
@@ -387,8 +368,6 @@ def _open_file(path: str) -> BinaryIO:
 
 def read_file(path: str, limit: int, what: str = 'checkpoint file') -> bytes:
   """Returns the whole content of a file of at most `limit` bytes.
-
-  At most `limit + 1` bytes are read.
 
   Args:
     path: str, the file.
@@ -440,10 +419,7 @@ def write_json(path: str, data: Any) -> FileDigest:
 @contextlib.contextmanager
 def open_for_reading(path: str, expected: Optional[FileDigest] = None
                     ) -> Iterator[BinaryIO]:
-  """Opens a file for reading; with `expected`, checks it once read.
-
-  The caller reads what it needs inside the `with`; at its end, the rest of
-  the file is read and its size and SHA-256 compared with `expected`.
+  """Opens a file for reading; with `expected`, checks it at the `with`'s end.
 
   Args:
     path: str, the file (local paths: regular files only).
@@ -486,21 +462,15 @@ def file_digest(path: str) -> FileDigest:
 
 # ----------------------------------------------------------------- writing
 
-# How `atomic_write` names its temporary files: '.{name}.{8 random
-# characters}.tmp' in the destination directory, and '{name}.tmp-{12 hex
-# digits}' for tf.io.gfile paths.
+# `atomic_write`'s temporaries: '.{name}.{8 random characters}.tmp' beside
+# the target, '{name}.tmp-{12 hex digits}' for tf.io.gfile paths.
 _TEMP_CHARACTERS = 'abcdefghijklmnopqrstuvwxyz0123456789_'
 _LOCAL_TEMPORARY = re.compile(r'^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$')
 _GFILE_TEMPORARY = re.compile(r'^(?P<target>.+)\.tmp-[0-9a-f]{12}$')
 
 
 def is_temporary_of(name: str, target: str) -> bool:
-  """Whether file name `name` is an `atomic_write` temporary of `target`.
-
-  Args:
-    name: str, a file name (no directory).
-    target: str, the file name (no directory) it would replace.
-  """
+  """Whether file name `name` is an `atomic_write` temporary of `target`."""
   for pattern in (_LOCAL_TEMPORARY, _GFILE_TEMPORARY):
     match = pattern.match(name)
     if match and match.group('target') == target:
@@ -547,11 +517,10 @@ def remove_temporaries(directory: str, is_target: Callable[[str], bool]
 def create_temporary(path: str) -> Tuple[int, str]:
   """Creates a new temporary file beside local file `path`: (fd, its path).
 
-  Named as `remove_temporaries` recognizes, opened for writing, not
-  inherited by child processes. Created as `open` creates a file (mode 0666
-  less the umask, and a directory's default ACL), not 0600 as
-  `tempfile.mkstemp` would, so that a checkpoint, log or picture gets the
-  permissions the user's other files get.
+  Named as `remove_temporaries` recognizes, not inherited by child
+  processes, and created as `open` creates a file (0666 less the umask), not
+  0600 as `tempfile.mkstemp` would: a checkpoint or log gets the permissions
+  the user's other files get.
   """
   directory, base = os.path.split(os.path.abspath(path))
   flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0) |
@@ -574,11 +543,8 @@ StagedFile = collections.namedtuple('StagedFile', ['path', 'digest'])
 def stage_write(path: str, write: Callable[[BinaryIO], None]) -> StagedFile:
   """Writes what `path` should hold to a temporary file beside it, on disk.
 
-  The first half of `atomic_write`: `write` receives a binary file object
-  for a new temporary file in `path`'s directory (named as
-  `remove_temporaries` recognizes), which is then flushed and fsync'ed.
-  `path` is not touched: `atomic_write` (or a `transaction`) moves the
-  file into place. If `write` raises, the temporary file is deleted.
+  The first half of `atomic_write`: `path` is not touched; `write` fills a
+  new temporary file, which is then fsync'ed (deleted if `write` raises).
 
   Args:
     path: str, the destination file.
@@ -635,10 +601,8 @@ def replace(source: str, destination: str) -> None:
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> FileDigest:
   """Writes a file so that `path` holds either the old or the new content.
 
-  `stage_write`, then `replace`: `write` receives a binary file object for
-  a temporary file in the same directory, which is flushed, fsync'ed and
-  renamed onto `path`. If anything fails, the temporary file is deleted and
-  `path` is untouched.
+  `stage_write`, then `replace`. If anything fails, the temporary file is
+  deleted and `path` is untouched.
 
   Args:
     path: str, the destination file.

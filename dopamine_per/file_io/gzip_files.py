@@ -2,16 +2,12 @@
 """Dopamine's checkpoint file formats: gzip'd ``.npy`` arrays and pickles.
 
 Dopamine stores a replay memory as one gzip file per attribute,
-``{name}_ckpt.{iteration}.gz``: NumPy arrays as a gzip'd ``np.save`` stream
-and everything else as a gzip'd pickle. This module writes exactly those
-formats, atomically (the `*_writer` functions give the bytes, to stage them
-in a `transaction`), and reads them back safely: an array's header is
-checked against the expected shape, dtype and a byte bound before anything
-is allocated, pickling disabled; a pickle is decompressed up to the byte cap
-of its `safe_pickle.PickleLimits` and read with
-`safe_pickle.restricted_loads`. A truncated, corrupt or oversized file
-raises `atomic_files.CorruptCheckpointError` naming the file. What differs
-from Dopamine: docs/compat.md#file_io.
+``{name}_ckpt.{iteration}.gz``: arrays as a gzip'd ``np.save`` stream, the
+rest as a gzip'd pickle. The `*_writer` functions give those bytes, to stage
+in a `transaction`; the loaders read them within bounds, never unpickling
+an array, and raise `atomic_files.CorruptCheckpointError` naming a
+truncated, corrupt or oversized file. What differs from Dopamine:
+docs/compat.md#file_io.
 """
 
 import gzip
@@ -50,16 +46,7 @@ DEFAULT_MAX_ARRAY_BYTES = 1 << 30
 
 
 def checkpoint_filename(checkpoint_dir: str, name: str, suffix: Any) -> str:
-  """Returns Dopamine's file name for attribute `name` of checkpoint `suffix`.
-
-  Args:
-    checkpoint_dir: str, the checkpoint directory.
-    name: str, the attribute name (e.g. ``'$store$_observation'``).
-    suffix: int or str, the iteration number.
-
-  Returns:
-    str, ``{checkpoint_dir}/{name}_ckpt.{suffix}.gz``.
-  """
+  """Returns ``{checkpoint_dir}/{name}_ckpt.{suffix}.gz``, Dopamine's name."""
   return os.path.join(checkpoint_dir, '{}_ckpt.{}.gz'.format(name, suffix))
 
 
@@ -79,8 +66,6 @@ def _gzip_writer(payload: Callable[[BinaryIO], None]
 def npy_gz_writer(array: np.ndarray, name: str = 'array'
                  ) -> Callable[[BinaryIO], None]:
   """Returns a function writing `array` as a gzip'd ``.npy`` stream.
-
-  For `atomic_files.atomic_write` or `transaction.Transaction.write`.
 
   Args:
     array: np.ndarray without Python objects.
@@ -107,15 +92,13 @@ def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:
 
 def dopamine_sum_tree_gz_writer(state: Dict[str, Any]
                                ) -> Callable[[BinaryIO], None]:
-  """Returns a function writing a sum-tree state as a pickled Dopamine SumTree.
+  """Returns a function writing `state` as a pickled Dopamine SumTree.
 
-  Dopamine's ``pickle.load`` of the file rebuilds its own
-  ``dopamine.tf.replay_memory.sum_tree.SumTree`` with `state` as attributes;
+  Dopamine's ``pickle.load`` rebuilds its own SumTree from the file;
   `load_pickle_gz` reads it back as a `safe_pickle.PickledSumTreeState`.
 
   Args:
-    state: dict, e.g. ``SumTree.get_state()``: ``nodes`` (list of float64
-      arrays, root first) and ``max_recorded_priority``. Pickled now.
+    state: dict (``nodes``, ``max_recorded_priority``), pickled now.
   """
   data = safe_pickle.pickle_as_instance(*safe_pickle.DOPAMINE_SUM_TREE_GLOBAL,
                                         state)
@@ -162,17 +145,11 @@ def _read_exactly(gz: BinaryIO, out: memoryview, path: str) -> None:
 
 def _read_npy_header(gz: BinaryIO, path: str
                     ) -> Tuple[Tuple[int, ...], bool, np.dtype]:
-  """Reads a .npy header, refusing one longer than _MAX_NPY_HEADER_BYTES.
+  """Returns a .npy header's (shape, fortran_order, dtype), length checked.
 
   NumPy's reader reads a header of the length it declares (up to 4 GiB in
-  version 2) before checking it; this checks the length first.
-
-  Returns:
-    (shape, fortran_order, dtype), as `np.lib.format.read_array_header_1_0`.
-
-  Raises:
-    atomic_files.CorruptCheckpointError: If the header is missing, too long
-      or malformed.
+  version 2) before checking it; this refuses one past
+  _MAX_NPY_HEADER_BYTES first. Raises CorruptCheckpointError.
   """
   fmt = np.lib.format
   try:
@@ -186,19 +163,21 @@ def _read_npy_header(gz: BinaryIO, path: str
     raise atomic_files.CorruptCheckpointError(
         '{}: unsupported .npy format version {}.'.format(path, version))
   length_format, read_header = readers[version]
-  prefix = gz.read(struct.calcsize(length_format))
-  if len(prefix) != struct.calcsize(length_format):
-    raise atomic_files.CorruptCheckpointError(
-        '{}: truncated .npy header.'.format(path))
+
+  def read(size):
+    data = gz.read(size)
+    if len(data) != size:
+      raise atomic_files.CorruptCheckpointError(
+          '{}: truncated .npy header.'.format(path))
+    return data
+
+  prefix = read(struct.calcsize(length_format))
   length, = struct.unpack(length_format, prefix)
   if length > _MAX_NPY_HEADER_BYTES:
     raise atomic_files.CorruptCheckpointError(
         '{}: .npy header of {} bytes (at most {} are read); refusing it.'
         .format(path, length, _MAX_NPY_HEADER_BYTES))
-  header = gz.read(length)
-  if len(header) != length:
-    raise atomic_files.CorruptCheckpointError(
-        '{}: truncated .npy header.'.format(path))
+  header = read(length)
   try:
     return read_header(io.BytesIO(prefix + header),
                        max_header_size=_MAX_NPY_HEADER_BYTES)
@@ -213,13 +192,7 @@ def _read_npy_header(gz: BinaryIO, path: str
 def _check_npy_header(path: str, header: Tuple[Any, bool, np.dtype],
                       shape: Optional[Sequence[int]], dtype: Any,
                       max_bytes: int) -> None:
-  """Checks an array's header before anything is allocated for it.
-
-  Raises:
-    atomic_files.CorruptCheckpointError: If the array holds Python objects,
-      does not have `shape` or `dtype`, or its data would take more than
-      `max_bytes` (each element counting at least one byte).
-  """
+  """Refuses (CorruptCheckpointError) a header `load_npy_gz` must not load."""
   file_shape, _, file_dtype = header
   if file_dtype.hasobject:
     raise atomic_files.CorruptCheckpointError(
@@ -254,17 +227,15 @@ def load_npy_gz(path: str,
                 max_bytes: Optional[int] = None) -> np.ndarray:
   """Reads a gzip'd ``.npy`` file without ever unpickling.
 
-  The header is checked against `shape`, `dtype` and `max_bytes` before
-  anything is allocated, and at most the array's bytes are decompressed.
-  The whole gzip stream is read, so its CRC is verified.
+  The header is checked before anything is allocated, at most the array's
+  bytes are decompressed, and the gzip CRC is verified.
 
   Args:
     path: str, the file.
     shape: optional tuple of ints the array must have.
     dtype: optional dtype the array must have (byte order aside); the result
       is converted to it.
-    expected: optional FileDigest the file must match (checked as it is
-      read).
+    expected: optional FileDigest the file must match.
     max_bytes: optional int, the most bytes the array may take (each
       element counting at least one); default: `DEFAULT_MAX_ARRAY_BYTES`
       unless `shape` is given.
@@ -312,8 +283,7 @@ def load_pickle_gz(path: str,
                    limits: Optional[safe_pickle.PickleLimits] = None) -> Any:
   """Reads a gzip'd pickle with the restricted unpickler, within bounds.
 
-  At most ``limits.max_bytes`` (plus one) are decompressed: a gzip bomb is
-  refused after reading that much.
+  At most ``limits.max_bytes`` (plus one) are decompressed.
 
   Args:
     path: str, the file.

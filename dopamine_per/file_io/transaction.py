@@ -1,25 +1,16 @@
 # coding=utf-8
 """Several files replaced as one: staged files and a redo journal.
 
-For a checkpoint written again under the same names, where a save failing
-half-way must not leave some files new and some old:
-
-1. `Transaction.write` (or `Transaction.adopt`) stages each file: written
-   in full and fsync'ed under a temporary name beside its target. No
-   target changes.
-2. `Transaction.commit` writes the journal, a small JSON file listing each
-   target with its staged name, size and SHA-256, atomically: the commit
-   point.
-3. `roll_forward` renames each staged file onto its target, in the order
-   staged, then deletes the journal. Run again after a crash, it finishes
-   the renames left.
-
-A reader that may meet an interrupted commit either rolls it forward first
-or reads each target through the journal (`pending`, then
-`Record.path_of`). A commit may be split in two: `Transaction.record` is
+`Transaction.write` (or `adopt`) stages each file under a temporary name
+beside its target; `Transaction.commit` writes the journal (each target's
+staged name, size and SHA-256) atomically, the commit point; `roll_forward`
+renames the staged files onto their targets in order, then deletes the
+journal, and finishes the renames left when run again after a crash. A
+reader meeting an interrupted commit rolls it forward first or reads
+through the journal (`pending`, `Record.path_of`). `Transaction.record` is
 plain data that another process can `commit`. A journal names only
 temporaries of files of its directory, so a crafted one can rename nothing
-but staged files.
+but staged files. The protocol: docs/reliability.md.
 """
 
 import collections
@@ -70,10 +61,9 @@ class Record(object):
       where: str, what to name in an error.
 
     Raises:
-      atomic_files.CorruptCheckpointError: If `data` is not such a record:
-        a path that is absolute, leaves the directory or is not normalized,
-        a staged name that is not a temporary of its target, a target named
-        twice, or a malformed digest.
+      atomic_files.CorruptCheckpointError: If `data` is not such a record
+        (a path outside the directory or not normalized, a staged name not
+        a temporary of its target, a target twice, a malformed digest).
     """
     def malformed(what):
       return atomic_files.CorruptCheckpointError(
@@ -118,11 +108,7 @@ class Record(object):
     return entry and entry.digest
 
   def path_of(self, directory: str, target: str) -> str:
-    """Where `target`'s recorded content is now: staged, or already moved.
-
-    Args:
-      directory: str, the journal's directory.
-      target: str, a listed target.
+    """Where `target`'s content is now, under the journal's `directory`.
 
     Raises:
       KeyError: If `target` is not listed.
@@ -135,13 +121,9 @@ class Record(object):
 
 
 def is_relative_path(path: Any) -> bool:
-  """Whether `path` is a normalized relative path with no '..' or '.' part.
+  """Whether `path` is a str naming a file inside a directory, normalized.
 
-  The paths a journal (or a checkpoint's list of files) may name: '/'
-  separators, no empty part, no backslash or NUL.
-
-  Args:
-    path: anything; only a str can pass.
+  '/' separators; no empty, '.' or '..' part, backslash or NUL.
   """
   if not isinstance(path, str) or not path or '\\' in path or '\0' in path:
     return False
@@ -173,11 +155,7 @@ class Transaction(object):
   """
 
   def __init__(self, directory: str):
-    """Starts an empty transaction.
-
-    Args:
-      directory: str, an existing directory; targets are relative to it.
-    """
+    """Starts an empty transaction in existing `directory` (of the targets)."""
     self.directory = directory
     self._entries = []
 
@@ -222,12 +200,11 @@ class Transaction(object):
   def adopt(self, target: str, source: str) -> atomic_files.FileDigest:
     """Stages an existing file (another writer's, e.g. TensorFlow's saver's).
 
-    `source` is read once for its digest, fsync'ed, and moved to a
-    temporary name beside the target; it must be on the same filesystem.
+    `source` is fsync'ed and moved to a temporary name beside the target.
 
     Args:
       target: str, the file's path relative to the directory.
-      source: str, a regular file (local paths only).
+      source: str, a regular local file on the same filesystem.
 
     Returns:
       FileDigest of the file.
@@ -286,10 +263,9 @@ class Transaction(object):
 def commit(directory: str, journal_name: str, record: Record) -> None:
   """Commits `record`: writes it as the journal, then `roll_forward`.
 
-  A journal of that name still pending (an earlier commit cut short) is
-  rolled forward first, never overwritten. Once the journal is written,
-  the record's files are the new content of their targets. A failure leaves
-  the staged files in place: the caller decides (`abort_uncommitted`).
+  A journal of that name still pending is rolled forward first, never
+  overwritten. A failure leaves the staged files in place: the caller
+  decides (`abort_uncommitted`).
 
   Args:
     directory: str, the directory of the record's paths.
@@ -317,10 +293,7 @@ def abort_uncommitted(directory: str, journal_name: str,
 
 
 def abort(directory: str, record: Record) -> None:
-  """Deletes `record`'s staged files; the targets stay as they were.
-
-  Only for a record not committed: once its journal is written, the staged
-  files are the targets' new content. Files already gone are skipped.
+  """Deletes the staged files of a `record` not committed, if still there.
 
   Args:
     directory: str, the directory of the record's paths.
@@ -348,8 +321,8 @@ def pending(directory: str, journal_name: str) -> Optional[Record]:
 def roll_forward(directory: str, journal_name: str) -> bool:
   """Finishes a committed transaction: staged files onto targets, in order.
 
-  Idempotent: a staged file no longer there was moved already. The journal
-  is deleted last.
+  Idempotent (a staged file no longer there was moved already); the
+  journal is deleted last.
 
   Args:
     directory: str, the journal's directory.

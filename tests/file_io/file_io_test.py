@@ -339,16 +339,9 @@ class SumTreePickleTest(IoTestCase):
 
 class AtomicWriteTest(IoTestCase):
 
-  def test_replaces_content(self):
+  def test_replaces_content_and_failure_keeps_it_with_no_temp_file(self):
     path = self.path('x')
     atomic_files.atomic_write(path, lambda f: f.write(b'one'))
-    atomic_files.atomic_write(path, lambda f: f.write(b'two'))
-    with open(path, 'rb') as f:
-      self.assertEqual(f.read(), b'two')
-    self.assertEqual(os.listdir(self.dir), ['x'])
-
-  def test_failure_keeps_old_content_and_no_temp_file(self):
-    path = self.path('x')
     atomic_files.atomic_write(path, lambda f: f.write(b'old'))
 
     def failing(f):
@@ -378,22 +371,17 @@ class AtomicWriteTest(IoTestCase):
                          (name, oct(umask)))
       os.remove(self.path('plain'))
 
-  def test_exists_and_remove(self):
-    path = self.path('x')
-    self.assertFalse(atomic_files.exists(path))
-    self.assertFalse(atomic_files.remove_if_exists(path))
-    atomic_files.atomic_write(path, lambda f: f.write(b'1'))
-    self.assertTrue(atomic_files.exists(path))
-    self.assertTrue(atomic_files.remove_if_exists(path))
-    self.assertFalse(atomic_files.exists(path))
-
   def test_checkpoint_filename(self):
     self.assertEqual(gzip_files.checkpoint_filename('d', 'add_count', 3),
                      os.path.join('d', 'add_count_ckpt.3.gz'))
 
-  def test_gfile_paths(self):
-    directory = 'ram://file_io_test_{}'.format(random.getrandbits(32))
+  @parameterized.parameters('local', 'gfile')
+  def test_save_load_exists_and_remove(self, kind):
+    directory = self.dir if kind == 'local' else 'ram://file_io_test_{}'.format(
+        random.getrandbits(32))
     path = directory + '/a_ckpt.1.gz'
+    self.assertFalse(atomic_files.exists(path))
+    self.assertFalse(atomic_files.remove_if_exists(path))
     gzip_files.save_npy_gz(path, np.arange(4))
     gzip_files.save_npy_gz(path, np.arange(5))
     np.testing.assert_array_equal(gzip_files.load_npy_gz(path),

@@ -513,8 +513,7 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
         'save was aborted, or its temporary files deleted). Checkpoint {} '
         'is unchanged; save again.'.format(
             iteration_number, checkpoint_dir, missing[:3], iteration_number))
-  if prune:  # As `prune` (which this argument hides) does.
-    roll_forward(checkpoint_dir)
+  if prune:
     _clean_up(memory, checkpoint_dir, iteration_number)
 
 
@@ -560,13 +559,13 @@ def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     checkpoint_dir: str, its checkpoint directory.
     iteration_number: int, N.
   """
-  roll_forward(checkpoint_dir)
   _clean_up(memory, checkpoint_dir, iteration_number)
 
 
 def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int
              ) -> None:
-  """`prune` once no journal is pending: stale checkpoint, temporaries."""
+  """`prune` (which `commit_save`'s argument hides)."""
+  roll_forward(checkpoint_dir)
   names = [DOPAMINE_PER_STATE_NAME] + [
       name for name, _ in checkpoint_files(memory)]
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),

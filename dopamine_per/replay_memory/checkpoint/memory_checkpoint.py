@@ -1,19 +1,13 @@
 # coding=utf-8
 """A replay memory's checkpoints: file layout, save, load, clean-up.
 
-The memories' `save` and `load` call `save` and `load` here. The files are
-Dopamine's, ``{name}_ckpt.{N}.gz`` (the storage arrays, the counters and
-every public attribute), plus a ``dopamine_per_state`` file that marks the
-checkpoint complete and records every other file's digest; a memory class
-adds files of its own with a `CheckpointExtension` (`SUM_TREE`). A save
-replaces checkpoint N as a whole, in phases: `prepare_save` stages every
-file under a temporary name, `commit_save` writes the journal
-``dopamine_per_journal_ckpt.N`` (the commit point) and renames the files,
-`prune` deletes the stale checkpoint and leftover temporaries. `load` has
-`checkpoint_reading` read and validate everything before it changes the
-memory. How each file is written and read is `file_io`'s. What differs
-from Dopamine: docs/compat.md#memory_checkpoint; the guarantees:
-docs/reliability.md.
+The files are Dopamine's, ``{name}_ckpt.{N}.gz``, plus a
+``dopamine_per_state`` file that marks the checkpoint complete and records
+every other file's digest; a memory class adds files with a
+`CheckpointExtension` (`SUM_TREE`). A save is `prepare_save` (stage every
+file), `commit_save` (the journal, the commit point, then the renames) and
+`prune`. What differs from Dopamine: docs/compat.md#memory_checkpoint; the
+guarantees: docs/reliability.md.
 """
 
 import operator
@@ -379,12 +373,10 @@ def _writer(memory: Any, name: str, file_format: str
 def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   """Writes `memory` to `checkpoint_dir` (`OutOfGraphReplayBuffer.save`).
 
-  `prepare_save`, `commit_save` and `prune` in a row: checkpoint N is
-  replaced as a whole. Whatever stops the save, `load(N)` gives all of the
-  previous checkpoint N (if any) until the journal is written, all of the
-  new one from then on. On an exception before the journal the staged
-  files are deleted; those a SIGKILL leaves, the next save deletes. The
-  caller holds the memory's lock (`_lock`).
+  `prepare_save`, `commit_save` and `prune` in a row: whatever stops the
+  save, `load(N)` gives all of the previous checkpoint N until the journal
+  is written, all of the new one from then on; what it staged is deleted
+  (by the next save after a SIGKILL). The caller holds the memory's `_lock`.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -418,13 +410,10 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
                 ) -> Optional[transaction.Record]:
   """Writes every file of checkpoint N under a temporary name: phase one.
 
-  First finishes any committed save cut short (`roll_forward`), checks
-  that every public attribute can be saved, then writes and fsyncs each
-  file (the dopamine_per state last, with every other file's size and
-  SHA-256) beside its target: a previous checkpoint N still loads as
-  before. Give the record to `commit_save` or `abort_save`; nothing else
-  may run on the directory in between (`prune` and `save` delete
-  uncommitted staged files). The caller holds the memory's `_lock`.
+  Finishes pending journals first (`roll_forward`); a previous checkpoint N
+  still loads as before. Give the record to `commit_save` or `abort_save`;
+  nothing else may run on the directory in between (`prune` and `save`
+  delete uncommitted staged files). The caller holds the memory's `_lock`.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -470,11 +459,9 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
                 prune: bool = True) -> None:  # pylint: disable=redefined-outer-name
   """Makes the files `prepare_save` staged checkpoint N: phase two.
 
-  Writes the journal (atomically: the commit point, from which `load(N)`
-  gives the new checkpoint), renames each staged file onto its name, the
-  state file last, and deletes the journal; then, if `prune`, runs
-  `prune`. Idempotent: called again with the same record, it finishes what
-  is left (or does nothing if the record is in place already).
+  Writes the journal (the commit point), renames the staged files, the
+  state file last, and deletes the journal. Idempotent: called again with
+  the same record, it finishes what is left.
 
   Args:
     memory: the `OutOfGraphReplayBuffer` that was saved (for `prune`).
@@ -482,8 +469,8 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
     iteration_number: int, N, as given to `prepare_save`.
     record: what `prepare_save` returned (in another process, through
       `Record.to_data` and `Record.from_data`); None commits nothing.
-    prune: bool, whether to `prune` afterwards (a sharded memory prunes
-      once every shard has committed).
+    prune: whether to `prune` afterwards (a sharded memory prunes once
+      every shard has committed).
 
   Raises:
     ValueError: If `record` is not of checkpoint N's files.
@@ -513,8 +500,7 @@ def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
         'save was aborted, or its temporary files deleted). Checkpoint {} '
         'is unchanged; save again.'.format(
             iteration_number, checkpoint_dir, missing[:3], iteration_number))
-  if prune:  # As `prune` (which this argument hides) does.
-    roll_forward(checkpoint_dir)
+  if prune:
     _clean_up(memory, checkpoint_dir, iteration_number)
 
 
@@ -548,25 +534,24 @@ def abort_save(checkpoint_dir: str, record: Optional[transaction.Record]
 def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   """The clean-up after checkpoint N is saved: what `save` does last.
 
-  Finishes pending journals (`roll_forward`), then deletes the checkpoint
+  Finishes pending journals, then deletes the checkpoint
   `checkpoint_duration` iterations older (unless a multiple of
-  keep_every), its state file first, and the temporaries of this memory's
-  checkpoint files that killed saves left (any iteration). Staged files
-  of a save not yet committed are deleted too: never call it between
-  `prepare_save` and `commit_save`. The caller holds the memory's lock.
+  keep_every), its state file first, and the temporaries killed saves
+  left. Never call it between `prepare_save` and `commit_save`: it deletes
+  their staged files. The caller holds the memory's lock.
 
   Args:
     memory: the `OutOfGraphReplayBuffer` that was saved.
     checkpoint_dir: str, its checkpoint directory.
     iteration_number: int, N.
   """
-  roll_forward(checkpoint_dir)
   _clean_up(memory, checkpoint_dir, iteration_number)
 
 
 def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int
              ) -> None:
-  """`prune` once no journal is pending: stale checkpoint, temporaries."""
+  """`prune` (which `commit_save`'s argument hides)."""
+  roll_forward(checkpoint_dir)
   names = [DOPAMINE_PER_STATE_NAME] + [
       name for name, _ in checkpoint_files(memory)]
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
@@ -613,11 +598,10 @@ def _in_place(checkpoint_dir: str, iteration_number: int,
 
 
 def _remove_temporaries(checkpoint_dir: str, names: Sequence[str]) -> None:
-  """Deletes what killed saves left: temporaries of this memory's files.
+  """Deletes temporaries of checkpoint files `names` and journals.
 
-  Only temporaries of a checkpoint file `names` or journal (any iteration)
-  are deleted. Run it only once pending journals are rolled forward: their
-  staged files are such temporaries.
+  Only once pending journals are rolled forward: their staged files are
+  such temporaries.
   """
   pattern = re.compile(r'^(?:(?:{})_ckpt\.\d+\.gz|{}_ckpt\.\d+)$'.format(
       '|'.join(re.escape(name) for name in names), re.escape(JOURNAL_NAME)))
@@ -628,11 +612,10 @@ def _remove_temporaries(checkpoint_dir: str, names: Sequence[str]) -> None:
 
 def _collect_garbage(memory: Any, checkpoint_dir: str, iteration_number: int,
                      names: Sequence[str]) -> None:
-  """Deletes files `names` of the checkpoint `checkpoint_duration` older.
+  """Deletes files `names` (the state file first) of the stale checkpoint.
 
-  Call it with no journal pending (deleting one instead could leave a mix
-  of old and new files under the old state file). `names` starts with the
-  state file: a checkpoint that has one has all its files.
+  Only with no journal pending: a checkpoint with a state file has all its
+  files.
   """
   stale = iteration_number - memory.checkpoint_duration
   if stale < 0:
@@ -651,23 +634,16 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
          bind: Optional[Callable[[Any], None]] = None) -> None:
   """Restores `memory` from a checkpoint (`OutOfGraphReplayBuffer.load`).
 
-  The caller holds the memory's lock. All-or-nothing: every file is checked
-  to exist, then read and validated against the memory's configuration,
-  and only then installed; then `bind`, if given, registers the installed
-  arrays with the native ops. If it raises, the memory is put back as it
-  was, so Python samples what the ops still do (`bind` raises before it
-  registers anything, and the ops keep the previous arrays).
-
-  A checkpoint whose save was committed but cut short is read through its
-  journal, each file where it is now, checked against the journal's
-  digests; nothing is written.
+  All-or-nothing: every file is read and validated before anything is
+  installed; if `bind` then raises, the memory is put back as it was (the
+  ops keep the previous arrays). A save committed but cut short is read
+  through its journal, without writing. The caller holds the memory's lock.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
     checkpoint_dir: str, the directory.
     suffix: int or str, the checkpoint's iteration number.
-    bind: optional callable taking the memory, run once the checkpoint is
-      installed: the native ops' `NativeMemory.bind`, or None.
+    bind: run on the memory once installed (`NativeMemory.bind`), or None.
 
   Raises:
     atomic_files.CheckpointNotFoundError: If an expected file is missing

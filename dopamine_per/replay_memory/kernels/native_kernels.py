@@ -70,7 +70,6 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     module = extension.load()
     self._level_sums = module.level_sums
     self._update_parents = module.update_parents
-    self._update_leaf = module.update_leaf
     self._set_leaves = module.set_leaves
     self._get_leaves = module.get_leaves
     self._descend = module.descend
@@ -96,10 +95,8 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     return total
 
   def update_leaf(self, flat, offsets, fanout, leaf):
-    total = self._update_leaf(flat, offsets, fanout, leaf)
-    if total is NotImplemented:
-      return super().update_leaf(flat, offsets, fanout, leaf)
-    return total
+    return self.update_parents(flat, offsets, fanout,
+                               np.array([leaf], _INT64))
 
   def set_leaves(self, flat, offsets, fanout, capacity, leaves, values,
                  smallest, largest):

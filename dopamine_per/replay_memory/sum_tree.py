@@ -1,17 +1,13 @@
 # coding=utf-8
 """An exact, vectorized sum tree for prioritized experience replay.
 
-A sum tree stores one nonnegative priority per replay slot and answers two
-questions fast: "what is the total priority?" and "which slot holds the mass at
-cumulative position x?". Sampling a slot with probability proportional to its
-priority is then a descent from the root (Schaul et al., 2015, "Prioritized
-Experience Replay", appendix B.2.1).
-
-Every inner node sums ``FANOUT`` (16) children, all levels in one flat
-float64 array (docs/architecture.md#the-sum-trees-flat-layout), and a batch
-of updates or queries is one call of the kernels (`choice.choose`). Inner
-nodes are recomputed from their children, never updated by a delta, so
-rounding errors cannot accumulate.
+One nonnegative priority per replay slot; sampling in proportion to them
+is a descent from the root (Schaul et al., 2015, appendix B.2.1). Every
+inner node sums ``FANOUT`` (16) children, all levels in one flat float64
+array (docs/architecture.md#the-sum-trees-flat-layout), and a batch of
+updates or queries is one kernel call (`choice.choose`). Inner nodes are
+recomputed from their children, never updated by a delta, so rounding
+errors cannot accumulate.
 
 The public surface is ``dopamine.tf.replay_memory.sum_tree``'s, with the
 same exception types; without an ``rng`` the tree draws from Python's
@@ -47,11 +43,8 @@ _INT64 = np.dtype(np.int64)
 
 
 def _python_random_words(count: int) -> bytes:
-  """The words of `count` `random.random()`s, as one `getrandbits` draws.
-
-  Each double takes two 32-bit Mersenne Twister words (see
-  `numpy_kernels.uniforms_from_words`), consumed in the same order.
-  """
+  """The words of `count` `random.random()`s (two 32-bit words each, see
+  `numpy_kernels.uniforms_from_words`), drawn by one `getrandbits`."""
   if count == 0:
     return b''
   return random.getrandbits(64 * count).to_bytes(8 * count, 'little')
@@ -74,10 +67,9 @@ def _new_strata(batch_size: int, stratified: bool
                ) -> Tuple[np.ndarray, np.ndarray]:
   """Lower edges and widths (read-only) of `batch_size` draws.
 
-  Stratified: the equal strata of [0, 1] between the edges
-  `np.linspace(0, 1, batch_size + 1)`, as Dopamine's, so that the queries
-  `lower + width * u` equal its `random.uniform(lower, upper)`. Else each
-  draw spans [0, 1).
+  Stratified: Dopamine's strata, between `np.linspace(0, 1, batch_size +
+  1)`, so that `lower + width * u` equals its `random.uniform(lower,
+  upper)`. Else each draw spans [0, 1).
   """
   if stratified:
     bounds = np.linspace(0.0, 1.0, batch_size + 1)
@@ -94,12 +86,8 @@ _cached_strata = functools.lru_cache(maxsize=128)(_new_strata)
 
 def _strata(batch_size: Any, stratified: bool) -> Tuple[np.ndarray,
                                                         np.ndarray]:
-  """`_new_strata` of a checked batch size, cached for small sizes.
-
-  Raises:
-    ValueError: If batch_size is not an int (nor a bool) >= 1 if
-      stratified, else >= 0.
-  """
+  """`_new_strata` of a checked batch size (an int >= 1 if stratified,
+  else >= 0; else ValueError), cached for small sizes."""
   minimum = int(stratified)
   if type(batch_size) is not int or batch_size < minimum:  # pylint: disable=unidiomatic-typecheck
     try:
@@ -115,12 +103,8 @@ def _strata(batch_size: Any, stratified: bool) -> Tuple[np.ndarray,
 
 def _leaf_batch(node_index: Any, value: Any
                ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-  """`set_if_valid`'s arguments as 1-D indices and float64 values, or None.
-
-  None for what `set_if_valid` leaves to `set`: no integer indices, one
-  index (a scalar), an empty batch, values that are not real numbers or do
-  not match.
-  """
+  """`set_if_valid`'s arguments as 1-D indices and float64 values, or None
+  for what it leaves to `set` (a scalar index, an empty batch, ...)."""
   indices = np.asarray(node_index)
   if indices.dtype.kind not in 'iu' or not indices.ndim or not indices.size:
     return None
@@ -173,16 +157,14 @@ class SumTree(object):
     """Creates an all-zero sum tree.
 
     Args:
-      capacity: int, the number of leaves.
-      rng: None to draw from Python's `random` module (Dopamine's behaviour,
-        reproducible with `random.seed`), or a `numpy.random.Generator` or an
-        int seed for an independent, checkpointable stream.
-      kernels: the loops, as `choice.choose` takes them (None: the
-        DOPAMINE_PER_KERNELS environment variable, else 'auto'). All give
-        bit-identical results.
-      priority_dtype: float16, float32 or float64: priorities must be 0 or
-        in [its smallest positive value, its largest value]. float64 (the
-        default) accepts every positive finite float, as Dopamine's tree.
+      capacity: the number of leaves.
+      rng: None to draw from Python's `random` module (as Dopamine,
+        reproducible with `random.seed`), or a `numpy.random.Generator` or
+        an int seed for an independent, checkpointable stream.
+      kernels: the loops, as `choice.choose` takes them (all give
+        bit-identical results).
+      priority_dtype: float16, float32 or float64, the dtype every priority
+        must fit; float64 accepts every positive finite float, as Dopamine.
 
     Raises:
       ValueError: If capacity is not positive, the kernels are unknown or
@@ -273,11 +255,9 @@ class SumTree(object):
     """The arrays the native ops share with this tree, and its bounds.
 
     Returns:
-      dict: 'flat' (float64, every level, leaves first; see
-      docs/architecture.md#the-sum-trees-flat-layout), 'offsets' (int64),
-      'fanout', 'scalars' (float64 [total, max_recorded_priority], which an
-      op setting priorities updates), 'smallest' and 'largest' (the
-      priorities `set_if_valid` accepts besides 0).
+      dict: 'flat', 'offsets', 'fanout', 'scalars' ([total,
+      max_recorded_priority], which an op setting priorities updates),
+      'smallest' and 'largest' (what `set_if_valid` accepts besides 0).
     """
     return {'flat': self._flat, 'offsets': self._offsets, 'fanout': FANOUT,
             'scalars': self._scalars, 'smallest': self._smallest,
@@ -314,7 +294,7 @@ class SumTree(object):
       node_index: an int or an integer array-like of leaf indices.
 
     Returns:
-      A float for a scalar index, else a float64 array shaped like the input.
+      A float for a scalar index, else a float64 array shaped like it.
 
     Raises:
       errors.InvalidIndexTypeError: If an index is not an integer.
@@ -386,15 +366,10 @@ class SumTree(object):
   def set_if_valid(self, node_index: Any, value: Any) -> bool:
     """`set` in one compiled pass if the batch is valid; else writes nothing.
 
-    For callers that raise their own errors: on False, check the arguments
-    (or call `set`) to get the precise error. Always False for anything but
-    a non-empty 1-D integer array of indices with real values of the same
-    shape (or one value), and for values so large that the total's
-    overflow must be checked (see `set`).
-
-    Args:
-      node_index: integer array-like of leaf indices.
-      value: a float or an array-like of the same shape.
+    For callers that raise their own errors: on False, `set` gives the
+    precise error. Always False for anything but a non-empty 1-D integer
+    array of indices with real values of the same shape (or one value),
+    and for values so large that the total's overflow must be checked.
 
     Returns:
       bool, whether the values were written.
@@ -424,12 +399,8 @@ class SumTree(object):
     return True
 
   def _check_total(self, indices: np.ndarray, values: np.ndarray) -> None:
-    """Raises ValueError if writing the values would make the total inf.
-
-    Args:
-      indices: int array of leaf indices (checked).
-      values: float64 array of the same length (checked).
-    """
+    """Raises ValueError if writing checked `values` at checked `indices`
+    would make the total inf."""
     if (float(values.max()) > self._safe_largest or
         self._scalars[1] > self._safe_largest) and not self._finite_total(
             indices, values):
@@ -449,14 +420,12 @@ class SumTree(object):
   def set_validated(self, index: int, value: float) -> None:
     """Sets one leaf whose index and value the caller has validated.
 
-    A scalar `set` without its checks, for a hot path that has checked
-    both (the prioritized memory's `add`). Unchecked arguments corrupt the
-    tree.
+    A scalar `set` without its checks, for a hot path (the prioritized
+    memory's `add`). Unchecked arguments corrupt the tree.
 
     Args:
       index: int in [0, capacity).
-      value: float, a valid priority (see `check_priority`) that keeps
-        the total finite.
+      value: a valid priority (`check_priority`) keeping the total finite.
     """
     self._levels[0][index] = value
     if value > self._scalars[1]:
@@ -469,11 +438,8 @@ class SumTree(object):
     self._total = self._sum_levels(self._flat)
 
   def _sum_levels(self, flat: np.ndarray) -> float:
-    """Recomputes the inner nodes of `flat` (laid out as this tree's).
-
-    Returns:
-      float, the total.
-    """
+    """Recomputes the inner nodes of `flat` (laid out as this tree's);
+    returns the total."""
     level_sums = self._kernels.level_sums
     offsets = self._offsets
     for k in range(len(offsets) - 2):
@@ -517,11 +483,8 @@ class SumTree(object):
 
   def _descend_strata(self, lower: np.ndarray, width: np.ndarray
                      ) -> np.ndarray:
-    """Descends to one draw in each stratum [lower, lower + width).
-
-    One kernel call scales the draws to the strata and the total and
-    descends; from `random`'s words (Dopamine's draws) without an rng.
-    """
+    """Descends to one draw in each stratum [lower, lower + width), in one
+    kernel call (from `random`'s words, Dopamine's draws, without an rng)."""
     if self._rng is None:
       return self._kernels.descend_draws(
           self._flat, self._offsets, FANOUT, _python_random_words(len(lower)),
@@ -560,10 +523,10 @@ class SumTree(object):
     it consumes the same `random` draws and returns the same leaves.
 
     Args:
-      batch_size: int >= 0, the number of samples.
+      batch_size: int >= 0.
 
     Returns:
-      np.ndarray of int64 leaf indices with positive priority.
+      int64 leaf indices with positive priority.
 
     Raises:
       ValueError: If the tree is empty or batch_size is not an int >= 0.
@@ -583,8 +546,7 @@ class SumTree(object):
       batch_size: int, the number of strata and of samples.
 
     Returns:
-      np.ndarray of int64 leaf indices with positive priority, shape
-      [batch_size].
+      int64 [batch_size] leaf indices with positive priority.
 
     Raises:
       ValueError: If the tree is empty or batch_size is not a positive int.
@@ -653,11 +615,11 @@ class SumTree(object):
   def check_invariants(self) -> None:
     """Raises AssertionError unless the tree is internally consistent.
 
-    Checks that every inner node equals the sum of its children (exactly,
-    since both are computed the same way), that padding leaves are zero,
-    that no priority is negative or non-finite, and that
-    max_recorded_priority bounds every leaf. O(capacity); for tests.
+    Every inner node equals the sum of its children exactly, padding leaves
+    are zero, priorities are finite and >= 0, and max_recorded_priority
+    bounds every leaf. O(capacity); for tests.
     """
+
     leaves = self._levels[0]
     assert np.all(np.isfinite(leaves)) and np.all(leaves >= 0.0)
     assert np.all(leaves[self.capacity:] == 0.0), 'nonzero padding leaf'

@@ -1,26 +1,15 @@
 # coding=utf-8
 """The kernel interface, and its reference implementation in NumPy.
 
-Every loop of the replay memory that runs once per batch is a method of one
-kernels object: the sum tree's, the validity test of sampled slots, n-step
-trajectories, and the gathering of stacked states. `NumpyKernels` here
-(vectorized over the batch; the reference, always available) and
-`native_kernels.NativeKernels` (C++) give bit-identical results;
-`choice.choose` picks one.
+Every per-batch loop of the sum tree and the memories is a method of one
+kernels object (docs/architecture.md#the-kernels). `NumpyKernels` here,
+the reference, and `native_kernels.NativeKernels` (C++) give bit-identical
+results because they share the arithmetic:
 
-The arithmetic both share, so that trees and batches are identical:
-
-* A parent in the sum tree is the pairwise ("halving") sum of its `fanout`
-  children: adjacent pairs first, then pairs of those, and so on. The
-  tree's flat layout: docs/architecture.md#the-sum-trees-flat-layout.
-* A descent takes, at each node, the first child whose running
-  (left-to-right) sum exceeds the remaining mass, and subtracts the running
-  sum before it; a mass past the last running sum (rounding) takes the last
-  child with positive mass. A descent never ends on a zero-priority leaf.
-* A slot is valid when its n-step trajectory and next state are written and
-  do not straddle the cursor, no episode ends inside its frame stack before
-  its last frame, and no episode ends without a terminal inside its
-  trajectory before the return is cut at the first terminal.
+* A sum-tree parent is the pairwise ("halving") sum of its `fanout`
+  children: adjacent pairs first, then pairs of those, and so on.
+* A descent is docs/architecture.md#the-sum-trees-flat-layout's.
+* Validity is docs/compat.md#which-transitions-are-valid's.
 * A return is sum_j gamma^j r_{i+j} over the trajectory, computed as
   Dopamine does (float32 discounts times the rewards, summed by NumPy).
 * A state holds the `stack` frames ending at its slot, frames last.
@@ -46,13 +35,7 @@ def uniforms_from_words(words: bytes) -> np.ndarray:
 
   `random.random()` builds each double from 27 bits of one word and 26 of
   the next; given the bytes of `random.getrandbits(64 * count)`
-  (little-endian), this returns the doubles of `count` such calls.
-
-  Args:
-    words: bytes, a whole number of pairs of little-endian 32-bit words.
-
-  Returns:
-    float64 array, one per pair.
+  (little-endian), this returns the float64s of `count` such calls.
   """
   words = np.frombuffer(words, dtype='<u4')
   high = (words[0::2] >> 5).astype(np.float64)
@@ -119,21 +102,11 @@ class NumpyKernels(object):
   def set_leaves(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
                  capacity: int, leaves: np.ndarray, values: np.ndarray,
                  smallest: float, largest: float) -> SetResult:
-    """Checks, writes and propagates a batch of leaves.
+    """Checks, writes and propagates float64 `values` at 1-D `leaves`.
 
-    Args:
-      flat, offsets, fanout: the tree.
-      capacity: int, leaves must lie in [0, capacity).
-      leaves: 1-D integer array of leaf indices.
-      values: float64 array of the same length; the last of repeated
-        leaves wins.
-      smallest: float, the smallest positive value accepted.
-      largest: float, the largest value accepted.
-
-    Returns:
-      (total, largest value written); None, with nothing written, if an
-      index is out of range or a value is neither 0 nor in [smallest,
-      largest] (negative, NaN, infinite, too small or too large).
+    The last of repeated leaves wins. Returns (total, largest value
+    written); None, with nothing written, if a leaf is outside [0,
+    capacity) or a value is neither 0 nor in [smallest, largest].
     """
     if ((leaves < 0) | (leaves >= capacity)).any():
       return None
@@ -194,17 +167,8 @@ class NumpyKernels(object):
                  terminal: np.ndarray) -> np.ndarray:
     """Whether each slot in `indices` (1-D int64, any values) is valid.
 
-    Args:
-      indices: the slots.
-      capacity: int, the memory's capacity.
-      add_count: int, transitions written so far.
-      horizon: int, the update horizon n.
-      stack: int, frames per state.
-      episode_end: bool array [capacity], whether each slot ends an episode.
-      terminal: array [capacity], nonzero where a transition is terminal.
-
-    Returns:
-      bool array shaped like `indices`.
+    `episode_end` (bool) and `terminal` (nonzero where terminal) are
+    [capacity] arrays; `horizon` is n and `stack` the frames per state.
     """
     cursor = add_count % capacity
     valid = (indices >= 0) & (indices < capacity)
@@ -229,19 +193,12 @@ class NumpyKernels(object):
   def trajectories(self, indices: np.ndarray, capacity: int,
                    terminal: np.ndarray, rewards: np.ndarray,
                    discounts: np.ndarray) -> Trajectories:
-    """The n-step trajectories of valid slots.
+    """The n-step trajectories of valid slots `indices` (1-D int64).
 
-    Args:
-      indices: 1-D int64 array of valid slots.
-      capacity: int, the memory's capacity.
-      terminal: array [capacity], nonzero where a transition is terminal.
-      rewards: array [capacity, *reward_shape], the stored rewards.
-      discounts: float32 array [n], gamma^j.
-
-    Returns:
-      (next_indices, is_terminal, returns): int64 [batch], the slot after
-      each trajectory (its next state's); bool [batch], whether it was cut
-      at a terminal; [batch, *reward_shape] of the rewards' dtype.
+    `discounts` is float32 [n], gamma^j. Returns (next_indices,
+    is_terminal, returns): int64 [batch], the slot after each trajectory
+    (its next state's); bool [batch], whether it was cut at a terminal;
+    [batch, *reward_shape] of the rewards' dtype.
     """
     horizon = len(discounts)
     trajectory = (indices[:, None] + np.arange(horizon)) % capacity
@@ -254,27 +211,16 @@ class NumpyKernels(object):
 
   def gather_stacks(self, frames: np.ndarray, windows: np.ndarray,
                     out: np.ndarray) -> np.ndarray:
-    """Fills `out` [batch, *frame_shape, stack] with frames[windows[b]].
-
-    Args:
-      frames: array [capacity, *observation_shape], C-contiguous.
-      windows: int64 array [batch, stack], each state's slots, oldest first.
-      out: C-contiguous array of frames.dtype to fill.
-
-    Returns:
-      `out`.
-    """
+    """Fills and returns `out` [batch, *frame_shape, stack] (C-contiguous)
+    with frames[windows[b]]; windows [batch, stack] are oldest first."""
     for position in range(windows.shape[1]):
       out[..., position] = frames[windows[:, position]]
     return out
 
   def stacks_ending_at(self, frames: np.ndarray, ends: np.ndarray,
                        stack: int, out: np.ndarray) -> np.ndarray:
-    """`gather_stacks` of the `stack` slots ending at each of `ends`.
-
-    The slots wrap around: the state ending at slot e holds frames
-    e - stack + 1, ..., e (modulo len(frames)).
-    """
+    """`gather_stacks` of the `stack` slots ending at each of `ends`,
+    wrapping around the end of `frames`."""
     windows = (ends[:, None] + np.arange(1 - stack, 1)) % len(frames)
     return self.gather_stacks(frames, windows, out)
 
@@ -295,18 +241,15 @@ class NumpyKernels(object):
 
     Args:
       frames: the frame storage [capacity, *observation_shape].
-      stack: int, frames per state.
+      stack: frames per state.
       terminal, rewards, discounts: see `trajectories`.
       indices: int64 array [batch] of valid slots.
-      states: None, or an array [2 * batch, *observation_shape, stack] to
-        fill with the states ending at `indices`, then those ending at the
-        next indices.
-      returns: None, or an array [batch] for the n-step returns.
-      is_terminal: None, or an array [batch] for whether each return was
-        cut by a terminal (in its dtype).
-      indices_out: None, or an array [batch] for the indices (in its
-        dtype).
+      states: None, or an array [2 * batch, *observation_shape, stack] for
+        the states ending at `indices`, then at the next indices.
+      returns, is_terminal, indices_out: None, or [batch] arrays for the
+        n-step returns, whether each was cut, and the indices.
       sources: dict of the arrays `rows` name.
+
       rows: tuple of (name, at_next, out): fills out[b] with
         ``sources[name][indices[b]]``, or with the row at the next slot of
         transition b if at_next, cast to out's dtype.

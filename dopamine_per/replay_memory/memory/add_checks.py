@@ -30,14 +30,7 @@ __all__ = ['AddSpec', 'check_extra', 'check_shape', 'check_value',
 
 
 def check_shape(name: str, shape: Any) -> Tuple[int, ...]:
-  """Returns `shape` as a tuple of ints >= 0.
-
-  Args:
-    name: str, the argument's name, for the error message.
-    shape: a sequence of integers.
-
-  Returns:
-    tuple of int.
+  """Returns `shape` as a tuple of ints >= 0 (`name` names it in errors).
 
   Raises:
     ValueError: If it is not a sequence of integers >= 0.
@@ -62,16 +55,10 @@ TRANSITION_NAMES = frozenset((
 
 
 def check_extra(element: Any) -> Tuple[str, Tuple[int, ...], Any]:
-  """An extra storage element's (name, shape, dtype), checked.
+  """A ReplayElement's (name, shape as a tuple, native dtype), checked.
 
   An extra named like one of the batch's own elements would come back in
-  its place. The dtype is made native (see `native_byte_order`).
-
-  Args:
-    element: a ReplayElement (name, shape, type).
-
-  Returns:
-    tuple (name, shape as a tuple of ints, dtype).
+  its place.
 
   Raises:
     ValueError: If the name is not a non-empty string or is one of
@@ -142,14 +129,8 @@ def _cast_category(source: np.dtype, target: np.dtype) -> int:
 
 def _first_inexact(values: np.ndarray, target: np.dtype,
                    low: Optional[int], high: Optional[int]) -> Optional[Any]:
-  """Returns a value of `values` that `target` cannot hold exactly, or None.
-
-  Args:
-    values: a float or complex array (or NumPy scalar).
-    target: the storage dtype (integer, bool or float).
-    low: int, the smallest value of an integer or bool target (else None).
-    high: int, the largest value of an integer or bool target (else None).
-  """
+  """A value of float or complex `values` that `target` cannot hold exactly
+  (an integer, bool or float dtype of range [low, high]), or None."""
   values = np.asarray(values)
   if values.dtype.kind == 'c':
     imaginary = values.imag != 0
@@ -170,14 +151,8 @@ def _first_inexact(values: np.ndarray, target: np.dtype,
 
 def _first_overflow(values: Any, target: np.dtype, limit: float
                    ) -> Optional[Any]:
-  """Returns a finite value that `target` would store as inf, or None.
-
-  Args:
-    values: a NumPy array or scalar (integer, float or, into a complex
-      target, complex).
-    target: the storage dtype (float or complex).
-    limit: float, `_overflow_limit(target)`.
-  """
+  """A finite value of `values` that float or complex `target` would store
+  as inf (`limit` is `_overflow_limit(target)`), or None."""
   if values.ndim == 0 and values.dtype.kind != 'c' and limit < math.inf:
     if -limit < values < limit:  # A scalar: one comparison (NaN fails it).
       return None
@@ -198,10 +173,7 @@ def _first_overflow(values: Any, target: np.dtype, limit: float
 
 
 def _stores_as_inf(value: Any, target: np.dtype) -> bool:
-  """Whether storing the number `value` in `target` fails or gives inf.
-
-  Exactly what the write would do.
-  """
+  """Whether storing the number `value` in `target` fails or gives inf."""
   scratch = np.zeros((), dtype=target)
   try:
     with np.errstate(over='ignore'):
@@ -239,13 +211,7 @@ class AddSpec(object):
                'casts')
 
   def __init__(self, name: str, shape: Tuple[int, ...], dtype: Any):
-    """Prepares the checks of an element.
-
-    Args:
-      name: str, the element's name.
-      shape: tuple of int, its shape.
-      dtype: its storage dtype.
-    """
+    """Prepares the checks of element `name` of `shape` stored as `dtype`."""
     self.name = name
     self.shape = tuple(shape)
     self.dtype = np.dtype(dtype)
@@ -266,14 +232,10 @@ class AddSpec(object):
 
 
 def check_values(specs: Sequence[AddSpec], values: List[Any]) -> List[Any]:
-  """Checks the arguments of `add`, one per spec; see `check_value`.
-
-  Args:
-    specs: the AddSpec of each argument, in order.
-    values: list of as many arguments; converted ones are replaced in place.
+  """Checks `add`'s arguments, one per spec, as `check_value`.
 
   Returns:
-    `values`, ready to be written.
+    `values`, converted ones replaced in place, ready to be written.
 
   Raises:
     ValueError: see `check_value`.
@@ -290,9 +252,8 @@ def check_value(spec: AddSpec, value: Any) -> Any:
   """Checks one argument of `add` against its element.
 
   Args:
-    spec: AddSpec, the element's checks.
-    value: the argument: a NumPy array or scalar, a Python number, or
-      anything array-like.
+    spec: the element's checks.
+    value: a NumPy array or scalar, a Python number, or an array-like.
 
   Returns:
     The value, ready to be written: as given, as an array (if it was
@@ -334,14 +295,7 @@ def check_value(spec: AddSpec, value: Any) -> Any:
 
 
 def _check_array_cast(spec: AddSpec, value: Any) -> Any:
-  """Checks that `value` (of another dtype) fits `spec`; returns it.
-
-  A complex value with no imaginary part is returned as its real part, so
-  that storing it does not warn.
-
-  Raises:
-    ValueError: If a value would lose information in `spec`'s dtype.
-  """
+  """`check_value` of an array or NumPy scalar of another dtype."""
   category = spec.casts.get(value.dtype)
   if category is None:
     category = spec.casts[value.dtype] = _cast_category(value.dtype,
@@ -383,11 +337,8 @@ def _check_array_cast(spec: AddSpec, value: Any) -> Any:
 
 
 def _check_scalar_cast(spec: AddSpec, value: Any) -> None:
-  """Checks that a Python int, float or bool fits `spec`'s dtype.
+  """`check_value` of a Python int, float or bool."""
 
-  Raises:
-    ValueError: If storing it would lose information or overflow to inf.
-  """
   kind = spec.dtype.kind
   if kind == 'O' or type(value) is bool:
     return

@@ -40,20 +40,16 @@ __all__ = [
 
 def check_int(name: str, value: Any, minimum: int,
               maximum: Optional[int] = None) -> int:
-  """Returns `value` as an int if it is an integer (not a bool) >= minimum.
+  """Returns `value` as an int if it is an integer (not a bool) in range.
 
   Args:
-    name: str, the argument's name, for the error message.
+    name: the argument's name, for the error message.
     value: the argument.
-    minimum: int, the smallest value accepted.
-    maximum: int, the largest value accepted, or None for no bound.
-
-  Returns:
-    int, the value.
+    minimum: the smallest value accepted.
+    maximum: the largest value accepted, or None for no bound.
 
   Raises:
-    ValueError: If the value is not an integer or is outside [minimum,
-      maximum].
+    ValueError: If the value is not an integer or is out of range.
   """
   if (type(value) is int and value >= minimum and  # pylint: disable=unidiomatic-typecheck
       (maximum is None or value <= maximum)):
@@ -82,13 +78,7 @@ MAX_REPLAY_CAPACITY = 2**31 - 1
 
 
 def check_add_count(value: Any) -> int:
-  """Returns `value` as an int if it is an add count a memory can hold.
-
-  Args:
-    value: an integer (not a bool), or an integer array of one element.
-
-  Returns:
-    int, the count, in [0, MAX_ADD_COUNT].
+  """Returns an integer (not a bool) or one-element integer array as an int.
 
   Raises:
     ValueError: If it is not such an integer or is outside
@@ -111,11 +101,7 @@ def check_add_count(value: Any) -> int:
 
 
 def check_room_to_add(add_count: int, writes: int) -> None:
-  """Checks that `writes` more transitions keep a count within its bound.
-
-  Args:
-    add_count: int, the memory's add_count.
-    writes: int, the transitions an `add` would write (padding included).
+  """Checks that `writes` more transitions (padding included) fit.
 
   Raises:
     OverflowError: If add_count + writes would pass MAX_ADD_COUNT.
@@ -136,18 +122,8 @@ def check_real(name: str, value: Any, minimum: float, maximum: float
               ) -> float:
   """Returns `value` as a float if it is a real number in [minimum, maximum].
 
-  A real number is what `check_priority` takes: a Python or NumPy integer
-  or float (or a 0-d array of one), not a bool, string, bytes or complex
-  number. NaN and infinities are outside any finite range.
-
-  Args:
-    name: str, the argument's name, for the error message.
-    value: the argument.
-    minimum: float, the smallest value accepted.
-    maximum: float, the largest value accepted.
-
-  Returns:
-    float, the value.
+  A real number is what `check_priority` takes; NaN and infinities are
+  outside any finite range. `name` names the argument in the message.
 
   Raises:
     dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError)
@@ -166,11 +142,7 @@ def check_real(name: str, value: Any, minimum: float, maximum: float
 
 
 def check_rng(rng: Any) -> Optional[np.random.Generator]:
-  """Returns the generator a memory's `rng` argument gives, or None.
-
-  Args:
-    rng: None (NumPy's global generator), a seed, or a
-      ``numpy.random.Generator`` (returned as it is).
+  """The generator of `rng` (a seed or a Generator), or None for None.
 
   Raises:
     ValueError: If `rng` is a bool (or a seed `np.random.default_rng`
@@ -185,15 +157,7 @@ def check_rng(rng: Any) -> Optional[np.random.Generator]:
 
 
 def check_index(index: Any, capacity: int, name: str) -> int:
-  """Checks one leaf index; returns it as an int.
-
-  Args:
-    index: an integer (anything `operator.index` takes).
-    capacity: int, the index must lie in [0, capacity).
-    name: str, the argument's name, for the error message.
-
-  Returns:
-    int, the index.
+  """Returns `index` as an int if it is an integer in [0, capacity).
 
   Raises:
     errors.InvalidIndexTypeError: If the index is not an integer.
@@ -211,15 +175,7 @@ def check_index(index: Any, capacity: int, name: str) -> int:
 
 
 def check_indices(indices: Any, capacity: int, name: str) -> np.ndarray:
-  """Checks an array-like of leaf indices; returns it as an integer array.
-
-  Args:
-    indices: array-like of integers (any integer dtype).
-    capacity: int, indices must lie in [0, capacity).
-    name: str, the argument's name, for the error message.
-
-  Returns:
-    np.ndarray of the input's integer dtype (int64 if it is empty).
+  """Returns integer `indices` in [0, capacity) as an array (int64 if empty).
 
   Raises:
     errors.InvalidIndexTypeError: If the indices are not integers.
@@ -349,16 +305,9 @@ def check_priority(value: Any, name: str = 'value',
 
   A priority is a real number (a Python or NumPy integer or float, or a 0-d
   array of one; not a string, bytes, complex number or bool) that is 0 or
-  lies between the `priority_bounds` of `dtype`, inclusive: it then reads
-  back in `dtype` as itself, rounded, never as 0 or inf.
-
-  Args:
-    value: a real number (Python or NumPy scalar, or 0-d array).
-    name: str, the argument's name, for the error message.
-    dtype: float16, float32 or float64, the dtype the priority must fit.
-
-  Returns:
-    float, the value.
+  lies between the `priority_bounds` of `dtype` (float16, 32 or 64),
+  inclusive: it then reads back in `dtype` as itself, never as 0 or inf.
+  `name` names the argument in the message.
 
   Raises:
     ValueError: If the value is not a real number, or is negative, NaN,
@@ -393,19 +342,10 @@ def _real_array(values: Any, name: str, dtype: Any) -> np.ndarray:
 def check_priorities(values: Any, shape: Tuple[int, ...],
                         name: str = 'value', dtype: Any = np.float64
                        ) -> np.ndarray:
-  """Checks a batch of priorities and broadcasts it to `shape`.
-
-  Each priority must pass `check_priority`.
-
-  Args:
-    values: a real number or an array-like of them, broadcastable to
-      `shape`.
-    shape: tuple of ints, the shape of the matching indices.
-    name: str, the argument's name, for the error message.
-    dtype: float16, float32 or float64, the dtype the priorities must fit.
+  """Checks priorities (each as `check_priority`), broadcast to `shape`.
 
   Returns:
-    np.ndarray of float64 with shape `shape` (possibly a broadcast view).
+    float64 array of shape `shape` (possibly a broadcast view).
 
   Raises:
     ValueError: If a value is not a real number, is negative, NaN, infinite
@@ -438,10 +378,11 @@ def check_sum_tree_state(state: Any, capacity: int, priority_dtype: Any
 
   Args:
     state: what `SumTree.get_state` returns, or a Dopamine tree's state.
-    capacity: int, the tree's capacity.
-    priority_dtype: np.dtype, the tree's priority dtype.
+    capacity: the tree's capacity.
+    priority_dtype: the tree's priority dtype.
 
   Returns:
+
     (float64 leaves, max_recorded_priority).
 
   Raises:

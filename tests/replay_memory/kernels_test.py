@@ -48,29 +48,21 @@ class ChooseTest(absltest.TestCase):
     self.assertEqual((native.name, native.compiled), ('native', True))
     self.assertIs(choice.choose(native), native)
 
-  def _without_a_compiler(self, script):
-    """Runs `script` with a fresh native cache and no compiler.
-
-    Returns:
-      (the lines it printed, its stderr), after checking that it built
-      nothing.
-    """
-    cache = fixtures.temp_dir(self)
+  def _run(self, script, cache, **env):
+    """Runs `script` (argument: `cache`); returns its lines and stderr."""
     result = subprocess.run(
-        [sys.executable, '-c', script, cache],
-        cwd=fixtures.REPO_ROOT,
-        env=fixtures.subprocess_env(CXX='no-such-compiler',
-                                    DOPAMINE_PER_NATIVE_CACHE=cache),
+        [sys.executable, '-c', script, cache], cwd=fixtures.REPO_ROOT,
+        env=fixtures.subprocess_env(DOPAMINE_PER_NATIVE_CACHE=cache, **env),
         capture_output=True, text=True, timeout=300, check=False)
     self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertEqual(os.listdir(cache), [])
     return result.stdout.splitlines(), result.stderr
 
   def test_native_without_a_compiler(self):
     # A fresh cache and no compiler: importing `choice` builds nothing (nor
     # imports TensorFlow); asking for 'native' says why it cannot be built,
     # and 'auto' runs NumPy's with one warning saying so.
-    lines, stderr = self._without_a_compiler(
+    cache = fixtures.temp_dir(self)
+    lines, stderr = self._run(
         'import os, sys\n'
         'from dopamine_per.replay_memory.kernels import choice\n'
         'assert not os.listdir(sys.argv[1]), os.listdir(sys.argv[1])\n'
@@ -82,7 +74,8 @@ class ChooseTest(absltest.TestCase):
         '  except ValueError as e:\n'
         '    print(e)\n'
         'for _ in range(3):\n'
-        '  print(choice.choose("auto").name)\n')
+        '  print(choice.choose("auto").name)\n', cache, CXX='no-such-compiler')
+    self.assertEqual(os.listdir(cache), [])  # Nothing was built.
     reason = ("no C++ compiler: 'no-such-compiler' is not on PATH (install "
               "g++, e.g. `apt-get install g++`, or set $CXX)")
     self.assertEqual(lines, [
@@ -99,22 +92,17 @@ class ChooseTest(absltest.TestCase):
     blocker = os.path.join(fixtures.temp_dir(self), 'a_file')
     with open(blocker, 'w') as f:
       f.write('not a directory')
-    result = subprocess.run(
-        [sys.executable, '-c',
-         'from dopamine_per.replay_memory.kernels import choice\n'
-         'print(choice.choose("auto").name)\n'],
-        cwd=fixtures.REPO_ROOT,
-        env=fixtures.subprocess_env(
-            DOPAMINE_PER_NATIVE_CACHE=os.path.join(blocker, 'cache')),
-        capture_output=True, text=True, timeout=300, check=False)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertEqual(result.stdout.split(), ['numpy'])
+    lines, stderr = self._run(
+        'from dopamine_per.replay_memory.kernels import choice\n'
+        'print(choice.choose("auto").name)\n',
+        os.path.join(blocker, 'cache'))
+    self.assertEqual(lines, ['numpy'])
     self.assertIn('the native kernels cannot be built here (cannot write the '
-                  'cache directory', result.stderr)
+                  'cache directory', stderr)
     # The remedy is the cache's, not a compiler (the probe found that).
     self.assertIn('set $DOPAMINE_PER_NATIVE_CACHE to a writable directory',
-                  result.stderr)
-    self.assertNotIn('install g++', result.stderr.lower())
+                  stderr)
+    self.assertNotIn('install g++', stderr.lower())
 
   def test_the_fallback_warning_names_no_other_kernels(self):
     # One %s, the reason; NumPy's loops are all that can stand in.
@@ -204,17 +192,11 @@ class EnvironmentDefaultTest(absltest.TestCase):
 class OneChoiceForEveryLoopTest(absltest.TestCase):
   """The tree's, the sampling checks' and the gathers' loops follow it."""
 
-  def test_the_tree(self):
-    for name, chosen in (('numpy', choice.NUMPY),
-                         ('native', choice.native())):
-      self.assertIs(sum_tree.SumTree(4, kernels=name)._kernels, chosen)
-      self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
-    with self.assertRaisesRegex(ValueError, "Unknown kernels 'fortran'"):
-      sum_tree.SumTree(4, kernels='fortran')
-
   def test_the_memories_and_their_trees(self):
     for name, chosen in (('numpy', choice.NUMPY),
                          ('native', choice.native())):
+      self.assertIs(sum_tree.SumTree(4, kernels=chosen)._kernels, chosen)
+
       plain = circular_replay_buffer.OutOfGraphReplayBuffer(
           (3, 3), 4, 20, 2, kernels=name)
       self.assertIs(plain._kernels, chosen)

@@ -54,6 +54,9 @@ class CircularStorageTest(absltest.TestCase):
     self.assertEqual(store.episode_end.tolist(), [False] * 5)
     self.assertEqual(store.episode_end_indices, set())
     self.assertTrue(store.episode_start)
+    self.assertEqual(store.nbytes, 5 * (6 + 4 + 4 + 1))
+    self.assertEqual(store.nbytes,
+                     sum(array.nbytes for array in store.arrays.values()))
 
   def test_duplicate_names_are_refused(self):
     with self.assertRaisesRegex(ValueError, r"names: \['reward'\]"):
@@ -102,12 +105,6 @@ class CircularStorageTest(absltest.TestCase):
     for t in range(100):
       _write(store, t, ends_episode=bool(rng.random() < 0.3))
       _assert_episode_ends_in_step(self, store)
-
-  def test_nbytes(self):
-    store = storage.CircularStorage(_elements((3, 5)), 7)
-    self.assertEqual(store.nbytes, 7 * (15 + 4 + 4 + 1))
-    self.assertEqual(store.nbytes,
-                     sum(array.nbytes for array in store.arrays.values()))
 
   def test_state(self):
     store = storage.CircularStorage(_elements(), 4)
@@ -250,14 +247,6 @@ class BufferPoolTest(absltest.TestCase):
     self.assertEqual(third.shape, (3, 5))
     self.assertEqual(third.dtype, np.float32)
     self.assertTrue(third.flags.c_contiguous)
-
-  def test_outputs_are_aligned(self):
-    pool = storage.BufferPool(size=8)
-    held = [pool.empty((n, 3), dtype)
-            for n in (1, 7, 33) for dtype in (np.uint8, np.float64, bool)]
-    for array in held:
-      self.assertEqual(array.ctypes.data % 64, 0)
-      self.assertTrue(array.flags.c_contiguous)
 
   def test_full_pool_still_gives_distinct_memory(self):
     pool = storage.BufferPool(size=1)

@@ -228,14 +228,12 @@ class BadInputTest(parameterized.TestCase):
     super().tearDown()
 
   @parameterized.parameters(-1.0, float('nan'), float('inf'), float('-inf'))
-  def test_bad_scalar_value(self, value):
+  def test_bad_value(self, value):
     with self.assertRaisesRegex(ValueError, 'nonnegative and finite'):
       self.tree.set(3, value)
-
-  @parameterized.parameters(-1.0, float('nan'), float('inf'))
-  def test_bad_value_in_batch(self, value):
     with self.assertRaisesRegex(ValueError, str(value)):
       self.tree.set([1, 2, 3], [5.0, value, 7.0])
+
 
   @parameterized.parameters(-1, 100, 10**12)
   def test_out_of_range_index(self, index):

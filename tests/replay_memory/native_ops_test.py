@@ -1,12 +1,8 @@
 """Tests for the native TensorFlow ops on a replay memory (native_ops).
 
-The ops give the NumPy memory's batches bit for bit, sample in proportion
-to the priorities and uniformly over valid slots (chi-square), share
-priorities with Python both ways, stay consistent under concurrent adds,
-samples and updates, survive save and load, fall back to
-`tf.numpy_function` with one warning, and refuse bad input with an error
-naming it that changes nothing. The registration: native_memory_test;
-under AddressSanitizer: native_sanitizer_test.
+The guarantees tested: docs/reliability.md's native ops sections. The
+registration: native_memory_test; under AddressSanitizer:
+native_sanitizer_test.
 """
 
 import gc
@@ -659,12 +655,6 @@ class BadInputTest(parameterized.TestCase):
       native_ops.transitions_at(native, self.elements, [9, 10])
     self.assertLen(native_ops.transitions_at(native, self.elements,
                                              [10, 3])[0], 2)
-
-  def test_batch_larger_than_the_capacity(self):
-    self.assert_refused(lambda: native_ops.sample(
-        self.native, self.memory.get_transition_elements(21)),
-                        "batch_size 21 exceeds the replay memory's capacity "
-                        '20')
 
   def test_priority_ops_on_a_uniform_memory(self):
     memory = make_memory(False)

@@ -1,14 +1,9 @@
 """Tests for the TensorFlow wrappers of the replay memories.
 
-Graph mode (tf.compat.v1 sessions, as Dopamine's TF agents run) for
-`WrappedReplayBuffer` and `WrappedPrioritizedReplayBuffer`: shapes, dtypes,
-fresh sampling per run, staging and its one-batch lag, the priority ops,
-concurrency, errors and gin. Eager mode for `as_dataset`.
-
-Each graph-mode test class runs on the native ops (the default) and, as its
-`...PyFuncTest` twin, on the `tf.numpy_function` ops (`use_native_ops=False`):
-both must behave alike. Where they differ (op names and types, error
-classes), the tests say which path expects what.
+Graph mode (tf.compat.v1 sessions, as Dopamine's TF agents run), and eager
+mode for `as_dataset`. Each graph-mode test class runs on the native ops
+and, as its `...PyFuncTest` twin, on the `tf.numpy_function` ops: both must
+behave alike, but for op names and types and error classes.
 """
 
 import gc
@@ -56,12 +51,9 @@ def _assert_is_memorys_batch(memory, batch):
 
 
 class GraphTestCase(graph_util.GraphTestCase):
-  """A graph and session per test, and a wrapper factory.
+  """A graph and session per test, and a wrapper factory (sampling through
+  the native ops, or the `tf.numpy_function` ops if not use_native_ops)."""
 
-  Attributes:
-    use_native_ops: bool, what the factory's wrappers sample through (the
-      native ops, the default, or the `tf.numpy_function` ops).
-  """
 
   use_native_ops = True
 

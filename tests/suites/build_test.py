@@ -2,25 +2,11 @@
 
 `bazel test //...` only runs what the BUILD files list, and the venv's
 editable install can hide a missing dependency; these checks catch both
-under plain pytest:
-
-- every Python package has a BUILD file, whose sources filegroup the
-  root's `all_sources` lists (the suites that read the sources get them
-  through it);
-- every .py file of the package, the benchmarks and the tests belongs to
-  exactly one target, in its own package's BUILD file, named after it,
-  and every listed source exists;
-- every tests/**/*_test.py file is the only source of a py_test of the
-  same name, with its size set, and ends in `absltest.main()` under a
-  `__main__` guard (Bazel runs the file as a program);
-- the tests mirror the package: a test file lies in tests/, in a folder
-  named after a subpackage of dopamine_per, or in tests/suites/ (the
-  cross-cutting suites); tests/support/ holds helpers only;
-- every first-party module a file imports is provided by its own target or
-  one of that target's direct dependencies (strict dependencies), and the
-  `__init__.py` of every package above a target's sources is in its
-  transitive dependencies (Bazel runs with explicit `__init__.py` files);
-- every dependency label names a target of the BUILD files.
+under plain pytest: one target per .py file, named after it; each test file
+a sized py_test that Bazel can run as a program; test folders mirroring the
+package; strict dependencies (every first-party import provided by the
+target or a direct dependency, every package's `__init__.py` a transitive
+one).
 """
 
 import ast

@@ -1,12 +1,9 @@
 """Issue 12: damaged or hostile checkpoint files of a replay memory.
 
 One reproduction per way a checkpoint file broke `load` before: each test
-crafts the file (gzip, raw pickle opcodes, hand-written .npy headers) the way
-an adversary or an accident would, re-recording its size and checksum in the
-dopamine_per state file where that matters (so that only the new checks can
-catch it), and requires an `atomic_files.CheckpointError` naming the file,
-with the memory unchanged. Memory is measured in a subprocess
-(`resource.getrusage`), hangs are guarded by a subprocess timeout.
+crafts the file, re-recording its digest in the state file (so that only
+the checks of what it holds can catch it), and requires a CheckpointError
+naming the file, with the memory unchanged.
 """
 
 import gzip
@@ -69,11 +66,7 @@ def write_state(directory, state):
 
 
 def craft(directory, name, data):
-  """Writes file `name` and records its digest in the state file.
-
-  As an adversary who knows the format would: only the checks of what the
-  file holds can refuse it.
-  """
+  """Writes file `name` and records its digest in the state file."""
   path = path_of(directory, name)
   if os.path.isdir(path):
     os.rmdir(path)
@@ -373,19 +366,26 @@ class LeftoverTemporariesTest(HardeningTestCase):
     return sorted(name for name in os.listdir(self.directory)
                   if name.endswith('.tmp') and name not in self._USERS)
 
-  def test_save_removes_its_own_temporaries_only(self):
-    ours = ['.$store$_observation_ckpt.3.gz.k3j_9zqa.tmp',
-            '.sum_tree_ckpt.1.gz.abcdefgh.tmp',
-            '.dopamine_per_state_ckpt.12.gz.a1b2c3d4.tmp']
-    for name in ours + self._USERS:
+  def _plant(self, names):
+    for name in names:
       with open(os.path.join(self.directory, name), 'wb') as f:
         f.write(b'partial')
-    self.assertEqual(self._temporaries(), sorted(ours))
-    make().save(self.directory, 4)
+
+  def _assert_save_removes_ours_only(self, number):
+    self._plant(self._USERS)
+    make().save(self.directory, number)
     self.assertEqual(self._temporaries(), [])
     for name in self._USERS:
       self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
                       name)
+
+  def test_save_removes_its_own_temporaries_only(self):
+    ours = ['.$store$_observation_ckpt.3.gz.k3j_9zqa.tmp',
+            '.sum_tree_ckpt.1.gz.abcdefgh.tmp',
+            '.dopamine_per_state_ckpt.12.gz.a1b2c3d4.tmp']
+    self._plant(ours)
+    self.assertEqual(self._temporaries(), sorted(ours))
+    self._assert_save_removes_ours_only(4)
 
   def test_temporaries_of_a_sigkilled_save(self):
     # A real SIGKILL during save, until one leaves a temporary file.
@@ -420,17 +420,7 @@ class LeftoverTemporariesTest(HardeningTestCase):
       if leftovers:
         break
     self.assertNotEqual(leftovers, [], 'no kill left a temporary file')
-    for name in self._USERS:
-      with open(os.path.join(self.directory, name), 'wb') as f:
-        f.write(b'a user file')
-    memory = prb.OutOfGraphPrioritizedReplayBuffer(
-        observation_shape=(84, 84), stack_size=4, replay_capacity=1000,
-        batch_size=32)
-    memory.save(self.directory, 0)
-    self.assertEqual(self._temporaries(), [])
-    for name in self._USERS:
-      self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
-                      name)
+    self._assert_save_removes_ours_only(0)  # make(): the same files.
 
 
 if __name__ == '__main__':

@@ -55,16 +55,10 @@ BLANK_LINES: List[bytes] = [b'', b'   \t']
 
 
 def append_odd_lines(path: str) -> int:
-  """Appends every odd and blank line to a statistics file.
+  """Appends every odd and blank line to the statistics file at `path`.
 
-  The odd lines are interleaved with the blank ones, and the last is left
-  without a newline.
-
-  Args:
-    path: str, the file.
-
-  Returns:
-    int, the number of odd lines appended (what a reader should skip).
+  The odd lines are interleaved with the blank ones, the last without a
+  newline. Returns the number of odd lines (what a reader should skip).
   """
   lines = []
   for number, (_, line) in enumerate(ODD_LINES):

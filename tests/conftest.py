@@ -18,14 +18,7 @@ SLOW = 'slow'
 
 
 def slow_test_files(root: str = fixtures.REPO_ROOT) -> FrozenSet[str]:
-  """The sources of the py_test targets tagged slow in the BUILD files.
-
-  Args:
-    root: the repository's root directory.
-
-  Returns:
-    Repository-relative paths, e.g. 'tests/agents/learning_test.py'.
-  """
+  """Root-relative sources of the py_test targets tagged slow in BUILD files."""
   slow = set()
   for path in build_files.build_files(root):
     for target in build_files.parse(root, path).values():

@@ -35,15 +35,7 @@ def parse_builds():
 
 def python_files():
   """Returns the repository-relative paths of the first-party .py files."""
-  found = []
-  for top in FIRST_PARTY:
-    for directory, subdirectories, files in os.walk(fixtures.repo_path(top)):
-      subdirectories[:] = sorted(d for d in subdirectories
-                                 if not d.startswith(('.', '__pycache__')))
-      found += [os.path.relpath(os.path.join(directory, name),
-                                fixtures.REPO_ROOT)
-                for name in sorted(files) if name.endswith('.py')]
-  return found
+  return build_files.first_party_files(fixtures.REPO_ROOT, '.py')
 
 
 def _module_file(module):

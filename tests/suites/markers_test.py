@@ -39,20 +39,15 @@ class _Item:
 
 class MarkersTest(absltest.TestCase):
 
-  def test_build_tags_existing_test_files_slow(self):
-    slow = conftest.slow_test_files()
-    self.assertNotEmpty(slow)
-    for path in slow:
-      self.assertRegex(path, r'^tests/(\w+/)?\w+_test\.py$')
-      self.assertTrue(os.path.isfile(fixtures.repo_path(path)), path)
-
   def test_hook_marks_exactly_the_tests_of_builds_slow_files(self):
+    # Of every existing test file: so BUILD tags none that is missing.
     items = [_Item(path) for path in sorted(glob.glob(
         fixtures.repo_path('tests', '**', '*_test.py'), recursive=True))]
     self.assertGreater(len(items), 40)
     conftest.pytest_collection_modifyitems(None, items)
     marked = {os.path.relpath(item.path, fixtures.REPO_ROOT)
               for item in items if item.markers}
+    self.assertNotEmpty(marked)
     self.assertEqual(marked, conftest.slow_test_files())
     self.assertTrue(all(item.markers in ([], [conftest.SLOW])
                         for item in items))

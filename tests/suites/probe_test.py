@@ -37,14 +37,17 @@ def _wrapped(cls=prb.WrappedPrioritizedReplayBuffer, **kwargs):
   return cls(**config)
 
 
-def _prioritized(**kwargs):
-  return _wrapped(prb.OutOfGraphPrioritizedReplayBuffer, **kwargs)
-
-
 def _fill(memory, count=10):
   for step in range(count):
     memory.add(np.full((2,), step, np.float32), step % 3, float(step),
                False, *([1.0 + step] if hasattr(memory, 'sum_tree') else []))
+
+
+def _prioritized(count=10, **kwargs):
+  """A prioritized memory, `count` adds in (priorities 1.0, 2.0, ...)."""
+  memory = _wrapped(prb.OutOfGraphPrioritizedReplayBuffer, **kwargs)
+  _fill(memory, count)
+  return memory
 
 
 class MaxRecordedPriorityTest(parameterized.TestCase):
@@ -56,7 +59,6 @@ class MaxRecordedPriorityTest(parameterized.TestCase):
                             0.5, 9.5)
   def test_a_value_that_would_break_a_checkpoint_is_refused(self, value):
     memory = _prioritized()
-    _fill(memory)  # Priorities 1.0 .. 10.0.
     before = memory.sum_tree.max_recorded_priority
     with self.assertRaisesRegex(ValueError, 'max_recorded_priority'):
       memory.sum_tree.max_recorded_priority = value
@@ -65,7 +67,6 @@ class MaxRecordedPriorityTest(parameterized.TestCase):
   def test_an_assigned_priority_is_what_new_transitions_get_and_save_keeps(
       self):
     memory = _prioritized()
-    _fill(memory)
     memory.sum_tree.max_recorded_priority = 12.5
     memory.add(np.zeros(2, np.float32), 0, 0.0, False, None)
     self.assertEqual(memory.get_priority(np.array([10]))[0], 12.5)
@@ -516,7 +517,6 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
       (np.float32, np.float32('nan')))
   def test_the_native_op_raises_the_memorys_message(self, dtype, value):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory)
     priorities = np.array([5.0, value, 1.0], dtype)
     text = _python_error(memory, priorities)
@@ -533,7 +533,6 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
   @parameterized.parameters(-1.0, float('nan'), 1e39)
   def test_the_py_func_op_raises_it_too(self, value):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory, use_native_ops=False)
     priorities = np.array([5.0, value, 1.0])
     text = _python_error(memory, priorities)
@@ -553,7 +552,6 @@ class LargestPriorityTest(graph_util.GraphTestCase):
                          kind=[float, np.float64, np.float32])
   def test_set_priority_and_add_take_it(self, kernels, kind):
     memory = _prioritized(kernels=kernels)
-    _fill(memory)
     value = kind(_LARGEST)
     memory.set_priority(np.array([1, 2]), value)
     memory.set_priority(np.array([3]), np.array([value]))
@@ -566,7 +564,6 @@ class LargestPriorityTest(graph_util.GraphTestCase):
   @parameterized.parameters(tf.float32, tf.float64)
   def test_the_native_op_takes_it(self, dtype):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory)
     slots = tf.constant([1, 2])
     self.session.run(replay.tf_set_priority(
@@ -577,7 +574,6 @@ class LargestPriorityTest(graph_util.GraphTestCase):
 
   def test_the_next_float64_is_refused_on_every_path(self):
     memory = _prioritized()
-    _fill(memory)
     too_large = np.nextafter(_LARGEST, np.inf)
     text = _python_error(memory, too_large)
     self.assertIn('3.4028235e+38] (the positive range of float32). Got '
@@ -589,8 +585,7 @@ class LargestPriorityTest(graph_util.GraphTestCase):
   def test_a_tree_of_them_sums_and_samples(self):
     # The float64 total of 16 such leaves, about 5.4e39, is far from
     # overflowing: the overflow check (for float64 trees) never fires here.
-    memory = _prioritized()
-    _fill(memory, 20)
+    memory = _prioritized(20)
     replay = _wrapping(memory)
     self.session.run(replay.tf_set_priority(
         tf.range(16), tf.fill([16], tf.constant(_LARGEST, tf.float64))))
@@ -614,7 +609,6 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
   @parameterized.parameters(tf.float32, tf.float64)
   def test_the_native_ops_keep_them(self, dtype):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory)
     slots = np.array([1, 2, 3])
     memory.set_priority(np.arange(16), 0.0)  # Only these can be sampled.
@@ -633,7 +627,6 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
     # As docs/compat.md says: its NumPy code runs on TensorFlow's threads,
     # with subnormals flushed.
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory, use_native_ops=False)
     self.session.run(replay.tf_set_priority(tf.constant([1]),
                                             tf.constant(self._TINY[:1])))

@@ -7,13 +7,13 @@ filled and sampled; `dopamine_per.distributed.replay` fails with the
 ImportError that names Ray.
 """
 
-import os
 import subprocess
 import sys
 import textwrap
 
 from absl.testing import absltest
 
+from tests.support import build_files
 from tests.support import fixtures
 
 # Makes `import ray` (and its submodules) fail as if Ray were not installed.
@@ -26,17 +26,12 @@ sys.modules['ray'] = None
 def _single_machine_modules():
   """Dotted names of the package's modules outside `distributed`."""
   names = []
-  package_root = fixtures.repo_path('dopamine_per')
-  for directory, subdirectories, files in os.walk(package_root):
-    subdirectories[:] = sorted(name for name in subdirectories
-                               if name not in ('distributed', '__pycache__'))
-    for filename in sorted(files):
-      if filename.endswith('.py'):
-        path = os.path.relpath(os.path.join(directory, filename),
-                               fixtures.REPO_ROOT)
-        module = path[:-len('.py')].replace(os.sep, '.')
-        names.append(module[:-len('.__init__')]
-                     if module.endswith('.__init__') else module)
+  for path in build_files.first_party_files(fixtures.REPO_ROOT, '.py'):
+    if (path.startswith('dopamine_per/') and
+        not path.startswith('dopamine_per/distributed/')):
+      module = path[:-len('.py')].replace('/', '.')
+      names.append(module[:-len('.__init__')]
+                   if module.endswith('.__init__') else module)
   return names
 
 

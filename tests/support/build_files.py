@@ -11,7 +11,8 @@ import glob
 import os
 from typing import Any, Dict, List
 
-__all__ = ['FIRST_PARTY', 'build_files', 'label', 'parse']
+__all__ = ['FIRST_PARTY', 'build_files', 'first_party_files', 'label',
+           'parse']
 
 # The top-level folders whose packages hold BUILD files.
 FIRST_PARTY = ('dopamine_per', 'benchmarks', 'tests')
@@ -23,16 +24,23 @@ _FILE_ATTRIBUTES = ('srcs', 'hdrs', 'data')
 _NOT_TARGETS = ('load', 'package', 'exports_files')
 
 
-def build_files(root: str) -> List[str]:
-  """Paths of the BUILD files below `root`: 'BUILD', then the rest sorted."""
-  found = ['BUILD'] if os.path.isfile(os.path.join(root, 'BUILD')) else []
+def first_party_files(root: str, suffix: str) -> List[str]:
+  """Root-relative paths of the files of FIRST_PARTY ending in `suffix`."""
+  found = []
   for top in FIRST_PARTY:
     for directory, subdirectories, files in os.walk(os.path.join(root, top)):
       subdirectories[:] = sorted(d for d in subdirectories
                                  if not d.startswith(('.', '__pycache__')))
-      if 'BUILD' in files:
-        found.append(os.path.relpath(os.path.join(directory, 'BUILD'), root))
+      found += [os.path.relpath(os.path.join(directory, name), root)
+                for name in sorted(files) if name.endswith(suffix)]
   return found
+
+
+def build_files(root: str) -> List[str]:
+  """Paths of the BUILD files below `root`: 'BUILD', then the rest sorted."""
+  found = ['BUILD'] if os.path.isfile(os.path.join(root, 'BUILD')) else []
+  return found + [path for path in first_party_files(root, 'BUILD')
+                  if os.path.basename(path) == 'BUILD']
 
 
 def label(package: str, text: str) -> str:

@@ -176,10 +176,8 @@ class BuildTest(absltest.TestCase):
         self.assertIn(dep, self.targets, f'{name} -> {dep}')
 
   def test_test_files_are_py_tests(self):
-    for path in python_files():
+    for path in python_files():  # Others: test_libraries_are_py_libraries.
       if not (path.startswith('tests/') and path.endswith('_test.py')):
-        self.assertNotEqual(self.targets[self.owner[path]]['rule'], 'py_test',
-                            path)
         continue
       with self.subTest(path=path):
         name = _module_target(path)

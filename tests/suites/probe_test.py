@@ -506,41 +506,29 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
   # float64 subnormal, for 0 and wrote it: TensorFlow runs kernels with
   # subnormals flushed. The negative values try each form of Python's repr.
   @parameterized.parameters(
-      (np.float64, float('nan')), (np.float64, float('inf')),
-      (np.float64, -float('inf')), (np.float64, 1e39), (np.float64, 1e-300),
-      (np.float64, 1e-310), (np.float64, 5e-324), (np.float64, 1e-46),
-      (np.float64, np.nextafter(_LARGEST, np.inf)), (np.float64, -1.0),
-      (np.float64, -0.1), (np.float64, -1 / 3), (np.float64, -1234.5678),
-      (np.float64, -0.0001), (np.float64, -1e-05), (np.float64, -1e15),
-      (np.float64, -1e16), (np.float64, -2.5e-200),
-      (np.float32, np.float32(-0.5)), (np.float32, np.float32('inf')),
-      (np.float32, np.float32('nan')))
-  def test_the_native_op_raises_the_memorys_message(self, dtype, value):
+      *[(True, np.float64, value) for value in (
+          float('nan'), float('inf'), -float('inf'), 1e39, 1e-300, 1e-310,
+          5e-324, 1e-46, np.nextafter(_LARGEST, np.inf), -1.0, -0.1, -1 / 3,
+          -1234.5678, -0.0001, -1e-05, -1e15, -1e16, -2.5e-200)],
+      *[(True, np.float32, value) for value in np.float32([-0.5, 'inf',
+                                                           'nan'])],
+      *[(False, np.float64, value) for value in (-1.0, float('nan'), 1e39)])
+  def test_each_op_raises_the_memorys_message(self, native, dtype, value):
     memory = _prioritized()
-    replay = _wrapping(memory)
+    replay = _wrapping(memory, use_native_ops=native)
     priorities = np.array([5.0, value, 1.0], dtype)
     text = _python_error(memory, priorities)
     update = replay.tf_set_priority(tf.constant([1, 2, 3]),
                                     tf.constant(priorities))
-    self.assertEqual(update.type, 'DopaminePerSetPriority')
+    self.assertEqual(update.type == 'DopaminePerSetPriority', native)
     before = memory.get_priority(np.arange(16))
     with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
       self.session.run(update)
-    # The op's message is a line of TensorFlow's, as the memory wrote it.
-    self.assertIn(text, raised.exception.message.split('\n'))
-    np.testing.assert_array_equal(memory.get_priority(np.arange(16)), before)
-
-  @parameterized.parameters(-1.0, float('nan'), 1e39)
-  def test_the_py_func_op_raises_it_too(self, value):
-    memory = _prioritized()
-    replay = _wrapping(memory, use_native_ops=False)
-    priorities = np.array([5.0, value, 1.0])
-    text = _python_error(memory, priorities)
-    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
-      self.session.run(replay.tf_set_priority(tf.constant([1, 2, 3]),
-                                              tf.constant(priorities)))
-    self.assertIn('ValueError: ' + text,
+    # A line of TensorFlow's message is the memory's (tf.numpy_function's
+    # after the exception's type).
+    self.assertIn(text if native else 'ValueError: ' + text,
                   raised.exception.message.split('\n'))
+    np.testing.assert_array_equal(memory.get_priority(np.arange(16)), before)
 
 
 class LargestPriorityTest(graph_util.GraphTestCase):

@@ -402,24 +402,19 @@ class DiskFullResaveTest(absltest.TestCase):
     self.assertEqual(child.stdout.strip(), str(errno.EFBIG), child.stderr)
     return directory
 
-  def _check_old_checkpoint_loads(self, directory: str):
-    # Nothing staged is left, checkpoint 5 is the first save's, and saving
-    # works again.
-    self.assertEqual([name for name in os.listdir(directory)
-                      if is_temporary(name) or name.startswith(_JOURNAL)],
-                     [])
-    assert_resumes(self, directory, 5, [0], 5)
-
-  def test_full_at_each_file_of_the_resave(self):
-    # Every checkpoint file, the state file, then the journal.
+  def test_full_at_each_file_of_the_resave_or_from_its_start(self):
+    # At every checkpoint file, the state file, then the journal; then at
+    # 4 KB from the start (the observations' file, 24 KB gzip'd, passes it).
     files = len(memory_checkpoint.checkpoint_files(make())) + 1
-    for fail_at in range(1, files + 2):
-      with self.subTest(fail_at=fail_at):
-        self._check_old_checkpoint_loads(self._resave(fail_at, 0))
-
-  def test_limit_from_the_start(self):
-    # 4 KB: the observations' file (24 KB gzip'd) is the first over it.
-    self._check_old_checkpoint_loads(self._resave(0, 4096))
+    for fail_at, limit in [(n, 0) for n in range(1, files + 2)] + [(0, 4096)]:
+      with self.subTest(fail_at=fail_at, limit=limit):
+        directory = self._resave(fail_at, limit)
+        # Nothing staged is left, checkpoint 5 is the first save's, and
+        # saving works again.
+        self.assertEqual([name for name in os.listdir(directory)
+                          if is_temporary(name) or name.startswith(_JOURNAL)],
+                         [])
+        assert_resumes(self, directory, 5, [0], 5)
 
 
 if __name__ == '__main__':

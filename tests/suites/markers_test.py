@@ -1,9 +1,7 @@
 """Checks that pytest's `slow` marker selects exactly what BUILD tags slow.
 
-tests/conftest.py marks the tests of the BUILD files' slow-tagged py_test
-targets; `bash scripts/test.sh -m "not slow"` relies on it to skip them.
-These checks import no test module, so one that fails to import fails only
-itself.
+`bash scripts/test.sh -m "not slow"` relies on it. These checks import no
+test module, so one that fails to import fails only itself.
 """
 
 import glob

@@ -1,10 +1,8 @@
 """Tests for the packaging: what the wheel and sdist carry, and what they run.
 
-The wheel is built as the release is (`python -m build`: the sdist, then
-the wheel from it) from a copy of the sources, without network access, and
-installed with pip into a temporary directory. Commands run from another
-directory with it first on PYTHONPATH, so that they import the installed
-copy (each test checks that they do).
+The wheel is built as the release is (`python -m build`, no network) from a
+copy of the sources and installed into a temporary directory, which
+commands run elsewhere import first (each test checks that they do).
 """
 
 import email.parser

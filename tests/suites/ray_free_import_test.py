@@ -1,10 +1,8 @@
-"""The single-machine package works where Ray is not installed.
+"""The single-machine package works without Ray (the `distributed` extra).
 
-Ray is the `distributed` extra: only `dopamine_per.distributed` may need it.
-In a fresh interpreter where importing `ray` fails (as it does without the
-extra), every other module of the package imports and a memory is built,
-filled and sampled; `dopamine_per.distributed.replay` fails with the
-ImportError that names Ray.
+In a fresh interpreter where `import ray` fails, every module outside
+`dopamine_per.distributed` imports and a memory runs; that package's
+`replay` fails with an ImportError naming Ray.
 """
 
 import subprocess

@@ -1,9 +1,8 @@
 """The NumPy side of the replay memories runs without TensorFlow.
 
-`sum_tree`, `circular_replay_buffer` and `prioritized_replay_buffer` (and
-so `file_io`) import, build, fill and sample their out-of-graph memories,
-and gin parses bindings of the `Wrapped*` classes, with `tensorflow` never
-in `sys.modules`. Each check runs in a fresh interpreter.
+The out-of-graph memories (and so `file_io`) import, fill and sample, and
+gin binds the `Wrapped*` classes, with `tensorflow` never in `sys.modules`,
+each in a fresh interpreter.
 """
 
 import subprocess

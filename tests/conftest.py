@@ -1,9 +1,7 @@
 """pytest configuration: the `slow` marker, taken from the BUILD files' tags.
 
-The BUILD files are the one place that says which test files are slow: a
-py_test tagged `tags = ["slow"]`. Under pytest every test of such a file
-carries the `slow` marker, so `bash scripts/test.sh -m "not slow"` runs the
-fast subset (tests/suites/markers_test.py checks it).
+Every test of a py_test tagged `tags = ["slow"]` carries it, so that
+`bash scripts/test.sh -m "not slow"` runs the fast subset.
 """
 
 import os

@@ -17,7 +17,6 @@ from absl.testing import absltest
 from tests.support import build_files
 from tests.support import fixtures
 
-# Top-level packages whose modules must have targets.
 FIRST_PARTY = build_files.FIRST_PARTY
 SIZES = ('small', 'medium', 'large', 'enormous')
 # The rules whose sources are Python modules.
@@ -110,10 +109,6 @@ def _module_target(path):
 # The longest a module of the package may be, in lines.
 _MAX_MODULE_LINES = 800
 
-# The folder of tests/ for the cross-cutting suites, and the one for helpers.
-_SUITES = 'suites'
-_SUPPORT = 'support'
-
 
 class BuildTest(absltest.TestCase):
 
@@ -199,11 +194,11 @@ class BuildTest(absltest.TestCase):
         continue
       with self.subTest(path=path):
         self.assertLen(parts, 3, 'tests/ folders are one level deep')
-        if parts[1] == _SUPPORT:
+        if parts[1] == 'support':
           self.assertFalse(path.endswith('_test.py'),
                            'tests/support/ holds helpers, not tests')
         else:
-          self.assertIn(parts[1], subpackages | {_SUITES})
+          self.assertIn(parts[1], subpackages | {'suites'})
 
   def test_test_files_call_absltest_main(self):
     lacking = [path for path in python_files()

@@ -115,11 +115,8 @@ def deeply_nested_list(depth):
 
 
 def gzip_bomb(prefix, inflated_bytes):
-  """Gzip of `prefix`, then `inflated_bytes` zeros: about 1 KB per MB.
-
-  One 64 MiB member of zeros, repeated (gzip readers read concatenated
-  members as one stream).
-  """
+  """Gzip of `prefix`, then `inflated_bytes` zeros in repeated 64 MiB members
+  (read as one stream): about 1 KB per MB."""
   chunk = 1 << 26
   member = gzip.compress(b'\0' * chunk, compresslevel=9, mtime=0)
   return gzip.compress(prefix, mtime=0) + member * (inflated_bytes // chunk)
@@ -273,9 +270,8 @@ class BrokenStateTest(HardeningTestCase):
 
 
 # Loads each crafted checkpoint directory in a fresh process, under an
-# address-space limit 4 GiB above what it uses (a regression then fails with
-# MemoryError instead of exhausting the machine), and reports, per
-# directory, the outcome and how much the peak resident memory grew.
+# address-space limit 4 GiB above what it uses (not to exhaust the machine),
+# and reports the outcome and the growth of the peak resident memory.
 _MEASURE = textwrap.dedent('''
     import json, resource, sys
     from dopamine_per.file_io import atomic_files

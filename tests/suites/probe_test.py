@@ -316,8 +316,7 @@ class ResumedSamplerTest(graph_util.GraphTestCase):
     self.assertEqual([self.session.run(resumed.indices).tolist()
                       for _ in range(4)], uninterrupted)
     # Bound only after the load (its ops built later): the same.
-    memory = prb.OutOfGraphPrioritizedReplayBuffer(
-        (2,), 1, 64, 8, observation_dtype=np.float32, rng=rng())
+    memory = _prioritized(0, replay_capacity=64, batch_size=8, rng=rng())
     memory.load(directory, 0)
     later = prb.WrappedPrioritizedReplayBuffer(
         observation_shape=(2,), stack_size=1, wrapped_memory=memory,

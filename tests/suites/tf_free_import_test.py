@@ -122,11 +122,10 @@ class TensorFlowFreeImportTest(absltest.TestCase):
         """)
 
   def test_tensorflow_is_reached_through_one_loader(self):
-    # Issue 23: every TensorFlow body of the wrappers and `as_dataset` is
-    # reached through `wrapped_replay_buffer.tensorflow_side`. With it
-    # handing out a stand-in, each goes to the stand-in, and any other way
-    # to TensorFlow would show up in sys.modules. The wrappers ask it for
-    # the memory's native binding (issue 24) and hand that to every op.
+    # Issue 23: with `wrapped_replay_buffer.tensorflow_side` handing out a
+    # stand-in, every TensorFlow body of the wrappers and `as_dataset` goes
+    # to it (any other way would show up in sys.modules), each op with the
+    # native binding the wrapper asked it for (issue 24).
     _run("""
         from dopamine_per.replay_memory.graph import wrapped_replay_buffer
         calls = []

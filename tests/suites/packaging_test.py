@@ -155,8 +155,9 @@ class WheelTest(absltest.TestCase):
     self.assertEqual(result.returncode, 0, result.stderr)
 
   def test_help_lists_the_flags(self):
-    trainer = ['--base_dir', '--gin_files', '--gin_bindings', '--list_configs',
-               '--restart_from_scratch']
+    # absl lists a boolean flag as --[no]NAME.
+    trainer = ['--base_dir', '--gin_files', '--gin_bindings',
+               '--[no]list_configs', '--[no]restart_from_scratch']
     expected = {
         'dopamine-per-train': trainer,
         'dopamine-per-train-distributed': trainer + ['--ray_address'],

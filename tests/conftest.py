@@ -1,9 +1,7 @@
 """pytest configuration: the `slow` marker, taken from the BUILD files' tags.
 
-The BUILD files are the one place that says which test files are slow: a
-py_test tagged `tags = ["slow"]`. Under pytest every test of such a file
-carries the `slow` marker, so `bash scripts/test.sh -m "not slow"` runs the
-fast subset (tests/suites/markers_test.py checks it).
+Every test of a py_test tagged `tags = ["slow"]` carries it, so that
+`bash scripts/test.sh -m "not slow"` runs the fast subset.
 """
 
 import os
@@ -18,14 +16,7 @@ SLOW = 'slow'
 
 
 def slow_test_files(root: str = fixtures.REPO_ROOT) -> FrozenSet[str]:
-  """The sources of the py_test targets tagged slow in the BUILD files.
-
-  Args:
-    root: the repository's root directory.
-
-  Returns:
-    Repository-relative paths, e.g. 'tests/agents/learning_test.py'.
-  """
+  """Root-relative sources of the py_test targets tagged slow in BUILD files."""
   slow = set()
   for path in build_files.build_files(root):
     for target in build_files.parse(root, path).values():

@@ -1,8 +1,6 @@
 """Smoke tests for `python -m benchmarks` and its sections, at tiny sizes.
 
-They run every section of the command on small memories, check the
-document's structure, and check that the peers are configured to store and
-return the transitions ours does.
+Also checks that the peers store and return the transitions ours does.
 """
 
 import importlib

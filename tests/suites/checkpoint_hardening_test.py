@@ -1,12 +1,9 @@
 """Issue 12: damaged or hostile checkpoint files of a replay memory.
 
 One reproduction per way a checkpoint file broke `load` before: each test
-crafts the file (gzip, raw pickle opcodes, hand-written .npy headers) the way
-an adversary or an accident would, re-recording its size and checksum in the
-dopamine_per state file where that matters (so that only the new checks can
-catch it), and requires an `atomic_files.CheckpointError` naming the file,
-with the memory unchanged. Memory is measured in a subprocess
-(`resource.getrusage`), hangs are guarded by a subprocess timeout.
+crafts the file, re-recording its digest in the state file (so that only
+the checks of what it holds can catch it), and requires a CheckpointError
+naming the file, with the memory unchanged.
 """
 
 import gzip
@@ -69,11 +66,7 @@ def write_state(directory, state):
 
 
 def craft(directory, name, data):
-  """Writes file `name` and records its digest in the state file.
-
-  As an adversary who knows the format would: only the checks of what the
-  file holds can refuse it.
-  """
+  """Writes file `name` and records its digest in the state file."""
   path = path_of(directory, name)
   if os.path.isdir(path):
     os.rmdir(path)
@@ -93,9 +86,9 @@ def giant_array_header():
                        + header)
 
 
-def sum_tree_pickle(nodes=None, max_recorded_priority=None, memory=None):
-  """A gzip'd pickled Dopamine SumTree, from `memory`'s with replacements."""
-  state = (memory or make()).sum_tree.get_state()
+def sum_tree_pickle(nodes=None, max_recorded_priority=None):
+  """A gzip'd pickled Dopamine SumTree, from make()'s with replacements."""
+  state = make().sum_tree.get_state()
   state.pop('rng_state')
   if nodes is not None:
     state['nodes'] = nodes
@@ -122,11 +115,8 @@ def deeply_nested_list(depth):
 
 
 def gzip_bomb(prefix, inflated_bytes):
-  """Gzip of `prefix`, then `inflated_bytes` zeros: about 1 KB per MB.
-
-  One 64 MiB member of zeros, repeated (gzip readers read concatenated
-  members as one stream).
-  """
+  """Gzip of `prefix`, then `inflated_bytes` zeros in repeated 64 MiB members
+  (read as one stream): about 1 KB per MB."""
   chunk = 1 << 26
   member = gzip.compress(b'\0' * chunk, compresslevel=9, mtime=0)
   return gzip.compress(prefix, mtime=0) + member * (inflated_bytes // chunk)
@@ -249,17 +239,10 @@ class BrokenStateTest(HardeningTestCase):
       self.assert_refused('add_count', r'in \[0, 2\*\*53\], got {}'.format(
           add_count))
 
-  def test_max_recorded_priority_below_largest_leaf(self):
-    # Loaded; then check_invariants failed.
-    memory = make()
-    largest = float(memory.sum_tree.get(np.arange(16)).max())
-    self.assertGreater(largest, 1.5)
-    craft(self.directory, 'sum_tree',
-          sum_tree_pickle(max_recorded_priority=1.5, memory=memory))
-    self.assert_refused('sum_tree', 'is below {!r}, the largest'.format(
-        largest))
-
   @parameterized.named_parameters(
+      # Loaded (make()'s largest leaf is 2.26...); then its invariants failed.
+      ('max_below_largest_leaf', None, 1.5,
+       r'is below 2\.26[0-9]*, the largest'),
       # Was OverflowError (float(10**400)).
       ('max_beyond_any_float', None, 10**400,
        'Invalid max_recorded_priority'),
@@ -285,18 +268,10 @@ class BrokenStateTest(HardeningTestCase):
         max_recorded_priority=max_recorded_priority))
     self.assert_refused('sum_tree', message)
 
-  def test_good_checkpoint_still_loads(self):
-    memory = make(steps=5, seed=2)
-    memory.load(self.directory, _SUFFIX)
-    replay_cases.assert_same_snapshot(self, replay_cases.snapshot(make()),
-                                      replay_cases.snapshot(memory))
-    memory.sum_tree.check_invariants()
-
 
 # Loads each crafted checkpoint directory in a fresh process, under an
-# address-space limit 4 GiB above what it uses (a regression then fails with
-# MemoryError instead of exhausting the machine), and reports, per
-# directory, the outcome and how much the peak resident memory grew.
+# address-space limit 4 GiB above what it uses (not to exhaust the machine),
+# and reports the outcome and the growth of the peak resident memory.
 _MEASURE = textwrap.dedent('''
     import json, resource, sys
     from dopamine_per.file_io import atomic_files
@@ -373,19 +348,26 @@ class LeftoverTemporariesTest(HardeningTestCase):
     return sorted(name for name in os.listdir(self.directory)
                   if name.endswith('.tmp') and name not in self._USERS)
 
-  def test_save_removes_its_own_temporaries_only(self):
-    ours = ['.$store$_observation_ckpt.3.gz.k3j_9zqa.tmp',
-            '.sum_tree_ckpt.1.gz.abcdefgh.tmp',
-            '.dopamine_per_state_ckpt.12.gz.a1b2c3d4.tmp']
-    for name in ours + self._USERS:
+  def _plant(self, names):
+    for name in names:
       with open(os.path.join(self.directory, name), 'wb') as f:
         f.write(b'partial')
-    self.assertEqual(self._temporaries(), sorted(ours))
-    make().save(self.directory, 4)
+
+  def _assert_save_removes_ours_only(self, number):
+    self._plant(self._USERS)
+    make().save(self.directory, number)
     self.assertEqual(self._temporaries(), [])
     for name in self._USERS:
       self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
                       name)
+
+  def test_save_removes_its_own_temporaries_only(self):
+    ours = ['.$store$_observation_ckpt.3.gz.k3j_9zqa.tmp',
+            '.sum_tree_ckpt.1.gz.abcdefgh.tmp',
+            '.dopamine_per_state_ckpt.12.gz.a1b2c3d4.tmp']
+    self._plant(ours)
+    self.assertEqual(self._temporaries(), sorted(ours))
+    self._assert_save_removes_ours_only(4)
 
   def test_temporaries_of_a_sigkilled_save(self):
     # A real SIGKILL during save, until one leaves a temporary file.
@@ -420,17 +402,7 @@ class LeftoverTemporariesTest(HardeningTestCase):
       if leftovers:
         break
     self.assertNotEqual(leftovers, [], 'no kill left a temporary file')
-    for name in self._USERS:
-      with open(os.path.join(self.directory, name), 'wb') as f:
-        f.write(b'a user file')
-    memory = prb.OutOfGraphPrioritizedReplayBuffer(
-        observation_shape=(84, 84), stack_size=4, replay_capacity=1000,
-        batch_size=32)
-    memory.save(self.directory, 0)
-    self.assertEqual(self._temporaries(), [])
-    for name in self._USERS:
-      self.assertTrue(os.path.exists(os.path.join(self.directory, name)),
-                      name)
+    self._assert_save_removes_ours_only(0)  # make(): the same files.
 
 
 if __name__ == '__main__':

@@ -1,8 +1,7 @@
 """Stress test: sampling, priority updates and adds on several threads.
 
-TensorFlow runs the sampling and priority ops on its own threads while the
-agent adds transitions, and the compiled kernels release the GIL. After
-many concurrent iterations every invariant must hold (docs/reliability.md).
+As TensorFlow's threads run the ops while the agent adds; every invariant
+must hold after (docs/reliability.md).
 """
 
 import threading

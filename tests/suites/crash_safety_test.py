@@ -1,14 +1,9 @@
 """A process killed (SIGKILL) or failed (disk full) while saving loses nothing.
 
-A child process fills a prioritized memory and saves it, following a plan of
-(iteration to advance, checkpoint number to save) steps, and prints each
-file-system event in the checkpoint directory (a file created, renamed or
-deleted). A first run records every event; then a child SIGKILLs itself
-right after a chosen event of the plan's last save. Each time the directory
-must hold exactly the files the events up to the kill leave, the checkpoint
-must load equal to a memory rebuilt to the iteration it must hold, and a
-save over whatever the kill left must load back. What each test class
-covers: docs/reliability.md.
+A child process saves a prioritized memory following a plan and prints each
+file-system event in the checkpoint directory; a first run records them,
+then a child SIGKILLs itself right after a chosen event of the plan's last
+save. What each test class covers: docs/reliability.md.
 """
 
 import errno
@@ -173,6 +168,30 @@ def is_temporary(name: str) -> bool:
   return name.endswith('.tmp')
 
 
+def assert_same_memory(test_case, iterations, number, directory):
+  """Checkpoint `number` loads as `rebuilt(iterations)`; returns the memory."""
+  restored = make()
+  restored.load(directory, number)
+  replay_cases.assert_same_snapshot(
+      test_case, replay_cases.snapshot(rebuilt(iterations)),
+      replay_cases.snapshot(restored))
+  return restored
+
+
+def assert_resumes(test_case, directory, latest, iterations, number):
+  """Checkpoint `latest` holds `iterations`; advanced through iteration 99
+  and saved as `number` over it, it loads back, leaving no staged file."""
+  restored = assert_same_memory(test_case, iterations, latest, directory)
+  advance(restored, 99)
+  restored.save(directory, number)
+  test_case.assertEqual(
+      memory_checkpoint.latest_checkpoint_iteration(directory), number)
+  test_case.assertEqual(
+      [name for name in listing(directory)
+       if is_temporary(name) or name.startswith(_JOURNAL)], [])
+  assert_same_memory(test_case, [*iterations, 99], number, directory)
+
+
 class CrashTestCase(absltest.TestCase):
   """Records a plan's events once; kills a child after chosen ones."""
 
@@ -212,14 +231,9 @@ class CrashTestCase(absltest.TestCase):
 
   def check_kill(self, kill_after: int, latest: int,
                  expected_iterations: Sequence[int]):
-    """Kills the child after event `kill_after`; checks what it left.
+    """Kills the child after event `kill_after` (1-based); checks what it left.
 
-    Args:
-      kill_after: int, the event's 1-based number.
-      latest: int, what `latest_checkpoint_iteration` must return, the
-        checkpoint loaded.
-      expected_iterations: the iterations the memory loaded from it must
-        have been advanced through.
+    The newest checkpoint must be `latest`, holding `expected_iterations`.
     """
     directory = fixtures.temp_dir(self)
     events, child = run_child(directory, self.PLAN, kill_after, self.PLANT)
@@ -229,26 +243,7 @@ class CrashTestCase(absltest.TestCase):
 
     self.assertEqual(
         memory_checkpoint.latest_checkpoint_iteration(directory), latest)
-    restored = make()
-    restored.load(directory, latest)
-    replay_cases.assert_same_snapshot(
-        self, replay_cases.snapshot(rebuilt(expected_iterations)),
-        replay_cases.snapshot(restored))
-
-    # Resuming: the plan's last save again, over whatever the kill left.
-    advance(restored, 99)
-    restored.save(directory, self.number)
-    self.assertEqual(
-        memory_checkpoint.latest_checkpoint_iteration(directory),
-        self.number)
-    self.assertEqual([name for name in listing(directory)
-                      if is_temporary(name) or name.startswith(_JOURNAL)],
-                     [])
-    resumed = make()
-    resumed.load(directory, self.number)
-    replay_cases.assert_same_snapshot(
-        self, replay_cases.snapshot(rebuilt([*expected_iterations, 99])),
-        replay_cases.snapshot(resumed))
+    assert_resumes(self, directory, latest, expected_iterations, self.number)
 
 
 class NewCheckpointTest(CrashTestCase):
@@ -407,35 +402,19 @@ class DiskFullResaveTest(absltest.TestCase):
     self.assertEqual(child.stdout.strip(), str(errno.EFBIG), child.stderr)
     return directory
 
-  def _check_old_checkpoint_loads(self, directory: str):
-    # Nothing staged is left, and checkpoint 5 is the first save's.
-    self.assertEqual([name for name in os.listdir(directory)
-                      if is_temporary(name) or name.startswith(_JOURNAL)],
-                     [])
-    restored = make()
-    restored.load(directory, 5)
-    replay_cases.assert_same_snapshot(
-        self, replay_cases.snapshot(rebuilt([0])),
-        replay_cases.snapshot(restored))
-    # And saving works again.
-    advance(restored, 1)
-    restored.save(directory, 5)
-    resumed = make()
-    resumed.load(directory, 5)
-    replay_cases.assert_same_snapshot(
-        self, replay_cases.snapshot(rebuilt([0, 1])),
-        replay_cases.snapshot(resumed))
-
-  def test_full_at_each_file_of_the_resave(self):
-    # Every checkpoint file, the state file, then the journal.
+  def test_full_at_each_file_of_the_resave_or_from_its_start(self):
+    # At every checkpoint file, the state file, then the journal; then at
+    # 4 KB from the start (the observations' file, 24 KB gzip'd, passes it).
     files = len(memory_checkpoint.checkpoint_files(make())) + 1
-    for fail_at in range(1, files + 2):
-      with self.subTest(fail_at=fail_at):
-        self._check_old_checkpoint_loads(self._resave(fail_at, 0))
-
-  def test_limit_from_the_start(self):
-    # 4 KB: the observations' file (24 KB gzip'd) is the first over it.
-    self._check_old_checkpoint_loads(self._resave(0, 4096))
+    for fail_at, limit in [(n, 0) for n in range(1, files + 2)] + [(0, 4096)]:
+      with self.subTest(fail_at=fail_at, limit=limit):
+        directory = self._resave(fail_at, limit)
+        # Nothing staged is left, checkpoint 5 is the first save's, and
+        # saving works again.
+        self.assertEqual([name for name in os.listdir(directory)
+                          if is_temporary(name) or name.startswith(_JOURNAL)],
+                         [])
+        assert_resumes(self, directory, 5, [0], 5)
 
 
 if __name__ == '__main__':

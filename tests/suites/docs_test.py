@@ -1,34 +1,21 @@
 """Checks that docs/architecture.md names only what the code has.
 
-The architecture document describes modules, files, classes and functions
-by name, between backticks. These checks read those names, without
-importing anything (several modules need TensorFlow or Ray), and fail
-when one no longer exists:
+Its backticked names are read without importing anything (several modules
+need TensorFlow or Ray), and each must exist:
 
-- a path (`dopamine_per/native`, `native/build.py`, `replay_core.h`,
-  `tests/suites/tf_free_import_test.py`): a file or directory of the
-  repository, the shortest suffix of a path (a bare file name may lie in
-  any directory);
-- a dotted name whose head is a module of the package or a class it
-  defines (`choice.choose`, `storage.BufferPool.carved`,
-  `replay_memory.sum_tree`, `NativeMemory.close()`): the module exists,
-  and each further name is defined in it (a function, a class, an
-  assignment, an import, or an attribute its methods set on `self`), in
-  the class before it where there is one;
-- a plain identifier with an underscore (`transition_batch`, `_row_lock`,
-  `per_memory_create`), the only kind of plain word checked, since an
-  ordinary English word has none: a name the package's code uses (Python
-  parsed; C++ with its comments and strings removed), or a module's (the
-  names of other libraries are written qualified: `np.count_nonzero`,
-  `tf.numpy_function`, and not checked);
+- a path: a file or directory of the repository (a bare file name may lie
+  in any directory);
+- a dotted name headed by a module of the package or a class it defines
+  (`storage.BufferPool.carved`): each further name is defined there (a
+  function, class, assignment, import, or attribute set on `self`);
+- a plain identifier with an underscore (an English word has none): a name
+  the package's Python or C++ code uses, or a module's;
 - `python -m MODULE`: a module of the repository that runs as a program;
-- the "Modules" section: each bullet heads with modules (or files) of the
-  package its paragraph names, and every module and native source of the
-  package is named somewhere in the document.
+- the "Modules" section: each bullet heads with modules of its package,
+  and every module and native source of the package is named somewhere.
 
-Links into the document (`architecture.md#anchor`, from the README, the
-other docs, the package's and the tests' sources) must name one of its
-headings.
+Links to `architecture.md#anchor` anywhere in the repository must name one
+of its headings.
 """
 
 import ast

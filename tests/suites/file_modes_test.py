@@ -1,9 +1,7 @@
 """Every file the trainer writes gets the mode a plain `open` gives it.
 
 Issue 22, point 8: files were created 0600 (a temporary file's mode, the
-umask ignored), so on shared storage a teammate could not read a run's
-logs, plots or checkpoints. A short training run under umask 022 must leave
-every file 0644 and every directory 0755; under 002, 0664 and 0775.
+umask ignored), so on shared storage a teammate could not read a run.
 """
 
 import os

@@ -1,8 +1,4 @@
-"""A smoke test of `python -m benchmarks.learning`, at a tiny size.
-
-One seed of each replay scheme, one iteration of a few hundred steps: the
-trainer subprocesses run, and the document and the picture are written.
-"""
+"""A smoke test of `python -m benchmarks.learning`, at a tiny size."""
 
 import contextlib
 import io

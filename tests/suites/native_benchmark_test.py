@@ -1,8 +1,4 @@
-"""Smoke tests for benchmarks/native_benchmark.py, so that it keeps running.
-
-They run the section (`python -m benchmarks --sections=native`) on small
-memories and check its tables and its helpers.
-"""
+"""Smoke tests for benchmarks/native_benchmark.py: its tables and helpers."""
 
 import re
 import threading

@@ -30,13 +30,6 @@ from tests.support import replay_cases
 ReplayElement = crb.ReplayElement
 
 
-def _prioritized(**kwargs):
-  config = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
-                batch_size=4, observation_dtype=np.float32)
-  config.update(kwargs)
-  return prb.OutOfGraphPrioritizedReplayBuffer(**config)
-
-
 def _wrapped(cls=prb.WrappedPrioritizedReplayBuffer, **kwargs):
   config = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
                 batch_size=4, observation_dtype=np.float32)
@@ -50,6 +43,13 @@ def _fill(memory, count=10):
                False, *([1.0 + step] if hasattr(memory, 'sum_tree') else []))
 
 
+def _prioritized(count=10, **kwargs):
+  """A prioritized memory, `count` adds in (priorities 1.0, 2.0, ...)."""
+  memory = _wrapped(prb.OutOfGraphPrioritizedReplayBuffer, **kwargs)
+  _fill(memory, count)
+  return memory
+
+
 class MaxRecordedPriorityTest(parameterized.TestCase):
   """`sum_tree.max_recorded_priority` is assignable, and checked."""
 
@@ -59,7 +59,6 @@ class MaxRecordedPriorityTest(parameterized.TestCase):
                             0.5, 9.5)
   def test_a_value_that_would_break_a_checkpoint_is_refused(self, value):
     memory = _prioritized()
-    _fill(memory)  # Priorities 1.0 .. 10.0.
     before = memory.sum_tree.max_recorded_priority
     with self.assertRaisesRegex(ValueError, 'max_recorded_priority'):
       memory.sum_tree.max_recorded_priority = value
@@ -68,7 +67,6 @@ class MaxRecordedPriorityTest(parameterized.TestCase):
   def test_an_assigned_priority_is_what_new_transitions_get_and_save_keeps(
       self):
     memory = _prioritized()
-    _fill(memory)
     memory.sum_tree.max_recorded_priority = 12.5
     memory.add(np.zeros(2, np.float32), 0, 0.0, False, None)
     self.assertEqual(memory.get_priority(np.array([10]))[0], 12.5)
@@ -331,8 +329,7 @@ class ResumedSamplerTest(graph_util.GraphTestCase):
     self.assertEqual([self.session.run(resumed.indices).tolist()
                       for _ in range(4)], uninterrupted)
     # Bound only after the load (its ops built later): the same.
-    memory = prb.OutOfGraphPrioritizedReplayBuffer(
-        (2,), 1, 64, 8, observation_dtype=np.float32, rng=rng())
+    memory = _prioritized(0, replay_capacity=64, batch_size=8, rng=rng())
     memory.load(directory, 0)
     later = prb.WrappedPrioritizedReplayBuffer(
         observation_shape=(2,), stack_size=1, wrapped_memory=memory,
@@ -396,9 +393,7 @@ class LoadBothFacesTest(graph_util.GraphTestCase):
   """A load is all or nothing for Python and the graph's native ops alike.
 
   A valid Fortran-order `.npy` was installed, then refused by the ops'
-  re-registration with an UnsupportedMemoryError: Python sampled the new
-  data and the graph the old. docs/reliability.md ("A loaded memory is
-  consistent") says what holds now.
+  re-registration: Python sampled the new data and the graph the old.
   """
 
   _CONFIG = dict(observation_shape=(2,), stack_size=1, replay_capacity=16,
@@ -523,43 +518,29 @@ class PriorityErrorTextTest(graph_util.GraphTestCase):
   # float64 subnormal, for 0 and wrote it: TensorFlow runs kernels with
   # subnormals flushed. The negative values try each form of Python's repr.
   @parameterized.parameters(
-      (np.float64, float('nan')), (np.float64, float('inf')),
-      (np.float64, -float('inf')), (np.float64, 1e39), (np.float64, 1e-300),
-      (np.float64, 1e-310), (np.float64, 5e-324), (np.float64, 1e-46),
-      (np.float64, np.nextafter(_LARGEST, np.inf)), (np.float64, -1.0),
-      (np.float64, -0.1), (np.float64, -1 / 3), (np.float64, -1234.5678),
-      (np.float64, -0.0001), (np.float64, -1e-05), (np.float64, -1e15),
-      (np.float64, -1e16), (np.float64, -2.5e-200),
-      (np.float32, np.float32(-0.5)), (np.float32, np.float32('inf')),
-      (np.float32, np.float32('nan')))
-  def test_the_native_op_raises_the_memorys_message(self, dtype, value):
+      *[(True, np.float64, value) for value in (
+          float('nan'), float('inf'), -float('inf'), 1e39, 1e-300, 1e-310,
+          5e-324, 1e-46, np.nextafter(_LARGEST, np.inf), -1.0, -0.1, -1 / 3,
+          -1234.5678, -0.0001, -1e-05, -1e15, -1e16, -2.5e-200)],
+      *[(True, np.float32, value) for value in np.float32([-0.5, 'inf',
+                                                           'nan'])],
+      *[(False, np.float64, value) for value in (-1.0, float('nan'), 1e39)])
+  def test_each_op_raises_the_memorys_message(self, native, dtype, value):
     memory = _prioritized()
-    _fill(memory)
-    replay = _wrapping(memory)
+    replay = _wrapping(memory, use_native_ops=native)
     priorities = np.array([5.0, value, 1.0], dtype)
     text = _python_error(memory, priorities)
     update = replay.tf_set_priority(tf.constant([1, 2, 3]),
                                     tf.constant(priorities))
-    self.assertEqual(update.type, 'DopaminePerSetPriority')
+    self.assertEqual(update.type == 'DopaminePerSetPriority', native)
     before = memory.get_priority(np.arange(16))
     with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
       self.session.run(update)
-    # The op's message is a line of TensorFlow's, as the memory wrote it.
-    self.assertIn(text, raised.exception.message.split('\n'))
-    np.testing.assert_array_equal(memory.get_priority(np.arange(16)), before)
-
-  @parameterized.parameters(-1.0, float('nan'), 1e39)
-  def test_the_py_func_op_raises_it_too(self, value):
-    memory = _prioritized()
-    _fill(memory)
-    replay = _wrapping(memory, use_native_ops=False)
-    priorities = np.array([5.0, value, 1.0])
-    text = _python_error(memory, priorities)
-    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
-      self.session.run(replay.tf_set_priority(tf.constant([1, 2, 3]),
-                                              tf.constant(priorities)))
-    self.assertIn('ValueError: ' + text,
+    # A line of TensorFlow's message is the memory's (tf.numpy_function's
+    # after the exception's type).
+    self.assertIn(text if native else 'ValueError: ' + text,
                   raised.exception.message.split('\n'))
+    np.testing.assert_array_equal(memory.get_priority(np.arange(16)), before)
 
 
 class LargestPriorityTest(graph_util.GraphTestCase):
@@ -571,7 +552,6 @@ class LargestPriorityTest(graph_util.GraphTestCase):
                          kind=[float, np.float64, np.float32])
   def test_set_priority_and_add_take_it(self, kernels, kind):
     memory = _prioritized(kernels=kernels)
-    _fill(memory)
     value = kind(_LARGEST)
     memory.set_priority(np.array([1, 2]), value)
     memory.set_priority(np.array([3]), np.array([value]))
@@ -584,7 +564,6 @@ class LargestPriorityTest(graph_util.GraphTestCase):
   @parameterized.parameters(tf.float32, tf.float64)
   def test_the_native_op_takes_it(self, dtype):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory)
     slots = tf.constant([1, 2])
     self.session.run(replay.tf_set_priority(
@@ -595,24 +574,18 @@ class LargestPriorityTest(graph_util.GraphTestCase):
 
   def test_the_next_float64_is_refused_on_every_path(self):
     memory = _prioritized()
-    _fill(memory)
-    replay = _wrapping(memory)
     too_large = np.nextafter(_LARGEST, np.inf)
     text = _python_error(memory, too_large)
     self.assertIn('3.4028235e+38] (the positive range of float32). Got '
                   '3.4028235000000003e+38', text)
     with self.assertRaisesRegex(ValueError, 'priority should be'):
       memory.add(np.zeros(2, np.float32), 0, 0.0, False, too_large)
-    with self.assertRaises(tf.errors.InvalidArgumentError) as raised:
-      self.session.run(replay.tf_set_priority(
-          tf.constant([1, 2, 3]), tf.constant(too_large, tf.float64)))
-    self.assertIn(text, raised.exception.message.split('\n'))
+    # The native op: PriorityErrorTextTest, whose values include it.
 
   def test_a_tree_of_them_sums_and_samples(self):
     # The float64 total of 16 such leaves, about 5.4e39, is far from
     # overflowing: the overflow check (for float64 trees) never fires here.
-    memory = _prioritized()
-    _fill(memory, 20)
+    memory = _prioritized(20)
     replay = _wrapping(memory)
     self.session.run(replay.tf_set_priority(
         tf.range(16), tf.fill([16], tf.constant(_LARGEST, tf.float64))))
@@ -636,7 +609,6 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
   @parameterized.parameters(tf.float32, tf.float64)
   def test_the_native_ops_keep_them(self, dtype):
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory)
     slots = np.array([1, 2, 3])
     memory.set_priority(np.arange(16), 0.0)  # Only these can be sampled.
@@ -655,7 +627,6 @@ class SubnormalPriorityTest(graph_util.GraphTestCase):
     # As docs/compat.md says: its NumPy code runs on TensorFlow's threads,
     # with subnormals flushed.
     memory = _prioritized()
-    _fill(memory)
     replay = _wrapping(memory, use_native_ops=False)
     self.session.run(replay.tf_set_priority(tf.constant([1]),
                                             tf.constant(self._TINY[:1])))

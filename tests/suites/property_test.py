@@ -1,13 +1,9 @@
 """Property-based (stateful) tests: random valid and invalid operations.
 
-Hypothesis drives the sum tree and both replay memories with sequences of
-valid and invalid calls (adversarial values, overflowing sums, checkpoints
-with a crafted file, with and without the state file) and checks them
-against simple reference models after every step; an invalid call must
-raise and change nothing. The damages: `_DAMAGES`; the guarantee:
-docs/reliability.md.
-
-CI runs a modest number of examples. For a long fuzz run:
+Hypothesis drives the sum tree and both replay memories with valid and
+invalid calls (adversarial values, overflowing sums, damaged checkpoints)
+and checks them against reference models after every step; an invalid
+call must raise and change nothing (docs/reliability.md). For a long run:
 
   DOPAMINE_PER_FUZZ_EXAMPLES=10000 python -m pytest tests/suites/property_test.py
 """

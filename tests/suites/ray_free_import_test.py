@@ -1,19 +1,17 @@
-"""The single-machine package works where Ray is not installed.
+"""The single-machine package works without Ray (the `distributed` extra).
 
-Ray is the `distributed` extra: only `dopamine_per.distributed` may need it.
-In a fresh interpreter where importing `ray` fails (as it does without the
-extra), every other module of the package imports and a memory is built,
-filled and sampled; `dopamine_per.distributed.replay` fails with the
-ImportError that names Ray.
+In a fresh interpreter where `import ray` fails, every module outside
+`dopamine_per.distributed` imports and a memory runs; that package's
+`replay` fails with an ImportError naming Ray.
 """
 
-import os
 import subprocess
 import sys
 import textwrap
 
 from absl.testing import absltest
 
+from tests.support import build_files
 from tests.support import fixtures
 
 # Makes `import ray` (and its submodules) fail as if Ray were not installed.
@@ -26,17 +24,12 @@ sys.modules['ray'] = None
 def _single_machine_modules():
   """Dotted names of the package's modules outside `distributed`."""
   names = []
-  package_root = fixtures.repo_path('dopamine_per')
-  for directory, subdirectories, files in os.walk(package_root):
-    subdirectories[:] = sorted(name for name in subdirectories
-                               if name not in ('distributed', '__pycache__'))
-    for filename in sorted(files):
-      if filename.endswith('.py'):
-        path = os.path.relpath(os.path.join(directory, filename),
-                               fixtures.REPO_ROOT)
-        module = path[:-len('.py')].replace(os.sep, '.')
-        names.append(module[:-len('.__init__')]
-                     if module.endswith('.__init__') else module)
+  for path in build_files.first_party_files(fixtures.REPO_ROOT, '.py'):
+    if (path.startswith('dopamine_per/') and
+        not path.startswith('dopamine_per/distributed/')):
+      module = path[:-len('.py')].replace('/', '.')
+      names.append(module[:-len('.__init__')]
+                   if module.endswith('.__init__') else module)
   return names
 
 

@@ -51,8 +51,6 @@ class ReadmeTest(absltest.TestCase):
       with self.subTest(block=number):
         # Each example runs on its own, in a fresh namespace and an empty
         # working directory (in case it writes files).
-        # (tempfile rather than absltest's create_tempdir, which needs absl
-        # flags parsed, as they are not under pytest.)
         cwd = os.getcwd()
         with tempfile.TemporaryDirectory() as workdir:
           os.chdir(workdir)

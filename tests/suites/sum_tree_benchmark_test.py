@@ -1,7 +1,6 @@
-"""Smoke tests for benchmarks/sum_tree_benchmark.py, so that it keeps running.
+"""Smoke tests for benchmarks/sum_tree_benchmark.py, on small trees.
 
-They check that the trees the benchmark compares hold the same priorities
-and agree with dopamine_per's SumTree, and run the section on small trees.
+The trees it compares must agree with dopamine_per's SumTree.
 """
 
 from absl.testing import absltest

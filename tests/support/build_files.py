@@ -1,12 +1,9 @@
 """Reads the repository's BUILD files without Bazel.
 
-There is a BUILD file in every Python package and one at the root (the
-files outside the packages). tests/conftest.py reads which test files are
-slow from them, tests/suites/build_test.py checks what they list.
-
-BUILD files are Starlark, whose syntax for calls, lists and strings is
-Python's. Attribute values may be literals, `glob([...], exclude=[...])`
-and `+`.
+tests/conftest.py reads which test files are slow from them,
+tests/suites/build_test.py checks what they list. Starlark's calls, lists
+and strings are Python's; attribute values may be literals,
+`glob([...], exclude=[...])` and `+`.
 """
 
 import ast
@@ -14,7 +11,8 @@ import glob
 import os
 from typing import Any, Dict, List
 
-__all__ = ['FIRST_PARTY', 'build_files', 'label', 'parse']
+__all__ = ['FIRST_PARTY', 'build_files', 'first_party_files', 'label',
+           'parse']
 
 # The top-level folders whose packages hold BUILD files.
 FIRST_PARTY = ('dopamine_per', 'benchmarks', 'tests')
@@ -26,36 +24,31 @@ _FILE_ATTRIBUTES = ('srcs', 'hdrs', 'data')
 _NOT_TARGETS = ('load', 'package', 'exports_files')
 
 
-def build_files(root: str) -> List[str]:
-  """The root-relative paths of the BUILD files, the root's first.
-
-  Args:
-    root: the repository's root directory.
-
-  Returns:
-    'BUILD', then e.g. 'dopamine_per/BUILD', 'tests/native/BUILD', sorted.
-  """
-  found = ['BUILD'] if os.path.isfile(os.path.join(root, 'BUILD')) else []
+def first_party_files(root: str, suffix: str) -> List[str]:
+  """Root-relative paths of the files of FIRST_PARTY ending in `suffix`."""
+  found = []
   for top in FIRST_PARTY:
     for directory, subdirectories, files in os.walk(os.path.join(root, top)):
       subdirectories[:] = sorted(d for d in subdirectories
                                  if not d.startswith(('.', '__pycache__')))
-      if 'BUILD' in files:
-        found.append(os.path.relpath(os.path.join(directory, 'BUILD'), root))
+      found += [os.path.relpath(os.path.join(directory, name), root)
+                for name in sorted(files) if name.endswith(suffix)]
   return found
+
+
+def build_files(root: str) -> List[str]:
+  """Paths of the BUILD files below `root`: 'BUILD', then the rest sorted."""
+  found = ['BUILD'] if os.path.isfile(os.path.join(root, 'BUILD')) else []
+  return found + [path for path in first_party_files(root, 'BUILD')
+                  if os.path.basename(path) == 'BUILD']
 
 
 def label(package: str, text: str) -> str:
   """The full label ('//package:name') of `text`, written in `package`.
 
   Args:
-    package: the root-relative directory of the BUILD file ('' for the
-      root's).
-    text: ':name', '//other:name' or '//other' (short for
-      '//other:last component of other').
-
-  Returns:
-    '//package:name'.
+    package: the BUILD file's root-relative directory ('' for the root's).
+    text: ':name', '//other:name' or '//other' ('//other:last component').
 
   Raises:
     ValueError: If `text` is not a label of this repository.
@@ -70,16 +63,11 @@ def label(package: str, text: str) -> str:
 
 
 def parse(root: str, path: str) -> Dict[str, Dict[str, Any]]:
-  """The targets of one BUILD file.
-
-  Args:
-    root: the repository's root directory.
-    path: the BUILD file's root-relative path.
+  """The targets of the BUILD file at root-relative `path`.
 
   Returns:
     {label: {'rule': str, 'package': str, attribute: value}}: files (in
-    srcs, hdrs and data) as root-relative paths, labels (there and in deps)
-    as full labels.
+    srcs, hdrs and data) as root-relative paths, labels as full labels.
 
   Raises:
     ValueError: If two targets have one name.

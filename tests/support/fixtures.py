@@ -30,16 +30,10 @@ def repo_path(*parts: str) -> str:
 
 
 def temp_dir(test_case) -> str:
-  """Creates a directory that is deleted, with its contents, after the test.
+  """A new directory that `test_case`'s cleanup deletes; returns its path.
 
-  (Not absltest's create_tempdir, which needs absl's flags parsed, and they
-  are not under pytest.)
-
-  Args:
-    test_case: the unittest.TestCase whose cleanup deletes the directory.
-
-  Returns:
-    The directory's path.
+  (absltest's create_tempdir needs absl's flags parsed, which pytest does
+  not do.)
   """
   path = tempfile.mkdtemp()
   test_case.addCleanup(shutil.rmtree, path, ignore_errors=True)
@@ -47,19 +41,13 @@ def temp_dir(test_case) -> str:
 
 
 def subprocess_env(**variables: str) -> Dict[str, str]:
-  """The environment for a Python subprocess that imports this checkout.
+  """os.environ for a Python subprocess that imports this checkout.
 
-  PYTHONPATH lists the repository root, then this process's own sys.path
-  (so that the child finds what this process found, under pytest or Bazel
-  alike); TensorFlow's C++ INFO and WARNING lines are silenced, and
-  RAY_ADDRESS, which a local Ray of this process sets, is dropped so that
-  a child starting Ray starts its own.
-
-  Args:
-    **variables: further variables, set last (over the ones above).
-
-  Returns:
-    A copy of os.environ with those changes.
+  PYTHONPATH is the repository root, then this process's sys.path (the
+  child finds what this process found, under pytest or Bazel alike);
+  TensorFlow's C++ INFO and WARNING lines are silenced; RAY_ADDRESS is
+  dropped, so that a child starting Ray starts its own. `variables` are set
+  last.
   """
   env = dict(os.environ)
   env['PYTHONPATH'] = os.pathsep.join([REPO_ROOT] +
@@ -73,15 +61,10 @@ def subprocess_env(**variables: str) -> Dict[str, str]:
 def wait_until(condition: Callable[[], bool],
                timeout_s: float = DEADLINE_S,
                message: str = 'condition not met') -> None:
-  """Polls `condition` until it holds; fails after `timeout_s` seconds.
-
-  Args:
-    condition: callable() -> bool, checked every 10 ms.
-    timeout_s: seconds before giving up.
-    message: what did not happen, for the failure.
+  """Polls `condition()` every 10 ms until it holds.
 
   Raises:
-    AssertionError: If `condition` still does not hold after `timeout_s`.
+    AssertionError: If it still does not after `timeout_s`, with `message`.
   """
   deadline = time.monotonic() + timeout_s
   while not condition():

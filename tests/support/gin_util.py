@@ -1,13 +1,9 @@
 """Test helper: hide Dopamine's gin configurables while a test runs.
 
-The compatibility tests import Dopamine's replay memories, which register
-``WrappedReplayBuffer`` and friends with gin under ``dopamine.tf...``. In the
-same process the short names our gin files use
-(``WrappedPrioritizedReplayBuffer.replay_capacity``) would then be ambiguous,
-which never happens to a user who imports one of the two libraries.
-`hide_dopamine_configurables` takes Dopamine's entries out of gin's registry
-for one test and puts them back afterwards (keeping whatever the test
-registered meanwhile).
+The compatibility tests import Dopamine, which registers
+``WrappedReplayBuffer`` and friends with gin too: the short names our gin
+files use would then be ambiguous, which never happens to a user who
+imports one of the two libraries.
 """
 
 from gin import config as gin_config
@@ -19,11 +15,8 @@ _PREFIX = 'dopamine.'
 
 
 def hide_dopamine_configurables(test_case) -> None:
-  """Hides ``dopamine.*`` configurables, and clears gin's bindings, after.
-
-  Args:
-    test_case: an absltest.TestCase (its addCleanup restores the registry).
-  """
+  """Hides ``dopamine.*`` configurables for the test; clears gin's bindings
+  after it and restores them (keeping what the test registered)."""
   original = gin_config._REGISTRY  # pylint: disable=protected-access
   filtered = selector_map.SelectorMap()
   for selector, value in original.items():

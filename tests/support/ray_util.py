@@ -8,11 +8,9 @@ import ray
 def start_local_ray() -> None:
   """Starts a local Ray cluster on 127.0.0.1 with 2 CPUs.
 
-  Collects garbage first: Ray starts its processes by forking this one, and
-  earlier tests in the same pytest process may have left large memories in
-  reference cycles (a TF graph holds its py_funcs' memories), whose mapped
-  storage would count against the fork under the kernel's overcommit
-  heuristic (a CI run failed with ENOMEM).
+  Collects garbage first: Ray forks this process, and large memories that
+  earlier tests left in reference cycles would count against the fork under
+  the kernel's overcommit heuristic (ENOMEM).
   """
   gc.collect()
   ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -1,12 +1,4 @@
-"""Test helper: small agents for CartPole-shaped inputs, built without gin files.
-
-`cartpole_agent` builds an agent for CartPole's inputs (4 x 1 float64
-observations, unstacked, 2 actions) that trains with Adam from its 21st
-transition and explores at a constant epsilon (`identity_epsilon`); each
-test file adds its network and periods. `bind_small_memory` makes the
-agent's replay memory small; `play` feeds an agent episodes of random
-observations.
-"""
+"""Test helper: small agents for CartPole-shaped inputs, without gin files."""
 
 from typing import Any, Optional
 
@@ -25,15 +17,11 @@ MIN_REPLAY_HISTORY = 20
 
 
 def cartpole_agent(agent_class, sess=None, **kwargs: Any):
-  """Builds `agent_class` for CartPole's inputs.
+  """`agent_class` (DQNAgent or a subclass) for CartPole's inputs.
 
-  Args:
-    agent_class: DQNAgent or a subclass.
-    sess: a tf.compat.v1.Session, or None for the agent's own.
-    **kwargs: the agent's other arguments, over the defaults above.
-
-  Returns:
-    The agent.
+  4 x 1 float64 observations, unstacked, 2 actions; it trains with Adam from
+  its 21st transition and explores at a constant epsilon. `kwargs` (the
+  network, periods) override these.
   """
   arguments = dict(
       observation_shape=(4, 1), observation_dtype=tf.float64, stack_size=1,
@@ -46,22 +34,11 @@ def cartpole_agent(agent_class, sess=None, **kwargs: Any):
 
 def bind_small_memory(test_case, memory: str, replay_capacity: int = 500,
                       batch_size: int = 8, rng: Optional[int] = 0) -> None:
-  """Binds the size of `memory` in a clear gin config, for one test.
+  """Binds the size of `memory` (its gin name) in a clear gin config.
 
-  Dopamine's configurables are hidden first (`gin_util`), and restored
-  with gin's config cleared after the test.
-
-  Args:
-    test_case: the absltest.TestCase.
-    memory: the gin name of the agent's memory, e.g.
-      'WrappedPrioritizedReplayBuffer'.
-    replay_capacity: its capacity.
-    batch_size: its batch size.
-    rng: the seed of its generator (and so of the native ops' draws: the
-      same batches on every run from the same priorities; a prioritized
-      memory's priorities after training are losses of unseeded networks,
-      which differ from run to run), or None for draws seeded from the
-      global generators' states (see native_memory._seed).
+  Dopamine's configurables are hidden for the test (`gin_util`). `rng`
+  seeds the memory's generator, and so the native ops' draws (None: seeded
+  from the global generators' states).
   """
   gin_util.hide_dopamine_configurables(test_case)
   gin.clear_config()
@@ -77,14 +54,7 @@ def play(agent, steps: int, episode_length: int, count_rewards: bool = False,
 
   Each episode has `episode_length` steps; the last ends it with reward 1.
   The reward of another step is 1, or with `count_rewards` its index in the
-  episode (0, 1, 2, ...).
-
-  Args:
-    agent: an agent of `cartpole_agent`.
-    steps: the number of transitions.
-    episode_length: the steps of an episode.
-    count_rewards: whether rewards count the steps of an episode.
-    seed: the seed of the observations.
+  episode (0, 1, 2, ...). `seed` seeds the observations.
   """
   rng = np.random.default_rng(seed)
   agent.begin_episode(rng.normal(size=4))

@@ -1,10 +1,8 @@
 """Test helper: lines that no reader of ``statistics.jsonl`` may crash on.
 
-Issue 22, point 4: one odd but valid JSON line stopped the trainer from
-resuming (`[1, 2]`: AttributeError; `{"iteration": "x"}`: TypeError; 100,000
-`[`: RecursionError) and `dopamine_per.plot` crashed on the nested line.
-`ODD_LINES` holds those and others; the resume, plot and benchmark tests
-inject them into a real run's file with `append_odd_lines`.
+Issue 22, point 4: one odd but valid JSON line (`[1, 2]`, 100,000 `[`)
+stopped the trainer from resuming and crashed `dopamine_per.plot`. The
+resume, plot and benchmark tests append `ODD_LINES` to a real run's file.
 """
 
 from typing import List, Tuple
@@ -55,16 +53,10 @@ BLANK_LINES: List[bytes] = [b'', b'   \t']
 
 
 def append_odd_lines(path: str) -> int:
-  """Appends every odd and blank line to a statistics file.
+  """Appends every odd and blank line to the statistics file at `path`.
 
-  The odd lines are interleaved with the blank ones, and the last is left
-  without a newline.
-
-  Args:
-    path: str, the file.
-
-  Returns:
-    int, the number of odd lines appended (what a reader should skip).
+  The odd lines are interleaved with the blank ones, the last without a
+  newline. Returns the number of odd lines (what a reader should skip).
   """
   lines = []
   for number, (_, line) in enumerate(ODD_LINES):

@@ -1,10 +1,8 @@
 """Statistical helpers shared by the sampling tests.
 
-No SciPy: the chi-square quantile uses the Wilson-Hilferty approximation. In
-the far tail it errs high (27.5 against the exact 23.9 at one degree of
-freedom, within a few percent from five degrees up), so the stated false
-failure rate is an upper bound; a wrong sampler still fails by orders of
-magnitude more.
+No SciPy: the chi-square quantile uses the Wilson-Hilferty approximation,
+which errs high in the far tail, so the stated false failure rate is an
+upper bound.
 """
 
 import statistics

@@ -1,11 +1,9 @@
 """Test helper: a tiny Rainbow agent on CartPole, for tests that run a Runner.
 
-`BINDINGS` shrink ``configs/rainbow_cartpole.gin`` (`GIN_FILE`) so that an
-iteration takes well under a second: enough for the tests of checkpoints,
-resuming and logs, not for learning (tests/agents/learning_test.py checks
-that). `runner` builds a Runner with them; `copy_trained_run` copies a run
-trained once per process. A test that builds Runners in process first hides
-Dopamine's gin configurables (`gin_util.hide_dopamine_configurables`).
+`BINDINGS` shrink `GIN_FILE` so that an iteration takes well under a
+second: enough for checkpoints, resuming and logs, not for learning. A test
+that builds Runners in process first hides Dopamine's gin configurables
+(`gin_util.hide_dopamine_configurables`).
 """
 
 import atexit
@@ -52,17 +50,10 @@ def bindings(num_iterations: int, extra: Sequence[str] = ()) -> List[str]:
 
 
 def runner(base_dir: str, num_iterations: int, extra: Sequence[str] = ()):
-  """Returns a Runner on `base_dir` (resumed if it has checkpoints).
+  """A Runner on `base_dir` (resumed if it has checkpoints).
 
-  Gin's configuration is cleared, then `GIN_FILE` and `bindings` loaded.
-
-  Args:
-    base_dir: str, the experiment directory.
-    num_iterations: int, the Runner's num_iterations.
-    extra: gin bindings, after (and over) the tiny ones.
-
-  Returns:
-    the `run_experiment.create_runner` Runner.
+  Gin's configuration is cleared, then `GIN_FILE` and
+  `bindings(num_iterations, extra)` loaded.
   """
   # Imported here: tests that only need the constants (file_modes_test runs
   # the trainer in subprocesses) do not load TensorFlow.
@@ -74,13 +65,10 @@ def runner(base_dir: str, num_iterations: int, extra: Sequence[str] = ()):
 
 
 def copy_trained_run(destination: str) -> str:
-  """Copies a run trained for `TRAINED_ITERATIONS` iterations; returns it.
+  """Copies a run trained for `TRAINED_ITERATIONS` to new path `destination`.
 
   The run is trained by the first call in a process (in the caller's gin
-  registry) and deleted when the process exits.
-
-  Args:
-    destination: str, a path that does not exist yet.
+  registry) and deleted when the process exits. Returns `destination`.
   """
   if not _TRAINED:
     template = tempfile.mkdtemp()

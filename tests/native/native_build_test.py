@@ -127,7 +127,8 @@ class BuildTest(parameterized.TestCase):
         sysconfig.get_config_var('EXT_SUFFIX')))
     module = extension._import(self.extension)  # pylint: disable=protected-access
     self.assertEqual(module.__name__, build.PYTHON_MODULE)
-    self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
+    self.assertEqual(module.update_parents.__doc__.split('(')[0],
+                     'update_parents')
     self.assertIn('-ffp-contract=off',
                   _compile_command(build.python_extension))
 

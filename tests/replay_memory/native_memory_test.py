@@ -169,8 +169,7 @@ class RegistrationTest(parameterized.TestCase):
     before = _count()
     native.close()
     self.assertEqual(_count(), before - 1)
-    # The lock stays usable (it was freed with the registration, issue
-    # found here): the Python memory keeps working alone, loads included.
+    # The lock stays usable: the memory keeps working alone, loads included.
     _add(memory, 10)
     memory.set_priority(np.array([3]), np.array([2.0]))
     self.assertEqual(memory.get_priority(np.array([3])).tolist(), [2.0])
@@ -406,7 +405,6 @@ class UnsupportedReasonTest(parameterized.TestCase):
       ('reward_float64', dict(reward_dtype=np.float64),
        r'rewards of shape \(\) and dtype float64'),
       ('horizon_8', dict(update_horizon=8), 'update_horizon 8'),
-      ('horizon_9', dict(update_horizon=9), 'update_horizon 9'),
       ('float_terminals', dict(terminal_dtype=np.float32),
        'terminals of dtype float32'),
       ('object_extra', dict(extra_storage_types=[

@@ -1,29 +1,16 @@
 # coding=utf-8
 """Builds the native libraries, once per source and TensorFlow version.
 
-Three shared objects (docs/architecture.md#native-ops), compiled with the
-system's C++ compiler (g++, or $CXX) with -Wall -Wextra on first use and
-cached under $DOPAMINE_PER_NATIVE_CACHE (default
-~/.cache/dopamine_per/native): the TensorFlow-free core library
-(`core_library`), the kernels' CPython extension (`python_extension`, for
-this interpreter's ABI) and the TensorFlow ops (`ops_library`, with the
-installed TensorFlow's flags, linked to the core library, whose registry
-they share). `python -m dopamine_per.native.build` builds all three now.
+The three shared objects of docs/architecture.md#native-ops, compiled with
+g++ (or $CXX) on first use and cached under $DOPAMINE_PER_NATIVE_CACHE
+(default ~/.cache/dopamine_per/native), each named by a hash of its
+sources, compiler and flags. A cached library is loaded only if it matches
+the record beside it (docs/reliability.md: loading a truncated one kills
+the process). `python -m dopamine_per.native.build` builds all three now.
 
-A library's file name carries a hash of its sources, the compiler and the
-flags (and TensorFlow's version, for the ops). Each library has a record
-beside it (`<library>.sha256`: its size and SHA-256), and a cached library
-is used only if it matches: anything else is rebuilt, because loading a
-truncated ELF kills the process (SIGBUS). Each build compiles into its own
-locked work directory in the cache and renames the library only once the
-compiler succeeded; the work of a killed build is removed by the next
-process to use the cache.
-
-With $DOPAMINE_PER_NATIVE_SANITIZE=1, `core_library()` and `ops_library()`
-are the AddressSanitizer and UBSan builds, for tests (the process must have
-libasan preloaded). Without a compiler, or when it fails,
-`NativeBuildError` says why; the memories then fall back to their Python
-paths.
+With $DOPAMINE_PER_NATIVE_SANITIZE=1 the builds use AddressSanitizer and
+UBSan, for tests (libasan must be preloaded). Where nothing builds,
+`NativeBuildError` says why and the memories keep their Python paths.
 """
 
 import fcntl
@@ -52,7 +39,7 @@ CACHE_ENV = 'DOPAMINE_PER_NATIVE_CACHE'
 # The environment variable that, set to 1, selects the sanitized builds.
 SANITIZE_ENV = 'DOPAMINE_PER_NATIVE_SANITIZE'
 
-# A library's record, `<library>.sha256` beside it: its size and SHA-256.
+# A library's record beside it: its size and SHA-256.
 _RECORD_SUFFIX = '.sha256'
 _RECORD_FORMAT = 'size={} sha256={}\n'
 _RECORD_PATTERN = re.compile(rb'size=(\d+) sha256=([0-9a-f]{64})\n')
@@ -62,12 +49,9 @@ _WORK_PREFIX = '.build-'
 _LOCK_SUFFIX = '.lock'
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
-# The headers every library includes, then each library's own source.
+# The headers every library includes.
 _HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'frames.h',
             'batch.h', 'memory.h', 'sampler.h')
-_CORE_SOURCES = _HEADERS + ('replay_core.cc',)
-_OPS_SOURCES = _HEADERS + ('replay_ops.cc',)
-_PYTHON_SOURCES = _HEADERS + ('replay_python.cc',)
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.
@@ -90,8 +74,8 @@ class NativeBuildError(RuntimeError):
 class Once(object):
   """Builds and loads a library on the first call; then returns it.
 
-  A failure is remembered and raised again, so that a machine without a
-  compiler does not try to build on every call. Thread-safe.
+  A failure is remembered and raised again (a machine without a compiler
+  does not retry on every call). Thread-safe.
   """
 
   def __init__(self, build_and_load: Callable[[], Any], failure: str,
@@ -99,10 +83,8 @@ class Once(object):
     """Remembers how to build and load the library.
 
     Args:
-      build_and_load: returns the library (raising NativeBuildError if it
-        cannot be built).
-      failure: str, what a load error means ('the core library does not
-        load'), the start of the NativeBuildError it becomes.
+      build_and_load: returns the library, or raises NativeBuildError.
+      failure: the start of the NativeBuildError a load error becomes.
       load_errors: the exceptions of loading that become NativeBuildError.
     """
     self._build_and_load = build_and_load
@@ -160,9 +142,10 @@ def _compiler() -> List[str]:
   return [path, version]
 
 
-def _digest(sources: Sequence[str], *parts: str) -> str:
+def _digest(source: str, *parts: str) -> str:
+  """A hash of the library's `source`, the headers and `parts`."""
   digest = hashlib.sha256()
-  for name in sources:
+  for name in _HEADERS + (source,):
     try:
       with open(os.path.join(_SOURCE_DIR, name), 'rb') as f:
         digest.update(name.encode() + b'\0' + f.read() + b'\0')
@@ -175,11 +158,9 @@ def _digest(sources: Sequence[str], *parts: str) -> str:
 
 
 def _read(path: str, size: Optional[int] = None) -> Optional[bytes]:
-  """The contents of the regular file at `path`, else None.
+  """The contents of the regular file at `path` (of `size`), else None.
 
-  None for anything but a readable regular file (missing, a directory, a
-  FIFO, a dangling link), or, given `size`, for a file of another size. It
-  is opened without blocking (a FIFO would wait for a writer) and checked
+  Opened without blocking (a FIFO would wait for a writer), then checked
   and read through that one descriptor.
   """
   try:
@@ -218,11 +199,7 @@ def _record(path: str) -> Optional[Tuple[int, str]]:
 
 
 def _verified(target: str) -> bool:
-  """Whether `target` is the library its record describes (size, SHA-256).
-
-  The check that stands between the cache and dlopen: a truncated library
-  would be mapped past its end (SIGBUS), an empty one would not load.
-  """
+  """Whether `target` is the library its record describes (size, SHA-256)."""
   record = _record(target + _RECORD_SUFFIX)
   return record is not None and _contents(target, record[0]) == record
 
@@ -230,10 +207,8 @@ def _verified(target: str) -> bool:
 def _start_work(directory: str) -> Tuple[str, int]:
   """Creates this build's work directory in `directory`: (path, lock).
 
-  The lock, an flock on `<work>.lock` held until `_end_work`, tells other
-  processes that the build is alive; the kernel drops it however the
-  process ends, so `_sweep` can tell a killed build's work from a running
-  one's.
+  The lock, an flock on `<work>.lock` until `_end_work`, which the kernel
+  drops however the process ends, tells `_sweep` the build is alive.
   """
   while True:
     handle, lock = tempfile.mkstemp(prefix=_WORK_PREFIX, suffix=_LOCK_SUFFIX,
@@ -268,11 +243,7 @@ def _end_work(work: str, lock: int) -> None:
 
 
 def _sweep(directory: str) -> None:
-  """Removes the work of builds that were killed (their lock is free).
-
-  A running build holds its lock, so its work is left alone; nothing else
-  in the cache is touched.
-  """
+  """Removes the work of builds that were killed (their lock is free)."""
   try:
     names = os.listdir(directory)
   except OSError:
@@ -299,8 +270,7 @@ def _sweep(directory: str) -> None:
 def _install(source: str, target: str, work: str) -> None:
   """Renames `source` to `target`, atomically replacing what is there.
 
-  A directory at `target`, which a rename cannot replace, is first moved
-  into the work directory (removed with it).
+  A directory there is first moved into the work directory.
   """
   try:
     os.replace(source, target)
@@ -332,10 +302,9 @@ def _run_compiler(command: List[str], name: str) -> str:
 def _compile(command: List[str], target: str) -> str:
   """Runs `command` (writing to {output}) unless `target` verifies.
 
-  The library is compiled into a new work directory beside `target`, given
-  the mode of a new executable (0755 under the usual umask), recorded, and
-  renamed to `target`, replacing whatever did not verify there; its record
-  follows it.
+  Compiles into a new work directory beside `target`, gives the library a
+  new executable's mode, records it and renames it (then its record) over
+  whatever did not verify there.
 
   Returns:
     `target`, which `_verified` accepts.
@@ -389,9 +358,8 @@ def _compile(command: List[str], target: str) -> str:
 def _system_includes(flags: Sequence[str]) -> List[str]:
   """`flags` with each `-I<dir>` as `-isystem <dir>`.
 
-  The warnings of TensorFlow's and Python's headers, not ours to fix, stay
-  out of the build's output. (Nothing else is included with -I, so the
-  search order is unchanged.)
+  So the warnings of TensorFlow's and Python's headers stay out of the
+  build's output.
   """
   rewritten = []
   for flag in flags:
@@ -413,8 +381,7 @@ def core_library(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the TensorFlow-free core library.
 
   Args:
-    sanitize: bool, build with AddressSanitizer and UBSan (for tests;
-      loading it needs libasan preloaded); None: whether
+    sanitize: build with AddressSanitizer and UBSan; None: whether
       $DOPAMINE_PER_NATIVE_SANITIZE is 1.
 
   Raises:
@@ -423,7 +390,7 @@ def core_library(sanitize: Optional[bool] = None) -> str:
   compiler, version = _compiler()
   flags = _COMMON_FLAGS + (_SANITIZER_FLAGS if _sanitize(sanitize) else [])
   name = 'libdopamine_per_core-{}.so'.format(
-      _digest(_CORE_SOURCES, version, compiler, *flags))
+      _digest('replay_core.cc', version, compiler, *flags))
   command = [compiler] + flags + [
       '-Wl,-soname,' + name, os.path.join(_SOURCE_DIR, 'replay_core.cc'),
       '-o', '{output}']
@@ -433,8 +400,8 @@ def core_library(sanitize: Optional[bool] = None) -> str:
 def ops_library(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the TensorFlow ops library.
 
-  Compiled against the TensorFlow this interpreter imports, and linked to
-  `core_library(sanitize)` (None: $DOPAMINE_PER_NATIVE_SANITIZE).
+  Compiled against the installed TensorFlow, linked to
+  `core_library(sanitize)`; `sanitize` as there.
 
   Raises:
     NativeBuildError: If there is no compiler, TensorFlow's headers are
@@ -457,7 +424,7 @@ def ops_library(sanitize: Optional[bool] = None) -> str:
   flags = (_COMMON_FLAGS + (_OPS_SANITIZER_FLAGS if sanitize else []) +
            tf_flags)
   name = 'dopamine_per_ops-{}.so'.format(_digest(
-      _OPS_SOURCES, version, compiler, tf.__version__, os.path.basename(core),
+      'replay_ops.cc', version, compiler, tf.__version__, os.path.basename(core),
       *(flags + link_flags)))
   command = [compiler] + flags + [
       os.path.join(_SOURCE_DIR, 'replay_ops.cc'), '-o', '{output}',
@@ -469,12 +436,8 @@ def ops_library(sanitize: Optional[bool] = None) -> str:
 def python_extension(sanitize: Optional[bool] = None) -> str:
   """Builds (once) and returns the path of the kernels' Python extension.
 
-  replay_python.cc, a CPython extension module (`PYTHON_MODULE`) for this
-  interpreter: compiled against its headers (python3-dev), named for its
-  ABI (`EXT_SUFFIX`); without TensorFlow or the core library.
-
-  Args:
-    sanitize: as for `core_library`.
+  `PYTHON_MODULE`, for this interpreter's headers and ABI, without
+  TensorFlow or the core library; `sanitize` as for `core_library`.
 
   Raises:
     NativeBuildError: If there is no compiler, Python's headers are missing
@@ -498,7 +461,7 @@ def python_extension(sanitize: Optional[bool] = None) -> str:
            ['-fvisibility=hidden'] +
            _system_includes(['-I' + path for path in includes]))
   name = 'dopamine_per_replay-{}{}'.format(
-      _digest(_PYTHON_SOURCES, version, compiler, suffix, sys.version,
+      _digest('replay_python.cc', version, compiler, suffix, sys.version,
               *flags), suffix)
   command = [compiler] + flags + [
       os.path.join(_SOURCE_DIR, 'replay_python.cc'), '-o', '{output}']
@@ -509,9 +472,8 @@ def compile_test_program(source: str, output: str,
                          sanitize: bool = False) -> str:
   """Compiles the C++ test program `source` into the executable `output`.
 
-  With the libraries' compiler and flags (but -shared and -fPIC; with
-  AddressSanitizer and UBSan if `sanitize`), and the native sources'
-  directory on the include path (`#include "replay_core.h"`). Not cached.
+  With the libraries' compiler and flags (but -shared and -fPIC) and the
+  native sources on the include path. Not cached.
 
   Returns:
     What the compiler printed (its warnings; empty for a clean source).

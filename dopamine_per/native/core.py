@@ -1,10 +1,8 @@
 # coding=utf-8
 """Loads the TensorFlow-free core library with ctypes (building it once).
 
-`load()` returns the library with every function's argument types set, or
-raises `build.NativeBuildError` saying why it cannot (no compiler, a failed
-build). ctypes releases the GIL while a function runs: `per_memory_destroy`
-waits for the memory's locks without holding it.
+ctypes releases the GIL while a function runs: `per_memory_destroy` waits
+for the memory's locks without holding it.
 """
 
 import ctypes
@@ -62,6 +60,7 @@ def _load() -> ctypes.CDLL:
   return library
 
 
-# The core library, built on first use (see `build.core_library`); raises
-# build.NativeBuildError if it cannot be built or loaded.
+# The core library, every function's argument types set, built on first use
+# (see `build.core_library`); raises build.NativeBuildError if it cannot be
+# built or loaded.
 load = build.Once(_load, 'the core library does not load', (OSError,))

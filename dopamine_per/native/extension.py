@@ -1,11 +1,5 @@
 # coding=utf-8
-"""Loads the kernels' Python extension module (building it once).
-
-`load()` returns the module compiled from replay_python.cc
-(`build.python_extension`), or raises `build.NativeBuildError` saying why
-it cannot (no compiler, no Python headers, a failed build, a module that
-does not import). `replay_memory.kernels.native_kernels` calls its functions.
-"""
+"""Loads the kernels' Python extension module (building it once)."""
 
 import importlib.machinery
 import importlib.util

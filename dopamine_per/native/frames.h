@@ -31,9 +31,7 @@ void Interleave(const uint8_t* const* sources, int64_t pixels, int64_t stack,
 }
 
 // How far ahead of the pixel being interleaved the Atari path fetches its
-// frames' lines: the frames lie at random in a large storage, where the
-// hardware prefetcher stops at every page; the least distance at which the
-// copy stops waiting for memory.
+// frames' lines (why: docs/architecture.md, "The kernels").
 constexpr int64_t kPrefetchAhead = 1024;
 constexpr int64_t kLineBytes = 64;
 
@@ -47,54 +45,42 @@ inline void InterleaveWord(const uint8_t* const* f, int64_t p,
   std::memcpy(target + 4 * p, &word, 4);
 }
 
-// The steps that interleave a line (64 pixels) of four one-byte frames:
-// SSE2 (every x86-64) or, elsewhere, words.
-struct WordSteps {
-  static void Line(const uint8_t* const* f, int64_t p, uint8_t* target) {
-    for (int64_t q = p; q < p + kLineBytes; ++q) InterleaveWord(f, q, target);
-  }
-};
-
+// Interleaves a line (64 pixels) of four one-byte frames: with SSE2 (every
+// x86-64) 16 pixels at a time, the bytes of (f0, f1) and (f2, f3), then
+// their 16-bit pairs, giving [f0 f1 f2 f3] per pixel; elsewhere by words.
+inline void InterleaveLine(const uint8_t* const* f, int64_t p,
+                           uint8_t* target) {
 #if defined(__SSE2__)
-struct Sse2Steps {
-  // 16 pixels at a time: interleave the bytes of (f0, f1) and (f2, f3),
-  // then their 16-bit pairs, giving [f0 f1 f2 f3] per pixel.
-  static void Line(const uint8_t* const* f, int64_t p, uint8_t* target) {
-    for (int64_t q = p; q < p + kLineBytes; q += 16) {
-      const __m128i a = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(f[0] + q));
-      const __m128i b = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(f[1] + q));
-      const __m128i c = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(f[2] + q));
-      const __m128i d = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(f[3] + q));
-      const __m128i ab_lo = _mm_unpacklo_epi8(a, b);
-      const __m128i ab_hi = _mm_unpackhi_epi8(a, b);
-      const __m128i cd_lo = _mm_unpacklo_epi8(c, d);
-      const __m128i cd_hi = _mm_unpackhi_epi8(c, d);
-      __m128i* o = reinterpret_cast<__m128i*>(target + 4 * q);
-      _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
-      _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
-      _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
-      _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
-    }
+  for (int64_t q = p; q < p + kLineBytes; q += 16) {
+    const __m128i a = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(f[0] + q));
+    const __m128i b = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(f[1] + q));
+    const __m128i c = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(f[2] + q));
+    const __m128i d = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(f[3] + q));
+    const __m128i ab_lo = _mm_unpacklo_epi8(a, b);
+    const __m128i ab_hi = _mm_unpackhi_epi8(a, b);
+    const __m128i cd_lo = _mm_unpacklo_epi8(c, d);
+    const __m128i cd_hi = _mm_unpackhi_epi8(c, d);
+    __m128i* o = reinterpret_cast<__m128i*>(target + 4 * q);
+    _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
+    _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
+    _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
+    _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
   }
-};
-using LineSteps = Sse2Steps;
 #else
-using LineSteps = WordSteps;
+  for (int64_t q = p; q < p + kLineBytes; ++q) InterleaveWord(f, q, target);
 #endif
+}
 
 // Interleaves four one-byte frames (Atari's stack) into one word per
-// pixel, a line at a time with `Steps`, fetching kPrefetchAhead pixels
-// ahead: the frames' lines to read, and for writing, the target's lines
-// those pixels fill (4 per line of pixels); past the end, those of the
-// stack filled after this one (`next` frames into `next_target`; null for
-// none). The target's lines may sit modified in another core's cache.
+// pixel, a line at a time, fetching kPrefetchAhead pixels ahead the
+// frames' lines and, for writing, the target's; past the end, those of
+// the stack filled next (`next` frames into `next_target`; null for none).
 // The prefetches are written in this loop: GCC drops the calls of a helper
 // whose only effect is prefetching.
-template <typename Steps>
 inline void InterleaveFour(const uint8_t* const* sources,
                            const uint8_t* const* next, int64_t pixels,
                            uint8_t* target, uint8_t* next_target) {
@@ -114,7 +100,7 @@ inline void InterleaveFour(const uint8_t* const* sources,
         __builtin_prefetch(out + 4 * ahead + k * kLineBytes, 1);
       }
     }
-    Steps::Line(sources, p, target);
+    InterleaveLine(sources, p, target);
   }
   for (; p < pixels; ++p) InterleaveWord(sources, p, target);
 }
@@ -128,8 +114,7 @@ inline void FillStack(const uint8_t* const* sources,
                       int64_t item, int64_t stack, uint8_t* target,
                       uint8_t* next_target) {
   if (item == 1 && stack == 4) {  // Atari: one 32-bit word per pixel.
-    return InterleaveFour<LineSteps>(sources, next, pixels, target,
-                                     next_target);
+    return InterleaveFour(sources, next, pixels, target, next_target);
   }
   if (stack == 1) {
     std::memcpy(target, sources[0], pixels * item);
@@ -152,10 +137,8 @@ inline void FillStack(const uint8_t* const* sources,
 // Fills states[b] and next_states[b] ([pixels * stack] items of `item`
 // bytes each, frames last) with the `stack` frames ending at ends[b] and
 // at next_ends[b], b < count, wrapping around capacity: each state with
-// its next state, which shares frames with it (read again while cached),
-// each state's frames and target fetched ahead while the one before is
-// filled. Either output may be null: it is skipped, and its ends are not
-// read.
+// its next state, which shares its frames while they are cached. A null
+// output is skipped, its ends not read.
 inline void TransitionStates(const uint8_t* frames, int64_t capacity,
                              int64_t pixels, int64_t item, int64_t stack,
                              const int64_t* ends, const int64_t* next_ends,

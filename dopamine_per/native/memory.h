@@ -1,8 +1,5 @@
-// The memory the ops and Python share: the layout Python registers
-// (PerLayout, its size and version checked when bound), the registry entry
-// (Memory: pointers into the Python memory's arrays, its two locks, the
-// sampling generator) and the registry's lookup (replay_core.cc defines
-// it). docs/architecture.md, "Native ops".
+// The memory the ops and Python share: the layout Python registers, the
+// registry entry and its lookup (docs/architecture.md, "Native ops").
 
 #ifndef DOPAMINE_PER_NATIVE_MEMORY_H_
 #define DOPAMINE_PER_NATIVE_MEMORY_H_
@@ -26,9 +23,8 @@ struct Column {
 // The version of PerLayout; native_memory.py's PerLayout says the same.
 constexpr int64_t kLayoutVersion = 2;
 
-// The layout a Python memory registers (see native_memory.py): pointers
-// into its NumPy arrays and its configuration. A plain C struct, filled by
-// ctypes; its size and version come first, checked when it is bound.
+// The layout a Python memory registers through ctypes (core.py): pointers
+// into its NumPy arrays and its configuration.
 struct PerLayout {
   int64_t size;     // sizeof(PerLayout) as the writer knew it
   int64_t version;  // kLayoutVersion
@@ -61,11 +57,9 @@ struct PerLayout {
   uint64_t seed;
 };
 
-// A registered memory: what the ops and Python share. Its two locks are
-// the Python memory's (replay_python.cc's Lock objects take them too):
-// `mutex` guards the storage and the layout, `tree_mutex` the sum tree,
-// always taken after `mutex` by whoever takes both, so that priority
-// updates need not wait for frames being copied. Binding takes both.
+// A registered memory. Its locks are the Python memory's: `mutex` guards
+// the storage and the layout, `tree_mutex` the sum tree, taken after
+// `mutex` by whoever takes both.
 struct Memory {
   std::timed_mutex mutex;
   std::timed_mutex tree_mutex;
@@ -118,11 +112,9 @@ struct Memory {
   }
 };
 
-// The registry: memories by id, shared by every library loading this
-// header's core (replay_core.cc defines these). The memory registered as
-// `id` with `token`, or nullptr: with *foreign true if no memory of this
-// process ever had that id and token (the graph comes from another
-// process), false if it was destroyed.
+// The memory registered as `id` with `token` (replay_core.cc), or nullptr:
+// with *foreign true if no memory of this process ever had that id and
+// token (the graph comes from another process), false if it was destroyed.
 std::shared_ptr<Memory> FindMemory(int64_t id, uint64_t token,
                                    bool* foreign);
 

@@ -1,18 +1,10 @@
 # coding=utf-8
 """A replay memory's entry in the native registry, shared with the ops.
 
-Every memory made where the native library builds gets a `NativeMemory`
-when it is made (`create`): an entry in the core library's registry with
-an id and a random token, and the memory's two locks, `lock` (the
-storage's) and `tree_lock` (the sum tree's), which are the entry's mutexes
-(the extension module's `Lock`: re-entrant per thread, waiting without the
-GIL and interruptible by a signal), so the lock the ops take is the
-memory's from the start.
-
-`bind` registers the memory's arrays, which the ops then read and write in
-place. The entry outlives sessions and `tf.function`s; the memory's
-finalizer closes it. TensorFlow-free. The design:
-docs/architecture.md#native-ops.
+Every memory made where the native library builds gets one (`create`):
+its id, token and two locks, which the ops take too. `bind` registers the
+memory's arrays, which the ops then read and write in place.
+TensorFlow-free. The design: docs/architecture.md#native-ops.
 """
 
 import ctypes
@@ -30,13 +22,9 @@ from dopamine_per.native import build
 from dopamine_per.native import core
 from dopamine_per.native import extension
 
-__all__ = ['MAX_SAMPLER_STATE', 'NativeMemory', 'UnsupportedMemoryError',
-           'create', 'element_codes', 'lock_of', 'raise_unavailable',
-           'sampler_of', 'unsupported_reason']
-
-# The longest sampler state a checkpoint may hold (the text of 313 numbers
-# of at most 20 digits, with their spaces).
-MAX_SAMPLER_STATE = 313 * 21
+__all__ = ['NativeMemory', 'UnsupportedMemoryError', 'create',
+           'element_codes', 'lock_of', 'raise_unavailable', 'sampler_of',
+           'unsupported_reason']
 
 # NumPy sums 8 or more terms pairwise; the native returns sum left to right.
 _MAX_NATIVE_HORIZON = 7
@@ -59,12 +47,10 @@ def _library_mro(cls: type) -> List[type]:
 def unsupported_reason(memory: Any) -> Optional[str]:
   """Why the native ops cannot sample `memory`, or None if they can.
 
-  They sample the library's two memories, and subclasses that override
-  none of their methods or properties but `__init__` (one rule, whatever
-  the method: the Python path calls an override, the ops could not),
-  whose rewards are float32 scalars, whose update horizon is below 8,
-  whose terminals are bools or integers and whose elements are plain (not
-  object) arrays.
+  They sample the library's two memories and subclasses overriding no
+  method or property but `__init__` (the Python path calls an override,
+  the ops could not), with float32 scalar rewards, an update horizon below
+  8, bool or integer terminals and no object arrays.
   """
   library = _library_mro(type(memory))
   if not library:
@@ -150,8 +136,8 @@ class NativeMemory(object):
     """Makes the registry entry, unbound (see `create`).
 
     Raises:
-      dopamine_per.native.build.NativeBuildError: If the core library or
-        the extension module cannot be built.
+      dopamine_per.native.build.NativeBuildError: If a library cannot be
+        built.
     """
     self._library = core.load()
     self._module = module = extension.load()
@@ -168,15 +154,13 @@ class NativeMemory(object):
     self.bound = False
     self.storage_names: List[str] = []
     self._kept: List[Any] = []  # What the registered pointers point into.
-    # A checkpoint's sampler state, for the next bind (see
-    # `restore_sampler_state`).
+    # `restore_sampler_state`'s, for the next bind.
     self._pending_sampler_state: Optional[str] = None
 
   def bind(self, memory: Any) -> None:
-    """(Re-)registers the memory's arrays: first for the ops, after a load.
+    """(Re-)registers the memory's arrays, under both locks (re-entrant).
 
-    Takes both locks (re-entrantly: the caller may hold them). After
-    `close`, does nothing.
+    After `close`, does nothing.
 
     Raises:
       UnsupportedMemoryError: If the ops cannot sample the memory (see
@@ -235,8 +219,8 @@ class NativeMemory(object):
       layout.largest = tree_layout['largest']
       kept += [tree_layout['flat'], tree_layout['offsets'],
                tree_layout['scalars']]
-    # Both the old arrays and the new stay referenced until the library
-    # points at the new ones, whatever interrupts this.
+    # Old and new arrays stay referenced until the library points at the
+    # new ones, whatever interrupts this.
     self._kept = self._kept + kept
     if self._library.per_memory_bind(self._handle, ctypes.byref(layout)):
       raise build.NativeBuildError(
@@ -262,7 +246,7 @@ class NativeMemory(object):
   def valid_mask(self, indices: np.ndarray) -> np.ndarray:
     """Whether each slot of int64 `indices` is a valid transition.
 
-    The caller holds `lock`, and the memory is bound.
+    The caller holds `lock`; the memory is bound.
     """
     valid = np.empty(len(indices), bool)
     self._module.valid_mask(self.lock, indices, valid)
@@ -272,10 +256,10 @@ class NativeMemory(object):
            outputs: Sequence[np.ndarray]) -> None:
     """Fills `outputs` with the batch at valid slots `indices` (int64).
 
-    The outputs are the elements of `codes` (`batch_codes`), each a
-    C-contiguous array of len(indices) rows. batch.h's `FillBatch`, as the
-    ops fill theirs: the rows under `tree_lock`, the frames without it. The
-    caller holds `lock`, and the memory is bound.
+    One C-contiguous output of len(indices) rows per element of `codes`
+    (`batch_codes`), filled as the ops fill theirs: the rows under
+    `tree_lock`, the frames without it. The caller holds `lock`; the memory
+    is bound.
     """
     self._module.fill_batch(self.lock, self.tree_lock, indices, codes,
                             tuple(outputs))
@@ -284,10 +268,10 @@ class NativeMemory(object):
              outputs: Sequence[np.ndarray]) -> np.ndarray:
     """Samples `count` valid slots and fills `outputs` with their batch.
 
-    One native call: sampler.h's policy (the ops'), drawing from the NumPy
-    BitGenerator `generator` exactly as the memory's Python draws would
-    (`masked`: as the legacy `RandomState.randint`), then `fill`. The
-    caller holds `lock`, and the memory is bound.
+    The ops' policy, drawing from the NumPy BitGenerator `generator` exactly
+    as the memory's Python draws would (`masked`: as the legacy
+    `RandomState.randint`), then `fill`. The caller holds `lock`; the memory
+    is bound.
 
     Returns:
       The slots, int64.
@@ -306,9 +290,7 @@ class NativeMemory(object):
   def sampler_state(self) -> Optional[str]:
     """The sampling ops' generator state, for a checkpoint (text).
 
-    None for a memory the ops never sampled (its generator is seeded when
-    bound); a state `restore_sampler_state` gave and no bind used yet is
-    returned as it is.
+    Unbound: `restore_sampler_state`'s state, or None.
     """
     with self.lock:
       if not self.bound:
@@ -320,26 +302,23 @@ class NativeMemory(object):
 
   def check_sampler_state(self, state: Any) -> bool:
     """Whether `state` is a generator state `sampler_state` could return."""
-    return (isinstance(state, str) and len(state) <= MAX_SAMPLER_STATE and
-            state.isascii() and not self._library.per_memory_set_sampler_state(
+    return (isinstance(state, str) and state.isascii() and
+            not self._library.per_memory_set_sampler_state(
                 self._handle, state.encode('ascii'), 1))
 
   def restore_sampler_state(self, state: Optional[str]) -> None:
     """Makes `state` (checked) the ops' generator state from the next bind.
 
-    A bind (after a load, or for the first ops) would seed the generator
-    anew: with a checkpoint's state a resumed run samples as an
-    uninterrupted one. None: seed as usual.
+    So a resumed run samples as an uninterrupted one. None: seed as usual.
     """
     self._pending_sampler_state = state
 
   def close(self) -> None:
     """Unbinds and unregisters the memory: its ops fail cleanly from now on.
 
-    The memory keeps its locks (and works on without the ops). Safe with
-    either lock held by this thread, and from a finalizer: the library
-    takes the locks this thread does not hold, waiting without the GIL
-    and without being interrupted.
+    The memory keeps its locks and works on without the ops. Safe with
+    either lock held by this thread, and from a finalizer (the library
+    takes the locks this thread does not hold, uninterruptibly).
     """
     if not self._open:
       return
@@ -369,9 +348,8 @@ def raise_unavailable() -> None:
 def create(owner: Any) -> Optional[NativeMemory]:
   """A new memory's registry entry, closed when `owner` (the memory) goes.
 
-  None where the library cannot be built: the memory then locks with
-  `threading.RLock`s, and its ops fall back to `tf.numpy_function`, saying
-  why.
+  None where the library cannot be built (the memory then uses RLocks and
+  `tf.numpy_function`).
   """
   try:
     native = NativeMemory()
@@ -393,10 +371,9 @@ def sampler_of(memory: Any, native: Optional[NativeMemory],
                compiled: bool) -> Optional[NativeMemory]:
   """`native`, bound, if it samples `memory` out of the graph; else None.
 
-  It does where the memory has a registry entry (`native`), its kernels are
-  compiled (`compiled`: not 'numpy') and the ops could sample it
-  (`unsupported_reason`). Binds it unless it is bound already (a bind
-  would seed the ops' generator anew); the caller holds the memory's lock.
+  It does where `native` exists, the kernels are `compiled` and the ops
+  could sample the memory. Binds it unless bound (a bind would seed the
+  ops' generator anew); the caller holds the memory's lock.
   """
   if native is None or not compiled:
     return None

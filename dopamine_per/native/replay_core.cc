@@ -47,10 +47,8 @@ extern "C" {
 
 // Registers an unbound memory under `token` (unguessable, chosen by the
 // caller; the ops carry it beside the id); returns its id (never reused)
-// and, in *handle, a reference to it (for `per_memory_bind` and friends,
-// and the extension's Lock objects, which take references of their own).
-// It keeps the memory alive until `per_memory_release`, also after
-// `per_memory_destroy`.
+// and, in *handle, a reference to it, which keeps the memory alive until
+// `per_memory_release`, also after `per_memory_destroy`.
 int64_t per_memory_create(void** handle, uint64_t token) {
   auto memory = std::make_shared<Memory>();
   std::lock_guard<std::mutex> guard(dopamine_per::registry_mutex);

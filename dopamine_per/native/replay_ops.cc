@@ -232,9 +232,8 @@ const char* PriorityDtypeName(double smallest) {
 }
 
 // The error for a priority that is neither 0 nor in [m.smallest,
-// m.largest]: the very text `set_priority` raises as ValueError
-// (validation._range_error, for its argument `priorities`), so that the
-// native op and the Python path (memory and py_func) say the same.
+// m.largest]: the very text of `set_priority`'s ValueError
+// (validation._range_error), so that both paths say the same.
 absl::Status PriorityOutOfRange(const Memory& m, double value) {
   return errors::InvalidArgument(
       "priorities should be nonnegative and finite: 0 or in [",
@@ -244,10 +243,8 @@ absl::Status PriorityOutOfRange(const Memory& m, double value) {
 }
 
 // Writes the priorities at `indices` (valid leaves) to `out` as float32,
-// rounded to nearest, subnormals kept: TensorFlow runs kernels with them
-// flushed to 0, which would read a valid priority below float32's smallest
-// normal (2**-126; priorities go down to 2**-149) as 0. The batch's
-// sampling_probabilities, filled as FillBatch fills them.
+// as FillBatch fills sampling_probabilities, subnormals kept (see
+// SetPriorityOp).
 void PrioritiesAsFloat(const Memory& m, const int64_t* indices,
                        int64_t count, float* out) {
   ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;

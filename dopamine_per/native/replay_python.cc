@@ -1,20 +1,17 @@
-// The replay memory's native face in Python, a CPython extension module:
-// the sum tree's loops for replay_memory/kernels/native_kernels.py, and on
-// a memory registered with the core library (memory.h), its `Lock` and its
-// batches (batch.h's FillBatch, as the TensorFlow op fills). Arrays come in
-// through the buffer protocol; every buffer's type, length, layout and
-// alignment is checked, and a tree's offsets against its flat array,
-// before a loop reads or writes it.
+// The CPython extension module: the sum tree's loops for
+// replay_memory/kernels/native_kernels.py, and a registered memory's
+// `Lock` and batches. Every buffer's type, length, layout and alignment is
+// checked, and a tree's offsets against its flat array, before a loop
+// reads or writes it.
 //
 // The tree's functions return NotImplemented for arguments they do not
 // cover (another dtype, a strided array, a tree laid out otherwise, an
 // empty batch, a descent leaving the tree's rows): the caller then runs
 // NumPy's loop, the reference. Otherwise they return their result, or True
-// when they filled the output arrays passed in. The memory's functions
-// raise for what does not fit, and check that the caller holds the
-// memory's storage lock. Loops over large batches run without the GIL,
-// reading their inputs once or from a copy, so that another thread writing
-// them cannot take an index out of bounds.
+// when they filled the outputs passed in. The memory's functions raise for
+// what does not fit. Loops over large batches run without the GIL, reading
+// their inputs once or from a copy, so that another thread writing them
+// cannot take an index out of bounds.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -184,13 +181,11 @@ PyObject* Done() { Py_RETURN_TRUE; }
 // ------------------------------------------------------------------ locks
 
 // Lock(handle, tree): a registered memory's storage `mutex` (or with `tree`
-// its `tree_mutex`) as the Python memory's lock, RLock's API. `handle` is
-// the per_memory_create reference; the lock takes one of its own. The
-// mutex is held while the lock is held at any depth, so the ops wait for
-// Python and Python for them. Waiting releases the GIL and, every
-// kWaitSlice, takes it back to run the signal handlers: an exception from
-// one (KeyboardInterrupt) leaves the wait with the mutex not taken. The
-// owner and depth are read and written with the GIL held only.
+// its `tree_mutex`) as the Python memory's lock, RLock's API, taking a
+// reference of its own to `handle`'s memory. The mutex is held while the
+// lock is held at any depth. Waiting releases the GIL and, every
+// kWaitSlice, runs the signal handlers: an exception from one leaves the
+// mutex not taken. The owner and depth are accessed with the GIL held only.
 struct LockObject {
   PyObject_HEAD
   std::shared_ptr<Memory>* memory;
@@ -322,13 +317,6 @@ PyObject* LockAcquire(PyObject* object, PyObject* args, PyObject* kwargs) {
   return PyBool_FromLong(taken);
 }
 
-PyObject* LockEnter(PyObject* object, PyObject*) {
-  if (AcquireLock(reinterpret_cast<LockObject*>(object), true, -1.0) < 0) {
-    return nullptr;
-  }
-  Py_RETURN_TRUE;
-}
-
 PyObject* LockRelease(PyObject* object, PyObject*) {
   if (!ReleaseLock(reinterpret_cast<LockObject*>(object))) return nullptr;
   Py_RETURN_NONE;
@@ -339,13 +327,15 @@ PyObject* LockIsOwned(PyObject* object, PyObject*) {
   return PyBool_FromLong(HeldHere(reinterpret_cast<LockObject*>(object)));
 }
 
+// acquire() with no arguments is __enter__ too, as RLock's.
+const PyCFunction lock_acquire = reinterpret_cast<PyCFunction>(
+    reinterpret_cast<void (*)()>(LockAcquire));
+
 PyMethodDef lock_methods[] = {
-    {"acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-                    LockAcquire)),
-     METH_VARARGS | METH_KEYWORDS,
+    {"acquire", lock_acquire, METH_VARARGS | METH_KEYWORDS,
      "acquire(blocking=True, timeout=-1) -> bool, as RLock's"},
     {"release", LockRelease, METH_NOARGS, "Releases one level."},
-    {"__enter__", LockEnter, METH_NOARGS, "acquire()"},
+    {"__enter__", lock_acquire, METH_VARARGS | METH_KEYWORDS, "acquire()"},
     {"__exit__", LockRelease, METH_VARARGS, "release()"},
     {"held", LockIsOwned, METH_NOARGS, "Whether this thread holds it."},
     {"_is_owned", LockIsOwned, METH_NOARGS,
@@ -480,18 +470,6 @@ PyObject* UpdateParentsPy(PyObject*, PyObject* const* args,
   });
   if (!typed || !inside) return NotCovered();
   return PyFloat_FromDouble(total);
-}
-
-// update_leaf(flat, offsets, fanout, leaf): the total, or NotImplemented.
-PyObject* UpdateLeafPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!CheckArguments("update_leaf", nargs, 4)) return nullptr;
-  TreeArgument tree;
-  int64_t leaf;
-  if (!Int(args[3], &leaf) || !tree.Take(args[0], args[1], args[2], true) ||
-      leaf < 0 || leaf >= tree.leaves()) {
-    return NotCovered();
-  }
-  return PyFloat_FromDouble(UpdateParents(tree.tree(), &leaf, 1));
 }
 
 // set_leaves(flat, offsets, fanout, capacity, leaves, values, smallest,
@@ -735,14 +713,12 @@ PyObject* ElementCodesPy(PyObject*, PyObject* const* args,
 }
 
 // fill_batch(lock, tree_lock, indices, codes, outputs): fills the batch of
-// the memory of `lock` (its storage lock, held by the caller; `tree_lock`
-// its tree lock) at valid slots `indices` (1-D int64) into `outputs`, a
-// tuple of writable C-contiguous arrays of len(indices) rows, one per code
-// of `codes` (element_codes' bytes), each of the bytes its element takes.
-// batch.h's FillBatch, as the op fills: the rows under the tree lock,
-// which is not held while the frames are copied. True; TypeError for
-// outputs that do not fit (nothing written), IndexError for a slot outside
-// the memory.
+// the memory of `lock` (held by the caller; `tree_lock` its tree lock) at
+// valid slots `indices` (1-D int64) into `outputs`, a tuple of writable
+// C-contiguous arrays of len(indices) rows, one per code of `codes`
+// (element_codes' bytes): the rows under the tree lock, the frames without
+// it. True; TypeError for outputs that do not fit (nothing written),
+// IndexError for a slot outside the memory.
 PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("fill_batch", nargs, 5)) return nullptr;
   const Memory* m = HeldMemory(args[0], "fill_batch");
@@ -864,15 +840,13 @@ struct NumpyDraws {
 };
 
 // sample_batch(lock, tree_lock, bit_generator, masked, indices, codes,
-// outputs): samples len(indices) valid slots of the memory of `lock` (its
-// storage lock, held by the caller, and for a prioritized memory its tree
-// lock `tree_lock` too) with sampler.h's policy, drawing from the NumPy
-// BitGenerator `bit_generator` (the caller holds its lock) as NumPy would
-// (`masked`: as the legacy RandomState), into `indices` (int64), then
-// fills `outputs` as fill_batch does (none if `codes` is empty). True;
-// sampler.h's message if it cannot sample (nothing filled): ValueError for
-// an empty sum tree, else RuntimeError; the arguments' errors as
-// fill_batch's.
+// outputs): samples len(indices) valid slots of the memory of `lock` (held
+// by the caller, and for a prioritized memory `tree_lock` too) with
+// sampler.h's policy, drawing from the NumPy BitGenerator `bit_generator`
+// (its lock held) as NumPy would (`masked`: as RandomState), into `indices`
+// (int64), then fills `outputs` as fill_batch does (none if `codes` is
+// empty). True; if it cannot sample (nothing filled), sampler.h's message
+// as ValueError for an empty sum tree, else RuntimeError.
 PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("sample_batch", nargs, 7)) return nullptr;
   const Memory* m = HeldMemory(args[0], "sample_batch");
@@ -930,9 +904,6 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("update_parents", UpdateParentsPy,
                         "update_parents(flat, offsets, fanout, leaves) -> "
                         "total | NotImplemented"),
-    DOPAMINE_PER_METHOD("update_leaf", UpdateLeafPy,
-                        "update_leaf(flat, offsets, fanout, leaf) -> total | "
-                        "NotImplemented"),
     DOPAMINE_PER_METHOD("set_leaves", SetLeavesPy,
                         "set_leaves(flat, offsets, fanout, capacity, leaves, "
                         "values, smallest, largest) -> (total, largest "

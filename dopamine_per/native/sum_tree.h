@@ -1,7 +1,5 @@
-// The sum tree's loops: level sums, writing leaves and updating their
-// ancestors, descending from the root for a batch of masses. The same
-// float operations in the same order as numpy_kernels.py's, hence the same
-// bits (the flat layout: docs/architecture.md, "The sum tree's flat
+// The sum tree's loops: numpy_kernels.py's float operations in its order,
+// hence its bits (the layout: docs/architecture.md, "The sum tree's flat
 // layout").
 
 #ifndef DOPAMINE_PER_NATIVE_SUM_TREE_H_

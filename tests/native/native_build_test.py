@@ -1,8 +1,8 @@
 """Tests for dopamine_per.native.build and core: compiling, caching, loading.
 
-The libraries are built once, for real (~20 s), into a cache directory of
-this test ($DOPAMINE_PER_NATIVE_CACHE); tests of failures get fresh ones,
-tests of a damaged cache damage copies of it.
+The libraries are built once, for real, into a cache directory of this
+test ($DOPAMINE_PER_NATIVE_CACHE); tests of failures get fresh ones, tests
+of a damaged cache damage copies of it.
 """
 
 import filecmp
@@ -48,7 +48,15 @@ class BuildTest(parameterized.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.cache = tempfile.mkdtemp()
-    with mock.patch.dict(os.environ, {build.CACHE_ENV: cls.cache}):
+    cls.compiles = []  # (command, what the compiler printed)
+    run_compiler = build._run_compiler  # pylint: disable=protected-access
+
+    def recording(command, name):
+      cls.compiles.append((command, run_compiler(command, name)))
+      return cls.compiles[-1][1]
+
+    with mock.patch.dict(os.environ, {build.CACHE_ENV: cls.cache}), \
+        mock.patch.object(build, '_run_compiler', recording):
       cls.core, cls.ops = build.core_library(), build.ops_library()
       cls.extension = build.python_extension()
 
@@ -86,6 +94,21 @@ class BuildTest(parameterized.TestCase):
         libraries + [name + '.sha256' for name in libraries],
         'temporary files left behind')
 
+  def test_the_libraries_compile_without_warnings(self):
+    sources = sorted(os.path.basename(part) for command, _ in self.compiles
+                     for part in command if part.endswith('.cc'))
+    self.assertEqual(sources,
+                     ['replay_core.cc', 'replay_ops.cc', 'replay_python.cc'])
+    for command, printed in self.compiles:
+      self.assertIn('-Wall', command)
+      self.assertIn('-Wextra', command)
+      self.assertNotIn('-w', command)
+      # TensorFlow's and Python's headers are system headers (-isystem):
+      # their warnings are not ours.
+      self.assertEmpty([part for part in command if part.startswith('-I')],
+                       command)
+      self.assertEqual(printed, '', command)
+
   def test_libraries_are_readable_with_a_new_executables_mode(self):
     # Not 0711, which the compiler gave a temporary file it wrote over.
     umask = os.umask(0o022)
@@ -122,12 +145,12 @@ class BuildTest(parameterized.TestCase):
                       os.path.basename(core)))
 
   def test_the_extension_is_built_for_this_interpreter(self):
-    self.assertEqual(os.path.dirname(self.extension), self.cache)
     self.assertTrue(self.extension.endswith(
         sysconfig.get_config_var('EXT_SUFFIX')))
     module = extension._import(self.extension)  # pylint: disable=protected-access
     self.assertEqual(module.__name__, build.PYTHON_MODULE)
-    self.assertEqual(module.update_leaf.__doc__.split('(')[0], 'update_leaf')
+    self.assertEqual(module.update_parents.__doc__.split('(')[0],
+                     'update_parents')
     self.assertIn('-ffp-contract=off',
                   _compile_command(build.python_extension))
 
@@ -171,7 +194,8 @@ class BuildTest(parameterized.TestCase):
     ops_command = _compile_command(build.ops_library)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     for flag in tf.sysconfig.get_compile_flags():
-      if not flag.startswith('-I'):  # -isystem: replay_core_cpp_test.
+      # -I<dir> is -isystem <dir>: test_the_libraries_compile_without_warnings.
+      if not flag.startswith('-I'):
         self.assertIn(flag, ops_command)
     self.assertIn('-D_GLIBCXX_USE_CXX11_ABI=1', ops_command)
     self.assertIn('-std=c++17', ops_command)

@@ -1,11 +1,9 @@
 """Tests for a replay memory's registration with the native library.
 
 `native_memory.NativeMemory` and a memory's `native_memory()`, without
-TensorFlow: registering once, unregistering when the memory goes, the lock
-the memory then shares with the ops (re-entrant, excluding other threads,
-waited for by `add` and `set_priority`), re-registering after `load`, and
-which memories the ops can sample (`unsupported_reason`). The ops on a
-registered memory: native_ops_test.
+TensorFlow: registration, the locks it shares with the ops, which memories
+the ops can sample, and the native batch against NumPy's. The ops
+themselves: native_ops_test.
 """
 
 import contextlib
@@ -171,8 +169,7 @@ class RegistrationTest(parameterized.TestCase):
     before = _count()
     native.close()
     self.assertEqual(_count(), before - 1)
-    # The lock stays usable (it was freed with the registration, issue
-    # found here): the Python memory keeps working alone, loads included.
+    # The lock stays usable: the memory keeps working alone, loads included.
     _add(memory, 10)
     memory.set_priority(np.array([3]), np.array([2.0]))
     self.assertEqual(memory.get_priority(np.array([3])).tolist(), [2.0])
@@ -408,7 +405,6 @@ class UnsupportedReasonTest(parameterized.TestCase):
       ('reward_float64', dict(reward_dtype=np.float64),
        r'rewards of shape \(\) and dtype float64'),
       ('horizon_8', dict(update_horizon=8), 'update_horizon 8'),
-      ('horizon_9', dict(update_horizon=9), 'update_horizon 9'),
       ('float_terminals', dict(terminal_dtype=np.float32),
        'terminals of dtype float32'),
       ('object_extra', dict(extra_storage_types=[
@@ -429,6 +425,8 @@ class UnsupportedReasonTest(parameterized.TestCase):
       memory.native_memory()
     self.assertIs(memory._lock, lock, 'the lock changed all the same')
     self.assertEqual(_count(), before, 'registered all the same')
+    with memory._lock:  # The Python path samples it.
+      self.assertIsNone(memory._native_sampler())
 
   def test_not_a_memory(self):
     self.assertEqual(native_memory.unsupported_reason(object()),
@@ -497,9 +495,8 @@ def _filled_memories(prioritized, shape=(2,), dtype=np.float32, stack=2,
 
 
 class NativeBatchTest(parameterized.TestCase):
-  """The out-of-graph face of the native batch (`NativeMemory.valid_mask`
-  and `fill`, batch.h's FillBatch): NumPy's batches, bit for bit, and what
-  it refuses, with nothing written."""
+  """`NativeMemory.valid_mask`, `fill` and `sample`: NumPy's batches, bit
+  for bit, and what they refuse, with nothing written."""
 
   @parameterized.named_parameters(*_BATCH_LAYOUTS)
   def test_same_batches_as_numpy_s(self, shape, dtype, stack, horizon,
@@ -507,8 +504,9 @@ class NativeBatchTest(parameterized.TestCase):
     for prioritized in (False, True):
       numpy_memory, native = _filled_memories(prioritized, shape, dtype,
                                               stack, horizon, terminal_dtype)
-      with native._lock:  # pylint: disable=protected-access
+      with native._lock, numpy_memory._lock:  # pylint: disable=protected-access
         self.assertIs(native._native_sampler(), native.native)  # pylint: disable=protected-access
+        self.assertIsNone(numpy_memory._native_sampler())  # pylint: disable=protected-access
       slots = np.arange(60)
       valid = numpy_memory.is_valid_transition(slots)
       np.testing.assert_array_equal(native.is_valid_transition(slots), valid)
@@ -598,11 +596,6 @@ class NativeBatchTest(parameterized.TestCase):
         errors.append(str(raised.exception))
       self.assertEqual(errors[0], errors[1])
       self.assertIn('Cannot sample a batch with fewer', errors[0])
-
-  def test_a_numpy_memory_and_a_subclass_are_not_sampled_natively(self):
-    for memory in (_memory(kernels='numpy'), _memory(cls=_OwnBatch)):
-      with memory._lock:  # pylint: disable=protected-access
-        self.assertIsNone(memory._native_sampler())  # pylint: disable=protected-access
 
   def _bound(self):
     memory = _memory(kernels='native', extra_storage_types=[

@@ -1,11 +1,8 @@
 """The native ops under AddressSanitizer and UBSan.
 
-Builds the sanitized libraries (`build.core_library(sanitize=True)`,
-`build.ops_library(sanitize=True)`; cached like the others) and runs, in a
-Python with the compiler's libasan preloaded and
-$DOPAMINE_PER_NATIVE_SANITIZE=1 (so that `native_ops` loads them), normal
-sampling, priority updates while Python adds, and every bad input of
-native_ops_test's BadInputTest: no sanitizer report, exit status 0.
+Runs, in a Python with libasan preloaded and the sanitized libraries
+loaded, normal sampling, priority updates while Python adds, and every bad
+input of native_ops_test's BadInputTest: no sanitizer report, exit 0.
 
 libstdc++ is preloaded with libasan: else ASan's `__cxa_throw` interceptor
 finds no libstdc++ when Python starts (it has none) and aborts at the first
@@ -43,6 +40,14 @@ assert 'libasan' in maps, 'no libasan'
 
 Prioritized = prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
 rng = np.random.default_rng(0)
+
+
+def refused(errors, function, message='no error'):
+  try:
+    function()
+  except errors:
+    return
+  raise AssertionError(message)
 
 
 def fill(memory, count):
@@ -123,33 +128,18 @@ bad = [
 ]
 leaves = memory.sum_tree._flat.copy()
 for error, function in bad:
-  try:
-    function()
-  except error:
-    pass
-  else:
-    raise AssertionError('no error')
+  refused(error, function)
 assert np.array_equal(memory.sum_tree._flat, leaves)
 
 uniform = circular_replay_buffer.OutOfGraphReplayBuffer((2,), 2, 10, 4)
 uniform_native = native_ops.binding(uniform, True)
-for function in (
-    lambda: native_ops.sample(uniform_native,
-                              uniform.get_transition_elements()),
-    lambda: native_ops.set_priority(uniform_native, [1], [1.0])):
-  try:
-    function()
-  except (IAE, FPE):
-    pass
-  else:
-    raise AssertionError('no error')
+refused((IAE, FPE), lambda: native_ops.sample(
+    uniform_native, uniform.get_transition_elements()))
+refused((IAE, FPE),
+        lambda: native_ops.set_priority(uniform_native, [1], [1.0]))
 memory.set_priority(np.arange(64), 0.0)
-try:
-  native_ops.sample(native, elements)
-except FPE:
-  pass
-else:
-  raise AssertionError('sampled an empty tree')
+refused(FPE, lambda: native_ops.sample(native, elements),
+        'sampled an empty tree')
 
 # A deleted memory; a closed registration whose lock the memory keeps.
 with graph.as_default():
@@ -158,12 +148,7 @@ with graph.as_default():
 del memory, uniform
 gc.collect()
 for op in ops:
-  try:
-    session.run(op)
-  except FPE:
-    pass
-  else:
-    raise AssertionError('a deleted memory answered')
+  refused(FPE, lambda: session.run(op), 'a deleted memory answered')
 closed = Prioritized((2,), 1, 10, 2)
 closed.native_memory().close()
 for i in range(12):

@@ -303,6 +303,7 @@ class NativeMemory(object):
   def check_sampler_state(self, state: Any) -> bool:
     """Whether `state` is a generator state `sampler_state` could return."""
     return (isinstance(state, str) and state.isascii() and
+            '\0' not in state and
             not self._library.per_memory_set_sampler_state(
                 self._handle, state.encode('ascii'), 1))
 

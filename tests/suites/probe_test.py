@@ -338,10 +338,12 @@ class ResumedSamplerTest(graph_util.GraphTestCase):
                       for _ in range(4)], uninterrupted)
 
   @parameterized.parameters('', '1 2 3', 'x' * 7000, 5,
-                            ' '.join(['1'] * 312 + ['313']))
+                            ' '.join(['1'] * 312 + ['313']), 'GOOD\0 7')
   def test_a_bad_sampler_state_refuses_the_checkpoint(self, state):
     replay = self._replay(None)
     _fill(replay.memory, 20)
+    if isinstance(state, str):  # A good state with junk after a NUL.
+      state = state.replace('GOOD', replay.memory.native.sampler_state())
     directory = fixtures.temp_dir(self)
     replay.save(directory, 0)
     with mock.patch.object(native_memory.NativeMemory, 'sampler_state',

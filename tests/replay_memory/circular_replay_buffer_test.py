@@ -82,15 +82,14 @@ class TableCasesTest(parameterized.TestCase):
     indices = sorted(case.transitions)
     self.assertEqual(indices, sorted(case.valid))
     batch = buffer.sample_transition_batch(indices=indices)
-    extra_names = [e.name for e in case.config.get('extra_storage_types', [])]
     for row, index in enumerate(indices):
       replay_cases.assert_transition(self, buffer, batch, row,
-                                     case.transitions[index], extra_names)
+                                     case.transitions[index])
     names = [e.name for e in buffer.get_transition_elements(len(indices))]
     np.testing.assert_array_equal(batch[names.index('indices')], indices)
 
   @parameterized.named_parameters(
-      (c.name, c) for c in replay_cases.CASES if c.dopamine_comparable)
+      (c.name, c) for c in replay_cases.CASES if c.dopamine_valid is not None)
   def test_case_matches_dopamine(self, case):
     ours = replay_cases.make_buffer(crb.OutOfGraphReplayBuffer, case)
     theirs = replay_cases.make_buffer(dopamine_crb.OutOfGraphReplayBuffer,

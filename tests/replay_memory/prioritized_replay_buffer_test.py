@@ -191,10 +191,9 @@ class TableCasesTest(parameterized.TestCase):
     replay_cases.apply_steps(buffer, case.steps, priorities)
     indices = sorted(case.valid)
     batch = buffer.sample_transition_batch(indices=indices)
-    extra_names = [e.name for e in case.config.get('extra_storage_types', [])]
     for row, index in enumerate(indices):
       replay_cases.assert_transition(self, buffer, batch, row,
-                                     case.transitions[index], extra_names)
+                                     case.transitions[index])
     np.testing.assert_array_equal(batch[-1], buffer.get_priority(indices))
     # Padding (observation id 0 with zero action) has priority 0.
     capacity = case.config['replay_capacity']

@@ -1,9 +1,7 @@
 """Tests for dopamine_per.replay_memory.kernels.numpy_kernels: the reference.
 
-`NumpyKernels` is checked against the rules of its module docstring,
-written out slot by slot and leaf by leaf: the halving sums of the tree,
-descents against a brute-force cumulative sum, validity, Dopamine's n-step
-returns and the frame stacks. native_kernels_test checks that the compiled
+`NumpyKernels` is checked against its module docstring's rules, written out
+slot by slot and leaf by leaf; native_kernels_test checks that the compiled
 kernels give the same results.
 """
 

@@ -512,7 +512,7 @@ class DopamineEquivalenceTest(parameterized.TestCase):
     for index in theirs_valid - ours_valid:
       self.assertIn('frame stack crosses the end of an episode',
                     ours._invalid_reason(index))
-    _assert_same_as_dopamine(self, ours, theirs)
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
 
   def _assert_time_limit_end_after_terminal(self, buffer, index):
     """Dopamine rejects these; the return is cut by the terminal first."""
@@ -534,8 +534,7 @@ _SMALL_MEMORY = dict(observation_shape=(2,), stack_size=2, replay_capacity=16,
 def _filled(cls=crb.OutOfGraphReplayBuffer, steps=30, seed=0, **kwargs):
   """A memory of `cls` (`_SMALL_MEMORY`, then kwargs), `steps` adds in.
 
-  The adds (random observations, terminals and episode ends) are drawn
-  from `seed`.
+  The adds (observations, terminals and episode ends) are drawn from `seed`.
   """
   memory = cls(**dict(_SMALL_MEMORY, **kwargs))
   rs = np.random.RandomState(seed)
@@ -543,29 +542,6 @@ def _filled(cls=crb.OutOfGraphReplayBuffer, steps=30, seed=0, **kwargs):
     memory.add(rs.randint(0, 255, size=2).astype(np.uint8), i % 3, float(i),
                rs.rand() < 0.15, episode_end=rs.rand() < 0.05)
   return memory
-
-
-def _assert_same_as_dopamine(test, ours, theirs):
-  """Same storage and counters as Dopamine's `theirs`, same batches.
-
-  The batches are those of the transitions valid in both memories, compared
-  element by element, dtypes and shapes included.
-  """
-  for name, array in ours._store.items():
-    np.testing.assert_array_equal(array, theirs._store[name], err_msg=name)
-  test.assertEqual(int(ours.add_count), int(theirs.add_count))
-  np.testing.assert_array_equal(ours.invalid_range, theirs.invalid_range)
-  test.assertEqual(ours.episode_end_indices,
-                   {int(i) for i in theirs.episode_end_indices})
-  common = [i for i in range(ours._replay_capacity)
-            if ours.is_valid_transition(i) and theirs.is_valid_transition(i)]
-  test.assertNotEmpty(common)
-  for element, a, b in zip(
-      ours.get_transition_elements(len(common)),
-      ours.sample_transition_batch(indices=common),
-      theirs.sample_transition_batch(len(common), indices=common)):
-    test.assertEqual((a.dtype, a.shape), (b.dtype, b.shape), element.name)
-    np.testing.assert_array_equal(a, b, err_msg=element.name)
 
 
 class CheckpointTest(parameterized.TestCase):
@@ -596,12 +572,12 @@ class CheckpointTest(parameterized.TestCase):
     ours.save(directory, 2)
     theirs = dopamine_crb.OutOfGraphReplayBuffer(**_SMALL_MEMORY)
     theirs.load(directory, 2)
-    _assert_same_as_dopamine(self, ours, theirs)
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
     # Both continue identically.
     for i in range(5):
       for buffer in (ours, theirs):
         buffer.add(np.full(2, i, np.uint8), 1, 0.5, i == 3)
-    _assert_same_as_dopamine(self, ours, theirs)
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
 
   def test_dopamine_to_ours(self):
     # Dopamine saves no episode start: it is derived from the last add.
@@ -615,12 +591,12 @@ class CheckpointTest(parameterized.TestCase):
     ours.load(directory, 3)
     self.assertFalse(ours.storage.episode_start)
     ours.load(directory, 4)
-    _assert_same_as_dopamine(self, ours, theirs)
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
     self.assertTrue(ours.storage.episode_start)
     for i in range(5):
       for buffer in (ours, theirs):
         buffer.add(np.full(2, i, np.uint8), 1, 0.5, i == 3)
-    _assert_same_as_dopamine(self, ours, theirs)
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
 
   def test_missing_episode_end_indices_is_tolerated(self):
     directory = fixtures.temp_dir(self)
@@ -811,13 +787,28 @@ class _ResaveTestCase(parameterized.TestCase):
     restored.load(self.directory, number)
     assert_same_snapshot(self, snapshot(memory), snapshot(restored))
 
+  def digests(self, staged=True):
+    """The directory's files (staged `.tmp` ones too if `staged`)."""
+    return {name: atomic_files.file_digest(os.path.join(self.directory, name))
+            for name in os.listdir(self.directory)
+            if staged or not name.endswith('.tmp')}
+
+  def failing_replace(self, failing):
+    """Patches `atomic_files.replace` to fail at its `failing`-th call."""
+    real_replace = atomic_files.replace
+    calls = []
+
+    def replace(source, destination):
+      calls.append(destination)
+      if len(calls) == failing:
+        raise OSError(errno.EIO, 'I/O error')
+      return real_replace(source, destination)
+
+    return mock.patch.object(atomic_files, 'replace', side_effect=replace)
+
 
 class AtomicResaveTest(_ResaveTestCase):
   """Issue 22, point 1: saving checkpoint N again is all or nothing."""
-
-  def digests(self):
-    return {name: atomic_files.file_digest(os.path.join(self.directory, name))
-            for name in os.listdir(self.directory)}
 
   @parameterized.parameters(range(1, _WRITES + 1))
   def test_error_writing_any_file_keeps_the_old_checkpoint(self, failing):
@@ -846,8 +837,7 @@ class AtomicResaveTest(_ResaveTestCase):
 
   def test_error_renaming_the_journal_keeps_the_old_checkpoint(self):
     before = self.digests()
-    with mock.patch.object(atomic_files, 'replace',
-                           side_effect=OSError(errno.EIO, 'I/O error')):
+    with self.failing_replace(1):  # The journal's rename is the first.
       with self.assertRaises(OSError):
         self.new.save(self.directory, 4)
     self.assertEqual(self.digests(), before)
@@ -873,16 +863,7 @@ class AtomicResaveTest(_ResaveTestCase):
 
   def _interrupt_after_journal(self, renames):
     """`new`'s save of 4 fails after its journal and `renames` renames."""
-    real_replace = atomic_files.replace
-    calls = []
-
-    def replace(source, destination):
-      calls.append(destination)
-      if len(calls) == renames + 2:  # The journal's rename is the first.
-        raise OSError(errno.EIO, 'I/O error')
-      return real_replace(source, destination)
-
-    with mock.patch.object(atomic_files, 'replace', side_effect=replace):
+    with self.failing_replace(renames + 2):
       with self.assertRaises(OSError):
         self.new.save(self.directory, 4)
 
@@ -926,7 +907,7 @@ class AtomicResaveTest(_ResaveTestCase):
     self.assertEqual(_leftovers(self.directory), [])
     theirs = dopamine_crb.OutOfGraphReplayBuffer(**_SMALL_MEMORY)
     theirs.load(self.directory, 4)
-    _assert_same_as_dopamine(self, self.new, theirs)
+    replay_cases.assert_same_as_dopamine(self, self.new, theirs)
 
   def test_resave_through_tf_io_gfile(self):
     directory = 'ram://dopamine_per_resave_{}'.format(random.getrandbits(32))
@@ -965,16 +946,11 @@ class AtomicResaveTest(_ResaveTestCase):
 class TwoPhaseSaveTest(_ResaveTestCase):
   """`prepare_save`, `commit_save`, `abort_save`, `prune` (issue 22)."""
 
-  def listing(self):
-    return {name: atomic_files.file_digest(os.path.join(self.directory, name))
-            for name in os.listdir(self.directory)
-            if not name.endswith('.tmp')}
-
   def test_prepare_changes_nothing_visible_and_commit_switches(self):
-    before = self.listing()
+    before = self.digests(staged=False)
     record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
     self.assertLen(record.entries, _WRITES - 1)
-    self.assertEqual(self.listing(), before)
+    self.assertEqual(self.digests(staged=False), before)
     self.assert_loads(self.old)
     # As another process would get it.
     record = transaction.Record.from_data(
@@ -983,34 +959,25 @@ class TwoPhaseSaveTest(_ResaveTestCase):
     self.assertEqual(_leftovers(self.directory), [])
     self.assert_loads(self.new)
     # Idempotent: committed already, nothing to do.
-    after = self.listing()
+    after = self.digests(staged=False)
     memory_checkpoint.commit_save(self.new, self.directory, 4, record)
-    self.assertEqual(self.listing(), after)
+    self.assertEqual(self.digests(staged=False), after)
 
   def test_abort_deletes_what_was_staged(self):
-    before = self.listing()
+    before = self.digests(staged=False)
     record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
     memory_checkpoint.abort_save(self.directory, record)
     self.assertEqual(_leftovers(self.directory), [])
-    self.assertEqual(self.listing(), before)
+    self.assertEqual(self.digests(staged=False), before)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 'staged files .* are gone'):
       memory_checkpoint.commit_save(self.new, self.directory, 4, record)
-    self.assertEqual(self.listing(), before)
+    self.assertEqual(self.digests(staged=False), before)
     self.assert_loads(self.old)
 
   def test_commit_completes_after_an_interrupted_commit(self):
     record = memory_checkpoint.prepare_save(self.new, self.directory, 4)
-    real_replace = atomic_files.replace
-    calls = []
-
-    def replace(source, destination):
-      calls.append(destination)
-      if len(calls) == 4:
-        raise OSError(errno.EIO, 'I/O error')
-      return real_replace(source, destination)
-
-    with mock.patch.object(atomic_files, 'replace', side_effect=replace):
+    with self.failing_replace(4):
       with self.assertRaises(OSError):
         memory_checkpoint.commit_save(self.new, self.directory, 4, record)
     with self.assertRaisesRegex(ValueError, 'it was committed'):
@@ -1054,10 +1021,10 @@ class TwoPhaseSaveTest(_ResaveTestCase):
 
   def test_an_attribute_named_like_the_journal_is_refused(self):
     self.new.dopamine_per_journal = 1
-    before = self.listing()
+    before = self.digests(staged=False)
     with self.assertRaisesRegex(ValueError, 'dopamine_per_journal'):
       self.new.save(self.directory, 4)
-    self.assertEqual(self.listing(), before)
+    self.assertEqual(self.digests(staged=False), before)
 
 
 class MissingFileErrorTest(absltest.TestCase):

@@ -362,24 +362,13 @@ class DopamineCompatibilityTest(absltest.TestCase):
                      theirs.sum_tree._total_priority())
     self.assertEqual(float(ours.sum_tree.max_recorded_priority),
                      float(theirs.sum_tree.max_recorded_priority))
-    for name, array in ours._store.items():
-      np.testing.assert_array_equal(array, theirs._store[name])
-    self.assertEqual(int(ours.add_count), int(theirs.add_count))
-    self.assertEqual(ours.episode_end_indices,
-                     {int(i) for i in theirs.episode_end_indices})
+    replay_cases.assert_same_as_dopamine(self, ours, theirs)
     # Same stratified draws from the same Python random state.
     random.seed(17)
     theirs_draws = theirs.sum_tree.stratified_sample(32)
     random.seed(17)
     ours_draws = ours.sum_tree.stratified_sample(32)
     np.testing.assert_array_equal(ours_draws, theirs_draws)
-    common = [i for i in range(20) if ours.is_valid_transition(i) and
-              theirs.is_valid_transition(i)]
-    self.assertNotEmpty(common)
-    for a, b in zip(ours.sample_transition_batch(indices=common),
-                    theirs.sample_transition_batch(
-                        len(common), indices=np.array(common, np.int32))):
-      np.testing.assert_array_equal(a, b)
 
   def test_ours_to_dopamine(self):
     directory = fixtures.temp_dir(self)

@@ -21,7 +21,7 @@ from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 __all__ = ['Step', 'Expected', 'Case', 'CASES', 'make_buffer', 'apply_steps',
            'TRANSITION_FIELDS', 'ReferenceBuffer', 'random_steps', 'snapshot',
            'assert_same_snapshot', 'assert_transition',
-           'check_against_reference']
+           'assert_same_as_dopamine', 'check_against_reference']
 
 Step = collections.namedtuple(
     'Step', ['observation', 'reward', 'terminal', 'episode_end', 'extras'])
@@ -198,11 +198,7 @@ def make_buffer(buffer_class, case, **overrides):
 def apply_steps(buffer, steps, priorities=None):
   """Adds `steps` to `buffer` (Dopamine's or ours), actions = 10 * id.
 
-  Args:
-    buffer: a replay buffer.
-    steps: list of Step.
-    priorities: None for a plain buffer, else one priority per step, passed
-      as the last positional argument.
+  `priorities`, one per step, are passed as the last positional argument.
   """
   for i, step in enumerate(steps):
     args = list(step.extras)
@@ -258,6 +254,30 @@ def assert_transition(test_case, buffer, batch, row, expected):
         err_msg='{} of row {}'.format(field, row))
   for name in expected.extras:
     np.testing.assert_array_equal(values[name][row], expected.extras[name])
+
+
+def assert_same_as_dopamine(test, ours, theirs):
+  """Same storage and counters as Dopamine's `theirs`, same batches.
+
+  The batches are those of the transitions valid in both memories, compared
+  element by element, dtypes and shapes included.
+  """
+  for name, array in ours._store.items():
+    np.testing.assert_array_equal(array, theirs._store[name], err_msg=name)
+  test.assertEqual(int(ours.add_count), int(theirs.add_count))
+  np.testing.assert_array_equal(ours.invalid_range, theirs.invalid_range)
+  test.assertEqual(ours.episode_end_indices,
+                   {int(i) for i in theirs.episode_end_indices})
+  common = [i for i in range(ours._replay_capacity)
+            if ours.is_valid_transition(i) and theirs.is_valid_transition(i)]
+  test.assertNotEmpty(common)
+  for element, a, b in zip(
+      ours.get_transition_elements(len(common)),
+      ours.sample_transition_batch(indices=common),
+      theirs.sample_transition_batch(len(common),
+                                     indices=np.array(common, np.int32))):
+    test.assertEqual((a.dtype, a.shape), (b.dtype, b.shape), element.name)
+    np.testing.assert_array_equal(a, b, err_msg=element.name)
 
 
 class ReferenceBuffer(object):

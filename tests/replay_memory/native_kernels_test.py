@@ -276,9 +276,6 @@ class ExtensionArgumentsTest(parameterized.TestCase):
     self.flat, _, self.offsets = kernel_cases.twin_trees(1000, 16, 11)
     self.before = self.flat.copy()
 
-  def assert_untouched(self):
-    np.testing.assert_array_equal(self.flat, self.before)
-
   def test_a_wrong_number_of_arguments_raises(self):
     with self.assertRaisesRegex(TypeError, r'takes 4 arguments \(3 given\)'):
       self.module.update_parents(self.flat, self.offsets, 16)
@@ -314,7 +311,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
                     NotImplemented)
       self.assertIs(self.module.descend(*tree, targets, np.empty(2, int)),
                     NotImplemented)
-    self.assert_untouched()
+    np.testing.assert_array_equal(self.flat, self.before)
 
   def test_leaves_beyond_the_tree_are_refused(self):
     tree = (self.flat, self.offsets, 16)
@@ -326,7 +323,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
     self.assertIs(self.module.set_leaves(*tree, 1009, np.arange(2),
                                          np.ones(2), 1e-6, 1e6),
                   NotImplemented)
-    self.assert_untouched()
+    np.testing.assert_array_equal(self.flat, self.before)
     self.assertIsNone(self.module.set_leaves(*tree, 1000, np.array([1000]),
                                              np.ones(1), 1e-6, 1e6))
 

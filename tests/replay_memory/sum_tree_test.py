@@ -95,15 +95,6 @@ class DopamineContractTest(parameterized.TestCase):
     self.assertEqual(tree.sample(query_value=0.25), 3)  # Edges go right.
     self.assertEqual(tree.sample(query_value=0.9), 3)
 
-  def test_random_seed_reproduces_samples(self):
-    tree = sum_tree.SumTree(100)
-    tree.set(2, 1.0)
-    tree.set(3, 3.0)
-    random.seed(1)
-    first = [tree.sample() for _ in range(20)]
-    random.seed(1)
-    self.assertEqual([tree.sample() for _ in range(20)], first)
-
   def test_stratified_sampling_of_equal_priorities(self):
     tree = sum_tree.SumTree(100)
     for i in range(32):

@@ -87,15 +87,3 @@ def assert_same(test: absltest.TestCase, mine: Any, theirs: Any) -> None:
     test.assertEqual(mine.shape, theirs.shape)
   np.testing.assert_array_equal(mine, theirs)
 
-
-def garbage(shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
-  """A C-contiguous output full of garbage, so that an unwritten row shows."""
-  out = np.empty(shape, dtype)
-  out.view(np.uint8).reshape(-1)[:] = 171
-  return out
-
-
-def frames(rng: np.random.Generator, capacity: int, shape: Tuple[int, ...],
-           dtype: Any) -> np.ndarray:
-  """Random frames [capacity, *shape] of `dtype`."""
-  return rng.integers(0, 200, (capacity,) + shape).astype(dtype)

@@ -299,15 +299,14 @@ class ReferenceBuffer(object):
     self.slots[self.count % self.capacity] = slot
     self.count += 1
 
-  def add(self, observation, action, reward, terminal, episode_end,
-          priority=None):
+  def add(self, observation, action, reward, terminal, episode_end):
     if self.episode_start:
       for _ in range(self.k - 1):
         self._write(dict(obs=0, action=0, reward=0.0, terminal=False,
-                         end=False, priority=0.0))
+                         end=False))
     ends = bool(terminal or episode_end)
     self._write(dict(obs=observation, action=action, reward=reward,
-                     terminal=bool(terminal), end=ends, priority=priority))
+                     terminal=bool(terminal), end=ends))
     self.episode_start = ends
 
   def cursor(self):

@@ -63,13 +63,19 @@ def priorities(rng: np.random.Generator, size: int) -> np.ndarray:
   return 10.0**rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
 
 
+def filled(leaves: np.ndarray, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
+  """A tree over `leaves` (float64), its inner nodes computed."""
+  flat, offsets = layout(len(leaves), fanout)
+  flat[:len(leaves)] = leaves
+  _NUMPY.update_parents(flat, offsets, fanout, np.arange(len(leaves)))
+  return flat, offsets
+
+
 def twin_trees(capacity: int, fanout: int, seed: int
               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The same random tree twice (flat arrays), and its offsets."""
-  rng = np.random.default_rng(seed)
-  flat, offsets = layout(capacity, fanout)
-  flat[:capacity] = priorities(rng, capacity)
-  _NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
+  flat, offsets = filled(
+      priorities(np.random.default_rng(seed), capacity), fanout)
   return flat, flat.copy(), offsets
 
 

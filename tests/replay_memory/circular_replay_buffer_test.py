@@ -118,34 +118,6 @@ def _buffer(**kwargs):
 
 class AddTest(absltest.TestCase):
 
-  def test_zero_padding_at_each_episode_start(self):
-    buffer = _buffer()
-    buffer.add(np.full(2, 7, np.uint8), 1, 1.0, True)
-    self.assertEqual(int(buffer.add_count), 3)
-    np.testing.assert_array_equal(buffer._store['observation'][:3],
-                                  [[0, 0], [0, 0], [7, 7]])
-    self.assertEqual(buffer.episode_end_indices, {2})
-    buffer.add(np.full(2, 8, np.uint8), 2, 2.0, False)
-    self.assertEqual(int(buffer.add_count), 6)
-    buffer.add(np.full(2, 9, np.uint8), 3, 3.0, False)
-    self.assertEqual(int(buffer.add_count), 7)
-
-  def test_episode_end_starts_a_new_episode(self):
-    buffer = _buffer(stack_size=2)
-    buffer.add(np.ones(2, np.uint8), 1, 1.0, False, episode_end=True)
-    self.assertEqual(buffer.episode_end_indices, {1})
-    self.assertEqual(buffer._store['terminal'][1], 0)
-    buffer.add(np.ones(2, np.uint8), 1, 1.0, False)
-    self.assertEqual(int(buffer.add_count), 4)
-
-  def test_overwriting_clears_episode_ends(self):
-    buffer = _buffer(stack_size=1, replay_capacity=4)
-    buffer.add(np.ones(2, np.uint8), 1, 1.0, True)
-    for _ in range(4):
-      buffer.add(np.ones(2, np.uint8), 1, 1.0, False)
-    self.assertEqual(buffer.episode_end_indices, set())
-    self.assertFalse(buffer.storage.episode_end.any())
-
   def test_counters(self):
     buffer = _buffer(stack_size=1, replay_capacity=3)
     self.assertTrue(buffer.is_empty())
@@ -449,7 +421,11 @@ class SamplingTest(absltest.TestCase):
 
 
 class ReferenceModelTest(parameterized.TestCase):
-  """Seeded random add/sample sequences against ReferenceBuffer."""
+  """Seeded random add/sample sequences against ReferenceBuffer.
+
+  After each add: the padding, terminals and episode ends written (and
+  cleared when overwritten), the counters, validity and transitions.
+  """
 
   @parameterized.parameters(range(12))
   def test_random_sequence(self, seed):

@@ -368,9 +368,12 @@ def check_against_reference(test_case, buffer, reference):
   test_case.assertEqual(buffer.is_full(), reference.count >= capacity)
   test_case.assertEqual(buffer.episode_end_indices, reference.episode_ends())
   written = min(reference.count, capacity)
-  np.testing.assert_array_equal(
-      buffer._store['observation'][:written],
-      [reference.slots[i]['obs'] for i in range(written)])
+  for name, key in (('observation', 'obs'), ('terminal', 'terminal')):
+    np.testing.assert_array_equal(
+        buffer._store[name][:written],
+        [reference.slots[i][key] for i in range(written)], err_msg=name)
+  np.testing.assert_array_equal(np.flatnonzero(buffer.storage.episode_end),
+                                sorted(reference.episode_ends()))
   expected_valid = [i for i in range(capacity) if reference.valid(i)]
   np.testing.assert_array_equal(
       np.flatnonzero(buffer.is_valid_transition(np.arange(capacity))),

@@ -273,26 +273,19 @@ class SamplingTest(parameterized.TestCase):
     weights[~buffer.is_valid_transition(np.arange(capacity))] = 0.0
     return weights
 
-  def test_frequencies_follow_priorities(self):
+  @parameterized.named_parameters(('generator', 2024), ('python_random', None))
+  def test_frequencies_follow_priorities(self, seed):
     # 40000 draws, chi-square at false-failure rate 1e-6 (stats_util). The
     # invalid slots' mass is redrawn, so the target is the priorities of
     # the valid slots, renormalized. Stratification only lowers the
     # variance of the counts, so the bound stays conservative.
+    random.seed(5)
     buffer = _buffer(replay_capacity=48, stack_size=1,
-                     rng=np.random.default_rng(2024))
+                     rng=None if seed is None else np.random.default_rng(seed))
     rs = np.random.RandomState(1)
     _add(buffer, 60, priorities=rs.randint(0, 6, size=60) * 0.5)
     samples = np.concatenate([buffer.sample_index_batch(32)
                               for _ in range(1250)])
-    stats_util.assert_matches_distribution(self, samples,
-                                           self._weights(buffer))
-
-  def test_frequencies_with_python_random(self):
-    random.seed(5)
-    buffer = _buffer(replay_capacity=24)
-    _add(buffer, 30, priorities=np.arange(30) % 4 + 0.5)
-    samples = np.concatenate([buffer.sample_index_batch(16)
-                              for _ in range(800)])
     stats_util.assert_matches_distribution(self, samples,
                                            self._weights(buffer))
 

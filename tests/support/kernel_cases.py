@@ -29,11 +29,10 @@ def layout(capacity: int, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
 def memory_state(rng: np.random.Generator, capacity: int, full: bool,
                  terminal_dtype: Any) -> Tuple[int, np.ndarray, np.ndarray,
                                                np.ndarray]:
-  """A random memory state, and slots to test in it.
+  """A random (add_count, episode_end, terminal, indices) to test.
 
-  Returns (add_count, episode_end, terminal, indices). Terminal slots end
-  episodes; some episode ends are not terminal (time
-  limits); the indices include some outside [0, capacity).
+  Some episode ends are not terminal (time limits); some indices are outside
+  [0, capacity).
   """
   add_count = int(rng.integers(capacity, 3 * capacity) if full else
                   rng.integers(0, capacity))

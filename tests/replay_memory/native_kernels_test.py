@@ -1,12 +1,10 @@
 """Tests for dopamine_per.replay_memory.kernels.native_kernels: NumPy's, in C++.
 
-`NativeKernels` must give `NumpyKernels`' sum tree results bit for bit,
-method by method: on the inputs the C loops take (checked to reach them:
-NumPy's method is not called) and on those it hands back to NumPy's
-(checked to be handed back). A sum tree and a memory on either kernels then
-hold the same trees and give the same batches (the memory's through its
-native memory: native_memory_test checks that face's arguments).
-numpy_kernels_test checks NumPy's against the rules.
+`NativeKernels` must give `NumpyKernels`' results bit for bit, method by
+method: on the inputs the C loops take (NumPy's method is not called) and on
+those they hand back to NumPy's (checked to be handed back). Sum trees and
+memories on either kernels then hold the same trees and give the same
+batches (native_memory_test checks the native memory's arguments).
 """
 
 import contextlib
@@ -278,9 +276,6 @@ class ExtensionArgumentsTest(parameterized.TestCase):
     self.flat, _, self.offsets = kernel_cases.twin_trees(1000, 16, 11)
     self.before = self.flat.copy()
 
-  def assert_untouched(self):
-    np.testing.assert_array_equal(self.flat, self.before)
-
   def test_a_wrong_number_of_arguments_raises(self):
     with self.assertRaisesRegex(TypeError, r'takes 4 arguments \(3 given\)'):
       self.module.update_parents(self.flat, self.offsets, 16)
@@ -316,7 +311,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
                     NotImplemented)
       self.assertIs(self.module.descend(*tree, targets, np.empty(2, int)),
                     NotImplemented)
-    self.assert_untouched()
+    np.testing.assert_array_equal(self.flat, self.before)
 
   def test_leaves_beyond_the_tree_are_refused(self):
     tree = (self.flat, self.offsets, 16)
@@ -328,7 +323,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
     self.assertIs(self.module.set_leaves(*tree, 1009, np.arange(2),
                                          np.ones(2), 1e-6, 1e6),
                   NotImplemented)
-    self.assert_untouched()
+    np.testing.assert_array_equal(self.flat, self.before)
     self.assertIsNone(self.module.set_leaves(*tree, 1000, np.array([1000]),
                                              np.ones(1), 1e-6, 1e6))
 
@@ -373,8 +368,7 @@ class ExtensionArgumentsTest(parameterized.TestCase):
 
 
 class SumTreeEquivalenceTest(parameterized.TestCase):
-  """Trees on NumPy's and the native kernels: same nodes, samples and
-  refusals."""
+  """NumPy's and native trees: same nodes, samples and refusals."""
 
   def _trees(self, capacity, **kwargs):
     trees = (sum_tree.SumTree(capacity, kernels='numpy', **kwargs),
@@ -472,19 +466,14 @@ class SumTreeEquivalenceTest(parameterized.TestCase):
       self.assertTrue(np.isfinite(tree.total_priority()))
 
 
-def memory(kernels, **kwargs):
-  """A prioritized memory on `kernels` (3-step returns, gamma 0.9)."""
-  return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-      update_horizon=3, gamma=0.9, kernels=kernels, **kwargs)
-
-
 class MemoryKernelsTest(absltest.TestCase):
   """A memory on NumPy's loops and one on C++'s give the same batches."""
 
   def test_same_batches(self):
-    memories = [memory(kernels, observation_shape=(84, 84), stack_size=4,
-                       replay_capacity=300, batch_size=32)
-                for kernels in ('numpy', 'native')]
+    memories = [
+        prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
+            (84, 84), 4, 300, 32, update_horizon=3, gamma=0.9,
+            kernels=kernels) for kernels in ('numpy', 'native')]
     self.assertEqual([m._kernels.name for m in memories],  # pylint: disable=protected-access
                      ['numpy', 'native'])
     names = [e.name for e in memories[0].get_transition_elements()]
@@ -494,8 +483,8 @@ class MemoryKernelsTest(absltest.TestCase):
       terminal = int(rng.random() < 0.05)
       episode_end = not terminal and rng.random() < 0.02
       reward = float(rng.standard_normal() * 10.0**rng.integers(-3, 4))
-      for memory_ in memories:
-        memory_.add(frames[t % 50], t % 4, reward, terminal, None,
+      for memory in memories:
+        memory.add(frames[t % 50], t % 4, reward, terminal, None,
                     episode_end=episode_end)
       if t % 97 == 96:
         slots = np.arange(300)
@@ -512,15 +501,15 @@ class MemoryKernelsTest(absltest.TestCase):
         # Sampled batches, from the same draws; new priorities, as
         # TensorFlow's int32 indices.
         sampled = []
-        for memory_ in memories:
+        for memory in memories:
           random.seed(t)
           np.random.seed(t)
-          sampled.append(memory_.sample_transition_batch())
+          sampled.append(memory.sample_transition_batch())
         for mine, other in zip(*sampled):
           kernel_cases.assert_same(self, mine, other)
         priorities = rng.random(32).astype(np.float32)
-        for memory_ in memories:
-          memory_.set_priority(sampled[0][names.index('indices')],
+        for memory in memories:
+          memory.set_priority(sampled[0][names.index('indices')],
                                priorities)
         np.testing.assert_array_equal(memories[0].sum_tree._flat,  # pylint: disable=protected-access
                                       memories[1].sum_tree._flat)  # pylint: disable=protected-access

@@ -1,9 +1,7 @@
 """Tests for dopamine_per.replay_memory.kernels.numpy_kernels: the reference.
 
-`NumpyKernels` is checked against the rules of its module docstring,
-written out slot by slot and leaf by leaf: the halving sums of the tree,
-descents against a brute-force cumulative sum, validity, Dopamine's n-step
-returns and the frame stacks. native_kernels_test checks that the compiled
+`NumpyKernels` is checked against its module docstring's rules, written out
+slot by slot and leaf by leaf; native_kernels_test checks that the compiled
 kernels give the same results.
 """
 
@@ -17,14 +15,6 @@ from dopamine_per.replay_memory.kernels import numpy_kernels
 from tests.support import kernel_cases
 
 KERNELS = numpy_kernels.NumpyKernels()
-
-
-def filled(leaves, fanout):
-  """A tree over `leaves` (float64), its inner nodes computed."""
-  flat, offsets = kernel_cases.layout(len(leaves), fanout)
-  flat[:len(leaves)] = leaves
-  KERNELS.update_parents(flat, offsets, fanout, np.arange(len(leaves)))
-  return flat, offsets
 
 
 def halving(values):
@@ -87,7 +77,7 @@ class TreeTest(parameterized.TestCase):
     rng = np.random.default_rng(fanout)
     capacity = fanout**3 + 3  # Four levels, the last row partly padding.
     leaves = 10.0**rng.uniform(-8, 8, capacity) * (rng.random(capacity) < .8)
-    flat, offsets = filled(leaves, fanout)
+    flat, offsets = kernel_cases.filled(leaves, fanout)
     for level in range(len(offsets) - 2):
       children = flat[offsets[level]:offsets[level + 1]].reshape(-1, fanout)
       parents = flat[offsets[level + 1]:offsets[level + 2]]
@@ -105,7 +95,7 @@ class TreeTest(parameterized.TestCase):
     # update_leaf sums in Python floats, update_parents with NumPy.
     rng = np.random.default_rng(1)
     leaves = 10.0**rng.uniform(-8, 8, 600)
-    batch, offsets = filled(leaves, fanout)
+    batch, offsets = kernel_cases.filled(leaves, fanout)
     single = batch.copy()
     for leaf in rng.integers(0, 600, 50).tolist():
       value = float(10.0**rng.uniform(-8, 8))
@@ -151,7 +141,7 @@ class TreeTest(parameterized.TestCase):
     rng = np.random.default_rng(fanout)
     leaves = rng.integers(0, 4, 300).astype(np.float64)
     leaves[-7:] = 0.0
-    flat, offsets = filled(leaves, fanout)
+    flat, offsets = kernel_cases.filled(leaves, fanout)
     running = np.cumsum(leaves)
     total = running[-1]
     targets = np.concatenate([np.arange(0.0, total, 0.5),
@@ -165,7 +155,8 @@ class TreeTest(parameterized.TestCase):
     self.assertTrue(np.all(leaves[got] > 0))
 
   def test_descents_of_uniforms_and_of_words(self):
-    flat, offsets = filled(np.random.default_rng(0).random(1000), 16)
+    flat, offsets = kernel_cases.filled(
+        np.random.default_rng(0).random(1000), 16)
     lower, width = np.linspace(0, 1, 65)[:-1], np.full(64, 1 / 64)
     random.seed(3)
     words = random.getrandbits(64 * 64).to_bytes(8 * 64, 'little')

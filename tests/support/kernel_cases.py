@@ -29,11 +29,10 @@ def layout(capacity: int, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
 def memory_state(rng: np.random.Generator, capacity: int, full: bool,
                  terminal_dtype: Any) -> Tuple[int, np.ndarray, np.ndarray,
                                                np.ndarray]:
-  """A random memory state, and slots to test in it.
+  """A random (add_count, episode_end, terminal, indices) to test.
 
-  Returns (add_count, episode_end, terminal, indices). Terminal slots end
-  episodes; some episode ends are not terminal (time
-  limits); the indices include some outside [0, capacity).
+  Some episode ends are not terminal (time limits); some indices are outside
+  [0, capacity).
   """
   add_count = int(rng.integers(capacity, 3 * capacity) if full else
                   rng.integers(0, capacity))
@@ -63,13 +62,19 @@ def priorities(rng: np.random.Generator, size: int) -> np.ndarray:
   return 10.0**rng.uniform(-6, 6, size) * (rng.random(size) < 0.8)
 
 
+def filled(leaves: np.ndarray, fanout: int) -> Tuple[np.ndarray, np.ndarray]:
+  """A tree over `leaves` (float64), its inner nodes computed."""
+  flat, offsets = layout(len(leaves), fanout)
+  flat[:len(leaves)] = leaves
+  _NUMPY.update_parents(flat, offsets, fanout, np.arange(len(leaves)))
+  return flat, offsets
+
+
 def twin_trees(capacity: int, fanout: int, seed: int
               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The same random tree twice (flat arrays), and its offsets."""
-  rng = np.random.default_rng(seed)
-  flat, offsets = layout(capacity, fanout)
-  flat[:capacity] = priorities(rng, capacity)
-  _NUMPY.update_parents(flat, offsets, fanout, np.arange(capacity))
+  flat, offsets = filled(
+      priorities(np.random.default_rng(seed), capacity), fanout)
   return flat, flat.copy(), offsets
 
 
@@ -87,15 +92,3 @@ def assert_same(test: absltest.TestCase, mine: Any, theirs: Any) -> None:
     test.assertEqual(mine.shape, theirs.shape)
   np.testing.assert_array_equal(mine, theirs)
 
-
-def garbage(shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
-  """A C-contiguous output full of garbage, so that an unwritten row shows."""
-  out = np.empty(shape, dtype)
-  out.view(np.uint8).reshape(-1)[:] = 171
-  return out
-
-
-def frames(rng: np.random.Generator, capacity: int, shape: Tuple[int, ...],
-           dtype: Any) -> np.ndarray:
-  """Random frames [capacity, *shape] of `dtype`."""
-  return rng.integers(0, 200, (capacity,) + shape).astype(dtype)

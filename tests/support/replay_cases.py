@@ -21,7 +21,7 @@ from dopamine_per.replay_memory.circular_replay_buffer import ReplayElement
 __all__ = ['Step', 'Expected', 'Case', 'CASES', 'make_buffer', 'apply_steps',
            'TRANSITION_FIELDS', 'ReferenceBuffer', 'random_steps', 'snapshot',
            'assert_same_snapshot', 'assert_transition',
-           'check_against_reference']
+           'assert_same_as_dopamine', 'check_against_reference']
 
 Step = collections.namedtuple(
     'Step', ['observation', 'reward', 'terminal', 'episode_end', 'extras'])
@@ -40,8 +40,9 @@ Case = collections.namedtuple(
         'config',  # Constructor kwargs besides the common ones below.
         'steps',
         'valid',  # Valid slots afterwards, under dopamine_per's rules.
-        'dopamine_valid',  # Valid slots under Dopamine 4.1.2's rules.
-        'dopamine_comparable',  # Whether Dopamine computes these correctly.
+        # Valid slots under Dopamine 4.1.2's rules; None where Dopamine
+        # computes the case wrongly, so it is not compared.
+        'dopamine_valid',
         'transitions',  # slot -> Expected.
     ])
 
@@ -75,7 +76,7 @@ CASES = [
     Case('n_step_no_terminal',
          dict(stack_size=1, update_horizon=3, replay_capacity=10),
          [_step(i) for i in range(1, 7)],
-         valid=[0, 1, 2], dopamine_valid=[0, 1, 2], dopamine_comparable=True,
+         valid=[0, 1, 2], dopamine_valid=[0, 1, 2],
          transitions={
              0: _x([1], 1 + .5 * 2 + .25 * 3, [4]),
              1: _x([2], 2 + .5 * 3 + .25 * 4, [5]),
@@ -88,7 +89,6 @@ CASES = [
          [_step(1), _step(2), _step(3, terminal=True)] +
          [_step(i) for i in range(4, 8)],
          valid=[0, 1, 2, 3], dopamine_valid=[0, 1, 2, 3],
-         dopamine_comparable=True,
          transitions={
              0: _x([1], 1 + .5 * 2 + .25 * 3, [4], terminal=1),
              1: _x([2], 2 + .5 * 3, [4], terminal=1),
@@ -102,7 +102,6 @@ CASES = [
          [_step(1), _step(2), _step(3, terminal=True), _step(4), _step(5),
           _step(6)],
          valid=[2, 3, 4, 7, 8], dopamine_valid=[2, 3, 4, 7, 8],
-         dopamine_comparable=True,
          transitions={
              2: _x([0, 0, 1], 1.0, [0, 1, 2]),
              3: _x([0, 1, 2], 2.0, [1, 2, 3]),
@@ -119,7 +118,6 @@ CASES = [
          [_step(1), _step(2), _step(3, episode_end=True), _step(4), _step(5),
           _step(6), _step(7)],
          valid=[1, 5, 6], dopamine_valid=[1, 4, 5, 6],
-         dopamine_comparable=True,
          transitions={
              1: _x([0, 1], 1 + .5 * 2, [2, 3]),
              5: _x([0, 4], 4 + .5 * 5, [5, 6]),
@@ -132,7 +130,7 @@ CASES = [
          dict(stack_size=1, update_horizon=3, replay_capacity=10),
          [_step(1), _step(2, terminal=True), _step(3, episode_end=True),
           _step(4), _step(5), _step(6), _step(7)],
-         valid=[0, 1, 3], dopamine_valid=[3], dopamine_comparable=True,
+         valid=[0, 1, 3], dopamine_valid=[3],
          transitions={
              0: _x([1], 1 + .5 * 2, [3], terminal=1),
              1: _x([2], 2.0, [3], terminal=1),
@@ -143,7 +141,7 @@ CASES = [
     Case('wrap_around',
          dict(stack_size=2, update_horizon=2, replay_capacity=6),
          [_step(i) for i in range(1, 9)],
-         valid=[0, 5], dopamine_valid=[0, 5], dopamine_comparable=True,
+         valid=[0, 5], dopamine_valid=[0, 5],
          transitions={
              5: _x([4, 5], 5 + .5 * 6, [6, 7]),
              0: _x([5, 6], 6 + .5 * 7, [7, 8]),
@@ -153,7 +151,7 @@ CASES = [
     Case('wrap_around_with_padding',
          dict(stack_size=2, update_horizon=1, replay_capacity=5),
          [_step(1), _step(2, terminal=True), _step(3), _step(4), _step(5)],
-         valid=[0, 4], dopamine_valid=[0, 4], dopamine_comparable=True,
+         valid=[0, 4], dopamine_valid=[0, 4],
          transitions={
              4: _x([0, 3], 3.0, [3, 4]),
              0: _x([3, 4], 4.0, [4, 5]),
@@ -165,7 +163,7 @@ CASES = [
          [_step(1, extras=([1., -1.],)), _step(2, extras=([2., -2.],)),
           _step(3, terminal=True, extras=([3., -3.],)),
           _step(4, extras=([4., -4.],)), _step(5, extras=([5., -5.],))],
-         valid=[0, 1, 2], dopamine_valid=[0, 1, 2], dopamine_comparable=True,
+         valid=[0, 1, 2], dopamine_valid=[0, 1, 2],
          transitions={
              0: _x([1], 1 + .5 * 2, [3], extras={'extra': [1., -1.]}),
              1: _x([2], 2 + .5 * 3, [4], terminal=1,
@@ -179,7 +177,7 @@ CASES = [
          dict(stack_size=1, update_horizon=2, replay_capacity=8,
               reward_shape=(2,)),
          [_step(i, reward=[float(i), 10. * i]) for i in range(1, 5)],
-         valid=[0, 1], dopamine_valid=None, dopamine_comparable=False,
+         valid=[0, 1], dopamine_valid=None,
          transitions={
              0: _x([1], [1 + .5 * 2, 10 + .5 * 20], [3],
                    next_reward=[3., 30.]),
@@ -200,11 +198,7 @@ def make_buffer(buffer_class, case, **overrides):
 def apply_steps(buffer, steps, priorities=None):
   """Adds `steps` to `buffer` (Dopamine's or ours), actions = 10 * id.
 
-  Args:
-    buffer: a replay buffer.
-    steps: list of Step.
-    priorities: None for a plain buffer, else one priority per step, passed
-      as the last positional argument.
+  `priorities`, one per step, are passed as the last positional argument.
   """
   for i, step in enumerate(steps):
     args = list(step.extras)
@@ -250,7 +244,7 @@ def assert_same_snapshot(test_case, a, b):
       test_case.assertEqual(a[key], b[key], key)
 
 
-def assert_transition(test_case, buffer, batch, row, expected, extra_names=()):
+def assert_transition(test_case, buffer, batch, row, expected):
   """Checks row `row` of a sampled batch against a replay_cases.Expected."""
   names = [e.name for e in buffer.get_transition_elements(len(batch[0]))]
   values = dict(zip(names, batch))
@@ -258,8 +252,32 @@ def assert_transition(test_case, buffer, batch, row, expected, extra_names=()):
     np.testing.assert_array_equal(
         values[field][row], np.asarray(getattr(expected, field)),
         err_msg='{} of row {}'.format(field, row))
-  for name in extra_names:
+  for name in expected.extras:
     np.testing.assert_array_equal(values[name][row], expected.extras[name])
+
+
+def assert_same_as_dopamine(test, ours, theirs):
+  """Same storage and counters as Dopamine's `theirs`, same batches.
+
+  The batches are those of the transitions valid in both memories, compared
+  element by element, dtypes and shapes included.
+  """
+  for name, array in ours._store.items():
+    np.testing.assert_array_equal(array, theirs._store[name], err_msg=name)
+  test.assertEqual(int(ours.add_count), int(theirs.add_count))
+  np.testing.assert_array_equal(ours.invalid_range, theirs.invalid_range)
+  test.assertEqual(ours.episode_end_indices,
+                   {int(i) for i in theirs.episode_end_indices})
+  common = [i for i in range(ours._replay_capacity)
+            if ours.is_valid_transition(i) and theirs.is_valid_transition(i)]
+  test.assertNotEmpty(common)
+  for element, a, b in zip(
+      ours.get_transition_elements(len(common)),
+      ours.sample_transition_batch(indices=common),
+      theirs.sample_transition_batch(len(common),
+                                     indices=np.array(common, np.int32))):
+    test.assertEqual((a.dtype, a.shape), (b.dtype, b.shape), element.name)
+    np.testing.assert_array_equal(a, b, err_msg=element.name)
 
 
 class ReferenceBuffer(object):
@@ -281,15 +299,14 @@ class ReferenceBuffer(object):
     self.slots[self.count % self.capacity] = slot
     self.count += 1
 
-  def add(self, observation, action, reward, terminal, episode_end,
-          priority=None):
+  def add(self, observation, action, reward, terminal, episode_end):
     if self.episode_start:
       for _ in range(self.k - 1):
         self._write(dict(obs=0, action=0, reward=0.0, terminal=False,
-                         end=False, priority=0.0))
+                         end=False))
     ends = bool(terminal or episode_end)
     self._write(dict(obs=observation, action=action, reward=reward,
-                     terminal=bool(terminal), end=ends, priority=priority))
+                     terminal=bool(terminal), end=ends))
     self.episode_start = ends
 
   def cursor(self):
@@ -351,9 +368,12 @@ def check_against_reference(test_case, buffer, reference):
   test_case.assertEqual(buffer.is_full(), reference.count >= capacity)
   test_case.assertEqual(buffer.episode_end_indices, reference.episode_ends())
   written = min(reference.count, capacity)
-  np.testing.assert_array_equal(
-      buffer._store['observation'][:written],
-      [reference.slots[i]['obs'] for i in range(written)])
+  for name, key in (('observation', 'obs'), ('terminal', 'terminal')):
+    np.testing.assert_array_equal(
+        buffer._store[name][:written],
+        [reference.slots[i][key] for i in range(written)], err_msg=name)
+  np.testing.assert_array_equal(np.flatnonzero(buffer.storage.episode_end),
+                                sorted(reference.episode_ends()))
   expected_valid = [i for i in range(capacity) if reference.valid(i)]
   np.testing.assert_array_equal(
       np.flatnonzero(buffer.is_valid_transition(np.arange(capacity))),

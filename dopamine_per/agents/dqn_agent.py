@@ -322,12 +322,7 @@ class DQNAgent(object):
     return self.optimizer.minimize(tf.reduce_mean(loss))
 
   def _build_sync_op(self):
-    """Returns the ops copying the online network's weights to the target.
-
-    Variables are paired by position in the networks' trainable variables;
-    Keras 3 variables are replaced by the `tf.Variable`s they wrap
-    (`network_variables`).
-    """
+    """Returns the ops copying the online weights to the target network."""
     return network_variables.build_sync_ops(
         network_variables.trainable_tf_variables(self.online_convnet,
                                                  'Online'),
@@ -452,17 +447,7 @@ class DQNAgent(object):
 
   def _store_transition(self, last_observation, action, reward, is_terminal,
                         episode_end=False) -> None:
-    """Adds (observation, action, reward, terminal) to the replay memory.
-
-    Args:
-      last_observation: np.ndarray, the observation the action was taken in.
-      action: int, the action.
-      reward: float, the reward.
-      is_terminal: bool, whether the action ended the episode in a terminal
-        state.
-      episode_end: bool, whether the episode ended here without a terminal
-        state (a time limit).
-    """
+    """Adds a transition; `episode_end`: cut short here (a time limit)."""
     self._replay.add(last_observation, action, reward, is_terminal,
                      episode_end=episode_end)
 

@@ -7,14 +7,11 @@
 the settings it does not name (gamma, update_horizon, replay_scheme, ...)
 are bound as ``RainbowAgent.*`` in gin or passed as keyword arguments.
 
-Each training step samples N levels tau for the replayed states and N'
-levels tau' for the next states; the target of every (tau', tau) pair is
-r + gamma^n * Z_tau'(s', a*), where a* maximizes the mean of K sampled
-quantile values of s' (the target network's, or the online network's with
-``double_dqn``), and the loss is `quantile_huber_loss`. Acting is
-epsilon-greedy in the mean of K quantile values. Unlike Dopamine's,
-'prioritized' replay updates priorities from that loss
-(docs/compat.md#implicit_quantile_agent).
+A training step's targets are r + gamma^n * Z_tau'(s', a*) for N' levels
+tau', a* maximizing the mean of K quantile values of s' (the target
+network's, or the online network's with ``double_dqn``); the loss is
+`quantile_huber_loss`. Unlike Dopamine's, 'prioritized' replay updates
+priorities from that loss (docs/compat.md#implicit_quantile_agent).
 """
 
 import numbers

@@ -1,13 +1,10 @@
 # coding=utf-8
 """The TensorFlow variables of an agent's network, whatever built it.
 
-A network's ``trainable_variables`` hold `tf.Variable`s (`graph_layers`
-networks, `tf.Module`s, tf-keras models), or Keras 3 variables, each of
-which wraps the `tf.Variable` that the graph reads and the optimizer and
-the agent's `Saver` update; a network that tracks no variables (a function
-creating ``tf.compat.v1`` variables) has the trainable variables under its
-name scope. The agents' target sync, the tests and user code find a
-network's variables here (`trainable_tf_variables`).
+A network's ``trainable_variables`` hold `tf.Variable`s, or Keras 3
+variables that each wrap the `tf.Variable` the graph, the optimizer and the
+`Saver` use; a network that tracks none (a function creating
+``tf.compat.v1`` variables) has them under its name scope.
 """
 
 import os
@@ -23,11 +20,7 @@ def as_tf_variable(variable: Any) -> tf.Variable:
   """Returns the `tf.Variable` that `variable` is or wraps.
 
   Args:
-    variable: a `tf.Variable` (returned as is) or a Keras 3 variable on the
-      TensorFlow backend (its ``value``, the wrapped `tf.Variable`).
-
-  Returns:
-    tf.Variable.
+    variable: a `tf.Variable`, or a Keras 3 variable on the TF backend.
 
   Raises:
     TypeError: If `variable` is neither, e.g. a Keras 3 variable of another
@@ -90,14 +83,12 @@ def build_sync_ops(online: Sequence[tf.Variable],
                    target: Sequence[tf.Variable]) -> List[tf.Operation]:
   """Returns ops copying each online variable into its target partner.
 
-  Variables are paired by position (see `trainable_tf_variables`).
+  Variables are paired by position (see `trainable_tf_variables`); the
+  assign ops use ``use_locking=True``, as Dopamine's.
 
   Args:
     online: tf.Variables of the online network.
     target: tf.Variables of the target network, in the same order.
-
-  Returns:
-    list of assign ops (``use_locking=True``, as Dopamine's).
 
   Raises:
     ValueError: If the lists are empty, differ in length, or a pair differs

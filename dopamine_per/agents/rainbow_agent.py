@@ -246,16 +246,8 @@ class RainbowAgent(dqn_agent.DQNAgent):
                         priority=None, episode_end=False) -> None:
     """Adds a transition with a priority to the replay memory.
 
-    Args:
-      last_observation: np.ndarray, the observation the action was taken in.
-      action: int, the action.
-      reward: float, the reward.
-      is_terminal: bool, whether the action reached a terminal state.
-      priority: float or None; None means 1 for 'uniform' and, for
-        'prioritized', the largest priority so far, which the memory reads
-        itself (its `add` takes None for it).
-      episode_end: bool, whether the episode ended here without a terminal
-        state (a time limit).
+    `priority` None is 1 for 'uniform' and, for 'prioritized', the largest
+    priority so far (the memory's `add` reads it itself).
     """
     if priority is None and self._replay_scheme == 'uniform':
       priority = 1.0

@@ -154,14 +154,7 @@ class NatureDQNNetwork(graph_layers.Network):
       self.dense2 = graph_layers.Dense(num_actions, name='fully_connected')
 
   def call(self, state: tf.Tensor) -> DQNNetworkType:
-    """Returns the Q-values of a batch of uint8 frame stacks.
-
-    Args:
-      state: tensor [batch, 84, 84, stack_size].
-
-    Returns:
-      DQNNetworkType with q_values [batch, num_actions].
-    """
+    """Returns q_values [batch, num_actions] of [batch, 84, 84, stack]."""
     return DQNNetworkType(self.dense2(self.dense1(_run_convs(self.convs,
                                                              state))))
 
@@ -195,14 +188,10 @@ class RainbowNetwork(graph_layers.Network):
                                        name='fully_connected')
 
   def call(self, state: tf.Tensor) -> RainbowNetworkType:
-    """Returns the return distributions of a batch of frame stacks.
+    """Returns the distributions of a batch [batch, 84, 84, stack].
 
-    Args:
-      state: tensor [batch, 84, 84, stack_size].
-
-    Returns:
-      RainbowNetworkType: q_values [batch, num_actions], logits and
-      probabilities [batch, num_actions, num_atoms].
+    q_values is [batch, num_actions]; logits and probabilities are
+    [batch, num_actions, num_atoms].
     """
     x = self.dense2(self.dense1(_run_convs(self.convs, state)))
     return distribution_outputs(x, self.num_actions, self.num_atoms,

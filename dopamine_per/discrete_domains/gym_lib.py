@@ -60,21 +60,12 @@ _DEFAULT_HIDDEN_UNITS = (512, 512)
 def _current_spec(environment_name: str, version: str):
   """Returns the gymnasium spec to make for Dopamine's name and version.
 
-  Dopamine's gin files name versions that gymnasium has since retired (e.g.
-  ``LunarLander-v2``; gymnasium 1.x has ``LunarLander-v3``). A version below
-  the newest registered one, which gymnasium no longer provides, is replaced
-  by the newest, with a warning; anything else must be registered as given.
-
-  Args:
-    environment_name: str, e.g. 'LunarLander'.
-    version: str, e.g. 'v2'.
-
-  Returns:
-    gymnasium.envs.registration.EnvSpec, a registered environment.
+  A version below the newest registered one, which gymnasium has retired
+  (Dopamine's ``LunarLander-v2``; gymnasium 1.x has v3), is replaced by the
+  newest, with a warning; anything else must be registered as given.
 
   Raises:
-    ValueError: If gymnasium has no environment of that name, or only
-      versions below the one asked for.
+    ValueError: If gymnasium has no such name, or only older versions.
   """
   import gymnasium  # pylint: disable=g-import-not-at-top
   from gymnasium.envs import registration  # pylint: disable=g-import-not-at-top
@@ -105,13 +96,10 @@ def _current_spec(environment_name: str, version: str):
 
 
 def _check_extra_installed(spec) -> None:
-  """Raises ImportError naming the ``box2d`` extra if Box2D is missing.
+  """Raises ImportError naming the ``box2d`` extra if `spec` lacks Box2D.
 
-  Checked before gymnasium imports the environment's module, whose own
-  message (or a cached import) would not name this package's extra.
-
-  Args:
-    spec: gymnasium.envs.registration.EnvSpec, the environment to make.
+  Checked first: gymnasium's own message (or a cached import) would not
+  name this package's extra.
   """
   entry_point = spec.entry_point  # A class or function needs nothing.
   if not (isinstance(entry_point, str) and
@@ -195,12 +183,9 @@ class GymPreprocessing(atari_lib.EnvironmentWrapper):
 
 
 def _rescaled_inputs(state: tf.Tensor, min_vals, max_vals) -> tf.Tensor:
-  """Flattens a state batch to float32, rescaled from the bounds to [-1, 1].
+  """Flattens states to float32, rescaled from the bounds to [-1, 1].
 
-  Args:
-    state: tensor [batch, ...], the states.
-    min_vals: array or None (None: no rescaling), lower bounds.
-    max_vals: array, upper bounds (used when min_vals is not None).
+  `min_vals` None: not rescaled.
   """
   x = graph_layers.flatten(tf.cast(state, tf.float32))
   if min_vals is not None:
@@ -385,13 +370,9 @@ class _BoundedImplicitQuantileNetwork(ImplicitQuantileDomainNetwork):
 
 
 def _domain_network(base, name: str, domain):
-  """Returns `base` for one domain: a gin-configurable subclass `name`.
+  """Returns a gin-configurable subclass `name` of `base` for one domain.
 
-  Args:
-    base: `_DQNDomainNetwork`, `_RainbowDomainNetwork` or
-      `_BoundedImplicitQuantileNetwork`.
-    name: str, the class name, e.g. 'CartpoleDQNNetwork'.
-    domain: (name, min_vals, max_vals); bounds None: inputs not rescaled.
+  `domain` is (label, min_vals, max_vals); bounds None: inputs not rescaled.
   """
   label, min_vals, max_vals = domain
   return gin.configurable(type(name, (base,), {

@@ -339,18 +339,11 @@ class Runner(object):
     self._statistics_log.truncate(self._start_iteration)
 
   def _load_checkpoint(self, version: int) -> Dict[str, Any]:
-    """Loads every part of checkpoint `version`, or nothing of it.
+    """Loads every part of checkpoint `version` or nothing; returns its data.
 
-    The runner's data is checked, then the agent restores itself all or
-    nothing (`DQNAgent.unbundle`); the caller applies the runner's data.
-
-    Returns:
-      dict, the checkpoint's experiment data.
-
-    Raises:
-      atomic_files.CheckpointError (and whatever reading a damaged file
-      raises): If any part is missing, damaged or does not match the
-      configured agent.
+    The agent restores itself all or nothing (`DQNAgent.unbundle`); the
+    caller applies the runner's part. Raises `CheckpointError` (or
+    whatever reading a damaged file raises) if any part fails.
     """
     data = self._checkpointer.load_verified_checkpoint(version)
     experiment_resume.check_experiment_data(data, version)
@@ -437,8 +430,7 @@ class Runner(object):
   def _run_one_phase(self, min_steps, statistics, run_mode_str):
     """Runs whole episodes until at least min_steps steps were taken.
 
-    Returns:
-      (steps taken, sum of episode returns, number of episodes).
+    Returns (steps taken, sum of episode returns, number of episodes).
     """
     step_count = 0
     num_episodes = 0
@@ -464,11 +456,7 @@ class Runner(object):
     return step_count, sum_returns, num_episodes
 
   def _run_train_phase(self, statistics):
-    """Runs the training phase.
-
-    Returns:
-      (number of episodes, average return, average steps per second).
-    """
+    """Returns (episodes, average return, steps per second) of a training."""
     self._agent.eval_mode = False
     start = time.time()
     steps, sum_returns, num_episodes = self._run_one_phase(
@@ -482,11 +470,7 @@ class Runner(object):
     return num_episodes, average_return, steps_per_second
 
   def _run_eval_phase(self, statistics):
-    """Runs the evaluation phase (no learning).
-
-    Returns:
-      (number of episodes, average return).
-    """
+    """Returns (episodes, average return) of an evaluation (no learning)."""
     self._agent.eval_mode = True
     _, sum_returns, num_episodes = self._run_one_phase(
         self._evaluation_steps, statistics, 'eval')
@@ -496,11 +480,7 @@ class Runner(object):
     return num_episodes, average_return
 
   def _run_one_iteration(self, iteration):
-    """Runs a training and an evaluation phase.
-
-    Returns:
-      dict of metric name -> list of values (`IterationStatistics`).
-    """
+    """Runs a training and an evaluation phase; returns their statistics."""
     statistics = iteration_statistics.IterationStatistics()
     logging.info('Starting iteration %d', iteration)
     num_episodes_train, average_reward_train, steps_per_second = (

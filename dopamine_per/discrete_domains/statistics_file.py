@@ -124,12 +124,7 @@ def _refuse_constant(name: str) -> None:
 def _nesting_within(value: Any, limit: int) -> bool:
   """Whether `value`'s lists and dicts nest at most `limit` deep (no recursion).
 
-  Args:
-    value: what json.loads returned.
-    limit: int, the deepest nesting allowed (a flat dict is 1).
-
-  Returns:
-    bool.
+  A flat dict is 1 deep.
   """
   stack = [(value, 1)]
   while stack:
@@ -190,17 +185,10 @@ def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
 
 
 def _lines(file: BinaryIO, limit: int) -> Iterator[Optional[bytes]]:
-  """Yields each line of `file` without its newline; None for a long one.
+  """Yields each line of `file` without its newline; None if over `limit`.
 
   At most `limit` + `_CHUNK_BYTES` bytes of a line are held at once: a
   longer line is skipped up to its newline.
-
-  Args:
-    file: a binary file object with ``read(size)``.
-    limit: int, the longest line yielded, in bytes.
-
-  Yields:
-    bytes, or None for a line longer than `limit`.
   """
   pending = bytearray()
   too_long = False

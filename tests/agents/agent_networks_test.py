@@ -1,18 +1,9 @@
 """Every kind of network trains, syncs and checkpoints in the agents.
 
-One table row per agent lists its networks: ours under Dopamine's names
-(`atari_lib`, `gym_lib`, `legacy_networks`) and networks a Dopamine user
-writes (``tf.keras.Model`` subclasses in Dopamine's style, a plain
-`tf.Module`), each with the inputs it is built for. Every network is trained
-for a few steps in its agent, its target synced, its summaries written, and
-the agent saved and restored into a fresh one.
-
-The table runs under Keras 3 (``tf.keras`` of TensorFlow 2.16+) in this
-process, and under tf-keras (``TF_USE_LEGACY_KERAS=1``) in one subprocess
-that runs this file's table again (`LegacyKerasTest`).
-
-Adding an agent is one `_AgentRow`: its class, the constructor arguments that
-keep it small, and its networks (`_NetworkCase`: constructor, inputs).
+One `_AgentRow` per agent lists its networks: ours under Dopamine's module
+names and networks a Dopamine user writes (Keras models, a plain
+`tf.Module`). The table runs under Keras 3 here and under tf-keras
+(``TF_USE_LEGACY_KERAS=1``) in a subprocess (`LegacyKerasTest`).
 """
 
 import collections
@@ -20,8 +11,6 @@ import functools
 import glob
 import os
 import re
-import subprocess
-import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -256,10 +245,10 @@ def _weights(agent, network):
   return agent._sess.run(network_variables.trainable_tf_variables(network))
 
 
-def _assert_all_equal(first, second):
-  assert len(first) == len(second), (len(first), len(second))
-  for a, b in zip(first, second):
-    np.testing.assert_array_equal(a, b)
+def _all_variables(agent):
+  """{name: value} of every variable in the agent's graph."""
+  variables = agent._sess.graph.get_collection('variables')
+  return dict(zip([v.name for v in variables], agent._sess.run(variables)))
 
 
 def _all_equal(first, second):
@@ -304,12 +293,12 @@ class AgentNetworksTest(parameterized.TestCase):
     # Training step _SYNC_PERIOD trained the online network, then synced.
     synced = _weights(agent, agent.online_convnet)
     self.assertFalse(_all_equal(initial, synced))
-    _assert_all_equal(_weights(agent, agent.target_convnet), synced)
+    self.assertTrue(_all_equal(_weights(agent, agent.target_convnet), synced))
     for _ in range(_STEPS_AFTER_SYNC):
       agent.step(1.0, _observation(rng, case.inputs))
     trained = _weights(agent, agent.online_convnet)
     self.assertFalse(_all_equal(trained, synced))
-    _assert_all_equal(_weights(agent, agent.target_convnet), synced)
+    self.assertTrue(_all_equal(_weights(agent, agent.target_convnet), synced))
 
     agent.summary_writer.flush()
     self.assertTrue(
@@ -323,8 +312,11 @@ class AgentNetworksTest(parameterized.TestCase):
                                 trained))
     self.assertTrue(fresh.unbundle(checkpoint_dir, 1, bundle))
     self.assertEqual(fresh.training_steps, agent.training_steps)
-    _assert_all_equal(_weights(fresh, fresh.online_convnet), trained)
-    _assert_all_equal(_weights(fresh, fresh.target_convnet), synced)
+    # Every variable: both networks and the optimizer's slots.
+    saved, restored = _all_variables(agent), _all_variables(fresh)
+    self.assertEqual(set(restored), set(saved))
+    for name, value in saved.items():
+      np.testing.assert_array_equal(restored[name], value, err_msg=name)
     # The restored agent acts (greedily: epsilon_eval is 0). Its action is
     # not compared with the saved agent's: agents that sample quantiles
     # (IQN) may break near-ties differently.
@@ -347,12 +339,9 @@ class LegacyKerasTest(absltest.TestCase):
   """Runs the table again under tf-keras, in one subprocess."""
 
   def test_table_under_tf_keras(self):
-    result = subprocess.run(
-        [sys.executable, '-m', 'tests.agents.agent_networks_test',
-         'AgentNetworksTest', 'KerasVersionTest'],
-        env=fixtures.subprocess_env(TF_USE_LEGACY_KERAS='1'),
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-        timeout=900)
+    result = fixtures.run_python(
+        ['-m', 'tests.agents.agent_networks_test', 'AgentNetworksTest',
+         'KerasVersionTest'], 900, TF_USE_LEGACY_KERAS='1')
     output = result.stdout + result.stderr
     self.assertEqual(result.returncode, 0, output[-5000:])
     ran = re.search(r'Ran (\d+) tests?', output)

@@ -16,14 +16,14 @@ from tests.support import fixtures
 from tests.support import small_agents
 
 
-def _make_agent(sess=None, **kwargs):
+def _make_agent(sess=None, agent_class=dqn_agent.DQNAgent, **kwargs):
   """A small CartPole-shaped DQN agent."""
   defaults = dict(
       network=lambda n, name: gym_lib.CartpoleDQNNetwork(
           n, name=name, hidden_units=(16,)),
       update_period=2, target_update_period=10)
   defaults.update(kwargs)
-  return small_agents.cartpole_agent(dqn_agent.DQNAgent, sess, **defaults)
+  return small_agents.cartpole_agent(agent_class, sess, **defaults)
 
 
 class EpsilonTest(parameterized.TestCase):
@@ -169,11 +169,7 @@ class DQNAgentTest(absltest.TestCase):
       def _train_step(self):  # Dopamine's name, overridden by a subclass.
         Overriding.calls += 1
 
-    overriding = Overriding(None, 2, observation_shape=(4, 1),
-                            observation_dtype=tf.float64, stack_size=1,
-                            network=lambda n, name: gym_lib.CartpoleDQNNetwork(
-                                n, name=name, hidden_units=(4,)))
-    overriding.train_step()
+    _make_agent(agent_class=Overriding).train_step()
     self.assertEqual(Overriding.calls, 1)
 
 

@@ -1,8 +1,6 @@
-"""Tests for atari_lib: the area resize, the preprocessing, and a smoke run.
+"""Tests for atari_lib: the area resize, the preprocessing, a Pong smoke run.
 
-The smoke run trains Rainbow (configs/rainbow.gin) on Pong for a few hundred
-steps with a small replay memory and checks that it checkpoints. ale-py is in
-the ``test`` extra (it ships the ROMs), so nothing here is skipped.
+ale-py is in the ``test`` extra (it ships the ROMs): nothing is skipped.
 """
 
 import json

@@ -1,13 +1,8 @@
 """Saving an experiment checkpoint again loses neither the old nor the new one.
 
-Issue 22, points 1 and 3 (docs/reliability.md). A run resumed from an older
-checkpoint saves checkpoint N again over a complete N; killed (SIGKILL
-after each file-system event of the save, a full disk) or failing (an
-exception at several points), a fresh Runner must resume from all of the
-old N or all of the new one: the old one exactly when the kill came before
-the journal's rename. Each killed save is a child forked from one process
-that imported TensorFlow once (a TF session is only created after the
-fork), so a kill costs a couple of seconds, not a cold start.
+Issue 22, points 1 and 3 (docs/reliability.md). Each killed save is a child
+forked from one process that imported TensorFlow once (sessions are created
+after the fork), so a kill costs a couple of seconds, not a cold start.
 """
 
 # The tests read the runner's and the agent's state, as a user's debugger would.
@@ -20,8 +15,6 @@ import re
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import traceback
 from typing import Any, Dict, List, Optional
@@ -49,11 +42,9 @@ _RESAVE_BINDINGS = [
     'Runner.training_steps = 30',
     'Checkpointer.checkpoint_duration = 2',
 ]
-# The forked jobs' runs (ResaveKillTest) evaluate longer: the data file
-# ckpt.N, which logs every evaluation episode, then outgrows the replay
-# memory's files by more than test_full_disk_leaves_the_old_checkpoint
-# needs, whatever the sampled batches (the native ops' differ from the
-# py_func's) made of the observations.
+# The forked jobs evaluate longer: ckpt.N, which logs every evaluation
+# episode, then outgrows the replay memory's files as much as
+# test_full_disk_leaves_the_old_checkpoint needs.
 _JOB_BINDINGS = ['Runner.evaluation_steps = 300']
 _JOURNAL = 'ckpt_journal'
 _STAGING = '.ckpt_staging'
@@ -128,6 +119,8 @@ class _Watcher(object):
       if os.path.isfile(path):
         self._record('fsync', path)
     os.fsync = fsync
+    if self._kill_after == 0:  # Before the first event.
+      os.kill(os.getpid(), signal.SIGKILL)
 
   def _wrapped(self, real, kind, argument):
     def call(*args, **kwargs):
@@ -153,11 +146,6 @@ class _Watcher(object):
     if self._count == self._kill_after:
       os.kill(os.getpid(), signal.SIGKILL)
 
-  def kill_if_first(self) -> None:
-    """Kills now if asked to kill before the first event (kill_after 0)."""
-    if self._kill_after == 0:
-      os.kill(os.getpid(), signal.SIGKILL)
-
 
 def _train_job(job: Dict[str, Any]) -> None:
   tiny_cartpole.runner(job['base_dir'], tiny_cartpole.TRAINED_ITERATIONS,
@@ -167,11 +155,10 @@ def _train_job(job: Dict[str, Any]) -> None:
 def _resave_job(job: Dict[str, Any]) -> None:
   """Resumes from checkpoint _RESAVED - 1 and saves _RESAVED again.
 
-  Before the save it writes what it saves to job['saved']; then it watches
-  the save's events (job['events']) and kills itself after event
-  job['kill_after'], or, with job['file_size_limit'] = [when, bytes],
-  limits the size of the files it writes from the save's start or from the
-  replay memory's save on (when: 'start' or 'memory').
+  It writes what it saves to job['saved'], then records the save's events
+  (job['events']) and kills itself after event job['kill_after'], or limits
+  the size of its files (job['file_size_limit'] = [when, bytes]) from the
+  save's start or the replay memory's save on (when: 'start' or 'memory').
   """
   runner = tiny_cartpole.runner(job['base_dir'], _RESAVED + 1,
                                 _JOB_BINDINGS + _RESAVE_BINDINGS)
@@ -188,9 +175,6 @@ def _resave_job(job: Dict[str, Any]) -> None:
   def checkpoint(iteration):
     with open(job['saved'], 'w') as f:
       json.dump(fingerprint(runner), f)
-    watcher = _Watcher(checkpoint_dir, job.get('events'),
-                       job.get('kill_after'))
-    watcher.install()
     if when == 'start':
       limit_file_size()
     elif when == 'memory':
@@ -200,7 +184,8 @@ def _resave_job(job: Dict[str, Any]) -> None:
         limit_file_size()
         save_memory(*args)
       memory_checkpoint.save = limited
-    watcher.kill_if_first()
+    _Watcher(checkpoint_dir, job.get('events'),
+             job.get('kill_after')).install()
     original(iteration)
 
   runner._checkpoint_experiment = checkpoint
@@ -268,11 +253,8 @@ def _run_jobs(directory: str, jobs: List[Dict[str, Any]]) -> List[int]:
   results_path = os.path.join(directory, 'results.json')
   with open(jobs_path, 'w') as f:
     json.dump(jobs, f)
-  child = subprocess.run(
-      [sys.executable, '-c', _ZYGOTE, jobs_path, results_path],
-      env=fixtures.subprocess_env(),
-      cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-      timeout=_ZYGOTE_TIMEOUT, check=False)
+  child = fixtures.run_python(['-c', _ZYGOTE, jobs_path, results_path],
+                               _ZYGOTE_TIMEOUT)
   if child.returncode != 0:
     raise AssertionError('the zygote failed: ' + child.stderr[-3000:])
   with open(results_path) as f:
@@ -382,47 +364,61 @@ class ResaveKillTest(absltest.TestCase):
       self.assertTrue(kind == 'fsync' or path.startswith(_STAGING + '/') or
                       path.startswith('.'), event)
 
-  def test_sigkill_at_every_step_resumes_the_old_or_the_new_checkpoint(self):
-    jobs, expected = [], {}
-    for kill_after in range(len(self.events) + 1):
-      base_dir = os.path.join(self.dir, 'kill_{}'.format(kill_after))
-      files = {name: base_dir + '_' + name
-               for name in ('events', 'saved', 'resumed', 'error')}
+  def _resave_and_resume(self, prefix: str,
+                         cases: List[Dict[str, Any]]) -> List[Any]:
+    """Per case, re-saves checkpoint 2 of a copy of the template, resumes it.
+
+    Args:
+      prefix: names the copies.
+      cases: the re-save jobs' options ('kill_after' or 'file_size_limit').
+
+    Returns:
+      Per case, (the re-save's exit code, its job, the resume's exit code
+      and job); the job's files hold what each wrote.
+    """
+    jobs = []
+    for number, options in enumerate(cases):
+      base_dir = os.path.join(self.dir, '{}_{}'.format(prefix, number))
+      resave = dict(options, op='resave', base_dir=base_dir,
+                    saved=base_dir + '_saved', error=base_dir + '_error')
+      if 'kill_after' in options:  # A size limit would cut the events.
+        resave['events'] = base_dir + '_events'
       jobs += [
           {'op': 'copy', 'source': self.template, 'destination': base_dir},
-          {'op': 'resave', 'base_dir': base_dir, 'kill_after': kill_after,
-           'events': files['events'], 'saved': files['saved'],
-           'error': files['error']},
-          {'op': 'resume', 'base_dir': base_dir, 'result': files['resumed'],
-           'error': files['error'] + '_resume'},
+          resave,
+          {'op': 'resume', 'base_dir': base_dir,
+           'result': base_dir + '_resumed', 'error': base_dir + '_error2'},
       ]
-      expected[kill_after] = files
     codes = _run_jobs(self.dir, jobs)
-    for number, kill_after in enumerate(sorted(expected)):
-      files = expected[kill_after]
-      event = self.events[kill_after - 1] if kill_after else 'the start'
-      with self.subTest(kill_after=kill_after, event=event):
-        self.assertEqual(codes[3 * number + 1], -signal.SIGKILL,
-                         _job_error(jobs[3 * number + 1]))
-        self.assertEqual(codes[3 * number + 2], 0,
-                         _job_error(jobs[3 * number + 2]))
-        self.assertEqual(_read_events(files['events']),
-                         self.events[:kill_after])
-        resumed = _read_json(files['resumed'])
-        self.assertNotIn('error', resumed)
-        self.assertEqual(resumed['start'], _RESAVED + 1)
-        saved = _read_json(files['saved'])
-        # The new checkpoint once the journal is in place, not before.
-        commit = self._event_number('rename ' + _JOURNAL)
-        self.assertEqual(resumed['fingerprint'],
-                         self.old if kill_after < commit else saved)
-        self._assert_no_leftovers(resumed['files'])
+    return [(codes[i + 1], jobs[i + 1], codes[i + 2], jobs[i + 2])
+            for i in range(0, len(jobs), 3)]
 
-  def _assert_no_leftovers(self, files: List[str]) -> None:
-    """No staging directory, temporary file or journal after a resume."""
-    for path in files:
+  def _resumed(self, code: int, job: Dict[str, Any]) -> Dict[str, Any]:
+    """A resume job's result, checked: at 3, no dot-file or journal left."""
+    self.assertEqual(code, 0, _job_error(job))
+    resumed = _read_json(job['result'])
+    self.assertNotIn('error', resumed)
+    self.assertEqual(resumed['start'], _RESAVED + 1)
+    for path in resumed['files']:
       self.assertFalse(os.path.basename(path).startswith('.'), path)
       self.assertNotEqual(path, _JOURNAL)
+    return resumed
+
+  def test_sigkill_at_every_step_resumes_the_old_or_the_new_checkpoint(self):
+    commit = self._event_number('rename ' + _JOURNAL)
+    kills = range(len(self.events) + 1)
+    outcomes = self._resave_and_resume(
+        'kill', [{'kill_after': kill_after} for kill_after in kills])
+    for kill_after, (code, resave, *resume) in zip(kills, outcomes):
+      event = self.events[kill_after - 1] if kill_after else 'the start'
+      with self.subTest(kill_after=kill_after, event=event):
+        self.assertEqual(code, -signal.SIGKILL, _job_error(resave))
+        self.assertEqual(_read_events(resave['events']),
+                         self.events[:kill_after])
+        # The new checkpoint once the journal is in place, not before.
+        self.assertEqual(self._resumed(*resume)['fingerprint'],
+                         self.old if kill_after < commit
+                         else _read_json(resave['saved']))
 
   def test_full_disk_leaves_the_old_checkpoint(self):
     def size(name):
@@ -437,30 +433,14 @@ class ResaveKillTest(absltest.TestCase):
     # fails), or, from there too, past the memory's files (ckpt.N fails).
     limits = [['start', 1], ['memory', 1000],
               ['memory', (memory + data) // 2]]
-    jobs = []
-    for number, limit in enumerate(limits):
-      base_dir = os.path.join(self.dir, 'full_{}'.format(number))
-      jobs += [
-          {'op': 'copy', 'source': self.template, 'destination': base_dir},
-          {'op': 'resave', 'base_dir': base_dir, 'file_size_limit': limit,
-           'saved': base_dir + '_saved', 'error': base_dir + '_error'},
-          {'op': 'resume', 'base_dir': base_dir,
-           'result': base_dir + '_resumed', 'error': base_dir + '_error2'},
-      ]
-    codes = _run_jobs(self.dir, jobs)
-    for number, limit in enumerate(limits):
-      base_dir = os.path.join(self.dir, 'full_{}'.format(number))
+    outcomes = self._resave_and_resume(
+        'full', [{'file_size_limit': limit} for limit in limits])
+    for limit, (code, resave, *resume) in zip(limits, outcomes):
       with self.subTest(limit=limit):
-        self.assertEqual(codes[3 * number + 1], 3,
-                         _job_error(jobs[3 * number + 1]))
-        with open(base_dir + '_error') as f:
+        self.assertEqual(code, 3, _job_error(resave))
+        with open(resave['error']) as f:
           self.assertRegex(f.read(), r'File too large|EFBIG|errno 27')
-        self.assertEqual(codes[3 * number + 2], 0,
-                         _job_error(jobs[3 * number + 2]))
-        resumed = _read_json(base_dir + '_resumed')
-        self.assertEqual(resumed['start'], _RESAVED + 1)
-        self.assertEqual(resumed['fingerprint'], self.old)
-        self._assert_no_leftovers(resumed['files'])
+        self.assertEqual(self._resumed(*resume)['fingerprint'], self.old)
 
 
 class ResaveFailureTest(absltest.TestCase):

@@ -1,8 +1,6 @@
 """Tests for learning_curve: the PNG, its panels, and one per iteration."""
 
 import os
-import subprocess
-import sys
 from unittest import mock
 
 from absl.testing import absltest
@@ -10,7 +8,10 @@ from matplotlib import image as image_lib
 import numpy as np
 
 from dopamine_per.discrete_domains import learning_curve
+from dopamine_per.discrete_domains import run_experiment
 from tests.support import fixtures
+from tests.support import gin_util
+from tests.support import tiny_cartpole
 
 
 def read_png(path):
@@ -97,20 +98,13 @@ class LearningCurveTest(absltest.TestCase):
     code = ('import sys\n'
             'from dopamine_per.discrete_domains import learning_curve\n'
             'assert "matplotlib" not in sys.modules, "imported matplotlib"\n')
-    result = subprocess.run([sys.executable, '-c', code],
-                            cwd=fixtures.REPO_ROOT, capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = fixtures.run_python(['-c', code], 120)
     self.assertEqual(result.returncode, 0, result.stderr[-2000:])
 
 
 class RunnerDrawsEveryIterationTest(absltest.TestCase):
 
   def test_one_picture_per_iteration(self):
-    # pylint: disable=g-import-not-at-top
-    from dopamine_per.discrete_domains import run_experiment
-    from tests.support import gin_util
-    from tests.support import tiny_cartpole
-    # pylint: enable=g-import-not-at-top
     gin_util.hide_dopamine_configurables(self)
     runner = tiny_cartpole.runner(fixtures.temp_dir(self), 2)
     drawn = []

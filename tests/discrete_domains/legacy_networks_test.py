@@ -1,7 +1,4 @@
-"""Tests for legacy_networks: Dopamine's gin names, and gin with both modules.
-
-Training each network in the agents is in agent_networks_test.py.
-"""
+"""Tests for legacy_networks: Dopamine's gin names, and gin with both modules."""
 
 import glob
 import os

@@ -1,7 +1,6 @@
 """Resuming never loses, overwrites or mixes experiments (issue 12, point 4).
 
-Small reproductions on a trained tiny CartPole run, each failing before the
-fix (what each shows: docs/reliability.md).
+What each test shows: docs/reliability.md.
 """
 
 import hashlib
@@ -9,8 +8,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import textwrap
 
 from absl.testing import absltest
@@ -36,10 +33,7 @@ def _runner(base_dir, num_iterations=_ITERATIONS + 1, extra=()):
 
 
 def _tree(root):
-  """{relative path: sha256 of a file, 'dir', or the kind of a special file}.
-
-  Special files (FIFOs) are named, never opened.
-  """
+  """{relative path: a file's sha256, 'dir' or 'special' (never opened)}."""
   tree = {}
   for directory, dirs, files in os.walk(root):
     for name in dirs:
@@ -73,29 +67,13 @@ def _truncate(path):
 
 
 def _use_dopamine_markers(base_dir):
-  """Replaces each marker by Dopamine's ``done``, which lists no files.
-
-  Damage to the files is then found only by loading them, as for a run
-  checkpointed by Dopamine.
-  """
+  """Makes each marker Dopamine's ``done``: damage is found only by loading."""
   checkpoint_dir = _checkpoint_dir(base_dir)
   for number in checkpointer.get_complete_checkpoint_numbers(checkpoint_dir):
     path = os.path.join(checkpoint_dir,
                         'sentinel_checkpoint_complete.{}'.format(number))
     with open(path, 'w') as f:
       f.write('done')
-
-
-def _read_data(base_dir, number):
-  with open(os.path.join(_checkpoint_dir(base_dir),
-                         'ckpt.{}'.format(number)), 'rb') as f:
-    return pickle.load(f)
-
-
-def _write_data(base_dir, number, data):
-  with open(os.path.join(_checkpoint_dir(base_dir),
-                         'ckpt.{}'.format(number)), 'wb') as f:
-    pickle.dump(data, f)
 
 
 def _replace_by_fifo(path):
@@ -133,6 +111,10 @@ class _TrainedRunTestCase(absltest.TestCase):
 
   def _path(self, name):
     return os.path.join(self.checkpoint_dir, name)
+
+  def _read_data(self, number):
+    with open(self._path('ckpt.{}'.format(number)), 'rb') as f:
+      return pickle.load(f)
 
   def _damage_every_checkpoint(self):
     """Three checkpoints, three kinds of damage; returns their reasons."""
@@ -189,7 +171,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
     agent = _runner(fresh_dir)._agent
     fresh = _agent_state(agent)
     self.assertEqual(fresh['add_count'], 0)
-    bundles = {n: _read_data(self.base_dir, n) for n in (2, 1, 0)}
+    bundles = {n: self._read_data(n) for n in (2, 1, 0)}
     # The newest checkpoint's variables do not read back: refused before
     # anything changes.
     _flip_byte(self._path('tf_ckpt-2.data-00000-of-00001'))
@@ -228,15 +210,16 @@ class RunnerResumeTest(_TrainedRunTestCase):
 
   def test_any_error_falls_back_to_the_previous_checkpoint(self):
     _use_dopamine_markers(self.base_dir)
-    expected = _read_data(self.base_dir, 0)['training_steps']
+    expected = self._read_data(0)['training_steps']
     # Reading a directory raises an OSError or TF's error, not a
     # CheckpointError; a malformed random state failed after the agent
     # had been restored.
     os.remove(self._path('ckpt.2'))
     os.mkdir(self._path('ckpt.2'))
-    data = _read_data(self.base_dir, 1)
+    data = self._read_data(1)
     data['numpy_random_state'] = ['MT19937', 'not a key']
-    _write_data(self.base_dir, 1, data)
+    with open(self._path('ckpt.1'), 'wb') as f:
+      pickle.dump(data, f)
     with self.assertLogs(level='WARNING') as logs:
       runner = _runner(self.base_dir)
     self.assertEqual(runner._start_iteration, 1)
@@ -253,7 +236,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
     shutil.copyfile(self._path('ckpt.1'), self._path('ckpt.2'))
     runner = _runner(self.base_dir)
     self.assertEqual(runner._start_iteration, 2)
-    steps = _read_data(self.base_dir, 1)['training_steps']
+    steps = self._read_data(1)['training_steps']
     self.assertEqual(runner._agent.training_steps, steps)
     self.assertEqual(int(runner._agent._replay.memory.add_count), steps)
 
@@ -342,11 +325,10 @@ class BlockingFilesTest(_TrainedRunTestCase):
     _replace_by_fifo(os.path.join(path, 'logs', 'statistics.jsonl'))
     cases[path] = 'statistics.jsonl:? is .*not a regular file'
     before = {path: _tree(path) for path in cases}
-    result = subprocess.run(
-        [sys.executable, '-c', _RESUME_SCRIPT, _CARTPOLE,
+    result = fixtures.run_python(
+        ['-c', _RESUME_SCRIPT, _CARTPOLE,
          json.dumps(tiny_cartpole.bindings(_ITERATIONS + 1))] + list(cases),
-        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT)
+        _SUBPROCESS_TIMEOUT)
     self.assertEqual(result.returncode, 0, result.stderr)
     outcomes = dict(json.loads(line) for line in result.stdout.splitlines()
                     if line.startswith('['))
@@ -362,14 +344,11 @@ class TrainerTest(_TrainedRunTestCase):
   """train.py: the exit status, the message, and --restart_from_scratch."""
 
   def _train(self, *flags, num_iterations=_ITERATIONS + 1):
-    command = [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
-               '--base_dir=' + self.base_dir, '--gin_files=' + _CARTPOLE]
-    command += ['--gin_bindings=' + b
-                for b in tiny_cartpole.bindings(num_iterations)]
-    return subprocess.run(
-        command + list(flags), env=fixtures.subprocess_env(),
-        cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT)
+    args = ['-m', 'dopamine_per.discrete_domains.train',
+            '--base_dir=' + self.base_dir, '--gin_files=' + _CARTPOLE]
+    args += ['--gin_bindings=' + b
+             for b in tiny_cartpole.bindings(num_iterations)]
+    return fixtures.run_python(args + list(flags), _SUBPROCESS_TIMEOUT)
 
   def test_unresumable_run_exits_1_changing_nothing(self):
     self._damage_every_checkpoint()
@@ -404,24 +383,16 @@ class TrainerTest(_TrainedRunTestCase):
         [0])
 
   def test_help_names_the_flag(self):
-    result = subprocess.run(
-        [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
-         '--help'], env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT)
+    result = fixtures.run_python(
+        ['-m', 'dopamine_per.discrete_domains.train', '--help'],
+        _SUBPROCESS_TIMEOUT)
     # absl's --help exits with status 1 after printing the flags.
     self.assertRegex(result.stdout, r'--\[no\]restart_from_scratch')
     self.assertIn('previous_run_<time>', result.stdout)
 
 
 class CheckpointFilesTest(_TrainedRunTestCase):
-  """A checkpoint vouches for the files its save wrote, all of them kept.
-
-  Issue 22, point 3 and the pruning half of point 1: the marker lists the
-  files this process wrote (not others of the iteration's name), a listed
-  file that changes refuses the checkpoint, and the checkpointer alone
-  prunes an iteration's files, so the agent's own settings cannot delete a
-  file a marker still lists.
-  """
+  """A checkpoint vouches for the files its save wrote, all of them kept."""
 
   def test_only_the_files_this_run_wrote_are_vouched_for(self):
     # Files with checkpoint 3's names that another process put there.
@@ -453,9 +424,7 @@ class CheckpointFilesTest(_TrainedRunTestCase):
                      r'of-00001 changed since the checkpoint was written')
 
   def test_the_agents_settings_do_not_prune_what_a_marker_lists(self):
-    # The memory keeps 1 checkpoint and TF's saver 1, the checkpointer 4:
-    # the agent used to delete files that the checkpointer's markers of
-    # iterations 0 to 2 listed, before and after a resume.
+    # The memory keeps 1 checkpoint and TF's saver 1, the checkpointer 4.
     extra = ['WrappedPrioritizedReplayBuffer.checkpoint_duration = 1',
              'DQNAgent.max_tf_checkpoints_to_keep = 1']
     base_dir = os.path.join(self.dir, 'short_lived')

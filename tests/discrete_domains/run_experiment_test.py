@@ -2,11 +2,11 @@
 
 import json
 import os
+import types
 from unittest import mock
 
 from absl.testing import absltest
 import gin
-import numpy as np
 
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
@@ -44,16 +44,11 @@ class LoadGinConfigsTest(absltest.TestCase):
 class CreateAgentTest(absltest.TestCase):
 
   def test_unknown_agent(self):
-
-    class Env(object):
-
-      class action_space(object):  # pylint: disable=invalid-name
-        n = 2
-
+    env = types.SimpleNamespace(action_space=types.SimpleNamespace(n=2))
     with self.assertRaisesRegex(ValueError, 'Unknown agent: sarsa'):
-      run_experiment.create_agent(None, Env(), agent_name='sarsa')
+      run_experiment.create_agent(None, env, agent_name='sarsa')
     with self.assertRaisesRegex(ValueError, 'agent_name'):
-      run_experiment.create_agent(None, Env())
+      run_experiment.create_agent(None, env)
 
   def test_unknown_schedule(self):
     with self.assertRaisesRegex(ValueError, 'Unknown schedule'):
@@ -71,9 +66,9 @@ class RunnerTest(absltest.TestCase):
     with open(os.path.join(self.base_dir, 'logs', 'statistics.jsonl')) as f:
       return [json.loads(line) for line in f]
 
-  def test_files_and_resume(self):
-    runner = tiny_cartpole.runner(self.base_dir, 2)
-    runner.run_experiment()
+  def test_files(self):
+    # Resuming: train_test.TrainTest.test_sigkill_and_resume.
+    tiny_cartpole.runner(self.base_dir, 2).run_experiment()
     records = self._records()
     self.assertEqual([r['iteration'] for r in records], [0, 1])
     for key in ('train_average_return', 'eval_average_return',
@@ -88,20 +83,6 @@ class RunnerTest(absltest.TestCase):
     checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
     self.assertEqual(
         checkpointer.get_complete_checkpoint_numbers(checkpoint_dir), [1, 0])
-    agent = runner._agent
-    steps = agent.training_steps
-    add_count = int(agent._replay.memory.add_count)
-    priorities = agent._replay.memory.get_priority(np.arange(add_count))
-
-    resumed = tiny_cartpole.runner(self.base_dir, 3)
-    self.assertEqual(resumed._start_iteration, 2)
-    self.assertEqual(resumed._agent.training_steps, steps)
-    memory = resumed._agent._replay.memory
-    self.assertEqual(int(memory.add_count), add_count)
-    np.testing.assert_array_equal(memory.get_priority(np.arange(add_count)),
-                                  priorities)
-    resumed.run_experiment()
-    self.assertEqual([r['iteration'] for r in self._records()], [0, 1, 2])
 
   def test_an_iteration_without_a_bundle_is_not_checkpointed(self):
     runner = tiny_cartpole.runner(self.base_dir, 1)

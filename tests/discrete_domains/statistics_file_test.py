@@ -10,18 +10,13 @@ import os
 import tracemalloc
 
 from absl.testing import absltest
-import gin
 
-from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.discrete_domains import statistics_file
 from dopamine_per.file_io import atomic_files
 from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import statistics_lines
 from tests.support import tiny_cartpole
-
-_CARTPOLE = tiny_cartpole.GIN_FILE
-_TINY = list(tiny_cartpole.BINDINGS)
 
 
 def _record(iteration, **fields):
@@ -145,20 +140,10 @@ class ReadRecordsTest(absltest.TestCase):
 class ResumeWithOddLinesTest(absltest.TestCase):
   """A real run's file with every odd line: the Runner resumes past them."""
 
-  def setUp(self):
-    super().setUp()
-    gin_util.hide_dopamine_configurables(self)
-    self.base_dir = fixtures.temp_dir(self)
-
-  def _runner(self, num_iterations):
-    gin.clear_config()
-    run_experiment.load_gin_configs([_CARTPOLE], _TINY + [
-        'Runner.num_iterations = {}'.format(num_iterations)])
-    self.addCleanup(gin.clear_config)
-    return run_experiment.create_runner(self.base_dir)
-
   def test_resume_keeps_the_records_and_counts_the_lines(self):
-    runner = self._runner(2)
+    gin_util.hide_dopamine_configurables(self)
+    base_dir = fixtures.temp_dir(self)
+    runner = tiny_cartpole.runner(base_dir, 2)
     runner.run_experiment()
     path = runner.statistics_path
     del runner
@@ -168,7 +153,7 @@ class ResumeWithOddLinesTest(absltest.TestCase):
     skipped = statistics_lines.append_odd_lines(path)
 
     with self.assertLogs('absl', 'WARNING') as logs:
-      runner = self._runner(4)
+      runner = tiny_cartpole.runner(base_dir, 4)
     warnings = [r.getMessage() for r in logs.records
                 if 'statistics records' in r.getMessage()]
     self.assertEqual(warnings, [

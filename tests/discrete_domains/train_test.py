@@ -1,10 +1,4 @@
-"""Tests for the train entry point: flags, errors, and kill-and-resume.
-
-`TrainTest.test_sigkill_and_resume` kills the trainer with SIGKILL while it
-trains and starts it again on the same --base_dir: it must resume after the
-last complete checkpoint, with the agent's counters, the replay memory and
-its priorities as they were at that checkpoint.
-"""
+"""Tests for the train entry point: flags, errors, kill-and-resume, lock."""
 
 import errno
 import json
@@ -36,20 +30,34 @@ from tests.support import gin_util
 from tests.support import tiny_cartpole
 
 _CARTPOLE = tiny_cartpole.GIN_FILE
-# The console lines (tiny_cartpole turns them off), which say where a run
-# resumed and, on a terminal, what the trainer is doing.
+# The console lines (tiny_cartpole turns them off).
 _CONSOLE = 'Runner.fine_grained_print_to_console = True'
-# The trainer's status line while it trains, e.g. 'iteration 3/100 train
-# steps 57/100 ...' (iterations counted from 0).
+# The trainer's status line, e.g. 'iteration 3/100 train steps 57/100 ...'.
 _TRAINING = re.compile(r'iteration (\d+)/\d+ train\s+steps (\d+)/')
+# Runs trainer argv[1] ('train' or 'distributed', whose Ray start prints a
+# line instead) on --base_dir=argv[2] and --gin_files=argv[3]; prints whether
+# TensorFlow was imported, and the exit status.
+_TRAINER_SCRIPT = textwrap.dedent('''
+    import sys
+    from dopamine_per.discrete_domains import train
+    from dopamine_per.distributed import train as distributed_train
+    distributed_train.init_ray = lambda address: print('init_ray')
+    module = {'train': train, 'distributed': distributed_train}[sys.argv[1]]
+    sys.argv = ['train', '--base_dir=' + sys.argv[2],
+                '--gin_files=' + sys.argv[3]]
+    try:
+      module.run()
+    except SystemExit as e:
+      print('tensorflow' in sys.modules, e.code)
+    ''')
 
 
-def _command(base_dir, gin_files, bindings):
-  command = [sys.executable, '-m', 'dopamine_per.discrete_domains.train',
-             '--base_dir=' + base_dir]
-  command += ['--gin_files=' + path for path in gin_files]
-  command += ['--gin_bindings=' + binding for binding in bindings]
-  return command
+def _train_args(base_dir, gin_files, bindings):
+  """The arguments of Python running the trainer."""
+  args = ['-m', 'dopamine_per.discrete_domains.train', '--base_dir=' + base_dir]
+  args += ['--gin_files=' + path for path in gin_files]
+  args += ['--gin_bindings=' + binding for binding in bindings]
+  return args
 
 
 class BaseDirTest(parameterized.TestCase):
@@ -72,10 +80,8 @@ class BaseDirTest(parameterized.TestCase):
        'logs and summaries'),
   )
   def test_unusable_base_dir_is_one_line(self, base_dir, expected):
-    result = subprocess.run(
-        _command(base_dir.format(file=self.file), [_CARTPOLE], []),
-        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=120)
+    result = fixtures.run_python(
+        _train_args(base_dir.format(file=self.file), [_CARTPOLE], []), 120)
     self.assertEqual(result.returncode, 1, result.stderr)
     self.assertEqual(result.stderr, 'train: error: {}\n'.format(
         expected.format(file=self.file)))
@@ -83,19 +89,8 @@ class BaseDirTest(parameterized.TestCase):
     self.assertTrue(os.path.isfile(self.file))
 
   def test_base_dir_is_checked_before_tensorflow_is_imported(self):
-    script = textwrap.dedent('''
-        import sys
-        from dopamine_per.discrete_domains import train
-        sys.argv = ['train', '--base_dir=' + sys.argv[1]]
-        try:
-          train.run()
-        except SystemExit as e:
-          print('tensorflow' in sys.modules, e.code)
-        ''')
-    result = subprocess.run(
-        [sys.executable, '-c', script, self.file],
-        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=120)
+    result = fixtures.run_python(
+        ['-c', _TRAINER_SCRIPT, 'train', self.file, _CARTPOLE], 120)
     self.assertEqual(result.stdout, 'False 1\n', result.stderr)
     self.assertIn('is not a directory', result.stderr)
 
@@ -124,39 +119,33 @@ class BaseDirTest(parameterized.TestCase):
       train.check_base_dir(None)
 
 
-class TrainTest(absltest.TestCase):
+class TrainTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
     gin_util.hide_dopamine_configurables(self)
     self.base_dir = fixtures.temp_dir(self)
 
-  def _run(self, gin_files, bindings, timeout=300):
-    return subprocess.run(
-        _command(self.base_dir, gin_files, bindings),
-        env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
-        capture_output=True, text=True, timeout=timeout)
+  def _run(self, gin_files, bindings):
+    return fixtures.run_python(
+        _train_args(self.base_dir, gin_files, bindings), 300)
 
-  def test_missing_gin_file(self):
-    result = self._run(['no/such/file.gin'], [])
+  @parameterized.named_parameters(
+      ('missing_gin_file', ['no/such/file.gin'], [],
+       'gin file not found: no/such/file.gin'),
+      ('unknown_binding', [_CARTPOLE], ['Runner.num_iteratons = 3'],
+       "Invalid gin binding 'Runner.num_iteratons = 3'"),
+  )
+  def test_bad_gin_configuration(self, gin_files, bindings, message):
+    result = self._run(gin_files, bindings)
     self.assertNotEqual(result.returncode, 0)
-    self.assertIn('gin file not found: no/such/file.gin', result.stderr)
-
-  def test_unknown_binding(self):
-    result = self._run([_CARTPOLE], ['Runner.num_iteratons = 3'])
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn("Invalid gin binding 'Runner.num_iteratons = 3'",
-                  result.stderr)
-    self.assertIn('num_iteratons', result.stderr)
+    self.assertIn(message, result.stderr)
 
   def _wait_for_training(self, process, terminal, stderr, iteration):
-    """Returns once `process` says it trains in `iteration` or a later one.
+    """Returns once `process` shows training in `iteration` or a later one.
 
-    Args:
-      process: the trainer's Popen.
-      terminal: the master side of the pseudo-terminal that is its stdout.
-      stderr: the file its stderr goes to, shown if it exits first.
-      iteration: the first iteration that will do.
+    Its stdout is the pseudo-terminal whose master side is `terminal`; its
+    stderr, shown if it exits first, the file `stderr`.
     """
     deadline = time.monotonic() + 240
     shown = ''
@@ -188,7 +177,7 @@ class TrainTest(absltest.TestCase):
     self.addCleanup(os.close, terminal)
     try:
       process = subprocess.Popen(
-          _command(self.base_dir, [_CARTPOLE], bindings),
+          [sys.executable] + _train_args(self.base_dir, [_CARTPOLE], bindings),
           env=fixtures.subprocess_env(), cwd=fixtures.REPO_ROOT,
           stdout=trainer_terminal, stderr=stderr)
     finally:
@@ -275,11 +264,12 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
                                                            pid))
 
   def test_second_trainer_is_refused_and_the_first_loses_nothing(self):
-    command = _command(self.base_dir, [_CARTPOLE], tiny_cartpole.bindings(3))
+    args = _train_args(self.base_dir, [_CARTPOLE], tiny_cartpole.bindings(3))
     lock_path = os.path.join(self.base_dir, run_lock.LOCK_FILENAME)
     stderr = tempfile.TemporaryFile(mode='w+')
     self.addCleanup(stderr.close)
-    first = subprocess.Popen(command, env=fixtures.subprocess_env(),
+    first = subprocess.Popen([sys.executable] + args,
+                             env=fixtures.subprocess_env(),
                              cwd=fixtures.REPO_ROOT,
                              stdout=subprocess.DEVNULL, stderr=stderr,
                              text=True)
@@ -293,9 +283,7 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
       # throughout, however fast its run.
       first.send_signal(signal.SIGSTOP)
       try:
-        second = subprocess.run(command, env=fixtures.subprocess_env(),
-                                cwd=fixtures.REPO_ROOT, capture_output=True,
-                                text=True, timeout=120)
+        second = fixtures.run_python(args, 120)
       finally:
         first.send_signal(signal.SIGCONT)
       first.wait(timeout=300)
@@ -317,24 +305,8 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
     self.assertFalse(os.path.exists(lock_path))
 
   def test_refused_before_tensorflow_and_ray_start(self):
-    # Both trainers, while this process holds the lock; starting Ray is
-    # replaced by a line on stdout.
-    script = textwrap.dedent('''
-        import sys
-        from dopamine_per.discrete_domains import train
-        from dopamine_per.distributed import train as distributed_train
-        distributed_train.init_ray = lambda address: print('init_ray')
-        module = {'train': train, 'distributed': distributed_train}[
-            sys.argv[1]]
-        sys.argv = ['train', '--base_dir=' + sys.argv[2],
-                    '--gin_files=' + sys.argv[3]]
-        try:
-          module.run()
-        except SystemExit as e:
-          print('tensorflow' in sys.modules, e.code)
-        ''')
+    # Both trainers, while this process holds the lock.
     apex_cartpole = fixtures.repo_path('configs', 'apex_cartpole.gin')
-    env = fixtures.subprocess_env()
     os.makedirs(os.path.join(self.base_dir, 'logs'))
     with run_lock.RunDirectoryLock(self.base_dir) as lock:
       with open(lock.path, 'rb') as f:
@@ -342,10 +314,8 @@ class OneTrainerPerBaseDirTest(absltest.TestCase):
       for module, config in (('train', _CARTPOLE),
                              ('distributed', apex_cartpole)):
         with self.subTest(module=module):
-          result = subprocess.run(
-              [sys.executable, '-c', script, module, self.base_dir, config],
-              env=env, cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-              timeout=120)
+          result = fixtures.run_python(
+              ['-c', _TRAINER_SCRIPT, module, self.base_dir, config], 120)
           self.assertEqual(result.stdout, 'False 1\n', result.stderr)
           self._assert_refused(result.stderr, os.getpid())
           # Nothing changed.

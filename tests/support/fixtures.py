@@ -7,13 +7,14 @@ TensorFlow or Ray.
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Sequence
 
 __all__ = ['REPO_ROOT', 'DEADLINE_S', 'repo_path', 'temp_dir',
-           'subprocess_env', 'wait_until']
+           'subprocess_env', 'run_python', 'wait_until']
 
 # The checkout (under Bazel, the runfiles tree that mirrors it).
 REPO_ROOT = os.path.dirname(
@@ -56,6 +57,18 @@ def subprocess_env(**variables: str) -> Dict[str, str]:
   env.pop('RAY_ADDRESS', None)
   env.update(variables)
   return env
+
+
+def run_python(args: Sequence[str], timeout: float,
+               **variables: str) -> subprocess.CompletedProcess:
+  """Runs Python with `args` in the checkout; its output captured as text.
+
+  The environment is `subprocess_env(**variables)`; the exit status is not
+  checked.
+  """
+  return subprocess.run([sys.executable] + list(args),
+                        env=subprocess_env(**variables), cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def wait_until(condition: Callable[[], bool],

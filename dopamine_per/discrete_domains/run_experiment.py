@@ -439,9 +439,10 @@ class Runner(object):
                       'phase': run_mode_str, 'target': min_steps,
                       'iteration': getattr(self, '_iteration', 0)}
     while step_count < min_steps:
-      length, episode_return = self._run_one_episode(
-          None if self._max_steps_per_episode is not None
-          else min_steps - step_count)
+      if self._max_steps_per_episode is None:
+        length, episode_return = self._run_one_episode(min_steps - step_count)
+      else:  # Dopamine's call: a subclass's override takes no argument.
+        length, episode_return = self._run_one_episode()
       statistics.append({
           '{}_episode_lengths'.format(run_mode_str): length,
           '{}_episode_returns'.format(run_mode_str): episode_return,

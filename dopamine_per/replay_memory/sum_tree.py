@@ -345,7 +345,9 @@ class SumTree(object):
       index = validation.check_index(node_index, self.capacity,
                                         'node_index')
       number = validation.check_priority(value, 'value', self.priority_dtype)
-      self._check_total(np.array([index]), np.array([number]))
+      if (number > self._safe_largest or  # Arrays only when needed: hot.
+          self._scalars[1] > self._safe_largest):
+        self._check_total(np.array([index]), np.array([number]))
       self.set_validated(index, number)
       return
     if self.set_if_valid(node_index, value):

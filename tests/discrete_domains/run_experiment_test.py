@@ -100,6 +100,20 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(os.listdir(checkpoint_dir), [])
     self.assertEqual([r['iteration'] for r in self._records()], [0])
 
+  def test_an_override_of_run_one_episode_is_called_as_dopamine_calls_it(
+      self):
+    runner = tiny_cartpole.runner(self.base_dir, 1)
+    run_one_episode = runner._run_one_episode
+    calls = []
+
+    def override():  # Dopamine's hook takes no argument.
+      calls.append(1)
+      return run_one_episode()
+
+    runner._run_one_episode = override
+    runner.run_experiment()
+    self.assertNotEmpty(calls)
+
   def test_train_runner(self):
     runner = tiny_cartpole.runner(
         self.base_dir, 1, ["create_runner.schedule = 'continuous_train'"])

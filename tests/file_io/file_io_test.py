@@ -3,15 +3,11 @@
 import collections
 import gzip
 import io
-import json
 import os
 import pickle
 import random
 import shutil
 import struct
-import subprocess
-import sys
-import textwrap
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -23,6 +19,7 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory import sum_tree
+from tests.support import bounded_loads
 from tests.support import fixtures
 
 
@@ -44,61 +41,9 @@ def _npy_with_header(header, version=1, data=b''):
   return b'\x93NUMPY' + bytes([version, 0]) + length + header + data
 
 
-def _bomb(prefix, inflated_bytes, filler=b'\0'):
-  """Gzip of `prefix` then `inflated_bytes` of `filler`, a few MB at most.
-
-  One member of 64 MiB of filler, repeated: gzip readers (Python's,
-  Dopamine's) read concatenated members as one stream.
-  """
-  chunk = 1 << 26
-  member = gzip.compress(filler * chunk, compresslevel=9, mtime=0)
-  return (gzip.compress(prefix, mtime=0) +
-          member * (inflated_bytes // chunk))
-
-
-# Runs in a fresh Python under a 6 GiB address-space limit (a regression
-# then fails with MemoryError instead of exhausting the machine): calls
-# `load()`, defined by the test's code, and prints whether it refused the
-# file and how much the peak resident memory grew.
-_ISOLATED = textwrap.dedent('''
-    import json, resource
-    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-    from dopamine_per.file_io import atomic_files
-    from dopamine_per.file_io import gzip_files
-    from dopamine_per.file_io import safe_pickle
-    {code}
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    try:
-      load()
-      outcome = 'loaded'
-    except atomic_files.CheckpointError as e:
-      outcome = 'refused: ' + str(e)
-    except BaseException as e:
-      outcome = 'raised {{}}: {{}}'.format(type(e).__name__, str(e)[:200])
-    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    print(json.dumps({{'outcome': outcome, 'peak_growth_kib': growth}}))
-''')
-
-
-def run_isolated(code, timeout=120):
-  """Runs `code` (defining `load()`) as `_ISOLATED`; returns its report.
-
-  Returns:
-    dict with 'outcome' ('loaded', 'refused: message' or 'raised ...') and
-    'peak_growth_kib', or {'outcome': 'timeout'} if it did not finish, or
-    {'outcome': 'died: signal'} if it crashed.
-  """
-  try:
-    done = subprocess.run(
-        [sys.executable, '-c', _ISOLATED.format(code=code)],
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-        timeout=timeout, check=False)
-  except subprocess.TimeoutExpired:
-    return {'outcome': 'timeout'}
-  if done.returncode:
-    return {'outcome': 'died: {} {}'.format(done.returncode,
-                                            done.stderr[-500:])}
-  return json.loads(done.stdout.strip().splitlines()[-1])
+def _isolated(load, timeout=120):
+  """`bounded_loads.measure_loads`' report of the one expression `load`."""
+  return bounded_loads.measure_loads({'': load}, timeout=timeout)['']
 
 
 class IoTestCase(parameterized.TestCase):
@@ -436,16 +381,6 @@ class BoundedReadTest(IoTestCase):
                              msg=header[:20]):
         gzip_files.load_npy_gz(path)
 
-  def test_npy_header_bomb_in_bounded_memory(self):
-    # A version-2 header declaring 4 GiB, then 2 GiB of spaces: NumPy's own
-    # reader decompressed them all before checking the length.
-    path = self.write_raw(_bomb(b'\x93NUMPY\x02\x00' + b'\xf0\xff\xff\xff',
-                                2 << 30, filler=b' '))
-    report = run_isolated(
-        'def load():\n  gzip_files.load_npy_gz({!r})'.format(path))
-    self.assertStartsWith(report['outcome'], 'refused: ')
-    self.assertLess(report['peak_growth_kib'], 256 << 10)
-
   @parameterized.parameters(
       (', limits=safe_pickle.PickleLimits(1 << 20, 1 << 16, 8)', 1 << 20,
        256 << 10),
@@ -455,11 +390,10 @@ class BoundedReadTest(IoTestCase):
                                          max_growth_kib):
     # BINBYTES8 of 2 GiB, all zeros, in a file of 2 MB: was decompressed
     # whole (gz.read()) before any check.
-    path = self.write_raw(_bomb(b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30),
-                                2 << 30))
-    report = run_isolated(
-        'def load():\n  gzip_files.load_pickle_gz({!r}{})'.format(path,
-                                                                limits))
+    path = self.write_raw(bounded_loads.gzip_bomb(
+        b'\x80\x04\x8e' + struct.pack('<Q', 2 << 30), 2 << 30))
+    report = _isolated('gzip_files.load_pickle_gz({!r}{})'.format(path,
+                                                                  limits))
     self.assertStartsWith(report['outcome'], 'refused: ')
     self.assertIn('decompresses to more than {} bytes'.format(max_bytes),
                   report['outcome'])
@@ -479,9 +413,8 @@ class BoundedReadTest(IoTestCase):
   def test_deep_tuples_in_a_set_do_not_crash(self):
     # Hashing a tuple nested 10**6 deep (to add it to a set) overflowed the
     # C stack: the process died with SIGSEGV.
-    report = run_isolated(
-        'def load():\n  safe_pickle.restricted_loads('
-        "b'\\x80\\x04\\x8f(K\\x01' + b'\\x85' * 10**6 + b'\\x90.')")
+    report = _isolated("safe_pickle.restricted_loads(b'\\x80\\x04\\x8f(K\\x01'"
+                       " + b'\\x85' * 10**6 + b'\\x90.')")
     self.assertStartsWith(report['outcome'], 'refused: ')
     self.assertIn('tuples nested deeper than 64 levels', report['outcome'])
 
@@ -554,9 +487,8 @@ class RegularFileTest(IoTestCase):
                                 'zero.gz: is a character device'):
       gzip_files.load_pickle_gz(self.path('zero.gz'))
     # file_digest read /dev/zero forever.
-    report = run_isolated(
-        'def load():\n  atomic_files.file_digest({!r})'.format(
-            self.path('zero.gz')), timeout=60)
+    report = _isolated('atomic_files.file_digest({!r})'.format(
+        self.path('zero.gz')), timeout=60)
     self.assertStartsWith(report['outcome'], 'refused: ')
 
   def test_fifo_is_refused_without_blocking(self):
@@ -564,9 +496,8 @@ class RegularFileTest(IoTestCase):
     os.mkfifo(self.path('fifo.gz'))
     for call in ('gzip_files.load_npy_gz', 'gzip_files.load_pickle_gz',
                  'atomic_files.file_digest'):
-      report = run_isolated(
-          'def load():\n  {}({!r})'.format(call, self.path('fifo.gz')),
-          timeout=60)
+      report = _isolated('{}({!r})'.format(call, self.path('fifo.gz')),
+                         timeout=60)
       self.assertStartsWith(report['outcome'], 'refused: ', call)
       self.assertIn('is a FIFO, not a regular file', report['outcome'])
 

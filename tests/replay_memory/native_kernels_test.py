@@ -2,13 +2,12 @@
 
 `NativeKernels` must give `NumpyKernels`' results bit for bit, method by
 method: on the inputs the C loops take (NumPy's method is not called) and on
-those they hand back to NumPy's (checked to be handed back). Sum trees and
-memories on either kernels then hold the same trees and give the same
-batches (native_memory_test checks the native memory's arguments).
+those they hand back to NumPy's (checked to be handed back). Sum trees on
+either kernels then hold the same trees (native_memory_test's
+NativeBatchTest compares whole memories).
 """
 
 import contextlib
-import random
 from unittest import mock
 
 from absl.testing import absltest
@@ -16,7 +15,6 @@ from absl.testing import parameterized
 import numpy as np
 
 from dopamine_per.native import extension
-from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory.kernels import native_kernels
 from dopamine_per.replay_memory.kernels import numpy_kernels
@@ -464,55 +462,6 @@ class SumTreeEquivalenceTest(parameterized.TestCase):
     for tree in trees:
       tree.check_invariants()
       self.assertTrue(np.isfinite(tree.total_priority()))
-
-
-class MemoryKernelsTest(absltest.TestCase):
-  """A memory on NumPy's loops and one on C++'s give the same batches."""
-
-  def test_same_batches(self):
-    memories = [
-        prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
-            (84, 84), 4, 300, 32, update_horizon=3, gamma=0.9,
-            kernels=kernels) for kernels in ('numpy', 'native')]
-    self.assertEqual([m._kernels.name for m in memories],  # pylint: disable=protected-access
-                     ['numpy', 'native'])
-    names = [e.name for e in memories[0].get_transition_elements()]
-    rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (50, 84, 84), dtype=np.uint8)
-    for t in range(1000):  # Wraps around the capacity three times.
-      terminal = int(rng.random() < 0.05)
-      episode_end = not terminal and rng.random() < 0.02
-      reward = float(rng.standard_normal() * 10.0**rng.integers(-3, 4))
-      for memory in memories:
-        memory.add(frames[t % 50], t % 4, reward, terminal, None,
-                    episode_end=episode_end)
-      if t % 97 == 96:
-        slots = np.arange(300)
-        valid = memories[0].is_valid_transition(slots)
-        np.testing.assert_array_equal(
-            valid, memories[1].is_valid_transition(slots))
-        indices = rng.choice(np.flatnonzero(valid), 40)
-        batches = [m.sample_transition_batch(indices=indices)
-                   for m in memories]
-        for mine, other in zip(*batches):
-          kernel_cases.assert_same(self, mine, other)
-        states = [m.get_observation_stack(indices) for m in memories]
-        kernel_cases.assert_same(self, *states)
-        # Sampled batches, from the same draws; new priorities, as
-        # TensorFlow's int32 indices.
-        sampled = []
-        for memory in memories:
-          random.seed(t)
-          np.random.seed(t)
-          sampled.append(memory.sample_transition_batch())
-        for mine, other in zip(*sampled):
-          kernel_cases.assert_same(self, mine, other)
-        priorities = rng.random(32).astype(np.float32)
-        for memory in memories:
-          memory.set_priority(sampled[0][names.index('indices')],
-                               priorities)
-        np.testing.assert_array_equal(memories[0].sum_tree._flat,  # pylint: disable=protected-access
-                                      memories[1].sum_tree._flat)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

@@ -531,6 +531,14 @@ class NativeBatchTest(parameterized.TestCase):
         batches.append(memory.sample_transition_batch(32))
       for mine, theirs in zip(*batches):
         self.assertEqual(mine.tobytes(), theirs.tobytes())
+      self.assertEqual(native.get_observation_stack(indices).tobytes(),
+                       numpy_memory.get_observation_stack(indices).tobytes())
+      if prioritized:  # New priorities, at TensorFlow's int32 indices.
+        for memory in (numpy_memory, native):
+          memory.set_priority(indices.astype(np.int32),
+                              np.linspace(0.5, 2, len(indices)))
+        self.assertEqual(native.sum_tree.total_priority(),
+                         numpy_memory.sum_tree.total_priority())
 
   def test_one_native_call_draws_as_numpy_does(self):
     # Each batch is one native call (draws, redraws, fill) that consumes

@@ -8,7 +8,6 @@ naming the file, with the memory unchanged.
 
 import gzip
 import io
-import json
 import os
 import pickle
 import re
@@ -31,6 +30,7 @@ from dopamine_per.replay_memory import circular_replay_buffer as crb
 from dopamine_per.replay_memory import prioritized_replay_buffer as prb
 from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from dopamine_per.replay_memory.memory import validation
+from tests.support import bounded_loads
 from tests.support import fixtures
 from tests.support import replay_cases
 
@@ -112,14 +112,6 @@ def npy_bytes(array):
 def deeply_nested_list(depth):
   """Raw opcodes of a list nested `depth` deep (a few bytes per level)."""
   return gzip.compress(b'\x80\x04' + b']' * depth + b'a' * (depth - 1) + b'.')
-
-
-def gzip_bomb(prefix, inflated_bytes):
-  """Gzip of `prefix`, then `inflated_bytes` zeros in repeated 64 MiB members
-  (read as one stream): about 1 KB per MB."""
-  chunk = 1 << 26
-  member = gzip.compress(b'\0' * chunk, compresslevel=9, mtime=0)
-  return gzip.compress(prefix, mtime=0) + member * (inflated_bytes // chunk)
 
 
 class HardeningTestCase(parameterized.TestCase):
@@ -269,33 +261,6 @@ class BrokenStateTest(HardeningTestCase):
     self.assert_refused('sum_tree', message)
 
 
-# Loads each crafted checkpoint directory in a fresh process, under an
-# address-space limit 4 GiB above what it uses (not to exhaust the machine),
-# and reports the outcome and the growth of the peak resident memory.
-_MEASURE = textwrap.dedent('''
-    import json, resource, sys
-    from dopamine_per.file_io import atomic_files
-    from tests.suites import checkpoint_hardening_test as t
-    memory = t.make(steps=5, seed=2)
-    with open('/proc/self/statm') as statm:
-      used = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (used + (4 << 30),) * 2)
-    reports = {}
-    for name, directory in json.loads(sys.argv[1]).items():
-      before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-      try:
-        memory.load(directory, t._SUFFIX)
-        outcome = 'loaded'
-      except atomic_files.CheckpointError as e:
-        outcome = 'refused: ' + str(e)[:300]
-      except BaseException as e:
-        outcome = 'raised {}: {}'.format(type(e).__name__, str(e)[:200])
-      growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-      reports[name] = {'outcome': outcome, 'peak_growth_kib': growth}
-    print(json.dumps(reports))
-''')
-
-
 class GzipBombTest(HardeningTestCase):
   """Files that inflate to gigabytes are refused in bounded memory."""
 
@@ -303,14 +268,14 @@ class GzipBombTest(HardeningTestCase):
     two_gib = 2 << 30
     binbytes8 = b'\x80\x04\x8e' + struct.pack('<Q', two_gib)
     state = memory_checkpoint.DOPAMINE_PER_STATE_NAME
+    pickle_bomb = bounded_loads.gzip_bomb(binbytes8, two_gib)
     cases = {  # case: (file, data)
         # Pickles of 2 MB that inflate to 2 GiB: were decompressed whole.
-        'sum_tree': ('sum_tree', gzip_bomb(binbytes8, two_gib)),
-        'episode_end_indices': ('episode_end_indices',
-                                gzip_bomb(binbytes8, two_gib)),
-        state: (state, gzip_bomb(binbytes8, two_gib)),
+        'sum_tree': ('sum_tree', pickle_bomb),
+        'episode_end_indices': ('episode_end_indices', pickle_bomb),
+        state: (state, pickle_bomb),
         # A version-2 .npy header declaring 4 GiB: NumPy reads it all.
-        'add_count': ('add_count', gzip_bomb(
+        'add_count': ('add_count', bounded_loads.gzip_bomb(
             b'\x93NUMPY\x02\x00\xf0\xff\xff\xff', two_gib)),
         # 300 KB that expand to 8 GiB once converted to an array: a leaf
         # level of 104,858 references to one list of 10,000 floats.
@@ -325,12 +290,12 @@ class GzipBombTest(HardeningTestCase):
       craft(directories[case], name, data)
       self.assertLess(len(data), (400 << 10) if case == 'shared' else 4 << 20)
 
-    done = subprocess.run(
-        [sys.executable, '-c', _MEASURE, json.dumps(directories)],
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=300,
-        check=False)
-    self.assertEqual(done.returncode, 0, done.stderr[-2000:])
-    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    reports = bounded_loads.measure_loads(
+        {case: 'memory.load({!r}, t._SUFFIX)'.format(directory)
+         for case, directory in directories.items()},
+        setup='from tests.suites import checkpoint_hardening_test as t\n'
+        'memory = t.make(steps=5, seed=2)')
+    self.assertCountEqual(reports, cases)
     for case, report in reports.items():
       self.assertRegex(report['outcome'], '^refused: .*{}_ckpt'.format(
           re.escape(cases[case][0])), case)

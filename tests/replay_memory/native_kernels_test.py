@@ -8,6 +8,7 @@ NativeBatchTest compares whole memories).
 """
 
 import contextlib
+import random
 from unittest import mock
 
 from absl.testing import absltest

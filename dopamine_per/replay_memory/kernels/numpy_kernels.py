@@ -57,6 +57,14 @@ def _halving_sum(values: List[float]) -> float:
   return values[0]
 
 
+def _halving_sum_16(v: List[float]) -> float:
+  """`_halving_sum` of 16 floats, written out: a third of the loop's time
+  (an add's whole tree update on these kernels)."""
+  return ((((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])))
+          + (((v[8] + v[9]) + (v[10] + v[11])) +
+             ((v[12] + v[13]) + (v[14] + v[15]))))
+
+
 class NumpyKernels(object):
   """The kernel interface, vectorized over the batch with NumPy.
 
@@ -92,12 +100,13 @@ class NumpyKernels(object):
   def update_leaf(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
                   leaf: int) -> float:
     """`update_parents` of one leaf (an int); returns the total."""
+    row_sum = _halving_sum_16 if fanout == 16 else _halving_sum
     for level in range(len(offsets) - 2):
       leaf //= fanout
       start = offsets[level] + leaf * fanout
-      flat[offsets[level + 1] + leaf] = _halving_sum(
+      flat[offsets[level + 1] + leaf] = row_sum(
           flat[start:start + fanout].tolist())
-    return _halving_sum(flat[offsets[-2]:offsets[-1]].tolist())
+    return row_sum(flat[offsets[-2]:offsets[-1]].tolist())
 
   def set_leaves(self, flat: np.ndarray, offsets: np.ndarray, fanout: int,
                  capacity: int, leaves: np.ndarray, values: np.ndarray,

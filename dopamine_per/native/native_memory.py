@@ -7,6 +7,7 @@ memory's arrays, which the ops then read and write in place.
 TensorFlow-free. The design: docs/architecture.md#native-ops.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import random
@@ -14,7 +15,7 @@ import secrets
 import threading
 import types
 import weakref
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -265,16 +266,19 @@ class NativeMemory(object):
                             tuple(outputs))
 
   def sample(self, generator: Any, masked: bool, count: int, codes: bytes,
-             outputs: Sequence[np.ndarray]) -> np.ndarray:
+             outputs: Sequence[np.ndarray]) -> Tuple[np.ndarray, bool]:
     """Samples `count` valid slots and fills `outputs` with their batch.
 
     The ops' policy, drawing from the NumPy BitGenerator `generator` exactly
     as the memory's Python draws would (`masked`: as the legacy
-    `RandomState.randint`), then `fill`. The caller holds `lock`; the memory
-    is bound.
+    `RandomState.randint`), then `fill`. A prioritized memory without a
+    generator passes for `generator` the words of Python's `random` its
+    strata would draw (`sum_tree.python_random_words`): its redraws, if
+    any, are left to it. The caller holds `lock`; the memory is bound.
 
     Returns:
-      The slots, int64.
+      The slots, int64, and whether `outputs` were filled: False only for
+      words, where a draw was invalid (the slots are the draws).
 
     Raises:
       RuntimeError: If too few transitions were added, or
@@ -282,10 +286,13 @@ class NativeMemory(object):
       ValueError: If every priority is zero.
     """
     indices = np.empty(count, np.int64)
-    with self.tree_lock, generator.lock:
-      self._module.sample_batch(self.lock, self.tree_lock, generator, masked,
-                                indices, codes, tuple(outputs))
-    return indices
+    words = isinstance(generator, bytes)
+    with self.tree_lock, (contextlib.nullcontext() if words else
+                          generator.lock):
+      filled = self._module.sample_batch(self.lock, self.tree_lock, generator,
+                                         masked, indices, codes,
+                                         tuple(outputs))
+    return indices, filled
 
   def sampler_state(self) -> Optional[str]:
     """The sampling ops' generator state, for a checkpoint (text).

@@ -837,6 +837,22 @@ struct NumpyDraws {
   }
 
   double Uniform() { return g->next_double(g->state); }
+  bool Has(int64_t) const { return true; }
+};
+
+// The first draws of a prioritized memory without a generator: one
+// `random.random()` per stratum from the words of Python's `random` that
+// the caller drew (sum_tree.python_random_words), as its sum tree would
+// draw them. Holds no more: the caller redraws (kMoreDraws).
+struct WordDraws {
+  std::vector<double> uniforms;
+  size_t next = 0;
+
+  uint64_t Below(uint64_t) { return 0; }  // Only prioritized memories.
+  double Uniform() { return uniforms[next++]; }
+  bool Has(int64_t n) const {
+    return static_cast<int64_t>(uniforms.size() - next) >= n;
+  }
 };
 
 // sample_batch(lock, tree_lock, bit_generator, masked, indices, codes,
@@ -846,7 +862,10 @@ struct NumpyDraws {
 // (its lock held) as NumPy would (`masked`: as RandomState), into `indices`
 // (int64), then fills `outputs` as fill_batch does (none if `codes` is
 // empty). True; if it cannot sample (nothing filled), sampler.h's message
-// as ValueError for an empty sum tree, else RuntimeError.
+// as ValueError for an empty sum tree, else RuntimeError. A prioritized
+// memory also takes for `bit_generator` the bytes of Python's `random`
+// words of its strata (8 per slot, see WordDraws): then False, nothing
+// filled, where a draw is invalid, `indices` holding the draws.
 PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("sample_batch", nargs, 7)) return nullptr;
   const Memory* m = HeldMemory(args[0], "sample_batch");
@@ -860,13 +879,6 @@ PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                     "held by the calling thread for a prioritized memory");
     return nullptr;
   }
-  PyObject* capsule = PyObject_GetAttrString(args[2], "capsule");
-  if (capsule == nullptr) return nullptr;
-  auto* generator = static_cast<NumpyBitGenerator*>(
-      PyCapsule_GetPointer(capsule, "BitGenerator"));
-  Py_DECREF(capsule);  // The BitGenerator keeps what it points to.
-  const int masked = PyObject_IsTrue(args[3]);
-  if (generator == nullptr || masked < 0) return nullptr;
   Array indices;
   if (!indices.Take(args[4], 1, true) || !indices.IsInt64() ||
       indices.length() < 1) {
@@ -875,9 +887,36 @@ PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                     "one slot or more");
     return nullptr;
   }
-  NumpyDraws draws{generator, masked == 1};
-  const std::string error = SampleIndices(*m, indices.length(), draws,
-                                          indices.data<int64_t>());
+  std::string error;
+  if (PyBytes_CheckExact(args[2])) {
+    if (!m->prioritized ||
+        PyBytes_GET_SIZE(args[2]) != 8 * indices.length()) {
+      PyErr_SetString(PyExc_TypeError,
+                      "sample_batch: words are for a prioritized memory, 8 "
+                      "bytes per slot");
+      return nullptr;
+    }
+    WordDraws draws;
+    draws.uniforms.resize(indices.length());
+    std::vector<uint32_t> words(2 * indices.length());
+    std::memcpy(words.data(), PyBytes_AS_STRING(args[2]),
+                8 * indices.length());
+    UniformsFromWords(words.data(), indices.length(), draws.uniforms.data());
+    error = SampleIndices(*m, indices.length(), draws,
+                          indices.data<int64_t>());
+    if (error == kMoreDraws) Py_RETURN_FALSE;
+  } else {
+    PyObject* capsule = PyObject_GetAttrString(args[2], "capsule");
+    if (capsule == nullptr) return nullptr;
+    auto* generator = static_cast<NumpyBitGenerator*>(
+        PyCapsule_GetPointer(capsule, "BitGenerator"));
+    Py_DECREF(capsule);  // The BitGenerator keeps what it points to.
+    const int masked = PyObject_IsTrue(args[3]);
+    if (generator == nullptr || masked < 0) return nullptr;
+    NumpyDraws draws{generator, masked == 1};
+    error = SampleIndices(*m, indices.length(), draws,
+                          indices.data<int64_t>());
+  }
   if (!error.empty()) {
     PyErr_SetString(error == kEmptyTreeError ? PyExc_ValueError
                                              : PyExc_RuntimeError,
@@ -929,7 +968,7 @@ PyMethodDef methods[] = {
                         "outputs) -> True"),
     DOPAMINE_PER_METHOD("sample_batch", SampleBatchPy,
                         "sample_batch(lock, tree_lock, bit_generator, masked, "
-                        "indices, codes, outputs) -> True"),
+                        "indices, codes, outputs) -> bool"),
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -36,15 +36,21 @@ inline double DrawUniform(std::mt19937_64& rng) {
 // sum tree's ValueError in Python).
 constexpr const char* kEmptyTreeError = "Cannot sample from an empty sum tree.";
 
+// What SampleIndices returns where its draws ran out before a redraw
+// (`out` then holds the first draws; the caller redraws).
+constexpr const char* kMoreDraws = "The draws given ran out.";
+
 // The draws of the ops: the memory's generator.
 struct GeneratorDraws {
   std::mt19937_64& rng;
   uint64_t Below(uint64_t range) { return DrawBelow(rng, range); }
   double Uniform() { return DrawUniform(rng); }
+  bool Has(int64_t) const { return true; }
 };
 
 // `count` candidate slots from `draws` (a source with Below(range), a
-// draw in [0, range), and Uniform(), a double in [0, 1)): stratified over
+// draw in [0, range), Uniform(), a double in [0, 1), and Has(n), whether
+// it holds n more draws): stratified over
 // the total priority (`strata`) or independent; uniform over the sampling
 // range for a uniform memory. Returns an error message, or "" (the caller
 // holds the locks).
@@ -102,7 +108,8 @@ inline std::string CheckSampleable(const Memory& m) {
 }
 
 // `count` valid slots, drawn from `draws` and redrawn as the Python memory
-// does (circular_replay_buffer's _sample_indices). Returns an error or "".
+// does (circular_replay_buffer's _sample_indices). Returns an error, "",
+// or kMoreDraws if `draws` cannot draw a round of redraws.
 template <typename Draws>
 std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
                           int64_t* out) {
@@ -127,6 +134,7 @@ std::string SampleIndices(const Memory& m, int64_t count, Draws& draws,
              " valid indices. Batch size is " + std::to_string(count);
     }
     const int64_t n = static_cast<int64_t>(pending.size());
+    if (!draws.Has(n)) return kMoreDraws;
     redrawn.resize(n);
     error = Draw(m, n, false, draws, redrawn.data());
     if (!error.empty()) return error;

@@ -518,10 +518,14 @@ class OutOfGraphReplayBuffer(object):
     max_sample_attempts (the policy of sampler.h's SampleIndices)."""
     if self._storage.counters[0] < self._sampleable_from:
       self._sampling_range()  # Raises: too few transitions were added.
-    candidates = self._draw(batch_size)
+    return self._redraw_invalid(self._draw(batch_size))
+
+  def _redraw_invalid(self, candidates: np.ndarray) -> np.ndarray:
+    """`candidates`, first draws, with the invalid ones redrawn."""
     valid = self._valid_mask(candidates)
     if 0 not in valid.tobytes():  # All valid (cheaper than all()).
       return candidates
+    batch_size = len(candidates)
     pending = np.flatnonzero(~valid)
     failures = 0
     while len(pending):
@@ -598,8 +602,10 @@ class OutOfGraphReplayBuffer(object):
         batch_size = sampling.batch_size_of(indices, batch_size)
       return self._gather(indices, self._batch_plan(batch_size))
 
-  def _draw_generator(self) -> Tuple[Any, bool]:
-    """`_draw`'s NumPy BitGenerator (see `sampling.bit_generator_of`)."""
+  def _draw_generator(self, count: int) -> Tuple[Any, bool]:
+    """What `_draw(count)` draws from, for `NativeMemory.sample`: its NumPy
+    BitGenerator (see `sampling.bit_generator_of`), or None."""
+    del count  # The prioritized memory's words depend on it.
     return sampling.bit_generator_of(self._rng)
 
   def _native_batch(self, batch_size: int
@@ -607,12 +613,17 @@ class OutOfGraphReplayBuffer(object):
     """A batch the native sampler samples in one call (draws, redraws and
     fill: `NativeMemory.sample`), or None where it cannot."""
     plan = self._batch_plan(batch_size)
-    generator, masked = self._draw_generator()
-    if plan.codes is None or generator is None:
+    if plan.codes is None:
+      return None
+    generator, masked = self._draw_generator(batch_size)
+    if generator is None:
       return None
     arrays = self._stack_buffers.carved(plan, plan.nbytes, plan.carve)[0]
-    self._sampler.sample(generator, masked, batch_size, plan.codes, arrays)
-    return arrays
+    indices, filled = self._sampler.sample(generator, masked, batch_size,
+                                           plan.codes, arrays)
+    if filled:
+      return arrays
+    return self._gather(self._redraw_invalid(indices), plan)
 
   def _invalid_reason(self, index: int) -> str:
     """Why slot `index` is not a valid transition (for errors)."""

@@ -164,10 +164,17 @@ class OutOfGraphPrioritizedReplayBuffer(
     with self._priority_lock:
       return self.sum_tree.sample_batch(count)
 
-  def _draw_generator(self) -> Tuple[Any, bool]:
-    # The tree's; without one it draws from Python's `random`: none.
+  def _draw_generator(self, count: int) -> Tuple[Any, bool]:
+    # The tree's generator; without one, the words of Python's `random` its
+    # strata would draw, unless sampling raises before any draw (the Python
+    # path raises it).
     rng = self.sum_tree.rng
-    return (None, False) if rng is None else (rng.bit_generator, False)
+    if rng is not None:
+      return rng.bit_generator, False
+    if (self._storage.counters[0] < self._sampleable_from or
+        not self.sum_tree.total_priority() > 0):
+      return None, False
+    return sum_tree.python_random_words(count), False
 
   def _row_elements(self) -> batch_plan.RowElements:
     # Each transition's priority, the leaf at its slot.

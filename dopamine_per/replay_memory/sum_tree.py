@@ -30,6 +30,7 @@ from dopamine_per.replay_memory.memory import validation
 __all__ = [
     'SumTree',
     'FANOUT',
+    'python_random_words',
 ]
 
 # Children per inner node: a row of 16 float64 siblings is two cache lines.
@@ -42,9 +43,10 @@ _INT32 = np.dtype(np.int32)
 _INT64 = np.dtype(np.int64)
 
 
-def _python_random_words(count: int) -> bytes:
+def python_random_words(count: int) -> bytes:
   """The words of `count` `random.random()`s (two 32-bit words each, see
-  `numpy_kernels.uniforms_from_words`), drawn by one `getrandbits`."""
+  `numpy_kernels.uniforms_from_words`), drawn by one `getrandbits`: what a
+  tree without an rng draws for `count` strata."""
   if count == 0:
     return b''
   return random.getrandbits(64 * count).to_bytes(8 * count, 'little')
@@ -489,7 +491,7 @@ class SumTree(object):
     kernel call (from `random`'s words, Dopamine's draws, without an rng)."""
     if self._rng is None:
       return self._kernels.descend_draws(
-          self._flat, self._offsets, FANOUT, _python_random_words(len(lower)),
+          self._flat, self._offsets, FANOUT, python_random_words(len(lower)),
           lower, width, self._total)
     return self._kernels.descend_uniforms(
         self._flat, self._offsets, FANOUT, self._rng.random(len(lower)), lower,
@@ -515,7 +517,7 @@ class SumTree(object):
     if query_value is None:
       query_value = (self._rng.random(1) if self._rng is not None else
                      numpy_kernels.uniforms_from_words(
-                         _python_random_words(1)))[0]
+                         python_random_words(1)))[0]
     return int(self._descend(np.array([query_value * self._total]))[0])
 
   def sample_batch(self, batch_size: int) -> np.ndarray:

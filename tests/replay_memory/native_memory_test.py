@@ -544,10 +544,12 @@ class NativeBatchTest(parameterized.TestCase):
     # Each batch is one native call (draws, redraws, fill) that consumes
     # the memory's generator exactly as its Python draws do: the same
     # batches, and the same generator state after 30 of them, for every
-    # bit generator and NumPy's global one (legacy randint's masked draws).
+    # bit generator, NumPy's global one (legacy randint's masked draws) and
+    # Python's `random` (a prioritized memory's, whose redraws stay in
+    # Python).
     generators = [np.random.PCG64, np.random.MT19937, np.random.Philox,
                   np.random.SFC64]
-    cases = [(False, lambda: None)] + [
+    cases = [(False, lambda: None), (True, lambda: None)] + [
         (prioritized, lambda g=g: np.random.Generator(g(7)))
         for prioritized in (False, True) for g in generators]
     for prioritized, make_rng in cases:
@@ -563,10 +565,12 @@ class NativeBatchTest(parameterized.TestCase):
       with redraws as redrawn, calls as sampled:
         for memory in (numpy_memory, native):
           np.random.seed(3)
+          random.seed(3)
           batches.append([memory.sample_transition_batch()
                           for _ in range(30)])
-          states = (np.random.get_state()[1] if memory.rng is None else
-                    memory.rng.bit_generator.state)
+          states = (memory.rng.bit_generator.state if memory.rng is not None
+                    else random.getstate() if prioritized else
+                    np.random.get_state()[1])
           batches[-1].append(repr(states).encode())
       name = '{} {}'.format(prioritized, type(make_rng()).__name__)
       self.assertEqual(sampled.call_count, 30, name)

@@ -141,7 +141,7 @@ class PythonSamplePathTest(SamplePathTestBase):
     # The py_func calls the memory itself: no module of the package between.
     self.assertEqual(trace.package_calls[0], _ENTRY)
     self.assertEqual(trace.package_calls.count(_ENTRY), 1)
-    self.assertIn('dopamine_per.replay_memory.kernels.native_kernels', modules)
+    self.assertIn('dopamine_per.native.native_memory', modules)
     self.assertLessEqual(len(modules), _MAX_MODULES, sorted(modules))
     self.assertEqual(trace.reentries, [])
     rounds = trace.package_calls.count(_REDRAW)
@@ -160,13 +160,13 @@ class PythonSamplePathTest(SamplePathTestBase):
   def test_the_tracer_sees_a_call_back_up(self):
     # A hook that calls back into a module still running is caught.
     memory = self.wrapped.memory
-    original = memory._draw  # pylint: disable=protected-access
+    original = memory._draw_generator  # pylint: disable=protected-access
 
     def draw_calling_up(count):
       memory.is_valid_transition(0)  # circular_replay_buffer, on the stack.
       return original(count)
 
-    memory._draw = draw_calling_up  # pylint: disable=protected-access
+    memory._draw_generator = draw_calling_up  # pylint: disable=protected-access
     trace = _trace(lambda: self.session.run(self.state))
     self.assertIn(
         'dopamine_per.replay_memory.circular_replay_buffer.'

@@ -681,6 +681,20 @@ void TestSampleIndices() {
   TestMemory empty(16, 1, 1, 10, true);
   CHECK_EQ(SampleOf(empty.m, 4, out),
            std::string("Cannot sample from an empty sum tree."));
+  // A source of 4 draws only (a memory on Python's `random`): the first
+  // draws, 0, 0, 9, 9, with no redraw, and kMoreDraws.
+  struct FourDraws {
+    int64_t left = 4;
+    uint64_t Below(uint64_t) { return 0; }
+    double Uniform() { return --left, 0.5; }
+    bool Has(int64_t n) const { return left >= n; }
+  } four;
+  TestMemory more(16, 1, 1, 10, true, 4, 10);
+  more.SetPriorities({0, 9}, {1.0, 1.0});
+  CHECK_EQ(dopamine_per::SampleIndices(more.m, 4, four, out),
+           std::string(dopamine_per::kMoreDraws));
+  CHECK(std::vector<int64_t>(out, out + 4) ==
+        (std::vector<int64_t>{0, 0, 9, 9}));
 }
 
 void TestRandomDraws() {

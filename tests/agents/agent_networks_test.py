@@ -135,74 +135,64 @@ class _ModuleDQNNetwork(tf.Module):
 
 _NetworkCase = collections.namedtuple('_NetworkCase',
                                       ['name', 'network', 'inputs'])
+# loss_tag: the agent's summary of its loss (Dopamine's tag).
 _AgentRow = collections.namedtuple('_AgentRow',
                                    ['name', 'agent_class', 'kwargs',
-                                    'networks'])
+                                    'loss_tag', 'networks'])
+_GYM_DOMAINS = (('Cartpole', _CARTPOLE), ('Acrobot', _ACROBOT),
+                ('LunarLander', _LUNAR_LANDER),
+                ('MountainCar', _MOUNTAIN_CAR))
 
 
-def _gym_cases(module, kind):
-  """Cases for `module`'s (gym_lib's or legacy_networks') `kind` networks.
+def _gym_cases(module, kind, domains=_GYM_DOMAINS, args=(), **kwargs):
+  """Cases for the networks of `module` (gym_lib or legacy_networks).
 
   Args:
     module: gym_lib or legacy_networks.
-    kind: 'dqn', 'rainbow' or 'iqn'.
+    kind: the networks' names less their domain, e.g. 'RainbowNetwork'.
+    domains: (domain, inputs) pairs.
+    args: the networks' first arguments.
+    **kwargs: for the networks' constructors.
   """
-  if kind == 'dqn':
-    networks = [
-        ('CartpoleDQNNetwork', _CARTPOLE), ('AcrobotDQNNetwork', _ACROBOT),
-        ('LunarLanderDQNNetwork', _LUNAR_LANDER),
-        ('MountainCarDQNNetwork', _MOUNTAIN_CAR),
-        ('CartpoleFourierDQNNetwork', _CARTPOLE),
-        ('AcrobotFourierDQNNetwork', _ACROBOT)]
-    # The generic Fourier network needs the observation bounds.
-    extra = [('FourierDQNNetwork', functools.partial(
-        module.FourierDQNNetwork, gym_lib.CARTPOLE_MIN_VALS,
-        gym_lib.CARTPOLE_MAX_VALS), _CARTPOLE)]
-  elif kind == 'rainbow':
-    networks = [('CartpoleRainbowNetwork', _CARTPOLE),
-                ('AcrobotRainbowNetwork', _ACROBOT)]
-    if module is gym_lib:
-      networks += [('LunarLanderRainbowNetwork', _LUNAR_LANDER),
-                   ('MountainCarRainbowNetwork', _MOUNTAIN_CAR)]
-    extra = []
-  else:  # 'iqn': gym_lib only, with small layers.
-    networks = [('CartpoleImplicitQuantileNetwork', _CARTPOLE),
-                ('AcrobotImplicitQuantileNetwork', _ACROBOT),
-                ('LunarLanderImplicitQuantileNetwork', _LUNAR_LANDER),
-                ('MountainCarImplicitQuantileNetwork', _MOUNTAIN_CAR)]
-    return [_NetworkCase('gym_lib.' + name, functools.partial(
-        getattr(module, name), hidden_units=(16, 16)), inputs)
-            for name, inputs in networks]
-  cases = [(name, getattr(module, name), inputs)
-           for name, inputs in networks] + extra
-  prefix = module.__name__.rsplit('.', 1)[-1]
-  return [_NetworkCase(prefix + '.' + name, network, inputs)
-          for name, network, inputs in cases]
+  prefix = module.__name__.rsplit('.', 1)[-1] + '.'
+  return [_NetworkCase(prefix + domain + kind, functools.partial(
+      getattr(module, domain + kind), *args, **kwargs), inputs)
+          for domain, inputs in domains]
+
+
+def _dqn_cases(module):
+  """DQN and Fourier networks; the generic one given CartPole's bounds."""
+  return (_gym_cases(module, 'DQNNetwork') +
+          _gym_cases(module, 'FourierDQNNetwork', _GYM_DOMAINS[:2]) +
+          _gym_cases(module, 'FourierDQNNetwork', [('', _CARTPOLE)],
+                     (gym_lib.CARTPOLE_MIN_VALS, gym_lib.CARTPOLE_MAX_VALS)))
 
 
 _TABLE = [
-    _AgentRow('dqn', dqn_agent.DQNAgent, {}, [
+    _AgentRow('dqn', dqn_agent.DQNAgent, {}, 'HuberLoss', [
         _NetworkCase('atari_lib.NatureDQNNetwork', atari_lib.NatureDQNNetwork,
                      _ATARI),
         _NetworkCase('user.KerasDQNNetwork', _KerasDQNNetwork, _CARTPOLE),
         _NetworkCase('user.ModuleDQNNetwork', _ModuleDQNNetwork, _CARTPOLE),
-    ] + _gym_cases(gym_lib, 'dqn') + _gym_cases(legacy_networks, 'dqn')),
+    ] + _dqn_cases(gym_lib) + _dqn_cases(legacy_networks)),
     _AgentRow('rainbow', rainbow_agent.RainbowAgent,
-              dict(num_atoms=11, vmax=10.0), [
+              dict(num_atoms=11, vmax=10.0), 'CrossEntropyLoss', [
                   _NetworkCase('atari_lib.RainbowNetwork',
                                atari_lib.RainbowNetwork, _ATARI),
                   _NetworkCase('user.KerasRainbowNetwork',
                                _KerasRainbowNetwork, _ATARI),
-              ] + _gym_cases(gym_lib, 'rainbow') +
-              _gym_cases(legacy_networks, 'rainbow')),
+              ] + _gym_cases(gym_lib, 'RainbowNetwork') +
+              _gym_cases(legacy_networks, 'RainbowNetwork', _GYM_DOMAINS[:2])),
     _AgentRow('iqn', implicit_quantile_agent.ImplicitQuantileAgent,
               dict(num_tau_samples=4, num_tau_prime_samples=4,
-                   num_quantile_samples=4, quantile_embedding_dim=8), [
+                   num_quantile_samples=4, quantile_embedding_dim=8),
+              'QuantileLoss', [
                   _NetworkCase('atari_lib.ImplicitQuantileNetwork',
                                atari_lib.ImplicitQuantileNetwork, _ATARI),
                   _NetworkCase('user.KerasImplicitQuantileNetwork',
                                _KerasImplicitQuantileNetwork, _CARTPOLE),
-              ] + _gym_cases(gym_lib, 'iqn')),
+              ] + _gym_cases(gym_lib, 'ImplicitQuantileNetwork',
+                             hidden_units=(16, 16))),
 ]
 
 _CASES = [('{}_{}'.format(row.name, case.name.replace('.', '_')), row, case)
@@ -301,9 +291,7 @@ class AgentNetworksTest(parameterized.TestCase):
     self.assertTrue(_all_equal(_weights(agent, agent.target_convnet), synced))
 
     agent.summary_writer.flush()
-    self.assertTrue(
-        any(tag.startswith('Losses/') for tag in _summary_tags(summary_dir)),
-        _summary_tags(summary_dir))
+    self.assertIn('Losses/' + row.loss_tag, _summary_tags(summary_dir))
 
     checkpoint_dir = fixtures.temp_dir(self)
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 1)

@@ -100,9 +100,7 @@ class DQNAgentTest(absltest.TestCase):
   def test_partial_reload(self):
     checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
-    agent.begin_episode(np.zeros(4))
-    for _ in range(30):
-      agent.step(1.0, np.ones(4))
+    small_agents.play(agent, 30, episode_length=31)
     bundle = agent.bundle_and_checkpoint(checkpoint_dir, 0)
     self.assertEqual(set(bundle), {'state', 'training_steps'})
     self.assertIsNone(agent.bundle_and_checkpoint(
@@ -119,9 +117,7 @@ class DQNAgentTest(absltest.TestCase):
   def test_min_replay_history_is_read_until_reached_and_after_a_load(self):
     checkpoint_dir = fixtures.temp_dir(self)
     agent = _make_agent()
-    agent.begin_episode(np.zeros(4))
-    for _ in range(5):
-      agent.step(1.0, np.ones(4))
+    small_agents.play(agent, 5, episode_length=6)
     agent.bundle_and_checkpoint(checkpoint_dir, 0)  # 5 transitions.
     memory_class = type(agent._replay.memory)
     reads = []

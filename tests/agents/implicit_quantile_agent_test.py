@@ -18,7 +18,6 @@ from dopamine_per.agents import implicit_quantile_agent
 from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import gym_lib
 from dopamine_per.discrete_domains import run_experiment
-from tests.support import fixtures
 from tests.support import small_agents
 
 _BATCH_SIZE = 8
@@ -148,16 +147,12 @@ class NetworkTest(parameterized.TestCase):
       gym_lib.CartpoleImplicitQuantileNetwork(**arguments)
 
 
-def _small_network(num_actions, quantile_embedding_dim, name=None):
-  return gym_lib.CartpoleImplicitQuantileNetwork(
-      num_actions, quantile_embedding_dim, name=name,
-      hidden_units=(16, 16, 16))
-
-
 def _make_agent(**kwargs):
   """A small CartPole-shaped IQN agent that trains from its 21st step."""
   arguments = dict(
-      network=_small_network, num_tau_samples=4, num_tau_prime_samples=5,
+      network=functools.partial(gym_lib.CartpoleImplicitQuantileNetwork,
+                                hidden_units=(16, 16, 16)),
+      num_tau_samples=4, num_tau_prime_samples=5,
       num_quantile_samples=3, quantile_embedding_dim=8, gamma=0.9,
       update_horizon=1, update_period=1, target_update_period=5)
   arguments.update(kwargs)
@@ -331,15 +326,6 @@ class ImplicitQuantileAgentTest(parameterized.TestCase):
     priorities = agent._replay.memory.get_priority(np.arange(40))
     np.testing.assert_array_equal(priorities[priorities > 0], 1.0)
     self.assertGreater(np.count_nonzero(priorities), 30)
-
-  def test_summary_has_dopamine_tag(self):
-    agent = _make_agent(summary_writer=fixtures.temp_dir(self),
-                        summary_writing_frequency=1)
-    self.addCleanup(agent.summary_writer.close)
-    _play(agent, 25)
-    summary = tf.compat.v1.Summary.FromString(
-        agent._sess.run(agent._merged_summaries))
-    self.assertIn('Losses/QuantileLoss', [v.tag for v in summary.value])
 
   def test_create_agent_reads_rainbow_bindings(self):
     # Dopamine's IQN configs set the shared settings on RainbowAgent.

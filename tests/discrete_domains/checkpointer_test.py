@@ -20,25 +20,43 @@ from tests.support import fault_injection
 from tests.support import fixtures
 
 
-class CheckpointerTest(absltest.TestCase):
+class _DirTestCase(absltest.TestCase):
+  """A temporary checkpoint directory, and the files in it."""
 
   def setUp(self):
     super().setUp()
     self.dir = fixtures.temp_dir(self)
 
-  def _touch(self, name, content=b'x'):
-    with open(os.path.join(self.dir, name), 'wb') as f:
+  def _put(self, name, content=b'x', root=None):
+    path = os.path.join(root or self.dir, *name.split('/'))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as f:
       f.write(content)
+
+  def _content(self, name):
+    with open(os.path.join(self.dir, *name.split('/')), 'rb') as f:
+      return f.read()
+
+  def _marker(self, iteration):
+    with open(os.path.join(
+        self.dir, 'sentinel_checkpoint_complete.{}'.format(iteration))) as f:
+      return json.load(f)
+
+  def _listing(self):
+    return sorted(os.path.relpath(os.path.join(root, name), self.dir)
+                  for root, _, names in os.walk(self.dir) for name in names)
+
+
+class CheckpointerTest(_DirTestCase):
 
   def test_save_load_and_marker_lists_files(self):
     saver = checkpointer.Checkpointer(self.dir)
-    self._touch('tf_ckpt-3.index', b'abc')
-    self._touch('add_count_ckpt.3.gz', b'abcd')
-    self._touch('add_count_ckpt.13.gz')  # Another iteration's file.
+    self._put('tf_ckpt-3.index', b'abc')
+    self._put('add_count_ckpt.3.gz', b'abcd')
+    self._put('add_count_ckpt.13.gz')  # Another iteration's file.
     data = {'current_iteration': 3, 'state': np.arange(4.0)}
     saver.save_checkpoint(3, data)
-    with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.3')) as f:
-      marker = json.load(f)
+    marker = self._marker(3)
     self.assertEqual(marker['iteration'], 3)
     self.assertEqual(set(marker['files']), {'tf_ckpt-3.index',
                                             'add_count_ckpt.3.gz', 'ckpt.3'})
@@ -54,70 +72,50 @@ class CheckpointerTest(absltest.TestCase):
 
   def test_missing_or_changed_file_makes_checkpoint_incomplete(self):
     saver = checkpointer.Checkpointer(self.dir)
-    self._touch('tf_ckpt-0.index', b'abc')
+    self._put('tf_ckpt-0.index', b'abc')
     saver.save_checkpoint(0, {'current_iteration': 0})
     self.assertTrue(saver.is_complete(0))
-    self._touch('tf_ckpt-0.index', b'abcdef')
+    self._put('tf_ckpt-0.index', b'abcdef')
     self.assertFalse(saver.is_complete(0))
     self.assertIsNone(saver.load_checkpoint(0))
-    self._touch('tf_ckpt-0.index', b'abc')
+    self._put('tf_ckpt-0.index', b'abc')
     self.assertTrue(saver.is_complete(0))
-    self._touch('tf_ckpt-0.index', b'abd')  # Same size, other content.
+    self._put('tf_ckpt-0.index', b'abd')  # Same size, other content.
     self.assertFalse(saver.is_complete(0))
     os.remove(os.path.join(self.dir, 'tf_ckpt-0.index'))
     self.assertIsNone(saver.load_checkpoint(0))
     self.assertIsNone(saver.load_checkpoint(5))  # No marker at all.
 
   def test_no_marker_no_checkpoint(self):
-    self._touch('ckpt.2', pickle.dumps({'current_iteration': 2}))
+    self._put('ckpt.2', pickle.dumps({'current_iteration': 2}))
     self.assertEqual(checkpointer.get_latest_checkpoint_number(self.dir), -1)
     self.assertEqual(checkpointer.get_latest_checkpoint_number(
         os.path.join(self.dir, 'missing')), -1)
 
-  def test_dopamine_marker_is_accepted(self):
-    self._touch('ckpt.1', pickle.dumps({'current_iteration': 1}))
-    self._touch('sentinel_checkpoint_complete.1', b'done')
+  def test_dopamine_marker_is_accepted_but_unsafe_pickles_are_not(self):
+    self._put('ckpt.1', pickle.dumps({'current_iteration': 1}))
+    self._put('sentinel_checkpoint_complete.1', b'done')
     saver = checkpointer.Checkpointer(self.dir)
     self.assertEqual(saver.load_checkpoint(1), {'current_iteration': 1})
-
-  def test_unsafe_pickle_is_refused(self):
-    saver = checkpointer.Checkpointer(self.dir)
-    saver.save_checkpoint(0, {'current_iteration': 0})
-    self._touch('ckpt.0', pickle.dumps(shutil.rmtree))
-    with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.0')) as f:
-      marker = json.load(f)
-    marker['files']['ckpt.0'] = list(atomic_files.file_digest(
-        os.path.join(self.dir, 'ckpt.0')))
-    self._touch('sentinel_checkpoint_complete.0', json.dumps(marker).encode())
+    self._put('ckpt.1', pickle.dumps(shutil.rmtree))
     with self.assertRaises(safe_pickle.UnsafePickleError):
-      saver.load_checkpoint(0)
-
-  def test_garbage_collection(self):
-    saver = checkpointer.Checkpointer(self.dir, checkpoint_duration=2,
-                                      keep_every=3)
-    for iteration in range(7):
-      saver.save_checkpoint(iteration, {'current_iteration': iteration})
-    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
-                     [6, 5, 3, 0])
-    self.assertFalse(os.path.exists(os.path.join(self.dir, 'ckpt.4')))
+      saver.load_checkpoint(1)
 
   def test_needs_a_directory(self):
     with self.assertRaisesRegex(ValueError, 'No path'):
       checkpointer.Checkpointer('')
 
 
-class MarkerAndDataFileTest(absltest.TestCase):
+class MarkerAndDataFileTest(_DirTestCase):
   """Markers and data files that are damaged or crafted are refused."""
 
   def setUp(self):
     super().setUp()
-    self.dir = fixtures.temp_dir(self)
     self.saver = checkpointer.Checkpointer(self.dir)
     self.saver.save_checkpoint(3, {'current_iteration': 3})
     self.marker_path = os.path.join(self.dir,
                                     'sentinel_checkpoint_complete.3')
-    with open(self.marker_path) as f:
-      self.marker = json.load(f)
+    self.marker = self._marker(3)
 
   def _write_marker(self, marker):
     with open(self.marker_path, 'w') as f:
@@ -170,12 +168,10 @@ class MarkerAndDataFileTest(absltest.TestCase):
                                 r'data file \(8 bytes\)')
     path = os.path.join(self.dir, 'ckpt.3')
     os.remove(path)
-    os.mkfifo(path)
-    self._assert_data_refused(r'ckpt\.3:? is .*not a regular file')
-    os.remove(path)
-    os.mkdir(path)
-    self._assert_data_refused(r'ckpt\.3:? is .*not a regular file')
-    os.rmdir(path)
+    for make, remove in ((os.mkfifo, os.remove), (os.mkdir, os.rmdir)):
+      make(path)
+      self._assert_data_refused(r'ckpt\.3:? is .*not a regular file')
+      remove(path)
     with self.assertRaisesRegex(atomic_files.CheckpointError,
                                 r'ckpt\.3 is missing'):
       self.saver.load_verified_checkpoint(3)
@@ -185,32 +181,17 @@ class MarkerAndDataFileTest(absltest.TestCase):
     for name in ('sentinel_checkpoint_complete.\u0663',  # An Arabic 3.
                  'sentinel_checkpoint_complete.3.tmp',
                  'sentinel_checkpoint_complete.' + '9' * 200):
-      with open(os.path.join(self.dir, name), 'w') as f:
-        f.write('done')
+      self._put(name, b'done')
     self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
                      [3])
 
 
-class StagedSaveTest(absltest.TestCase):
+class StagedSaveTest(_DirTestCase):
   """The Runner's saves: staged files switched in with ckpt.N and the marker.
 
   A fake agent writes a few files, one in a subdirectory as a sharded
   memory does, into the directory `begin_checkpoint` returns.
   """
-
-  def setUp(self):
-    super().setUp()
-    self.dir = fixtures.temp_dir(self)
-
-  def _put(self, root, name, content):
-    path = os.path.join(root, *name.split('/'))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, 'wb') as f:
-      f.write(content)
-
-  def _content(self, name):
-    with open(os.path.join(self.dir, *name.split('/')), 'rb') as f:
-      return f.read()
 
   def _agent_files(self, iteration, version=b'new'):
     return {'tf_ckpt-{}.index'.format(iteration): b'index ' + version,
@@ -221,23 +202,14 @@ class StagedSaveTest(absltest.TestCase):
   def _save(self, saver, iteration, version=b'new'):
     staging = saver.begin_checkpoint(iteration)
     for name, content in self._agent_files(iteration, version).items():
-      self._put(staging, name, content)
+      self._put(name, content, staging)
     saver.commit_checkpoint(iteration, {'current_iteration': iteration,
                                         'version': version})
 
-  def _marker(self, iteration):
-    with open(os.path.join(
-        self.dir, 'sentinel_checkpoint_complete.{}'.format(iteration))) as f:
-      return json.load(f)
-
-  def _listing(self):
-    return sorted(os.path.relpath(os.path.join(root, name), self.dir)
-                  for root, _, names in os.walk(self.dir) for name in names)
-
   def test_marker_lists_exactly_the_files_this_save_wrote(self):
     # Files of iteration 3 that another process put there before the save.
-    self._put(self.dir, 'foo_ckpt.3.gz', b'foreign')
-    self._put(self.dir, 'tf_ckpt-3.extra', b'foreign')
+    self._put('foo_ckpt.3.gz', b'foreign')
+    self._put('tf_ckpt-3.extra', b'foreign')
     saver = checkpointer.Checkpointer(self.dir)
     self._save(saver, 3)
     self.assertEqual(
@@ -257,9 +229,9 @@ class StagedSaveTest(absltest.TestCase):
         'tf_ckpt-3.index']))
     self.assertEqual(saver.load_verified_checkpoint(3)['version'], b'new')
     # A foreign file may change; a listed one may not.
-    self._put(self.dir, 'foo_ckpt.3.gz', b'changed')
+    self._put('foo_ckpt.3.gz', b'changed')
     saver.verify(3)
-    self._put(self.dir, 'shard_0/add_count_ckpt.3.gz', b'shard changed')
+    self._put('shard_0/add_count_ckpt.3.gz', b'shard changed')
     with self.assertRaisesRegex(
         atomic_files.CheckpointError,
         r'shard_0/add_count_ckpt\.3\.gz changed since the checkpoint was '
@@ -360,7 +332,7 @@ class StagedSaveTest(absltest.TestCase):
     self.assertEqual(self._content('tf_ckpt-3.index'), b'index new')
 
   def test_stale_iterations_lose_every_file_their_marker_lists(self):
-    self._put(self.dir, 'foo_ckpt.0.gz', b'foreign')
+    self._put('foo_ckpt.0.gz', b'foreign')
     saver = checkpointer.Checkpointer(self.dir, checkpoint_duration=2,
                                       keep_every=3)
     for iteration in range(6):
@@ -376,11 +348,12 @@ class StagedSaveTest(absltest.TestCase):
     for iteration in (5, 4, 3, 0):
       saver.verify(iteration)
     # A Dopamine marker lists nothing: its ckpt.N goes with it, and files
-    # that cannot be told from someone else's stay.
-    with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.4'),
-              'w') as f:
-      f.write('done')
-    self._save(saver, 6)
+    # that cannot be told from someone else's stay. Dopamine's
+    # save_checkpoint prunes too.
+    self._put('sentinel_checkpoint_complete.4', b'done')
+    saver.save_checkpoint(6, {'current_iteration': 6})
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(self.dir),
+                     [6, 5, 3, 0])
     self.assertFalse(os.path.exists(os.path.join(self.dir, 'ckpt.4')))
     self.assertTrue(os.path.exists(os.path.join(self.dir, 'tf_ckpt-4.index')))
 
@@ -389,7 +362,7 @@ class StagedSaveTest(absltest.TestCase):
     self._save(saver, 3)
     kept = {name: self._content(name) for name in self._listing()}
     staging = saver.begin_checkpoint(4)
-    self._put(staging, 'shard_0/add_count_ckpt.4.gz', b'staged')
+    self._put('shard_0/add_count_ckpt.4.gz', b'staged', staging)
     saver.abort_checkpoint()
     self.assertFalse(os.path.exists(staging))
     self.assertEqual({name: self._content(name)
@@ -413,13 +386,13 @@ class StagedSaveTest(absltest.TestCase):
     self._save(saver, 3)
     kept = self._listing()
     staging = saver.begin_checkpoint(4)
-    self._put(staging, 'tf_ckpt-4.index', b'staged')
+    self._put('tf_ckpt-4.index', b'staged', staging)
     leftovers = ['.ckpt.4.abcdefgh.tmp', '.ckpt_journal.abcdefgh.tmp',
                  '.checkpoint.abcdefgh.tmp',
                  'shard_0/.add_count_ckpt.4.gz.abcdefgh.tmp']
     others = ['.notes.abcdefgh.tmp', 'notes.txt']
     for name in leftovers + others:
-      self._put(self.dir, name, b'x')
+      self._put(name, b'x')
     removed = saver.remove_leftovers()
     self.assertEqual(sorted(os.path.relpath(path, self.dir)
                             for path in removed),
@@ -441,9 +414,8 @@ class StagedSaveTest(absltest.TestCase):
                  os.path.join('..', os.path.basename(self.dir), 'ckpt.3'),
                  'ckpt.4'):
       with self.subTest(path=path):
-        with open(os.path.join(self.dir, 'sentinel_checkpoint_complete.3'),
-                  'w') as f:
-          json.dump(dict(marker, files={path: digest}), f)
+        self._put('sentinel_checkpoint_complete.3',
+                  json.dumps(dict(marker, files={path: digest})).encode())
         with self.assertRaisesRegex(atomic_files.CheckpointError,
                                     'which is not a file name of checkpoint '
                                     '3'):
@@ -465,12 +437,11 @@ class StagedSaveTest(absltest.TestCase):
                        ['ckpt.3', 'tf_ckpt-3.index'])
 
 
-class TfCheckpointTest(absltest.TestCase):
+class TfCheckpointTest(_DirTestCase):
   """The agents' TF checkpoints: variables checked, values put back."""
 
   def setUp(self):
     super().setUp()
-    self.dir = fixtures.temp_dir(self)
     self.prefix = os.path.join(self.dir, 'tf_ckpt-1')
     graph, session, _ = self._graph({'net/kernel': (4, 8), 'net/bias': (8,)})
     with graph.as_default():

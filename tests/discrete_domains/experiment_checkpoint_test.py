@@ -451,11 +451,8 @@ class ResaveFailureTest(absltest.TestCase):
     gin_util.hide_dopamine_configurables(self)
     self.dir = fixtures.temp_dir(self)
     # What checkpoint _RESAVED of the trained run restores.
-    self.old = fingerprint(tiny_cartpole.runner(
-        self._trained_run('old'), _RESAVED + 2))
-
-  def _trained_run(self, name: str) -> str:
-    return tiny_cartpole.copy_trained_run(os.path.join(self.dir, name))
+    old = tiny_cartpole.copy_trained_run(os.path.join(self.dir, 'old'))
+    self.old = fingerprint(tiny_cartpole.runner(old, _RESAVED + 2))
 
   def _assert_resumes_the_old_checkpoint(self, base_dir: str) -> None:
     runner = tiny_cartpole.runner(base_dir, _RESAVED + 2)
@@ -486,7 +483,8 @@ class ResaveFailureTest(absltest.TestCase):
     }
     for point, (owner, name, replacement) in points.items():
       with self.subTest(point=point):
-        base_dir = self._trained_run(point)
+        base_dir = tiny_cartpole.copy_trained_run(
+            os.path.join(self.dir, point))
         runner = tiny_cartpole.runner(base_dir, _RESAVED + 1,
                                       _RESAVE_BINDINGS)
         with mock.patch.object(owner, name, replacement):

@@ -40,14 +40,18 @@ class LearningCurveTest(absltest.TestCase):
     self.directory = fixtures.temp_dir(self)
     self.path = os.path.join(self.directory, 'curve.png')
 
-  def test_both_returns_in_both_panels(self):
-    lines = records(5) + [{'iteration': 5, 'train_average_return': None}]
+  def _panels(self, lines):
+    """Plots `lines`; returns the picture's two panels (its halves)."""
     learning_curve.plot_learning_curve(self.path, lines)
     image = read_png(self.path)
     self.assertEqual(image.shape[:2],
                      (learning_curve.HEIGHT_PX, learning_curve.WIDTH_PX))
     half = learning_curve.WIDTH_PX // 2
-    for panel in (image[:, :half], image[:, half:]):
+    return image[:, :half], image[:, half:]
+
+  def test_both_returns_in_both_panels(self):
+    for panel in self._panels(
+        records(5) + [{'iteration': 5, 'train_average_return': None}]):
       self.assertTrue(has_color(panel, learning_curve.EVAL_COLOR))
       self.assertTrue(has_color(panel, learning_curve.TRAIN_COLOR))
 
@@ -55,18 +59,13 @@ class LearningCurveTest(absltest.TestCase):
     lines = records(3)
     for record in lines:
       record['training_steps'] = None
-    learning_curve.plot_learning_curve(self.path, lines)
-    image = read_png(self.path)
-    half = learning_curve.WIDTH_PX // 2
-    self.assertTrue(has_color(image[:, :half], learning_curve.EVAL_COLOR))
-    self.assertFalse(has_color(image[:, half:], learning_curve.EVAL_COLOR))
+    by_iteration, by_steps = self._panels(lines)
+    self.assertTrue(has_color(by_iteration, learning_curve.EVAL_COLOR))
+    self.assertFalse(has_color(by_steps, learning_curve.EVAL_COLOR))
 
   def test_empty_log_gives_axes_only(self):
-    learning_curve.plot_learning_curve(self.path, [])
-    image = read_png(self.path)
-    self.assertEqual(image.shape[:2],
-                     (learning_curve.HEIGHT_PX, learning_curve.WIDTH_PX))
-    self.assertFalse(has_color(image, learning_curve.EVAL_COLOR))
+    for panel in self._panels([]):
+      self.assertFalse(has_color(panel, learning_curve.EVAL_COLOR))
 
   def test_replaces_the_file_and_leaves_no_temporary(self):
     learning_curve.plot_learning_curve(self.path, records(2))

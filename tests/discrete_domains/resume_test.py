@@ -116,6 +116,14 @@ class _TrainedRunTestCase(absltest.TestCase):
     with open(self._path('ckpt.{}'.format(number)), 'rb') as f:
       return pickle.load(f)
 
+  def _refusal(self, extra=()):
+    """The CannotResumeError of a Runner on the run, which changed no file."""
+    before = _tree(self.base_dir)
+    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
+      _runner(self.base_dir, extra=extra)
+    self.assertEqual(_tree(self.base_dir), before)
+    return raised.exception
+
   def _damage_every_checkpoint(self):
     """Three checkpoints, three kinds of damage; returns their reasons."""
     _flip_byte(self._path('tf_ckpt-2.data-00000-of-00001'))
@@ -135,10 +143,7 @@ class RunnerResumeTest(_TrainedRunTestCase):
 
   def test_every_checkpoint_damaged_is_refused_changing_nothing(self):
     reasons = self._damage_every_checkpoint()
-    before = _tree(self.base_dir)
-    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
-      _runner(self.base_dir)
-    error = raised.exception
+    error = self._refusal()
     self.assertEqual([number for number, _ in error.refusals], [2, 1, 0])
     self.assertRegex(error.message, r'^cannot resume the experiment in {}: '
                      r'none of its 3 checkpoints loads; no file was '
@@ -147,7 +152,6 @@ class RunnerResumeTest(_TrainedRunTestCase):
       self.assertRegex(error.message,
                        r'\n  checkpoint {}: .*{}'.format(number, reason))
     self.assertIn('--restart_from_scratch', error.message)
-    self.assertEqual(_tree(self.base_dir), before)
 
   def test_mixed_damage_is_refused_and_nothing_is_mixed(self):
     # Dopamine's markers: the damage is found by loading. The newest
@@ -156,15 +160,11 @@ class RunnerResumeTest(_TrainedRunTestCase):
     _flip_byte(self._path('tf_ckpt-2.data-00000-of-00001'))
     _truncate(self._path('sum_tree_ckpt.1.gz'))
     _truncate(self._path('sum_tree_ckpt.0.gz'))
-    before = _tree(self.base_dir)
-    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
-      _runner(self.base_dir)
-    message = raised.exception.message
+    message = self._refusal().message
     self.assertRegex(message, r'checkpoint 2: .*tf_ckpt-2: variable \S+ '
                      r'cannot be read: .*Checksum does not match')
     self.assertRegex(message, r'checkpoint 1: .*sum_tree_ckpt\.1\.gz')
     self.assertRegex(message, r'checkpoint 0: .*sum_tree_ckpt\.0\.gz')
-    self.assertEqual(_tree(self.base_dir), before)
 
   def test_a_refused_checkpoint_leaves_the_agent_unchanged(self):
     fresh_dir = os.path.join(self.dir, 'fresh')
@@ -195,18 +195,14 @@ class RunnerResumeTest(_TrainedRunTestCase):
                      bundles[0]['training_steps'])
 
   def test_network_of_another_shape_is_refused(self):
-    before = _tree(self.base_dir)
-    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
-      _runner(self.base_dir, extra=[
-          'gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)'])
-    message = raised.exception.message
+    message = self._refusal(
+        ['gym_lib.CartpoleRainbowNetwork.hidden_units = (16,)']).message
     for number in (2, 1, 0):
       self.assertRegex(
           message, r'checkpoint {}: \S*tf_ckpt-{} does not match the '
           r'configured network: variable Online/\S+/fully_connected/bias has '
           r'shape \(8,\) in the checkpoint, \(16,\) in the configured '
           r'network'.format(number, number))
-    self.assertEqual(_tree(self.base_dir), before)
 
   def test_any_error_falls_back_to_the_previous_checkpoint(self):
     _use_dopamine_markers(self.base_dir)
@@ -447,13 +443,9 @@ class CheckpointFilesTest(_TrainedRunTestCase):
   def test_a_malformed_journal_is_refused_changing_nothing(self):
     with open(self._path('ckpt_journal'), 'w') as f:
       f.write('{"format": "dopamine_per.journal/1", "files": [["../x", ')
-    before = _tree(self.base_dir)
-    with self.assertRaises(experiment_resume.CannotResumeError) as raised:
-      _runner(self.base_dir)
-    self.assertRegex(raised.exception.message,
+    self.assertRegex(self._refusal().message,
                      r'the journal of an interrupted checkpoint save is '
                      r'unusable \(.*ckpt_journal')
-    self.assertEqual(_tree(self.base_dir), before)
 
 
 if __name__ == '__main__':

@@ -1,9 +1,4 @@
-"""statistics.jsonl readers never crash on a log line (issue 22, point 4).
-
-`ResumeWithOddLinesTest` injects `tests/support/statistics_lines.ODD_LINES`
-into a real short run's file and resumes it: before, `[1, 2]` raised
-AttributeError and the run was stuck.
-"""
+"""statistics.jsonl readers never crash on a log line (issue 22, point 4)."""
 
 import json
 import os

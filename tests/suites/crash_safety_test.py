@@ -313,8 +313,7 @@ class ResaveTest(CrashTestCase):
   PLANT = True
 
   def test_recording_has_every_step(self):
-    kinds = [self.recorded[n - 1][0] for n in range(1, len(self.recorded) + 1)
-             if self.recorded[n - 1][-1] == self.last]
+    kinds = [event[0] for event in self.recorded if event[-1] == self.last]
     files = len(memory_checkpoint.checkpoint_files(make())) + 1
     # Staged files and the journal, their renames, the journal's deletion,
     # checkpoint 2's files and the planted temporary.

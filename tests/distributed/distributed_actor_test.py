@@ -135,37 +135,34 @@ class WeightAssignerTest(absltest.TestCase):
                                   np.ones((2, 3)))  # Unchanged.
 
 
-def _memory(replay_capacity=4000):
-  return replay.ShardedPrioritizedReplayBuffer(
-      num_shards=2, replay_capacity=replay_capacity, batch_size=32,
-      num_cpus_per_shard=0.1,
-      observation_shape=(4, 1), stack_size=1, update_horizon=3,
-      observation_dtype=np.float64, rng=0)  # gym_lib's CartPole constants.
-
-
-def _create_actors(memory, store, **kwargs):
-  kwargs.setdefault('num_actors', 2)
-  return actor_lib.create_actors(
-      memory, store, _GIN_CONFIG,
-      create_environment_fn=gym_lib.create_gym_environment,
-      max_steps_per_episode=_EPISODE_LIMIT, num_cpus_per_actor=0.5, seed=0,
-      **kwargs)
-
-
 class ActorTest(absltest.TestCase):
 
-  def _kill_at_end(self, memory, actors, store):
+  def _start(self, store=None, **kwargs):
+    """A sharded memory, and actors writing to it (`kwargs`: 2 by default)
+    that pull from `store` (None: a new one); all killed at the end."""
+    memory = replay.ShardedPrioritizedReplayBuffer(
+        num_shards=2, replay_capacity=4000, batch_size=32,
+        num_cpus_per_shard=0.1,
+        observation_shape=(4, 1), stack_size=1, update_horizon=3,
+        observation_dtype=np.float64, rng=0)  # gym_lib's CartPole constants.
+    if store is None:
+      store = weights_lib.create_weight_store()
+    kwargs.setdefault('num_actors', 2)
+    actors = actor_lib.create_actors(
+        memory, store, _GIN_CONFIG,
+        create_environment_fn=gym_lib.create_gym_environment,
+        max_steps_per_episode=_EPISODE_LIMIT, num_cpus_per_actor=0.5, seed=0,
+        **kwargs)
+
     def cleanup():
       for handle in actors + [store]:
         ray.kill(handle)
       memory.close()
     self.addCleanup(cleanup)
+    return memory, actors
 
   def test_actors_write_cartpole_transitions_to_their_shards(self):
-    memory = _memory()
-    store = weights_lib.create_weight_store()
-    actors = _create_actors(memory, store)
-    self._kill_at_end(memory, actors, store)
+    memory, actors = self._start()
     stats0 = ray.get(actors[0].run.remote(150))
     # Stream 0 writes to shard 0 only; the shard holds the finished
     # episodes, one transition per CartPole step (reward 1 per step).
@@ -213,13 +210,10 @@ class ActorTest(absltest.TestCase):
     learner_weights = actor_lib.read_weights(
         sess, actor_lib.online_network_variables(learner, sess.graph))
     zeros = [np.zeros_like(w) for w in learner_weights]
-    memory = _memory()
     store = weights_lib.create_weight_store()
     self.assertEqual(weights_lib.publish_weights(store, zeros), 1)
-    actors = _create_actors(memory, store, num_actors=1,
-                            weight_pull_period=10,
-                            epsilon_fn=lambda i, n: 0.0)
-    self._kill_at_end(memory, actors, store)
+    memory, actors = self._start(store, num_actors=1, weight_pull_period=10,
+                                 epsilon_fn=lambda i, n: 0.0)
     stats = ray.get(actors[0].run.remote(100))
     self.assertEqual(stats['weights_version'], 1)
     for value in ray.get(actors[0].weights.remote()):
@@ -235,10 +229,7 @@ class ActorTest(absltest.TestCase):
       np.testing.assert_array_equal(value, expected)
 
   def test_killed_actor_is_restarted_and_keeps_writing(self):
-    memory = _memory()
-    store = weights_lib.create_weight_store()
-    actors = _create_actors(memory, store, num_actors=1, max_restarts=1)
-    self._kill_at_end(memory, actors, store)
+    memory, actors = self._start(num_actors=1, max_restarts=1)
     ray.get(actors[0].run.remote(100))
     before = memory.shard_add_counts()[0]
     self.assertGreater(before, 0)

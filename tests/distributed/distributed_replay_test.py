@@ -31,6 +31,7 @@ from tests.support import stats_util
 _memory = sharded_memories.small_memory
 _write_episodes = sharded_memories.write_episodes
 _as_dict = sharded_memories.as_dict
+_latest = sharded_checkpoint.latest_checkpoint_iteration
 
 
 def setUpModule():  # pylint: disable=invalid-name
@@ -360,8 +361,7 @@ class ShardedReplayTest(_MemoriesTestCase):
         'shard_0', 'shard_1', 'dopamine_per_shards_ckpt.3'])
     record = sharded_checkpoint.read_record(directory, 3)
     self.assertEqual((record.num_shards, record.shard_capacity), (2, 24))
-    self.assertEqual(sharded_checkpoint.latest_checkpoint_iteration(
-        directory), 3)
+    self.assertEqual(_latest(directory), 3)
     restored = self._new(rng=8)
     restored.load(directory, 3)
     np.testing.assert_array_equal(restored.get_priority(everything),
@@ -416,14 +416,17 @@ class ShardedReplayTest(_MemoriesTestCase):
     self.assertTrue(np.all(indices < 2), indices)  # Slot 2 has no next state.
 
   def test_bad_constructor_arguments_start_no_shard(self):
-    with self.assertRaisesRegex(ValueError, 'num_shards'):
-      _memory(num_shards=0)
-    with self.assertRaisesRegex(ValueError, 'at least num_shards'):
-      _memory(num_shards=4, replay_capacity=3)
-    with self.assertRaisesRegex(ValueError, 'update_horizon'):
-      _memory(num_shards=2, replay_capacity=4, update_horizon=3)
-    with self.assertRaisesRegex(ValueError, 'prefetch'):
-      _memory(prefetch=-1)
+    cases = [  # (arguments, refusal)
+        ({'num_shards': 0}, 'num_shards'),
+        ({'num_shards': 4, 'replay_capacity': 3}, 'at least num_shards'),
+        ({'replay_capacity': 4, 'update_horizon': 3}, 'update_horizon'),
+        ({'prefetch': -1}, 'prefetch'),
+    ] + [({'num_cpus_per_shard': value}, 'num_cpus_per_shard must be a real')
+         for value in (-1, float('nan'), '1', True)]
+    for kwargs, refusal in cases:
+      with self.subTest(**kwargs):
+        with self.assertRaisesRegex(ValueError, refusal):
+          _memory(**kwargs)
 
   def test_shards_the_cluster_can_never_place_fail_at_once(self):
     # 3 shards x 1 CPU on the module's 2-CPU Ray: refused before any actor
@@ -458,13 +461,6 @@ class ShardedReplayTest(_MemoriesTestCase):
                                 r'shards \[0, 1\] did not start within 2'):
       _memory(num_cpus_per_shard=1, start_timeout_s=2)
     self.assertEqual(_get(holder.ping.remote()), 'pong')
-
-  def test_bad_num_cpus_per_shard_is_refused(self):
-    for value in (-1, float('nan'), '1', True):
-      with self.subTest(value=value):
-        with self.assertRaisesRegex(ValueError,
-                                    'num_cpus_per_shard must be a real'):
-          _memory(num_cpus_per_shard=value)
 
   def test_dead_shard_is_named(self):
     memory = self._new()
@@ -635,28 +631,14 @@ class ShardedCheckpointTest(_MemoriesTestCase):
     self.assertEqual(self._loaded(0, num_shards=4, replay_capacity=48),
                      saved)
 
-  def test_save_with_a_dead_shard_keeps_the_previous_checkpoints(self):
-    memory = self._new(checkpoint_duration=1)
-    _fill(memory, 8, 1.0)
-    memory.save(self.directory, 1)
-    saved = _contents(memory)
-    _fill(memory, 4, 50.0)
-    _kill(memory.shard_handles[1])
-    with self.assertRaisesRegex(shard_lib.ShardError, 'replay shard 1 is dead'):
-      memory.save(self.directory, 2)
-    # Shard 0 neither wrote checkpoint 2 nor pruned checkpoint 1.
-    self.assertEqual(_files_of(self.directory, 2), [])
-    self.assertEqual(
-        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 1)
-    self.assertEqual(self._loaded(1), saved)
-
   def test_failed_save_keeps_the_previous_checkpoints(self):
     # A shard whose memory refuses to save, a shard that dies once it
-    # staged its files, a full disk when the record is written: checkpoint
-    # 2 never appears, nothing of it is left in sight, and checkpoint 1
-    # (which saving 2 would prune: checkpoint_duration=1; saved again, and
-    # failing alike) loads on every shard as first saved.
-    for fault in ('raise', 'exit', 'record'):
+    # staged its files, a shard killed before the save, a full disk when the
+    # record is written: checkpoint 2 never appears, nothing of it is left
+    # in sight, and checkpoint 1 (which saving 2 would prune:
+    # checkpoint_duration=1; saved again, and failing alike) loads on every
+    # shard as first saved.
+    for fault in ('raise', 'exit', 'dead', 'record'):
       with self.subTest(fault=fault):
         directory = self.directory = fixtures.temp_dir(self)
         memory = self._new(faulty=True, checkpoint_duration=1)
@@ -667,12 +649,14 @@ class ShardedCheckpointTest(_MemoriesTestCase):
         shard_1 = memory.shard_handles[1]
         # In this process, atomic_files.write_json writes the record only.
         record_writer = atomic_files.write_json
+        error, message = shard_lib.ShardError, 'replay shard 1 is dead'
         if fault == 'raise':  # The memory's save refuses it (TypeError).
           _get(shard_1.add_unsaveable_attribute.remote())
           error, message = TypeError, "'unsaveable'"
         elif fault == 'exit':
           _get(shard_1.inject.remote('prepare_save', 'exit'))
-          error, message = shard_lib.ShardError, 'replay shard 1 is dead'
+        elif fault == 'dead':
+          _kill(shard_1)
         else:
           record_writer = mock.Mock(side_effect=OSError(28, 'No space left'))
           error, message = OSError, 'No space left'
@@ -692,8 +676,7 @@ class ShardedCheckpointTest(_MemoriesTestCase):
                           if not name.startswith('shard_1/')], [])
         if fault != 'exit':
           self.assertEqual(staged, [])
-        self.assertEqual(
-            sharded_checkpoint.latest_checkpoint_iteration(directory), 1)
+        self.assertEqual(_latest(directory), 1)
         restored = self._new(checkpoint_duration=1)
         restored.load(directory, 1)
         self.assertEqual(_contents(restored), saved)
@@ -702,7 +685,8 @@ class ShardedCheckpointTest(_MemoriesTestCase):
         self.assertEqual(_files_of(directory, 2), [])
         restored.close()
 
-  def test_save_interrupted_after_its_record_is_that_checkpoint(self):
+  @parameterized.named_parameters(('every_shard', [0, 1]), ('shard_1', [1]))
+  def test_save_interrupted_after_its_record_is_that_checkpoint(self, failing):
     memory = self._new(faulty=True, checkpoint_duration=1)
     _fill(memory, 8, 1.0)
     memory.save(self.directory, 0)
@@ -713,15 +697,17 @@ class ShardedCheckpointTest(_MemoriesTestCase):
     saved_1 = _contents(memory)
     _fill(memory, 4, 60.0)
     saved_2 = _contents(memory)
-    # The record of checkpoint 2 is written, then every shard fails to
-    # commit its part (as if the process had died there).
-    for shard in memory.shard_handles:
-      _get(shard.inject.remote('commit_save', 'raise', 2))
+    # The record of checkpoint 2 is written, then the `failing` shards fail
+    # to commit their part (as if the process had died there).
+    for k in failing:
+      _get(memory.shard_handles[k].inject.remote('commit_save', 'raise', 2))
     with self.assertRaisesRegex(OSError, 'simulated failure of commit_save'):
       memory.save(self.directory, 2)
-    self.assertEqual(
-        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 2)
-    # Nothing was pruned: checkpoint 1 is whole.
+    self.assertEqual(_latest(self.directory), 2)
+    # Nothing was pruned, not even by a shard that committed: checkpoint 1
+    # is whole.
+    self.assertIn('shard_0/dopamine_per_state_ckpt.1.gz',
+                  _files_of(self.directory, 1))
     self.assertEqual(self._loaded(1), saved_1)
     # Loading checkpoint 2 completes the shards' commits.
     self.assertEqual(self._loaded(2), saved_2)
@@ -752,8 +738,7 @@ class ShardedCheckpointTest(_MemoriesTestCase):
                                side_effect=replace_then_fail):
           with self.assertRaises(type(fault)):
             memory.save(directory, 1)
-        self.assertEqual(
-            sharded_checkpoint.latest_checkpoint_iteration(directory), 1)
+        self.assertEqual(_latest(directory), 1)
         self.assertEqual(_files_of(directory, 1),
                          _record_files(directory, 1, staged=True))
         self.assertEqual(self._loaded(1, directory), saved)
@@ -778,30 +763,13 @@ class ShardedCheckpointTest(_MemoriesTestCase):
     with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
       memory.save(self.directory, 3)
     self.assertEqual(_files_of(self.directory, 3), [])
-    self.assertEqual(
-        sharded_checkpoint.latest_checkpoint_iteration(self.directory), 2)
+    self.assertEqual(_latest(self.directory), 2)
     _get(shard_1.inject.remote('commit_save', None))
     memory.save(self.directory, 3)
     self.assertEqual(_files_of(self.directory, 2),
                      _record_files(self.directory, 2))
     self.assertEqual(self._loaded(2), saved_2)
     self.assertEqual(self._loaded(3), saved_3)
-
-  def test_pruning_waits_until_every_shard_committed(self):
-    memory = self._new(faulty=True, checkpoint_duration=1)
-    _fill(memory, 8, 1.0)
-    memory.save(self.directory, 1)
-    saved_1 = _contents(memory)
-    _fill(memory, 4, 30.0)
-    saved_2 = _contents(memory)
-    # Shard 0 commits checkpoint 2, shard 1 fails to: neither prunes 1.
-    _get(memory.shard_handles[1].inject.remote('commit_save', 'raise', 2))
-    with self.assertRaisesRegex(OSError, 'shard 1: simulated failure'):
-      memory.save(self.directory, 2)
-    self.assertIn('shard_0/dopamine_per_state_ckpt.1.gz',
-                  _files_of(self.directory, 1))
-    self.assertEqual(self._loaded(1), saved_1)
-    self.assertEqual(self._loaded(2), saved_2)
 
   def test_checkpoint_directory_moves_as_a_whole(self):
     # The trainer saves into a staging directory and then moves the files:
@@ -864,8 +832,7 @@ class ShardedRecordTest(absltest.TestCase):
                                 'not a regular file|directory'):
       sharded_checkpoint.read_record(directory, 5)
     self.assertIsNone(sharded_checkpoint.read_record(directory, 6))
-    self.assertEqual(
-        sharded_checkpoint.latest_checkpoint_iteration(directory), 5)
+    self.assertEqual(_latest(directory), 5)
 
 
 if __name__ == '__main__':

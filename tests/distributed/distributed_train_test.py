@@ -72,11 +72,11 @@ class ApexRunnerTest(parameterized.TestCase):
     gin_util.hide_dopamine_configurables(self)
     self.base_dir = fixtures.temp_dir(self)
 
-  def _runner(self, num_iterations, extra=()):
+  def _runner(self, num_iterations, extra=(), small=True):
+    """apex_cartpole.gin's runner; `small`: with the _SMALL bindings."""
     gin.clear_config()
-    run_experiment.load_gin_configs(
-        [_CONFIG], _SMALL + ['Runner.num_iterations = {}'.format(
-            num_iterations)] + list(extra))
+    run_experiment.load_gin_configs([_CONFIG], (_SMALL if small else []) + [
+        'Runner.num_iterations = {}'.format(num_iterations)] + list(extra))
     runner = runner_lib.create_apex_runner(self.base_dir)
     self.addCleanup(runner.close)
     return runner
@@ -179,13 +179,11 @@ class ApexRunnerTest(parameterized.TestCase):
                      'sentinel_checkpoint_complete.0')))
 
   def test_refuses_an_agent_on_a_single_memory(self):
-    gin.clear_config()
-    run_experiment.load_gin_configs([_CONFIG], _SMALL + [
-        'WrappedPrioritizedReplayBuffer.wrapped_memory = None',
-        'WrappedPrioritizedReplayBuffer.replay_capacity = 1000'])
     with self.assertRaisesRegex(ValueError, 'needs an agent on a sharded '
                                 'memory.*OutOfGraphPrioritizedReplayBuffer'):
-      runner_lib.create_apex_runner(self.base_dir)
+      self._runner(num_iterations=1, extra=[
+          'WrappedPrioritizedReplayBuffer.wrapped_memory = None',
+          'WrappedPrioritizedReplayBuffer.replay_capacity = 1000'])
 
   def test_refuses_bad_arguments(self):
     for name, value in (('learner_steps_per_actor_step', '-1.0'),
@@ -196,30 +194,18 @@ class ApexRunnerTest(parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, name):
         runner_lib.create_apex_runner(self.base_dir)
 
-
-class ApexLearningTest(absltest.TestCase):
-  """configs/apex_cartpole.gin, cut to 5 iterations, learns CartPole.
-
-  The bound is tests/agents/learning_test.py's: a policy no better than chance
-  averages 150 or more over an evaluation phase with probability below
-  1e-3, so the best of 5 evaluations reaches it by chance with probability
-  below 5e-3 (union bound). The full run reaches 450+ (docs/distributed.md).
-  """
-
-  def setUp(self):
-    super().setUp()
-    gin_util.hide_dopamine_configurables(self)
-
   def test_apex_cartpole_learns(self):
-    base_dir = fixtures.temp_dir(self)
-    gin.clear_config()
-    run_experiment.load_gin_configs([_CONFIG], [
-        'Runner.num_iterations = 5', 'Runner.evaluation_steps = 1000',
+    # configs/apex_cartpole.gin, cut to 5 iterations. The bound is
+    # tests/agents/learning_test.py's: a policy no better than chance
+    # averages 150 or more over an evaluation phase with probability below
+    # 1e-3, so the best of 5 evaluations reaches it by chance with
+    # probability below 5e-3 (union bound). The full run reaches 450+
+    # (docs/distributed.md).
+    runner = self._runner(num_iterations=5, small=False, extra=[
+        'Runner.evaluation_steps = 1000',
         'Runner.fine_grained_print_to_console = False'])
-    runner = runner_lib.create_apex_runner(base_dir)
-    self.addCleanup(runner.close)
     runner.run_experiment()
-    returns = [r['eval_average_return'] for r in _statistics(base_dir)]
+    returns = [r['eval_average_return'] for r in _statistics(self.base_dir)]
     self.assertLen(returns, 5)
     self.assertGreaterEqual(max(returns), 150.0, returns)
 

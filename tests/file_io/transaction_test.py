@@ -3,8 +3,6 @@
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from unittest import mock
 
@@ -264,10 +262,7 @@ class MalformedJournalTest(TransactionTestCase):
     # Opening a FIFO for reading waits for a writer: a regression times out
     # (subprocess.TimeoutExpired) instead of hanging the test.
     os.mkfifo(self.path(_JOURNAL))
-    reader = subprocess.run(
-        [sys.executable, '-c', _READ_PENDING, self.dir, _JOURNAL],
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-        timeout=60, check=False)
+    reader = fixtures.run_python(['-c', _READ_PENDING, self.dir, _JOURNAL], 60)
     self.assertEqual(reader.returncode, 0, reader.stderr)
     self.assertRegex(reader.stdout, r'^refused: .*FIFO')
 

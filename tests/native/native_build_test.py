@@ -181,14 +181,11 @@ class BuildTest(parameterized.TestCase):
 
   def test_the_name_changes_with_tensorflow_and_the_flags(self):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    ops = self.ops
-    with mock.patch.object(tf, '__version__', '0.0.0'), \
-        mock.patch.object(build, '_compile', lambda command, target: target):
-      self.assertNotEqual(build.ops_library(), ops)
-    with mock.patch.object(build, '_compile',
-                           lambda command, target: target):
+    with mock.patch.object(build, '_compile', lambda command, target: target):
       self.assertNotEqual(build.core_library(sanitize=True),
                           build.core_library())
+      with mock.patch.object(tf, '__version__', '0.0.0'):
+        self.assertNotEqual(build.ops_library(), self.ops)
 
   def test_the_ops_are_compiled_with_tensorflows_abi(self):
     ops_command = _compile_command(build.ops_library)
@@ -201,19 +198,15 @@ class BuildTest(parameterized.TestCase):
     self.assertIn('-std=c++17', ops_command)
 
   def test_the_build_command(self):
-    result = subprocess.run(
-        [sys.executable, '-m', 'dopamine_per.native.build'],
-        env=fixtures.subprocess_env(**{build.CACHE_ENV: self.cache}),
-        capture_output=True, text=True, check=False, timeout=300)
+    result = fixtures.run_python(['-m', 'dopamine_per.native.build'], 300,
+                                 **{build.CACHE_ENV: self.cache})
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn('core library: ' + self.cache, result.stdout)
     self.assertIn('TensorFlow ops: ' + self.cache, result.stdout)
     self.assertIn('Python extension: ' + self.cache, result.stdout)
-    failed = subprocess.run(
-        [sys.executable, '-m', 'dopamine_per.native.build'],
-        env=fixtures.subprocess_env(**{build.CACHE_ENV: self._fresh_cache(),
-                                       'CXX': 'no-such-compiler-here'}),
-        capture_output=True, text=True, check=False, timeout=300)
+    failed = fixtures.run_python(['-m', 'dopamine_per.native.build'], 300,
+                                 CXX='no-such-compiler-here',
+                                 **{build.CACHE_ENV: self._fresh_cache()})
     self.assertEqual(failed.returncode, 1)
     self.assertIn('cannot build the native libraries', failed.stderr)
 
@@ -250,10 +243,8 @@ class BuildTest(parameterized.TestCase):
         'del memory\n'
         'gc.collect()\n'
         'assert core.load().per_memory_count() == 0, "still registered"\n')
-    result = subprocess.run(
-        [sys.executable, '-c', script],
-        env=fixtures.subprocess_env(**{build.CACHE_ENV: cache}),
-        capture_output=True, text=True, check=False, timeout=300)
+    result = fixtures.run_python(['-c', script], 300,
+                                 **{build.CACHE_ENV: cache})
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertNotIn('cannot be built', result.stderr)
     for library in (self.core, self.extension):

@@ -10,7 +10,6 @@ import errno
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from typing import List, Optional, Sequence, Set, Tuple
 
@@ -130,11 +129,9 @@ def name_of(path) -> str:
 def run_child(directory: str, plan: str, kill_after: int, plant: bool
               ) -> Tuple[List[_Event], subprocess.CompletedProcess]:
   """Runs the child; returns the events it printed, and the process."""
-  child = subprocess.run(
-      [sys.executable, '-c', _CHILD, directory, plan, str(kill_after),
-       '1' if plant else '0'],
-      cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=300,
-      check=False)
+  child = fixtures.run_python(
+      ['-c', _CHILD, directory, plan, str(kill_after), '1' if plant else '0'],
+      300)
   events = []
   saving = None
   for line in child.stdout.splitlines():
@@ -300,12 +297,9 @@ class NewCheckpointTest(CrashTestCase):
       with self.subTest(kill_after=kill_after,
                         event=self.recorded[kill_after - 1]):
         # Before the journal is in place, checkpoint 2 is the newest.
-        if kill_after >= commit:
-          self.check_kill(kill_after, self.number,
-                          self.iterations_saved(self.last))
-        else:
-          self.check_kill(kill_after, self.number - 1,
-                          self.iterations_saved(self.last - 1))
+        step = self.last if kill_after >= commit else self.last - 1
+        self.check_kill(kill_after, self.steps[step][1],
+                        self.iterations_saved(step))
 
 
 class ResaveTest(CrashTestCase):
@@ -319,8 +313,7 @@ class ResaveTest(CrashTestCase):
   PLANT = True
 
   def test_recording_has_every_step(self):
-    kinds = [self.recorded[n - 1][0] for n in range(1, len(self.recorded) + 1)
-             if self.recorded[n - 1][-1] == self.last]
+    kinds = [event[0] for event in self.recorded if event[-1] == self.last]
     files = len(memory_checkpoint.checkpoint_files(make())) + 1
     # Staged files and the journal, their renames, the journal's deletion,
     # checkpoint 2's files and the planted temporary.
@@ -393,11 +386,8 @@ class DiskFullResaveTest(absltest.TestCase):
 
   def _resave(self, fail_at: int, limit: int) -> str:
     directory = fixtures.temp_dir(self)
-    child = subprocess.run(
-        [sys.executable, '-c', _DISK_FULL_CHILD, directory, str(fail_at),
-         str(limit)],
-        cwd=fixtures.REPO_ROOT, capture_output=True, text=True, timeout=300,
-        check=False)
+    child = fixtures.run_python(
+        ['-c', _DISK_FULL_CHILD, directory, str(fail_at), str(limit)], 300)
     self.assertEqual(child.returncode, 0, child.stderr)
     self.assertEqual(child.stdout.strip(), str(errno.EFBIG), child.stderr)
     return directory

@@ -9,8 +9,6 @@ import fractions
 import json
 import math
 import re
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -128,11 +126,8 @@ class CacheBoundTest(absltest.TestCase):
           memory.sample_transition_batch(size)
         print(json.dumps({'growth': peak() - before}))
         ''')
-    result = subprocess.run([sys.executable, '-c', script],
-                            cwd=fixtures.REPO_ROOT,
-                            env=fixtures.subprocess_env(),
-                            capture_output=True, text=True, timeout=300,
-                            check=True)
+    result = fixtures.run_python(['-c', script], 300)
+    self.assertEqual(result.returncode, 0, result.stderr)
     growth = json.loads(result.stdout.strip().splitlines()[-1])['growth']
     self.assertLess(growth, 24 << 20)
 

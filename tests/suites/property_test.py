@@ -8,6 +8,7 @@ call must raise and change nothing (docs/reliability.md). For a long run:
   DOPAMINE_PER_FUZZ_EXAMPLES=10000 python -m pytest tests/suites/property_test.py
 """
 
+import contextlib
 import gzip
 import io
 import math
@@ -212,10 +213,10 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
     args = [np.int32(observation), action, reward, terminal]
     return args + [priority] if self.prioritized else args
 
-  def _assert_refused(self, call):
-    """`call()` must raise ValueError and change nothing."""
+  def _assert_refused(self, call, errors=ValueError):
+    """`call()` must raise one of `errors` and change nothing."""
     before = replay_cases.snapshot(self.memory)
-    with np.testing.assert_raises(ValueError):
+    with np.testing.assert_raises(errors):
       call()
     replay_cases.assert_same_snapshot(absltest.TestCase(), before,
                                       replay_cases.snapshot(self.memory))
@@ -283,28 +284,28 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
     with np.testing.assert_raises(ValueError):
       self.memory.sample_transition_batch(indices=[bad])
 
+  @contextlib.contextmanager
   def _saved(self):
-    """Saves the memory as iteration 0 of a new directory; returns it."""
+    """A new directory holding the memory saved as iteration 0."""
     directory = tempfile.mkdtemp()
-    self.memory.save(directory, 0)
-    return directory
+    try:
+      self.memory.save(directory, 0)
+      yield directory
+    finally:
+      shutil.rmtree(directory)
 
   @stateful.rule()
   def save_and_load(self):
-    directory = self._saved()
-    try:
+    with self._saved() as directory:
       before = replay_cases.snapshot(self.memory)
       self.memory.load(directory, 0)
       replay_cases.assert_same_snapshot(absltest.TestCase(), before,
                                         replay_cases.snapshot(self.memory))
-    finally:
-      shutil.rmtree(directory)
 
   @stateful.rule(data=st.data(), damage=st.sampled_from(_DAMAGES),
                  keep_state_file=st.booleans())
   def load_crafted_file(self, data, damage, keep_state_file):
-    directory = self._saved()
-    try:
+    with self._saved() as directory:
       def path(name):
         return gzip_files.checkpoint_filename(directory, name, 0)
       names = [name for name, _ in
@@ -331,14 +332,9 @@ class MemoryMachine(stateful.RuleBasedStateMachine):
           original = f.read()
         with open(target, 'wb') as f:
           f.write(_crafted(damage, original))
-      before = replay_cases.snapshot(self.memory)
-      with np.testing.assert_raises((atomic_files.CheckpointError,
-                                     tf.errors.NotFoundError)):
-        self.memory.load(directory, 0)
-      replay_cases.assert_same_snapshot(absltest.TestCase(), before,
-                                        replay_cases.snapshot(self.memory))
-    finally:
-      shutil.rmtree(directory)
+      self._assert_refused(lambda: self.memory.load(directory, 0),
+                           (atomic_files.CheckpointError,
+                            tf.errors.NotFoundError))
 
   @stateful.invariant()
   def matches_reference(self):

@@ -5,8 +5,6 @@ In a fresh interpreter where `import ray` fails, every module outside
 `replay` fails with an ImportError naming Ray.
 """
 
-import subprocess
-import sys
 import textwrap
 
 from absl.testing import absltest
@@ -34,9 +32,7 @@ def _single_machine_modules():
 
 
 def _run(code):
-  return subprocess.run([sys.executable, '-c', _BLOCK_RAY + code],
-                        cwd=fixtures.REPO_ROOT, capture_output=True, text=True,
-                        timeout=600, check=False)
+  return fixtures.run_python(['-c', _BLOCK_RAY + code], 600)
 
 
 class RayFreeTest(absltest.TestCase):

@@ -5,11 +5,11 @@ gin binds the `Wrapped*` classes, with `tensorflow` never in `sys.modules`,
 each in a fresh interpreter.
 """
 
-import subprocess
-import sys
 import textwrap
 
 from absl.testing import absltest
+
+from tests.support import fixtures
 
 # Imports the three modules; every snippet starts with it.
 _IMPORTS = """
@@ -35,8 +35,7 @@ def _run(snippet: str, imports_tensorflow: bool = False) -> None:
   code = _IMPORTS + textwrap.dedent(snippet)
   if not imports_tensorflow:
     code += _ASSERT_NO_TF
-  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                          text=True, timeout=300, check=False)
+  result = fixtures.run_python(['-c', code], 300)
   if result.returncode:
     raise AssertionError('The snippet failed:\n{}\n{}'.format(
         code, result.stderr[-3000:]))

@@ -148,10 +148,7 @@ class SameBatchesTest(parameterized.TestCase):
       self.assertTrue(np.all(memory.is_valid_transition(indices)), indices)
       assert_same_batch(self, elements, batch,
                         memory.sample_transition_batch(indices=indices))
-      gathered = native_ops.transitions_at(native, elements, indices)
-      assert_same_batch(self, elements, gathered,
-                        memory.sample_transition_batch(indices=indices))
-    valid = valid_slots(memory)
+    valid = valid_slots(memory)  # The sampled ones among them.
     every = memory.get_transition_elements(len(valid))
     assert_same_batch(
         self, every,

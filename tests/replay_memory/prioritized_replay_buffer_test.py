@@ -28,11 +28,11 @@ def _buffer(**kwargs):
   return Buffer(**config)
 
 
-def _add(buffer, count, seed=0, priorities=None, terminal_rate=0.15):
+def _add(buffer, count, seed=0, priorities=None):
   rs = np.random.RandomState(seed)
   for i in range(count):
     args = [rs.randint(0, 255, size=2).astype(np.uint8), i % 3, float(i),
-            rs.rand() < terminal_rate]
+            rs.rand() < 0.15]
     args.append(None if priorities is None else priorities[i])
     buffer.add(*args)
 
@@ -41,14 +41,10 @@ class AddTest(absltest.TestCase):
 
   def test_signature_and_forwarded_arguments(self):
     rng = np.random.default_rng(0)
-    buffer = _buffer(checkpoint_duration=7, keep_every=3, rng=rng,
-                     max_sample_attempts=9, gamma=0.5)
+    buffer = _buffer(rng=rng)
     self.assertEqual(buffer.get_add_args_signature()[-1],
                      prb.ReplayElement('priority', (), np.float32))
     self.assertNotIn('priority', buffer._store)
-    self.assertEqual((buffer._checkpoint_duration, buffer._keep_every,
-                      buffer._max_sample_attempts, buffer._gamma),
-                     (7, 3, 9, 0.5))
     self.assertIs(buffer._rng, rng)
     self.assertIs(buffer.sum_tree._rng, rng)
     self.assertEqual(buffer.sum_tree.capacity, 16)
@@ -144,14 +140,6 @@ class InputValuesTest(parameterized.TestCase):
                           np.array([3, 4]), priorities)
 
   @parameterized.parameters('numpy', 'native')
-  def test_finite_priorities_whose_sum_overflows(self, kernels):
-    # Was accepted: the total became inf and every sample slot 16.
-    buffer = self._buffer(kernels, replay_capacity=32)
-    _add(buffer, 20)
-    self.assert_refused(buffer, '1e\\+308', buffer.set_priority,
-                        np.array([0, 1, 16]), [1e308, 1e308, 0.0])
-
-  @parameterized.parameters('numpy', 'native')
   def test_float32_range_edges_read_back(self, kernels):
     buffer = self._buffer(kernels)
     _add(buffer, 10)
@@ -219,7 +207,8 @@ class PriorityTest(parameterized.TestCase):
     buffer.sum_tree.check_invariants()
 
   @parameterized.named_parameters(
-      ('nan', [1, 2], [1.0, float('nan')], ValueError, 'nan'),
+      ('nan', [1, 2], [1.0, float('nan')], ValueError,
+       'priorities should be.*nan'),
       ('inf', [1, 2], [float('inf'), 1.0], ValueError, 'inf'),
       ('negative', [1, 2], [1.0, -0.5], ValueError, '-0.5'),
       ('length', [1, 2, 3], [1.0, 2.0], ValueError,
@@ -228,7 +217,6 @@ class PriorityTest(parameterized.TestCase):
        r'indices must be in \[0, 16\). Got: 16'),
       ('negative_index', [-1], [1.0], IndexError, '-1'),
       ('float_index', [1.0], [1.0], TypeError, 'integers'),
-      ('not_numbers', [1], ['x'], ValueError, 'numbers'),
   )
   def test_set_priority_rejects_before_writing(self, indices, priorities,
                                                error, message):
@@ -319,18 +307,6 @@ class SamplingTest(parameterized.TestCase):
     with self.assertRaisesRegex(RuntimeError,
                                 'Max sample attempts: Tried 40 times'):
       buffer.sample_index_batch(4)
-
-  def test_empty_tree(self):
-    buffer = _buffer(stack_size=1)
-    _add(buffer, 5, priorities=[0.0] * 5)
-    with self.assertRaisesRegex(ValueError, 'empty sum tree'):
-      buffer.sample_index_batch(2)
-
-  def test_too_few_transitions(self):
-    buffer = _buffer(stack_size=2, update_horizon=3)
-    _add(buffer, 2, terminal_rate=0.0)
-    with self.assertRaisesRegex(RuntimeError, 'Cannot sample a batch'):
-      buffer.sample_index_batch(2)
 
 
 class DopamineCompatibilityTest(absltest.TestCase):
@@ -449,19 +425,6 @@ class CheckpointTest(parameterized.TestCase):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     with self.assertRaisesRegex(tf.errors.NotFoundError, 'sum_tree'):
       _buffer().load(directory, 2)
-
-  def test_garbage_collects_sum_tree(self):
-    directory = fixtures.temp_dir(self)
-    buffer = _buffer(checkpoint_duration=1)
-    _add(buffer, 10)
-    buffer.save(directory, 0)
-    buffer.save(directory, 1)
-    self.assertEqual(sorted(os.listdir(directory)),
-                     sorted(name + '_ckpt.1.gz' for name in [
-                         '$store$_observation', '$store$_action',
-                         '$store$_reward', '$store$_terminal', 'add_count',
-                         'invalid_range', 'episode_end_indices', 'sum_tree',
-                         'dopamine_per_state']))
 
 
 if __name__ == '__main__':

@@ -7,9 +7,7 @@ Dopamine asserts are AssertionErrors (and ValueErrors), Dopamine's hooks
 exist, and every public attribute is checkpointed.
 """
 
-import gzip
 import os
-import pickle
 import threading
 import warnings
 
@@ -68,13 +66,10 @@ class ExactValuesTest(parameterized.TestCase):
     np.testing.assert_array_equal(ours._store['observation'][1],
                                   np.real(frame).astype(np.uint8))
 
+  # More in circular_replay_buffer_test's test_add_rejects_before_writing.
   @parameterized.named_parameters(
-      ('fraction', np.array([[0.0, 0.5, 0.0]] * 3), 'holds 0.5'),
-      ('above_range', np.full(_SHAPE, 256.0), 'holds 256.0'),
       ('negative', np.full(_SHAPE, -1.0), r'holds -1.0'),
-      ('nan', np.full(_SHAPE, np.nan), 'holds nan'),
       ('inf', np.full(_SHAPE, np.inf), 'holds inf'),
-      ('imaginary', np.full(_SHAPE, 1j), r'holds 1j'),
       ('strings', np.full(_SHAPE, '1'), 'has dtype <U1'),
       ('objects', np.full(_SHAPE, None), 'has dtype object'),
   )
@@ -93,7 +88,6 @@ class ExactValuesTest(parameterized.TestCase):
       ('terminal_numpy_float', dict(terminal=np.float64(0.0)), None),
       ('action_float', dict(action=3.0), None),
       ('reward_int_array', dict(reward=np.array(2, np.int64)), None),
-      ('terminal_fraction', dict(terminal=0.5), "'terminal' = 0.5"),
       ('terminal_nan', dict(terminal=np.float32(np.nan)), "'terminal' holds"),
       ('action_fraction', dict(action=np.float64(2.5)), "'action' holds 2.5"),
       ('action_huge', dict(action=2.0**31), "'action' = 2147483648.0"),
@@ -300,7 +294,7 @@ def _fill(memory, steps=12):
                step % 5 == 4, 1.0 + step)
 
 
-class PublicAttributesTest(absltest.TestCase):
+class PublicAttributesTest(parameterized.TestCase):
   """Point 4: public attributes are saved and restored, as in Dopamine."""
 
   def _changed(self):
@@ -402,23 +396,18 @@ class PublicAttributesTest(absltest.TestCase):
       memory.save(path, 1)
     self.assertEqual(os.listdir(path), [])
 
-  def test_missing_attribute_file_is_not_found_and_changes_nothing(self):
+  @parameterized.named_parameters(
+      ('missing', os.remove, tf.errors.NotFoundError),
+      # Plain data, but not what the state file records.
+      ('tampered', lambda path: gzip_files.save_pickle_gz(path, 99),
+       atomic_files.CheckpointError))
+  def test_bad_attribute_file_is_refused_and_changes_nothing(self, damage,
+                                                             error):
     path = fixtures.temp_dir(self)
     self._changed().save(path, 1)
-    os.remove(os.path.join(path, 'episodes_ckpt.1.gz'))
+    damage(os.path.join(path, 'episodes_ckpt.1.gz'))
     memory = _counting()
-    with self.assertRaises(tf.errors.NotFoundError):
-      memory.load(path, 1)
-    self.assertEqual(memory.episodes, 0)
-    self.assertEqual(int(memory.add_count), 0)
-
-  def test_tampered_attribute_file_is_refused_and_changes_nothing(self):
-    path = fixtures.temp_dir(self)
-    self._changed().save(path, 1)
-    with gzip.open(os.path.join(path, 'episodes_ckpt.1.gz'), 'wb') as f:
-      pickle.dump(99, f)  # Plain data, but not what the state file records.
-    memory = _counting()
-    with self.assertRaises(atomic_files.CheckpointError):
+    with self.assertRaises(error):
       memory.load(path, 1)
     self.assertEqual(memory.episodes, 0)
     self.assertEqual(int(memory.add_count), 0)

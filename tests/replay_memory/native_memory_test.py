@@ -10,6 +10,7 @@ import contextlib
 import copy
 import ctypes
 import gc
+import itertools
 import random
 import subprocess
 import sys
@@ -581,33 +582,37 @@ class NativeBatchTest(parameterized.TestCase):
                            b.tobytes() if hasattr(b, 'tobytes') else b, name)
 
   def test_one_native_call_raises_as_python_does(self):
-    for prioritized in (False, True):
-      numpy_memory, native = _filled_memories(
-          prioritized, make_rng=lambda: np.random.default_rng(2),
-          max_sample_attempts=3)
-      if prioritized:  # Every priority zero; uniform: attempts exhausted.
-        for memory in (numpy_memory, native):
-          memory.sum_tree.set(np.arange(60), np.zeros(60))
-      errors = []
-      for memory in (numpy_memory, native):
+    # The same errors, with the same draws consumed (a generator's, or
+    # without one NumPy's or Python's global ones).
+    def errors(memories):
+      raised = []
+      for memory in memories:
+        random.seed(4)
+        np.random.seed(4)
         try:
           memory.sample_transition_batch(40)
         except (RuntimeError, ValueError) as e:
-          errors.append((type(e), str(e)))
-      self.assertLen(errors, 2)
-      self.assertEqual(errors[0], errors[1])
-      self.assertEqual(errors[0][0],
+          raised.append((type(e), str(e), random.getstate(),
+                         np.random.get_state()[1].tobytes(),
+                         memory.rng and memory.rng.bit_generator.state))
+      self.assertLen(raised, 2)
+      self.assertEqual(raised[0], raised[1])
+      return raised[0]
+
+    for prioritized, rng in itertools.product((False, True), (2, None)):
+      memories = _filled_memories(
+          prioritized, max_sample_attempts=3,
+          make_rng=lambda r=rng: r and np.random.default_rng(r))
+      if prioritized:  # Every priority zero; uniform: attempts exhausted.
+        for memory in memories:
+          memory.sum_tree.set(np.arange(60), np.zeros(60))
+      self.assertEqual(errors(memories)[0],
                        ValueError if prioritized else RuntimeError)
-    for prioritized in (False, True):  # Too few transitions.
-      errors = []
-      for kernels in ('numpy', 'native'):
-        memory = _memory(prioritized, kernels=kernels, rng=0)
+      memories = [_memory(prioritized, kernels=kernels, rng=rng)
+                  for kernels in ('numpy', 'native')]
+      for memory in memories:  # Too few transitions.
         _add(memory, 1)
-        with self.assertRaises(RuntimeError) as raised:
-          memory.sample_transition_batch()
-        errors.append(str(raised.exception))
-      self.assertEqual(errors[0], errors[1])
-      self.assertIn('Cannot sample a batch with fewer', errors[0])
+      self.assertIn('Cannot sample a batch with fewer', errors(memories)[1])
 
   def _bound(self):
     memory = _memory(kernels='native', extra_storage_types=[

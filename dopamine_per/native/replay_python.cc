@@ -451,16 +451,20 @@ PyObject* LevelSumsPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // update_parents(flat, offsets, fanout, leaves): the total (a float), or
-// NotImplemented (leaves outside the bottom level among them).
+// NotImplemented (leaves outside the bottom level among them). `leaves`:
+// an array, or one leaf as an int (an add's, without making an array).
 PyObject* UpdateParentsPy(PyObject*, PyObject* const* args,
                           Py_ssize_t nargs) {
   if (!CheckArguments("update_parents", nargs, 4)) return nullptr;
   TreeArgument tree;
-  Array leaves;
-  if (!tree.Take(args[0], args[1], args[2], true) ||
-      !leaves.Take(args[3], 1)) {
-    return NotCovered();
+  if (!tree.Take(args[0], args[1], args[2], true)) return NotCovered();
+  int64_t leaf;
+  if (PyIndex_Check(args[3]) && Int(args[3], &leaf)) {
+    if (leaf < 0 || leaf >= tree.leaves()) return NotCovered();
+    return PyFloat_FromDouble(UpdateParents(tree.tree(), &leaf, 1));
   }
+  Array leaves;
+  if (!leaves.Take(args[3], 1)) return NotCovered();
   double total = 0.0;
   bool inside = false;
   const int64_t count = leaves.length();
@@ -941,8 +945,8 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("level_sums", LevelSumsPy,
                         "level_sums(blocks, out) -> True | NotImplemented"),
     DOPAMINE_PER_METHOD("update_parents", UpdateParentsPy,
-                        "update_parents(flat, offsets, fanout, leaves) -> "
-                        "total | NotImplemented"),
+                        "update_parents(flat, offsets, fanout, leaves | leaf) "
+                        "-> total | NotImplemented"),
     DOPAMINE_PER_METHOD("set_leaves", SetLeavesPy,
                         "set_leaves(flat, offsets, fanout, capacity, leaves, "
                         "values, smallest, largest) -> (total, largest "

@@ -140,9 +140,10 @@ class OutOfGraphPrioritizedReplayBuffer(
     """
     if len(values) == len(self._add_specs):
       priority = values[-1]
-      values[-1] = (self.sum_tree.max_recorded_priority if priority is None
-                    else validation.check_priority(
-                        priority, 'priority', self.sum_tree.priority_dtype))
+      tree = self._sum_tree
+      values[-1] = (tree.max_recorded_priority if priority is None else
+                    validation.check_priority(priority, 'priority',
+                                              tree.priority_dtype))
     return super()._check_add_args(values)
 
   def _on_write(self, slot: int, values: Sequence[Any]) -> None:
@@ -150,7 +151,7 @@ class OutOfGraphPrioritizedReplayBuffer(
     # its cursor: skip `set`'s checks, as this runs once per environment
     # step. `add` holds `_lock`; `_priority_lock` comes after it.
     with self._priority_lock:
-      self.sum_tree.set_validated(slot, values[-1])
+      self._sum_tree.set_validated(slot, values[-1])
 
   # ------------------------------------------------------------- sampling
 

@@ -87,10 +87,11 @@ class TreeKernelsTest(parameterized.TestCase):
   def test_update_leaf(self, fanout):
     ours, theirs, offsets = kernel_cases.twin_trees(1000, fanout, 2)
     rng = np.random.default_rng(2)
-    for leaf in rng.integers(0, 1000, 100):
+    for step, leaf in enumerate(rng.integers(0, 1000, 100)):
       ours[leaf] = theirs[leaf] = float(kernel_cases.priorities(rng, 1)[0])
-      with _numpy_calls(self, 'update_parents', 0):
-        total = NATIVE.update_leaf(ours, offsets, fanout, leaf)
+      with _numpy_calls(self, 'update_leaf', 0):  # An np.int64, or an int.
+        total = NATIVE.update_leaf(ours, offsets, fanout,
+                                   leaf if step % 2 else int(leaf))
       self.assertIsInstance(total, float)
       self.assertEqual(total,
                        NUMPY.update_leaf(theirs, offsets, fanout, int(leaf)))
@@ -99,13 +100,13 @@ class TreeKernelsTest(parameterized.TestCase):
   def test_a_tree_the_c_loops_cannot_take_falls_back(self):
     ours, theirs, offsets = kernel_cases.twin_trees(100, 16, 3)
     ours.flags.writeable = False  # NumPy's loop refuses to write it.
-    with _numpy_calls(self, 'update_parents', 1):
+    with _numpy_calls(self, 'update_leaf', 1):
       with self.assertRaisesRegex(ValueError, 'read-only'):
         NATIVE.update_leaf(ours, offsets, 16, 7)
     # Offsets of another dtype.
     ours.flags.writeable = True
     ours[7] = theirs[7] = 2.5
-    with _numpy_calls(self, 'update_parents', 1):
+    with _numpy_calls(self, 'update_leaf', 1):
       total = NATIVE.update_leaf(ours, offsets.astype(np.int32), 16, 7)
     self.assertEqual(total, NUMPY.update_leaf(theirs, offsets, 16, 7))
     np.testing.assert_array_equal(ours, theirs)

@@ -95,8 +95,10 @@ class NativeKernels(numpy_kernels.NumpyKernels):
     return total
 
   def update_leaf(self, flat, offsets, fanout, leaf):
-    return self.update_parents(flat, offsets, fanout,
-                               np.array([leaf], _INT64))
+    total = self._update_parents(flat, offsets, fanout, leaf)
+    if total is NotImplemented:
+      return super().update_leaf(flat, offsets, fanout, leaf)
+    return total
 
   def set_leaves(self, flat, offsets, fanout, capacity, leaves, values,
                  smallest, largest):

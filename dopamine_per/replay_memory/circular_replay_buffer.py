@@ -621,9 +621,9 @@ class OutOfGraphReplayBuffer(object):
     arrays = self._stack_buffers.carved(plan, plan.nbytes, plan.carve)[0]
     indices, filled = self._sampler.sample(generator, masked, batch_size,
                                            plan.codes, arrays)
-    if filled:
-      return arrays
-    return self._gather(self._redraw_invalid(indices), plan)
+    if not filled:
+      self._sampler.fill(self._redraw_invalid(indices), plan.codes, arrays)
+    return arrays
 
   def _invalid_reason(self, index: int) -> str:
     """Why slot `index` is not a valid transition (for errors)."""

@@ -17,7 +17,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from absl import logging
 import gin
@@ -521,6 +521,10 @@ class Runner(object):
     record = {'iteration': iteration, 'wall_time': time.time(),
               'iteration_seconds': time.time() - self._iteration_start,
               'training_steps': getattr(self._agent, 'training_steps', None)}
+    replay_bytes = self._replay_nbytes()
+    if replay_bytes is not None:
+      record['replay_nbytes'] = replay_bytes
+      logging.info('Replay memory: %.1f MiB resident', replay_bytes / 2**20)
     for key, values in statistics.items():
       if key.endswith('_episode_returns'):
         record[key[:-len('_returns')] + 's'] = len(values)
@@ -537,6 +541,14 @@ class Runner(object):
     except (ImportError, OSError, ValueError) as e:
       logging.warning('Could not draw the learning curve: %s', e)
     self._status.finish(self._summary_text(record))
+
+  def _replay_nbytes(self) -> Optional[int]:
+    """The agent's replay memory's resident bytes, or None where the agent
+    does not say (an agent without `replay_memory`, or a memory without
+    `nbytes`, such as Dopamine's)."""
+    memory = getattr(self._agent, 'replay_memory', None)
+    nbytes = getattr(memory, 'nbytes', None)
+    return nbytes if isinstance(nbytes, int) else None
 
   def _summary_text(self, record: Dict[str, Any]) -> str:
     parts = ['iteration {}/{}'.format(record['iteration'],

@@ -48,6 +48,7 @@ NUMERIC_FIELDS = (
     'learner_steps',
     'actor_steps',
     'actor_restarts',
+    'replay_nbytes',
 )
 # Bytes read per call.
 _CHUNK_BYTES = 1 << 16

@@ -298,6 +298,20 @@ class OutOfGraphReplayBuffer(object):
     return invalid_range(self.cursor(), self._replay_capacity,
                          self._stack_size, self._update_horizon)
 
+  @property
+  def nbytes(self) -> int:
+    """The memory's resident bytes (the name NumPy gives an array's).
+
+    Its storage as far as memory backs it (`CircularStorage.
+    resident_nbytes`: a memory filling up counts the slots written so far)
+    and the buffers it keeps for sampled batches; the prioritized memory
+    adds its sum tree. Python objects (the set of the episodes' last
+    slots) are not counted. The trainer logs it every iteration.
+    """
+    with self._lock:
+      return (self._storage.resident_nbytes +
+              self._stack_buffers.held_bytes)
+
   def is_empty(self) -> bool:
     """Returns whether nothing has been added."""
     return self._storage.add_count == 0

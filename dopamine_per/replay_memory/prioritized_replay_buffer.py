@@ -177,6 +177,11 @@ class OutOfGraphPrioritizedReplayBuffer(
       return None, False
     return sum_tree.python_random_words(count), False
 
+  @property
+  def nbytes(self) -> int:
+    """See `OutOfGraphReplayBuffer.nbytes`; the sum tree included."""
+    return super().nbytes + self._sum_tree.nbytes
+
   def _row_elements(self) -> batch_plan.RowElements:
     # Each transition's priority, the leaf at its slot.
     return {'sampling_probabilities': ('priorities', False)}

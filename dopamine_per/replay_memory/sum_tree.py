@@ -246,6 +246,11 @@ class SumTree(object):
     return self._read_only_leaves
 
   @property
+  def nbytes(self) -> int:
+    """The bytes of the tree's nodes (every level, padding included)."""
+    return self._flat.nbytes + self._offsets.nbytes + self._scalars.nbytes
+
+  @property
   def _total(self) -> float:
     return float(self._scalars[0])
 

@@ -68,13 +68,19 @@ class RunnerTest(absltest.TestCase):
 
   def test_files(self):
     # Resuming: train_test.TrainTest.test_sigkill_and_resume.
-    tiny_cartpole.runner(self.base_dir, 2).run_experiment()
+    runner = tiny_cartpole.runner(self.base_dir, 2)
+    runner.run_experiment()
     records = self._records()
     self.assertEqual([r['iteration'] for r in records], [0, 1])
     for key in ('train_average_return', 'eval_average_return',
                 'train_average_steps_per_second', 'train_episodes',
                 'eval_episodes', 'training_steps'):
       self.assertIn(key, records[0])
+    # The memory's resident bytes, as it fills.
+    self.assertEqual(records[-1]['replay_nbytes'],
+                     runner._agent.replay_memory.nbytes)
+    self.assertLessEqual(records[0]['replay_nbytes'],
+                         records[1]['replay_nbytes'])
     files = os.listdir(self.base_dir)
     self.assertIn('learning_curve.png', files)
     self.assertTrue(any(f.startswith('events.out.tfevents') for f in files))

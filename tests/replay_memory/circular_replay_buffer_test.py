@@ -38,11 +38,6 @@ def _npy_gz(array):
   return gzip.compress(raw.getvalue())
 
 
-def _resident_bytes():
-  """This process's resident set size (Linux), in bytes."""
-  with open('/proc/self/statm') as statm:
-    return int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
-
 class ModuleFunctionsTest(absltest.TestCase):
 
   def test_invalid_range_matches_dopamine(self):
@@ -183,9 +178,9 @@ class AddTest(absltest.TestCase):
   def test_construction_is_lazy(self):
     # Storage is reserved, not touched: constructing a 7 GB Atari memory
     # makes (almost) nothing resident. Measured in memory, not in time.
-    before = _resident_bytes()
+    before = fixtures.resident_bytes()
     buffer = crb.OutOfGraphReplayBuffer((84, 84), 4, 1_000_000, 32)
-    self.assertLess(_resident_bytes() - before, 64 << 20)
+    self.assertLess(fixtures.resident_bytes() - before, 64 << 20)
     frame = np.full((84, 84), 3, np.uint8)
     for _ in range(3):
       buffer.add(frame, 1, 1.0, False)

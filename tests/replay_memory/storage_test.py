@@ -14,6 +14,7 @@ import numpy as np
 
 from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory.memory import storage
+from tests.support import fixtures
 
 Element = circular_replay_buffer.ReplayElement
 
@@ -214,6 +215,33 @@ class LazyArraysTest(absltest.TestCase):
         store.write([2, 0], False)
     populate.assert_not_called()  # The restored arrays are backed already.
     self.assertEqual(source.arrays['observation'][99, 0, 0], 2)
+
+
+class ResidentBytesTest(absltest.TestCase):
+
+  def test_resident_bytes_are_what_memory_backs(self):
+    # 256 KiB frames: the frames are mapped and backed 32 slots ahead.
+    elements = [Element('observation', (256, 1024), np.uint8),
+                Element('terminal', (), np.uint8)]
+    store = storage.CircularStorage(elements, 256)
+    small = store.episode_end.nbytes + store.counters.nbytes + 256
+    self.assertEqual(store.resident_nbytes, small)
+    before = fixtures.resident_bytes()
+    for _ in range(40):  # Backs slots 0-31, then 32-63.
+      store.write([1, 0], False)
+    grown = fixtures.resident_bytes() - before
+    self.assertEqual(store.resident_nbytes, small + 64 * 256 * 1024)
+    # What the process really gained, to a page table's slack.
+    self.assertAlmostEqual(grown, 64 * 256 * 1024, delta=2 << 20)
+    for _ in range(216):
+      store.write([1, 0], False)
+    full = store.nbytes + store.episode_end.nbytes + store.counters.nbytes
+    self.assertEqual(store.resident_nbytes, full)
+    store.add_count = 10  # Less written since a reassignment: still backed.
+    self.assertEqual(store.resident_nbytes, full)
+    fresh = storage.CircularStorage(elements, 256)
+    fresh.restore(store.state())  # Restored arrays are backed whole.
+    self.assertEqual(fresh.resident_nbytes, full)
 
 
 class BufferPoolTest(absltest.TestCase):

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Dict, Sequence
 
 __all__ = ['REPO_ROOT', 'DEADLINE_S', 'repo_path', 'temp_dir',
-           'subprocess_env', 'run_python', 'wait_until']
+           'subprocess_env', 'run_python', 'wait_until', 'resident_bytes']
 
 # The checkout (under Bazel, the runfiles tree that mirrors it).
 REPO_ROOT = os.path.dirname(
@@ -28,6 +28,12 @@ DEADLINE_S = 30.0
 def repo_path(*parts: str) -> str:
   """The path of `parts` below the repository root, e.g. ('configs', ...)."""
   return os.path.join(REPO_ROOT, *parts)
+
+
+def resident_bytes() -> int:
+  """This process's resident set, in bytes (Linux's /proc/self/statm)."""
+  with open('/proc/self/statm') as statm:
+    return int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
 def temp_dir(test_case) -> str:

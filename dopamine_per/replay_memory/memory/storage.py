@@ -50,6 +50,9 @@ class CircularStorage(object):
     """
     self.capacity = capacity
     self.arrays, self._mappings = allocate(elements, capacity)
+    # The bytes per slot of the arrays backed as they fill (see
+    # `resident_nbytes`); 0 once every array is backed whole.
+    self._lazy_stride = sum(stride for _, stride in self._mappings)
     self._order = [element.name for element in elements]
     self._columns = [self.arrays[name] for name in self._order]
     # The slots below this are backed by memory (see `populate`).
@@ -76,6 +79,19 @@ class CircularStorage(object):
   def nbytes(self) -> int:
     """The bytes of all arrays."""
     return sum(array.nbytes for array in self._columns)
+
+  @property
+  def resident_nbytes(self) -> int:
+    """The bytes of the arrays and episode ends that memory backs now.
+
+    A large array (see `zeros`) is backed only up to the slots written or
+    populated ahead of the cursor, so a memory filling up counts only
+    those; every other array counts whole.
+    """
+    written = min(int(self.counters[0]), self.capacity)
+    backed = min(self.capacity, max(written, self._populated))
+    return (self.nbytes - self._lazy_stride * (self.capacity - backed) +
+            self.episode_end.nbytes + self.counters.nbytes)
 
   def write(self, values: Sequence[Any], ends_episode: bool) -> int:
     """Writes one checked transition at the cursor and advances it.
@@ -123,6 +139,7 @@ class CircularStorage(object):
     self.arrays = {name: state['arrays'][name] for name in self._order}
     self._columns = [self.arrays[name] for name in self._order]
     self._mappings = []  # Restored arrays are backed already.
+    self._lazy_stride = 0
     self.add_count = int(state['add_count'])
     self.episode_end_indices = set(state['episode_end_indices'])
     self.episode_end[:] = False

@@ -17,7 +17,8 @@ import os
 import pickle
 import struct
 import zlib
-from typing import Any, BinaryIO, Callable, Dict, Optional, Sequence, Tuple
+from typing import (Any, BinaryIO, Callable, Dict, Iterable, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 
@@ -79,6 +80,31 @@ def npy_gz_writer(array: np.ndarray, name: str = 'array'
     raise ValueError('{}: cannot save an object array without pickling.'
                      .format(name))
   return _gzip_writer(lambda gz: np.save(gz, array, allow_pickle=False))
+
+
+def npy_chunks_gz_writer(shape: Tuple[int, ...], dtype: Any,
+                         chunks: Callable[[], Iterable[np.ndarray]]
+                        ) -> Callable[[BinaryIO], None]:
+  """Returns a function writing an array given in chunks, as `npy_gz_writer`.
+
+  The same bytes as `npy_gz_writer` of the whole array, which is never
+  held at once.
+
+  Args:
+    shape: the array's shape.
+    dtype: its dtype (no Python objects).
+    chunks: called once by the returned function: the array's C-ordered
+      chunks, of this dtype, `shape[0]` rows in all.
+  """
+  dtype = np.dtype(dtype)
+  header = {'descr': np.lib.format.dtype_to_descr(dtype),
+            'fortran_order': False, 'shape': tuple(shape)}
+
+  def payload(gz: BinaryIO) -> None:
+    np.lib.format.write_array_header_1_0(gz, header)
+    for chunk in chunks():
+      gz.write(memoryview(np.ascontiguousarray(chunk, dtype=dtype)).cast('B'))
+  return _gzip_writer(payload)
 
 
 def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:

@@ -13,6 +13,7 @@ docs/compat.md#circular_replay_buffer.
 """
 
 import collections
+import concurrent.futures
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
@@ -24,6 +25,7 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import gzip_files
 from dopamine_per.native import native_memory as native_memory_lib
+from dopamine_per.replay_memory.checkpoint import checkpoints
 from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from dopamine_per.replay_memory.graph import wrapped_replay_buffer
 from dopamine_per.replay_memory.kernels import choice
@@ -41,8 +43,7 @@ __all__ = ['ReplayElement', 'STORE_FILENAME_PREFIX', 'modulo_range',
 
 # One stored or returned element: name, shape (per transition, or with the
 # batch dimension for sampled batches) and NumPy type.
-ReplayElement = collections.namedtuple('ReplayElement',
-                                       ['name', 'shape', 'type'])
+ReplayElement = collections.namedtuple('ReplayElement', 'name shape type')
 
 STORE_FILENAME_PREFIX = memory_checkpoint.STORE_FILENAME_PREFIX
 modulo_range = sampling.modulo_range
@@ -68,9 +69,8 @@ class OutOfGraphReplayBuffer(object):
       padding included: at most `validation.MAX_ADD_COUNT` (2**53).
     invalid_range: np.ndarray, the slots next to the cursor that cannot be
       sampled (see `invalid_range`).
-    episode_end_indices: set of int, the slots holding the last transition of
-      an episode (terminal or `episode_end`). Maintained by `add`; treat it as
-      read-only.
+    episode_end_indices: set of int (read-only), the slots holding the last
+      transition of an episode (terminal or `episode_end`).
     storage: storage.CircularStorage, the arrays and counters (read-only).
   """
 
@@ -192,6 +192,7 @@ class OutOfGraphReplayBuffer(object):
     self._batch_plans = {}
     # Memory for sampled batches, reused once the caller has dropped them.
     self._stack_buffers = storage.BufferPool()
+    self._checkpoints = checkpoints.Checkpoints(self._lock)
     self._prepare_add()
 
   # ------------------------------------------------------------ signatures
@@ -300,17 +301,12 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def nbytes(self) -> int:
-    """The memory's resident bytes (the name NumPy gives an array's).
-
-    Its storage as far as memory backs it (`CircularStorage.
-    resident_nbytes`: a memory filling up counts the slots written so far)
-    and the buffers it keeps for sampled batches; the prioritized memory
-    adds its sum tree. Python objects (the set of the episodes' last
-    slots) are not counted. The trainer logs it every iteration.
-    """
+    """The memory's resident bytes, as NumPy names an array's: its storage
+    as far as memory backs it (`CircularStorage.resident_nbytes`), the
+    buffers it keeps for sampled batches and (prioritized) the sum tree;
+    not its Python objects (the set of episode ends)."""
     with self._lock:
-      return (self._storage.resident_nbytes +
-              self._stack_buffers.held_bytes)
+      return self._storage.resident_nbytes + self._stack_buffers.held_bytes
 
   def is_empty(self) -> bool:
     """Returns whether nothing has been added."""
@@ -453,8 +449,8 @@ class OutOfGraphReplayBuffer(object):
     return states.reshape(indices.shape + self._state_shape)
 
   def get_terminal_stack(self, index: Any) -> np.ndarray:
-    """The terminal flags of the `stack_size` slots ending at `index`, as
-    `get_observation_stack` (arguments, errors): shape [stack_size]."""
+    """The `stack_size` terminal flags ending at `index` (arguments and
+    errors: `get_observation_stack`)."""
     with self._lock:
       indices = sampling.check_stack_indices(index, self._storage.add_count,
                                              self._replay_capacity)
@@ -760,19 +756,25 @@ class OutOfGraphReplayBuffer(object):
     """Returns the path of checkpoint file `name` (Dopamine's hook)."""
     return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
 
-  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+  def save(self, checkpoint_dir: str, iteration_number: int,
+           background: bool = False
+          ) -> Optional[concurrent.futures.Future]:
     """Writes checkpoint `iteration_number` in Dopamine's format.
 
     Replaced as a whole, then older checkpoints are pruned (files,
-    guarantees and errors: `memory_checkpoint.save`).
+    guarantees and errors: `memory_checkpoint.save`). With `background`,
+    returns a `concurrent.futures.Future` once the memory's state is taken,
+    a thread writing it while the memory changes
+    (`checkpoints.save_in_background`); its `result()` raises if that fails.
 
     Args:
       checkpoint_dir: str, an existing directory; if it does not exist, a
         warning is logged and nothing is written.
       iteration_number: int, the checkpoint's suffix.
+      background: bool, whether to write it in the background.
     """
-    with self._lock:
-      memory_checkpoint.save(self, checkpoint_dir, iteration_number)
+    return self._checkpoints.save(self, checkpoint_dir, iteration_number,
+                                  background)
 
   def load(self, checkpoint_dir: str, suffix: Any) -> None:
     """Restores a checkpoint written by this class or by Dopamine.
@@ -785,10 +787,7 @@ class OutOfGraphReplayBuffer(object):
       checkpoint_dir: str, the directory.
       suffix: int or str, the checkpoint's iteration number.
     """
-    with self._lock:
-      bound = self._native is not None and self._native.bound
-      memory_checkpoint.load(self, checkpoint_dir, suffix,
-                             bind=self._native.bind if bound else None)
+    self._checkpoints.load(self, checkpoint_dir, suffix, self._native)
 
 
 @gin.configurable(

@@ -6,6 +6,7 @@ the lazily backed arrays behind it (`zeros`, `allocate`, `populate`) and the
 """
 
 import mmap
+import threading
 import tracemalloc
 from unittest import mock
 
@@ -242,6 +243,36 @@ class ResidentBytesTest(absltest.TestCase):
     fresh = storage.CircularStorage(elements, 256)
     fresh.restore(store.state())  # Restored arrays are backed whole.
     self.assertEqual(fresh.resident_nbytes, full)
+
+
+class StorageSnapshotTest(absltest.TestCase):
+
+  def test_chunks_are_the_arrays_as_they_were_while_writes_go_on(self):
+    store = storage.CircularStorage(_elements((3,)), 40)
+    for t in range(50):
+      _write(store, t)
+    before = {name: array.copy() for name, array in store.arrays.items()}
+    lock = threading.RLock()
+    snapshot = store.snapshot(lock)
+    observations = []
+    # 8 slots a chunk; two writes after each chunk, over every slot, so
+    # some land before the chunks reach them and some after.
+    for chunk in snapshot.chunks('observation', chunk_bytes=24):
+      observations.append(chunk)
+      for _ in range(2):
+        with lock:
+          _write(store, 1000 + store.add_count)
+    # Slots read out already are not kept: at most the unread ones.
+    self.assertLessEqual(snapshot.kept_rows, 3 * 40)
+    actions = np.concatenate(list(snapshot.chunks('action', 24)))
+    np.testing.assert_array_equal(np.concatenate(observations),
+                                  before['observation'])
+    np.testing.assert_array_equal(actions, before['action'])
+    snapshot.release()
+    self.assertEqual(snapshot.kept_rows, 0)
+    _write(store, 5)  # Released: nothing is kept any more.
+    self.assertEqual(snapshot.kept_rows, 0)
+    self.assertFalse(np.array_equal(store.arrays['action'], before['action']))
 
 
 class BufferPoolTest(absltest.TestCase):

@@ -28,9 +28,10 @@ _JOURNAL = memory_checkpoint.JOURNAL_NAME
 # plan that asks for it: that save's clean-up deletes it.
 _PLANTED = '.add_count_ckpt.7.gz.abcdefgh.tmp'
 
-# The child: argv = directory, plan, kill_after (0: never), plant (0 or 1).
-# It prints 'save K' before step K's save and one line per event, and kills
-# itself after event number kill_after.
+# The child: argv = directory, plan, kill_after (0: never), plant (0 or 1),
+# background (0 or 1). It prints 'save K' before step K's save and one line
+# per event, and kills itself after event number kill_after. In the
+# background, the last save is written while the memory advances.
 _CHILD = '''
 import os
 import signal
@@ -40,6 +41,7 @@ from tests.suites import crash_safety_test as t
 
 directory, plan = sys.argv[1], t.parse_plan(sys.argv[2])
 kill_after, plant = int(sys.argv[3]), sys.argv[4] == '1'
+background = sys.argv[5] == '1'
 events = 0
 
 
@@ -77,7 +79,13 @@ for step, (iteration, number) in enumerate(plan):
     os.close(os.open(os.path.join(directory, t._PLANTED),
                      os.O_CREAT | os.O_WRONLY))
   print('save', step, flush=True)
-  memory.save(directory, number)
+  if not background:
+    memory.save(directory, number)
+    continue
+  future = memory.save(directory, number, background=True)
+  if step == len(plan) - 1:
+    t.advance(memory, 50)  # Not in the checkpoint.
+  future.result()
 '''
 
 # One recorded event: (kind, file names..., plan step), kind 'create',
@@ -126,12 +134,13 @@ def name_of(path) -> str:
                 os.path.basename(os.fspath(path)))
 
 
-def run_child(directory: str, plan: str, kill_after: int, plant: bool
+def run_child(directory: str, plan: str, kill_after: int, plant: bool,
+              background: bool = False
               ) -> Tuple[List[_Event], subprocess.CompletedProcess]:
   """Runs the child; returns the events it printed, and the process."""
   child = fixtures.run_python(
-      ['-c', _CHILD, directory, plan, str(kill_after), '1' if plant else '0'],
-      300)
+      ['-c', _CHILD, directory, plan, str(kill_after), '1' if plant else '0',
+       '1' if background else '0'], 300)
   events = []
   saving = None
   for line in child.stdout.splitlines():
@@ -194,6 +203,7 @@ class CrashTestCase(absltest.TestCase):
 
   PLAN = ''
   PLANT = False
+  BACKGROUND = False
 
   @classmethod
   def setUpClass(cls):
@@ -202,7 +212,8 @@ class CrashTestCase(absltest.TestCase):
     cls.last = len(cls.steps) - 1
     cls.number = cls.steps[-1][1]
     with tempfile.TemporaryDirectory() as directory:
-      cls.recorded, child = run_child(directory, cls.PLAN, 0, cls.PLANT)
+      cls.recorded, child = run_child(directory, cls.PLAN, 0, cls.PLANT,
+                                      cls.BACKGROUND)
       if (child.returncode != 0 or
           files_after(cls.recorded) != listing(directory)):
         raise AssertionError(f'the recording run failed: {child.stderr}')
@@ -233,7 +244,8 @@ class CrashTestCase(absltest.TestCase):
     The newest checkpoint must be `latest`, holding `expected_iterations`.
     """
     directory = fixtures.temp_dir(self)
-    events, child = run_child(directory, self.PLAN, kill_after, self.PLANT)
+    events, child = run_child(directory, self.PLAN, kill_after, self.PLANT,
+                              self.BACKGROUND)
     self.assertEqual(child.returncode, -9, child.stderr)
     self.assertEqual(events, self.recorded[:kill_after])
     self.assertEqual(listing(directory), files_after(events))
@@ -300,6 +312,13 @@ class NewCheckpointTest(CrashTestCase):
         step = self.last if kill_after >= commit else self.last - 1
         self.check_kill(kill_after, self.steps[step][1],
                         self.iterations_saved(step))
+
+
+class BackgroundSaveKillTest(NewCheckpointTest):
+  """NewCheckpointTest's saves in the background; the memory advances
+  while the last one is written, and it holds the memory as it was."""
+
+  BACKGROUND = True
 
 
 class ResaveTest(CrashTestCase):

@@ -10,6 +10,7 @@ file), `commit_save` (the journal, the commit point, then the renames) and
 guarantees: docs/reliability.md.
 """
 
+import functools
 import operator
 import os
 import re
@@ -38,6 +39,10 @@ __all__ = [
     'checkpoint_files',
     'checkpointable_elements',
     'save',
+    'finish_save',
+    'directory_exists',
+    'SaveSnapshot',
+    'take_snapshot',
     'prepare_save',
     'commit_save',
     'abort_save',
@@ -361,10 +366,11 @@ def _target(name: str, iteration_number: Any) -> str:
 
 def _writer(memory: Any, name: str, file_format: str
            ) -> Callable[[BinaryIO], None]:
-  """The function writing checkpoint file `name` (see `gzip_files`)."""
+  """The function writing checkpoint file `name` (see `gzip_files`), as
+  the memory is now: it holds a copy of the value or its pickle."""
   value = _value(memory, name)
   if file_format == 'npy':
-    return gzip_files.npy_gz_writer(value, name)
+    return gzip_files.npy_gz_writer(np.array(value), name)
   if file_format == 'sum_tree':
     return gzip_files.dopamine_sum_tree_gz_writer(value)
   return gzip_files.pickle_gz_writer(value)
@@ -394,8 +400,16 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
       unless the journal was written, in which case it is the new one.
   """
   record = prepare_save(memory, checkpoint_dir, iteration_number)
-  if record is None:
-    return
+  if record is not None:
+    finish_save(memory, checkpoint_dir, iteration_number, record)
+
+
+def finish_save(memory: Any, checkpoint_dir: str,
+                         iteration_number: int, record: transaction.Record,
+                         names: Optional[Sequence[str]] = None) -> None:
+  """`commit_save` of a staged `record` (its files deleted if it fails
+  before the commit point), then the clean-up of `prune`; `names`: the
+  checkpoint's file names, if not the memory's now."""
   try:
     commit_save(memory, checkpoint_dir, iteration_number, record,
                 prune=False)
@@ -403,7 +417,101 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     transaction.abort_uncommitted(
         checkpoint_dir, journal_filename(iteration_number), record)
     raise
-  _clean_up(memory, checkpoint_dir, iteration_number)
+  _clean_up(memory, checkpoint_dir, iteration_number, names)
+
+
+def directory_exists(checkpoint_dir: str) -> bool:
+  """Whether `checkpoint_dir` exists; if not, logs that nothing is saved."""
+  if atomic_files.exists(checkpoint_dir):
+    return True
+  logging.warning('Checkpoint directory %s does not exist: replay buffer '
+                  'not saved.', checkpoint_dir)
+  return False
+
+
+class SaveSnapshot(object):
+  """What a save writes, as the memory was when `take_snapshot` ran.
+
+  The storage's arrays are read out later, copy on write
+  (`storage.StorageSnapshot`); every other file's value is copied or
+  pickled when taken.
+
+  Attributes:
+    writers: list of (file name, function writing the file), in the order
+      a save writes them (the state file is not among them).
+    state: dict, the state file's content but for the files' digests.
+    names: list of str, every file name of the checkpoint, the state
+      file's first (for the clean-up).
+  """
+
+  def __init__(self, writers: List[Tuple[str, Callable[[BinaryIO], None]]],
+               state: Dict[str, Any], storage_snapshot: Any):
+    self.writers = writers
+    self.state = state
+    self.names = [DOPAMINE_PER_STATE_NAME] + [name for name, _ in writers]
+    self._storage_snapshot = storage_snapshot
+
+  def release(self) -> None:
+    """Lets the storage stop keeping rows for this snapshot."""
+    self._storage_snapshot.release()
+
+
+def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
+  """Takes what a save of `memory` writes, as it is now.
+
+  The caller holds the memory's lock; `lock` is that lock where the
+  snapshot is read out after the caller let it go, or None where the
+  caller holds it until the snapshot is released.
+
+  Raises:
+    TypeError, ValueError: As `save`; nothing is taken then.
+  """
+  _check_checkpointable(memory)
+  storage = memory.storage.snapshot(lock)
+  writers = []
+  try:
+    for name, file_format in checkpoint_files(memory):
+      if name.startswith(STORE_FILENAME_PREFIX):
+        element = name[len(STORE_FILENAME_PREFIX):]
+        array = memory.storage.arrays[element]
+        writer = gzip_files.npy_chunks_gz_writer(
+            array.shape, array.dtype, functools.partial(storage.chunks,
+                                                        element))
+      else:
+        writer = _writer(memory, name, file_format)
+      writers.append((name, writer))
+    state = _extra_state(memory)
+  except BaseException:
+    storage.release()
+    raise
+  return SaveSnapshot(writers, state, storage)
+
+
+def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
+          iteration_number: int) -> transaction.Record:
+  """Writes `snapshot` as checkpoint N under temporary names, the state
+  file last (`prepare_save`'s writing, after pending journals are
+  finished).
+
+  Raises:
+    atomic_files.CorruptCheckpointError: If a pending journal is malformed.
+    OSError: If writing fails; what was staged is deleted.
+  """
+  roll_forward(checkpoint_dir)
+  staging = transaction.Transaction(checkpoint_dir)
+  try:
+    digests = {}
+    for name, writer in snapshot.writers:
+      digests[name] = tuple(staging.write(_target(name, iteration_number),
+                                          writer))
+    # Last, so renamed last: it marks the checkpoint complete.
+    state = dict(snapshot.state, files=digests)
+    staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
+                  gzip_files.pickle_gz_writer(state))
+  except BaseException:
+    staging.abort()
+    raise
+  return staging.record()
 
 
 def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
@@ -430,28 +538,13 @@ def prepare_save(memory: Any, checkpoint_dir: str, iteration_number: int
     OSError: If writing fails; what was staged is deleted.
   """
   iteration_number = operator.index(iteration_number)
-  if not atomic_files.exists(checkpoint_dir):
-    logging.warning('Checkpoint directory %s does not exist: replay buffer '
-                    'not saved.', checkpoint_dir)
+  if not directory_exists(checkpoint_dir):
     return None
-  roll_forward(checkpoint_dir)
-  _check_checkpointable(memory)
-  staging = transaction.Transaction(checkpoint_dir)
+  snapshot = take_snapshot(memory)
   try:
-    digests = {}
-    for name, file_format in checkpoint_files(memory):
-      digests[name] = tuple(staging.write(
-          _target(name, iteration_number),
-          _writer(memory, name, file_format)))
-    # Last, so renamed last: it marks the checkpoint complete.
-    state = _extra_state(memory)
-    state['files'] = digests
-    staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-                  gzip_files.pickle_gz_writer(state))
-  except BaseException:
-    staging.abort()
-    raise
-  return staging.record()
+    return stage(snapshot, checkpoint_dir, iteration_number)
+  finally:
+    snapshot.release()
 
 
 def commit_save(memory: Any, checkpoint_dir: str, iteration_number: int,
@@ -548,12 +641,14 @@ def prune(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
   _clean_up(memory, checkpoint_dir, iteration_number)
 
 
-def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int
-             ) -> None:
-  """`prune` (which `commit_save`'s argument hides)."""
+def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
+              names: Optional[Sequence[str]] = None) -> None:
+  """`prune` (which `commit_save`'s argument hides); `names`: the
+  checkpoint's file names, if not the memory's now."""
   roll_forward(checkpoint_dir)
-  names = [DOPAMINE_PER_STATE_NAME] + [
-      name for name, _ in checkpoint_files(memory)]
+  if names is None:
+    names = [DOPAMINE_PER_STATE_NAME] + [
+        name for name, _ in checkpoint_files(memory)]
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
   _remove_temporaries(checkpoint_dir, names)

@@ -167,9 +167,14 @@ class WrappedReplayBufferBase(object):
     self.terminals = self.transition['terminal']
     self.indices = self.transition['indices']
 
-  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
-    """Saves the memory (see the memory's `save`)."""
-    self.memory.save(checkpoint_dir, iteration_number)
+  def save(self, checkpoint_dir: str, iteration_number: int,
+           background: bool = False) -> Any:
+    """Saves the memory; returns what its `save` returns (a future with
+    `background`, else None). Without `background`, a memory with
+    Dopamine's `save(checkpoint_dir, iteration_number)` does too."""
+    if not background:
+      return self.memory.save(checkpoint_dir, iteration_number)
+    return self.memory.save(checkpoint_dir, iteration_number, background=True)
 
   def load(self, checkpoint_dir: str, suffix) -> None:
     """Loads the memory (see the memory's `load`).

@@ -9,16 +9,18 @@ written (see `zeros`). Sampled batches are written into a `BufferPool`'s
 memory. What differs from Dopamine's storage: docs/compat.md#storage.
 """
 
+import contextlib
+import heapq
 import math
 import mmap
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
 __all__ = ['ALIGNMENT', 'BufferPool', 'CircularStorage', 'DEFAULT_POOL_BYTES',
-           'allocate', 'populate', 'zeros']
+           'StorageSnapshot', 'allocate', 'populate', 'zeros']
 
 
 class CircularStorage(object):
@@ -61,6 +63,9 @@ class CircularStorage(object):
     self.episode_end = np.zeros(capacity, dtype=bool)
     self.episode_end_indices = set()
     self.episode_start = True
+    # The snapshots being read out (`snapshot`), which keep what `write`
+    # overwrites.
+    self._snapshots: List['StorageSnapshot'] = []
 
   @property
   def add_count(self) -> int:
@@ -106,6 +111,8 @@ class CircularStorage(object):
     """
     count = int(self.counters[0])
     cursor = count % self.capacity
+    for snapshot in self._snapshots:
+      snapshot.preserve(cursor)
     if cursor >= self._populated and self._mappings:
       self._populated = populate(self._mappings, cursor, self.capacity)
     for array, value in zip(self._columns, values):
@@ -130,6 +137,22 @@ class CircularStorage(object):
             'episode_end_indices': set(self.episode_end_indices),
             'episode_start': self.episode_start}
 
+  def snapshot(self, lock: Any = None) -> 'StorageSnapshot':
+    """The arrays as they are now, to read out while writes go on.
+
+    Args:
+      lock: the lock every `write` is made under, which the snapshot takes
+        to copy each chunk out; None if the caller holds it until the
+        snapshot is released.
+
+    Returns:
+      A `StorageSnapshot`; `release` it once read. The storage must not be
+      restored before then.
+    """
+    snapshot = StorageSnapshot(self.arrays, lock, self._snapshots.remove)
+    self._snapshots.append(snapshot)
+    return snapshot
+
   def restore(self, state: Dict[str, Any]) -> None:
     """Installs a `state` whose arrays have this storage's names and shapes.
 
@@ -145,6 +168,74 @@ class CircularStorage(object):
     self.episode_end[:] = False
     self.episode_end[list(self.episode_end_indices)] = True
     self.episode_start = bool(state['episode_start'])
+
+
+class StorageSnapshot(object):
+  """A storage's arrays as they were when taken, read out while it changes.
+
+  Copy on write: before the storage overwrites a slot, `preserve` keeps
+  the slot's old row of every array whose `chunks` have not reached it
+  yet; `chunks` copies the arrays out under the storage's lock, a chunk at
+  a time, with the kept rows in place. What it costs: one check per write
+  while no snapshot is taken, and while one is, one row copy per array for
+  each slot overwritten before it was read out.
+  """
+
+  def __init__(self, arrays: Dict[str, np.ndarray], lock: Any,
+               detach: Callable[['StorageSnapshot'], None]):
+    self._arrays = dict(arrays)
+    self._lock = contextlib.nullcontext() if lock is None else lock
+    self._detach = detach
+    # Per array: the first slot not read out yet, and the rows kept for
+    # slots from there on (by slot, with a heap of their slots).
+    self._progress = {name: 0 for name in arrays}
+    self._kept: Dict[str, Dict[int, np.ndarray]] = {n: {} for n in arrays}
+    self._heaps: Dict[str, List[int]] = {name: [] for name in arrays}
+    self._released = False
+
+  @property
+  def kept_rows(self) -> int:
+    """How many rows are kept now (for tests and accounting)."""
+    return sum(len(kept) for kept in self._kept.values())
+
+  def preserve(self, slot: int) -> None:
+    """Keeps slot `slot`'s rows that are still to be read out (the
+    storage calls it before it overwrites the slot, under its lock)."""
+    for name, array in self._arrays.items():
+      kept = self._kept[name]
+      if slot >= self._progress[name] and slot not in kept:
+        kept[slot] = array[slot].copy()
+        heapq.heappush(self._heaps[name], slot)
+
+  def chunks(self, name: str, chunk_bytes: int = 1 << 20
+            ) -> Iterator[np.ndarray]:
+    """Yields array `name` as it was when taken, in chunks of slots.
+
+    Each chunk is a copy, made under the lock, of about `chunk_bytes`
+    (at least one slot), in slot order.
+    """
+    array = self._arrays[name]
+    kept, heap = self._kept[name], self._heaps[name]
+    step = max(1, chunk_bytes // max(1, array[:1].nbytes))
+    for start in range(0, len(array), step):
+      stop = min(start + step, len(array))
+      with self._lock:
+        chunk = array[start:stop].copy()
+        while heap and heap[0] < stop:
+          slot = heapq.heappop(heap)
+          chunk[slot - start] = kept.pop(slot)
+        self._progress[name] = stop
+      yield chunk
+
+  def release(self) -> None:
+    """Stops keeping rows; the storage forgets the snapshot. Idempotent;
+    takes the lock."""
+    with self._lock:
+      if not self._released:
+        self._released = True
+        self._detach(self)
+        for kept in self._kept.values():
+          kept.clear()
 
 
 # TensorFlow adopts a returned array's memory without copying it (from

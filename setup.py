@@ -135,6 +135,11 @@ setuptools.setup(
             # The benchmark smoke tests drive cpprb, a peer of the benchmarks
             # (tests must not skip when it is missing).
             'cpprb>=10.0',
+            # The compression benchmark's smoke test round-trips frames
+            # through zstd (tests must not skip when it is missing).
+            'zstandard>=0.19',
+            # ... and through lz4's block format, the fast codec it compares.
+            'lz4>=4.0',
             # The sharded memory's tests start a local Ray (tests must not
             # skip when it is missing), as the 'distributed' extra.
             'ray>=2.9',
@@ -189,6 +194,13 @@ setuptools.setup(
             # CartPole actors against the single-process runner.
             'ray>=2.9',
             'gymnasium>=1.0',
+            # The compression section (issue 33) measures zstd, at fast and
+            # normal levels and with trained dictionaries, on Atari frames.
+            'zstandard>=0.19',
+            # ... and lz4 (default and HC), the fastest block decoder.
+            'lz4>=4.0',
+            # ... on frames it plays Atari for (ale-py ships the ROMs).
+            'ale-py>=0.9',
         ],
     },
     # The gin configs ship inside the package (_BuildPyWithConfigs).

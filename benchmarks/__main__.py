@@ -6,9 +6,11 @@ dopamine-rl installed without its dependencies (this installs nothing):
   pip install -e '.[bench]' && pip install --no-deps dopamine-rl==4.1.2
   python -m benchmarks                       # about 10 minutes on 2 cores
   python -m benchmarks --sections=sum_tree   # one section (and no file)
+  python -m benchmarks --sections=compression  # the opt-in section, alone
 
-Five sections, each timing ours and the peers interleaved in one process
-of its own, started fresh (see benchmarks/timing.py for the method):
+Five sections run by default, each timing ours and the peers interleaved in
+one process of its own, started fresh (see benchmarks/timing.py for the
+method), and a sixth when asked for:
 
 1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
    sample and fill at capacities 2**17 and 2**20, batches 32 and 256; ours
@@ -28,11 +30,17 @@ of its own, started fresh (see benchmarks/timing.py for the method):
    the native ops against the `tf.numpy_function` ops and the copy floor:
    a sample, a sample + set_priority, the ops' own time alone and with a
    Python thread spinning, and the staged training step (issue 24).
+6. `compression` (benchmarks/compression_benchmark.py, needs zstandard,
+   lz4, ale-py; not in the default run: it plays Atari to collect its
+   frames, about 20 s a game the first time, then about 4 minutes): codecs,
+   block lengths, deltas and zstd dictionaries on real Atari frames, with
+   the decode cost of a sampled batch, for issue 33 (docs/compression.md).
 
 Each section prints its tables (medians, ratios to each peer, and its
 issue's targets with whether they are met); with every section run, the
 document is written to --output (benchmarks/RESULTS.md), the machine
-described first.
+described first (with every default section run, the compression section
+too if it is asked for).
 """
 
 import collections
@@ -51,6 +59,7 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
       __file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import compression_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import native_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
@@ -61,7 +70,11 @@ from benchmarks import timing  # pylint: disable=g-import-not-at-top
 __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
 
-SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native')
+SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native',
+            'compression')
+# The sections run without --sections: all but `compression`, which plays
+# Atari for its frames (and whose results live in docs/compression.md).
+DEFAULT_SECTIONS = SECTIONS[:-1]
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
 
@@ -98,10 +111,15 @@ Settings = collections.namedtuple('Settings', [
     'native_rounds',
     'native_steps',
     'native_trace',
+    # Compressed frames (issue 33).
+    'compression_games',
+    'compression_frames',
+    'compression_rounds',
+    'compression_cache_dir',
 ])
 
 DEFAULT_SETTINGS = Settings(
-    sections=SECTIONS,
+    sections=DEFAULT_SECTIONS,
     seed=0,
     sum_tree_capacities=(2**17, 2**20),
     batch_sizes=(32, 256),
@@ -128,6 +146,10 @@ DEFAULT_SETTINGS = Settings(
     native_rounds=25,
     native_steps=30,
     native_trace='software',
+    compression_games=compression_benchmark.DEFAULT_GAMES,
+    compression_frames=20000,
+    compression_rounds=7,
+    compression_cache_dir=None,
 )
 
 _FLAGS = flags.FLAGS
@@ -197,6 +219,16 @@ def define_flags():
                     sorted(native_benchmark.TRACE_LEVELS),
                     'RunOptions trace level of the native section\'s step '
                     'stats.')
+  flags.DEFINE_list('compression_games', list(d.compression_games),
+                    'Games of the compression section (atari_lib names).')
+  flags.DEFINE_integer('compression_frames', d.compression_frames,
+                       'Atari frames per game of the compression section.')
+  flags.DEFINE_integer('compression_rounds', d.compression_rounds,
+                       'Interleaved rounds of the compression section\'s '
+                       'batch decodes.')
+  flags.DEFINE_string('compression_cache_dir', d.compression_cache_dir,
+                      'Where the compression section caches its frames '
+                      '(default ~/.cache/dopamine_per/benchmarks/frames).')
 
 
 def _settings_from_flags():
@@ -230,7 +262,11 @@ def _settings_from_flags():
       native_transitions=options.native_transitions,
       native_rounds=options.native_rounds,
       native_steps=options.native_steps,
-      native_trace=options.native_trace)
+      native_trace=options.native_trace,
+      compression_games=tuple(options.compression_games),
+      compression_frames=options.compression_frames,
+      compression_rounds=options.compression_rounds,
+      compression_cache_dir=options.compression_cache_dir)
 
 
 def describe_packages():
@@ -320,6 +356,12 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         settings.native_steps, settings.seed, settings.native_trace,
         progress=progress)
     sections.append(native_benchmark.format_section(results))
+  if 'compression' in settings.sections:
+    results = _in_fresh_process(
+        compression_benchmark.run_section, settings.compression_games,
+        settings.compression_frames, settings.compression_rounds,
+        settings.seed, settings.compression_cache_dir, progress=progress)
+    sections.append(compression_benchmark.format_section(results))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (
@@ -349,7 +391,8 @@ def main(argv):
   report = run(settings, progress=timing.print_progress)
   common.write_report(
       report,
-      _FLAGS.output if set(settings.sections) == set(SECTIONS) else '')
+      _FLAGS.output if set(DEFAULT_SECTIONS) <= set(settings.sections)
+      else '')
 
 
 if __name__ == '__main__':

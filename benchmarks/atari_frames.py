@@ -27,7 +27,6 @@ core of the 2-core development host (20,000 frames: about 20 s a game).
 
 import os
 import sys
-import tempfile
 import time
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
@@ -40,6 +39,7 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
       __file__))))
 
 from dopamine_per.discrete_domains import atari_lib  # pylint: disable=g-import-not-at-top
+from dopamine_per.file_io import atomic_files  # pylint: disable=g-import-not-at-top
 
 __all__ = [
     'DEFAULT_CACHE_DIR',
@@ -120,23 +120,10 @@ def collect(game: str, count: int, seed: int,
 
 
 def _save_atomically(path: str, array: np.ndarray) -> None:
-  """Writes `array` as .npy to a temporary beside `path`, then renames it."""
-  directory = os.path.dirname(path)
-  descriptor, temporary = tempfile.mkstemp(
-      dir=directory, prefix='.' + os.path.basename(path) + '.',
-      suffix='.tmp')
-  try:
-    with os.fdopen(descriptor, 'wb') as f:
-      np.save(f, array, allow_pickle=False)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temporary, path)
-  except BaseException:
-    try:
-      os.remove(temporary)
-    except OSError:
-      pass
-    raise
+  """Writes `array` as .npy to `path`, all or nothing (`atomic_write`:
+  a temporary beside it, fsync'ed, renamed; a plain open's permissions)."""
+  atomic_files.atomic_write(
+      path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def _read(game, count, paths):

@@ -190,9 +190,10 @@ def _main(argv: Sequence[str]) -> None:
   for game in options.games:
     frame_set = load(game, options.count, options.seed, options.cache_dir,
                      progress=print)
+    path = cache_paths(game, options.count, options.seed,
+                       options.cache_dir)[0]
     print(f'{game}: {len(frame_set.frames)} frames, '
-          f'{len(frame_set.episode_starts)} episodes at '
-          f'{cache_paths(game, options.count, options.seed, options.cache_dir)[0]}')
+          f'{len(frame_set.episode_starts)} episodes at {path}')
 
 
 if __name__ == '__main__':

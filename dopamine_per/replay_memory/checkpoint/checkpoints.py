@@ -73,9 +73,9 @@ def save_in_background(memory: Any, lock: Any, checkpoint_dir: str,
   thread does the rest while the memory changes.
 
   The checkpoint holds the memory as it was when this was called, with
-  the guarantees of `memory_checkpoint.save`. The caller holds `lock`, the lock the memory
-  writes its storage under, and starts no other save or load of the
-  memory before the future is done.
+  the guarantees of `memory_checkpoint.save`. The caller holds `lock`, the
+  lock the memory writes its storage under, and starts no other save or
+  load of the memory before the future is done.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
@@ -116,6 +116,11 @@ def save_in_background(memory: Any, lock: Any, checkpoint_dir: str,
       future.set_result(None)
 
   # Not a daemon: an interpreter exiting normally finishes the save first.
-  threading.Thread(target=write, name='dopamine_per-save-{}'.format(
-      iteration_number)).start()
+  thread = threading.Thread(target=write, name='dopamine_per-save-{}'.format(
+      iteration_number))
+  try:
+    thread.start()
+  except BaseException:
+    snapshot.release()  # Nothing will read it out.
+    raise
   return future

@@ -43,6 +43,7 @@ __all__ = [
     'directory_exists',
     'SaveSnapshot',
     'take_snapshot',
+    'stage',
     'prepare_save',
     'commit_save',
     'abort_save',
@@ -404,9 +405,9 @@ def save(memory: Any, checkpoint_dir: str, iteration_number: int) -> None:
     finish_save(memory, checkpoint_dir, iteration_number, record)
 
 
-def finish_save(memory: Any, checkpoint_dir: str,
-                         iteration_number: int, record: transaction.Record,
-                         names: Optional[Sequence[str]] = None) -> None:
+def finish_save(memory: Any, checkpoint_dir: str, iteration_number: int,
+                record: transaction.Record,
+                names: Optional[Sequence[str]] = None) -> None:
   """`commit_save` of a staged `record` (its files deleted if it fails
   before the commit point), then the clean-up of `prune`; `names`: the
   checkpoint's file names, if not the memory's now."""

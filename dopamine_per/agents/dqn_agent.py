@@ -9,6 +9,7 @@ agent, and those that subclass it, differ from Dopamine (networks of either
 Keras, time limits, all-or-nothing restores): docs/compat.md#dqn_agent.
 """
 
+import inspect
 import math
 import os
 import random
@@ -232,6 +233,8 @@ class DQNAgent(object):
         self.state_ph = tf.compat.v1.placeholder(
             self.observation_dtype, state_shape, name='state_ph')
         self._replay = self._build_replay_buffer(use_staging)
+        # The replay memory's save being written (`bundle_and_checkpoint`).
+        self._replay_saving = None
         self._build_networks()
         self._train_op = self._build_train_op()
         self._sync_qt_ops = self._build_sync_op()
@@ -461,13 +464,17 @@ class DQNAgent(object):
     """Returns what subclasses add to the bundle (plain data)."""
     return {}
 
-  def bundle_and_checkpoint(self, checkpoint_dir: str,
-                            iteration_number: int) -> Optional[Dict[str, Any]]:
+  def bundle_and_checkpoint(self, checkpoint_dir: str, iteration_number: int,
+                            background: bool = False
+                           ) -> Optional[Dict[str, Any]]:
     """Saves the TF variables and the replay memory; returns the rest.
 
     Args:
       checkpoint_dir: str, an existing directory.
       iteration_number: int, the checkpoint number.
+      background: bool, take the replay memory's state now and write it in
+        the background (the memory's `save`): `wait_for_checkpoint` waits
+        for its files.
 
     Returns:
       dict of the agent's Python state (``state``, ``training_steps``), or
@@ -478,10 +485,22 @@ class DQNAgent(object):
     with self._sess.graph.as_default():
       self._saver.save(self._sess, os.path.join(checkpoint_dir, 'tf_ckpt'),
                        global_step=iteration_number, write_meta_graph=False)
-    self._replay.save(checkpoint_dir, iteration_number)
+    if background and 'background' in inspect.signature(
+        self._replay.save).parameters:
+      self._replay_saving = self._replay.save(
+          checkpoint_dir, iteration_number, background=True)
+    else:  # Also a memory with Dopamine's `save`.
+      self._replay.save(checkpoint_dir, iteration_number)
     bundle = {'state': self.state, 'training_steps': self.training_steps}
     bundle.update(self._bundle_extras())
     return bundle
+
+  def wait_for_checkpoint(self) -> None:
+    """Waits for the replay memory's files of the last background
+    `bundle_and_checkpoint`, if any; raises if writing them failed."""
+    saving, self._replay_saving = self._replay_saving, None
+    if saving is not None:
+      saving.result()
 
   def unbundle(self, checkpoint_dir: str, iteration_number: int,
                bundle_dictionary: Optional[Dict[str, Any]]) -> bool:

@@ -12,6 +12,8 @@ never silently restarts. What differs from Dopamine:
 docs/compat.md#run_experiment.
 """
 
+import concurrent.futures
+import copy
 import inspect
 import os
 import random
@@ -137,9 +139,10 @@ def create_runner(base_dir, schedule='continuous_train_and_eval'):
   raise ValueError('Unknown schedule: {}'.format(schedule))
 
 
-def _accepts_terminal(end_episode) -> bool:
+def _accepts(function: Any, name: str) -> bool:
+  """Whether `function` has a parameter called `name`."""
   try:
-    return 'terminal' in inspect.signature(end_episode).parameters
+    return name in inspect.signature(function).parameters
   except (TypeError, ValueError):
     return False
 
@@ -208,7 +211,8 @@ class Runner(object):
                clip_rewards=True,
                use_legacy_logger=True,
                fine_grained_print_to_console=True,
-               seed=None):
+               seed=None,
+               checkpoint_in_background=True):
     """Creates the environment and the agent, and resumes if possible.
 
     Args:
@@ -233,6 +237,8 @@ class Runner(object):
         per-iteration summaries.
       seed: int or None, seeds Python's and NumPy's generators, the
         environment's first reset and the agent's TF graph.
+      checkpoint_in_background: bool, let the agent write its replay memory
+        in the background (`_checkpoint_experiment`), where it can.
     """
     if base_dir is None:
       raise ValueError('Runner needs a base_dir.')
@@ -246,6 +252,11 @@ class Runner(object):
     self._clip_rewards = clip_rewards
     self._use_legacy_logger = use_legacy_logger
     self._seed = seed
+    self._checkpoint_in_background = checkpoint_in_background
+    # Commits the checkpoint whose replay memory is written in the
+    # background, once it is (see `_checkpoint_experiment`).
+    self._committer = None
+    self._committing = None
     self._status = StatusLine(enabled=fine_grained_print_to_console)
     self._checkpoint_dir = os.path.join(base_dir,
                                         experiment_resume.CHECKPOINT_DIRNAME)
@@ -275,7 +286,7 @@ class Runner(object):
       self._agent = create_agent_fn(sess, self._environment,
                                     summary_writer=self._base_dir)
     self._sess = getattr(self._agent, 'session', sess)
-    self._agent_takes_terminal = _accepts_terminal(self._agent.end_episode)
+    self._agent_takes_terminal = _accepts(self._agent.end_episode, 'terminal')
     self._summary_writer = getattr(self._agent, 'summary_writer', None)
     if self._summary_writer is None:
       with tf.Graph().as_default():
@@ -577,13 +588,26 @@ class Runner(object):
 
     The agent writes into the checkpointer's staging directory, then
     `Checkpointer.commit_checkpoint` switches everything in; iterations the
-    checkpointer does not save (checkpoint_frequency) are skipped.
+    checkpointer does not save (checkpoint_frequency) are skipped. An agent
+    that can (its `bundle_and_checkpoint` takes `background`, and it has
+    `wait_for_checkpoint`) writes its replay memory in the background: the
+    next iteration starts at once and a thread commits the checkpoint once
+    the memory is written. The checkpoint before stays the newest until
+    then; the next checkpoint, or the end of the run, waits for it first.
     """
+    self._finish_checkpoint()
     staging_dir = self._checkpointer.begin_checkpoint(iteration)
     if staging_dir is None:
       return
-    bundle = self._agent.bundle_and_checkpoint(staging_dir, iteration)
+    save = self._agent.bundle_and_checkpoint
+    background = (self._checkpoint_in_background and
+                  _accepts(save, 'background') and
+                  hasattr(self._agent, 'wait_for_checkpoint'))
+    bundle = (save(staging_dir, iteration, background=True) if background
+              else save(staging_dir, iteration))
     if not bundle:
+      if background:
+        self._agent.wait_for_checkpoint()
       self._checkpointer.abort_checkpoint()
       return
     # Dopamine's layout: the agent's bundle plus the runner's keys.
@@ -592,7 +616,37 @@ class Runner(object):
     data.update(experiment_resume.random_states())
     if self._use_legacy_logger:
       data['logs'] = self._logger.data
+    if not background:
+      self._checkpointer.commit_checkpoint(iteration, data)
+      return
+    if self._committer is None:
+      self._committer = concurrent.futures.ThreadPoolExecutor(
+          max_workers=1, thread_name_prefix='dopamine_per-checkpoint')
+    # A copy: the logs go on changing while the thread pickles them.
+    self._committing = self._committer.submit(
+        self._commit_when_written, iteration, copy.deepcopy(data))
+
+  def _commit_when_written(self, iteration: int, data: Dict[str, Any]
+                          ) -> None:
+    """Commits checkpoint `iteration` once the agent's files are written;
+    gives it up if writing them failed (and raises that error)."""
+    try:
+      self._agent.wait_for_checkpoint()
+    except BaseException:
+      self._checkpointer.abort_checkpoint()
+      raise
     self._checkpointer.commit_checkpoint(iteration, data)
+
+  def _finish_checkpoint(self) -> None:
+    """Waits for the checkpoint committed in the background, if any.
+
+    Raises:
+      What writing or committing it raised; the checkpoint before it is
+      then the newest.
+    """
+    committing, self._committing = self._committing, None
+    if committing is not None:
+      committing.result()
 
   def run_experiment(self):
     """Runs iterations from the resumed one to num_iterations."""
@@ -601,12 +655,15 @@ class Runner(object):
       logging.warning('num_iterations (%d) <= start_iteration (%d)',
                       self._num_iterations, self._start_iteration)
       return
-    for iteration in range(self._start_iteration, self._num_iterations):
-      self._iteration = iteration
-      self._iteration_start = time.time()
-      statistics = self._run_one_iteration(iteration)
-      self._log_experiment(iteration, statistics)
-      self._checkpoint_experiment(iteration)
+    try:
+      for iteration in range(self._start_iteration, self._num_iterations):
+        self._iteration = iteration
+        self._iteration_start = time.time()
+        statistics = self._run_one_iteration(iteration)
+        self._log_experiment(iteration, statistics)
+        self._checkpoint_experiment(iteration)
+    finally:
+      self._finish_checkpoint()
     if self._summary_writer is not None:
       self._summary_writer.flush()
 

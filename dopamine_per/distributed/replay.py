@@ -14,6 +14,7 @@ format and failure behaviour: docs/distributed.md.
 The module imports Ray and the TF-free memory, never TensorFlow.
 """
 
+import concurrent.futures
 import functools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -662,17 +663,24 @@ class ShardedPrioritizedReplayBuffer(object):
   # ---------------------------------------------------------- checkpoints
 
   @locking.synchronized('_lock')
-  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+  def save(self, checkpoint_dir: str, iteration_number: int,
+           background: bool = False) -> Optional[concurrent.futures.Future]:
     """Saves every shard as checkpoint `iteration_number`, all or nothing.
 
     Shard k's files go to ``checkpoint_dir/shard_{k}``, with a record of
     the shards beside them (`sharded_checkpoint.ShardedCheckpointer.save`).
     In a cluster, `checkpoint_dir` must be storage that this process and
     every shard's machine see; if it does not exist, a warning is logged
-    and nothing is written, as the single memory.
+    and nothing is written, as the single memory. Always in the
+    foreground: with `background`, returns a future that is done already.
     """
     self._settle()
     self._checkpointer.save(checkpoint_dir, iteration_number)
+    if not background:
+      return None
+    done = concurrent.futures.Future()
+    done.set_result(None)
+    return done
 
   @locking.synchronized('_lock')
   def load(self, checkpoint_dir: str, suffix: Any) -> None:

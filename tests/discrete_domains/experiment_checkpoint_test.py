@@ -178,12 +178,13 @@ def _resave_job(job: Dict[str, Any]) -> None:
     if when == 'start':
       limit_file_size()
     elif when == 'memory':
-      save_memory = memory_checkpoint.save
+      # Where the memory's save starts, in the background or not.
+      take_snapshot = memory_checkpoint.take_snapshot
 
       def limited(*args):
         limit_file_size()
-        save_memory(*args)
-      memory_checkpoint.save = limited
+        return take_snapshot(*args)
+      memory_checkpoint.take_snapshot = limited
     _Watcher(checkpoint_dir, job.get('events'),
              job.get('kill_after')).install()
     original(iteration)
@@ -464,9 +465,10 @@ class ResaveFailureTest(absltest.TestCase):
   def test_an_exception_at_each_point_leaves_the_old_checkpoint(self):
     failing = fault_injection.failing
     points = {
-        # The replay memory's save, after TF wrote its files.
-        'memory': (memory_checkpoint, 'save',
-                   failing(memory_checkpoint.save)),
+        # The replay memory's save (in the background), after TF wrote its
+        # files.
+        'memory': (memory_checkpoint, 'stage',
+                   failing(memory_checkpoint.stage)),
         # An agent file staged for the switch, after others were.
         'adopt': (transaction.Transaction, 'adopt', failing(
             transaction.Transaction.adopt,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 import types
 from unittest import mock
 
@@ -10,6 +11,8 @@ import gin
 
 from dopamine_per.discrete_domains import checkpointer
 from dopamine_per.discrete_domains import run_experiment
+from dopamine_per.replay_memory.checkpoint import checkpoints
+from dopamine_per.replay_memory.checkpoint import memory_checkpoint
 from tests.support import fixtures
 from tests.support import gin_util
 from tests.support import tiny_cartpole
@@ -119,6 +122,76 @@ class RunnerTest(absltest.TestCase):
     runner._run_one_episode = override
     runner.run_experiment()
     self.assertNotEmpty(calls)
+
+  def test_the_memory_is_written_while_the_next_iteration_runs(self):
+    runner = tiny_cartpole.runner(self.base_dir, 2)
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    stage = memory_checkpoint.stage
+    trained = threading.Event()
+    seen = []
+
+    def held_stage(*args):
+      # Checkpoint 0's memory files wait for iteration 1 to train (in the
+      # foreground, that would never come).
+      self.assertTrue(trained.wait(30), 'the memory was saved in the '
+                      'foreground')
+      return stage(*args)
+
+    run_one_iteration = runner._run_one_iteration
+
+    def watched_iteration(iteration):
+      statistics = run_one_iteration(iteration)
+      seen.append(checkpointer.get_complete_checkpoint_numbers(
+          checkpoint_dir))
+      if iteration == 1:
+        trained.set()
+      return statistics
+
+    with mock.patch.object(memory_checkpoint, 'stage', held_stage), \
+        mock.patch.object(runner, '_run_one_iteration', watched_iteration):
+      runner.run_experiment()
+    # Iteration 1 trained before checkpoint 0 was complete; the run ended
+    # with both complete.
+    self.assertEqual(seen, [[], []])
+    self.assertEqual(
+        checkpointer.get_complete_checkpoint_numbers(checkpoint_dir), [1, 0])
+    resumed = tiny_cartpole.runner(self.base_dir, 3)
+    self.assertEqual(resumed._start_iteration, 2)
+    self.assertEqual(resumed._agent.replay_memory.add_count,
+                     runner._agent.replay_memory.add_count)
+
+  def test_a_background_memory_save_that_fails_ends_the_run(self):
+    runner = tiny_cartpole.runner(self.base_dir, 3)
+    checkpoint_dir = os.path.join(self.base_dir, 'checkpoints')
+    stage = memory_checkpoint.stage
+    saves = []
+
+    def second_fails(*args):
+      saves.append(args[-1])
+      if len(saves) == 2:
+        raise OSError('disk gone')
+      return stage(*args)
+
+    with mock.patch.object(memory_checkpoint, 'stage', second_fails):
+      with self.assertRaisesRegex(OSError, 'disk gone'):
+        runner.run_experiment()
+    # Checkpoint 1 was given up, and the error raised before checkpoint 2
+    # began (iteration 2 ran while 1 was written): 0 is the newest.
+    self.assertEqual(saves, [0, 1])
+    self.assertEqual(
+        checkpointer.get_complete_checkpoint_numbers(checkpoint_dir), [0])
+    self.assertEqual([r['iteration'] for r in self._records()], [0, 1, 2])
+    self.assertEqual(tiny_cartpole.runner(self.base_dir, 3)._start_iteration,
+                     1)
+
+  def test_checkpoints_in_the_foreground_when_told(self):
+    runner = tiny_cartpole.runner(
+        self.base_dir, 1, ['Runner.checkpoint_in_background = False'])
+    with mock.patch.object(checkpoints, 'save_in_background') as background:
+      runner.run_experiment()
+    background.assert_not_called()
+    self.assertEqual(checkpointer.get_complete_checkpoint_numbers(
+        os.path.join(self.base_dir, 'checkpoints')), [0])
 
   def test_train_runner(self):
     runner = tiny_cartpole.runner(

@@ -177,6 +177,12 @@ setuptools.setup(
             'gymnasium>=1.0',
             'ale-py>=0.9',
         ],
+        'compress': [
+            # compress_observations=True (issue 33) stores frames as LZ4
+            # blocks (HC level 9; docs/compression.md): lz4's block format
+            # and its HC compressor, as a wheel with no system library.
+            'lz4>=4.0',
+        ],
         'distributed': [
             # dopamine_per.distributed shards the prioritized memory over Ray
             # actors (Ape-X, Horgan et al., 2018): Ray starts and places the

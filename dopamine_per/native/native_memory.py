@@ -83,6 +83,8 @@ def unsupported_reason(memory: Any) -> Optional[str]:
   for element in elements:
     if np.dtype(element.type).hasobject:
       return 'element {} of dtype object'.format(element.name)
+  if not isinstance(memory.storage.arrays['observation'], np.ndarray):
+    return 'compressed observations (the native sampler reads raw frames)'
   if not np.little_endian:
     return 'a big-endian machine'
   return None

@@ -92,7 +92,8 @@ class OutOfGraphReplayBuffer(object):
                checkpoint_duration: int = 4,
                keep_every: Optional[int] = None,
                rng: Any = None,
-               kernels: choice.KernelsLike = None):
+               kernels: choice.KernelsLike = None,
+               compress_observations: bool = False):
     """Creates an empty replay memory.
 
     Args:
@@ -120,6 +121,8 @@ class OutOfGraphReplayBuffer(object):
         ``numpy.random.Generator`` or seed for an own, checkpointed stream.
       kernels: the per-batch loops, as `choice.choose` takes them (None:
         the DOPAMINE_PER_KERNELS environment variable, else 'auto').
+      compress_observations: bool, store the frames compressed in blocks
+        (`frame_blocks`; the `compress` extra): ~15x less memory on Atari.
 
     Raises:
       ValueError: If an argument is malformed (an extra's name: see
@@ -172,8 +175,9 @@ class OutOfGraphReplayBuffer(object):
         self._gamma, np.dtype(terminal_dtype).name, self._checkpoint_duration,
         self._keep_every)
 
-    self._storage = storage.CircularStorage(self.get_storage_signature(),
-                                            self._replay_capacity)
+    self._storage = storage.CircularStorage(
+        self.get_storage_signature(), self._replay_capacity,
+        ['observation'] if compress_observations else ())
     # gamma^0 .. gamma^(N-1), in float32 as Dopamine's.
     self._cumulative_discount_vector = np.array(
         [math.pow(self._gamma, j) for j in range(self._update_horizon)],
@@ -274,8 +278,8 @@ class OutOfGraphReplayBuffer(object):
     """Dopamine's private dict of storage arrays, which its users read."""
     return self._storage.arrays
 
-  # Read-only views: the storage, its episode ends (Dopamine's attribute),
-  # the generator (None: NumPy's), the registry entry (or None), the config.
+  # Read-only: the storage, episode ends (Dopamine's), the generator (None:
+  # NumPy's), the registry entry (or None), the configuration.
   storage = property(operator.attrgetter('_storage'))
   native = property(operator.attrgetter('_native'))
   episode_end_indices = property(
@@ -301,10 +305,9 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def nbytes(self) -> int:
-    """The memory's resident bytes, as NumPy names an array's: its storage
-    as far as memory backs it (`CircularStorage.resident_nbytes`), the
-    buffers it keeps for sampled batches and (prioritized) the sum tree;
-    not its Python objects (the set of episode ends)."""
+    """Resident bytes (NumPy's name): the storage as far as memory backs it
+    (`CircularStorage.resident_nbytes`), the buffers kept for batches and
+    (prioritized) the sum tree; not the set of episode ends."""
     with self._lock:
       return self._storage.resident_nbytes + self._stack_buffers.held_bytes
 
@@ -332,10 +335,9 @@ class OutOfGraphReplayBuffer(object):
     """Adds a transition.
 
     The first add of an episode first writes `stack_size - 1` all-zero
-    padding transitions. The next observation of the transition is the
-    observation added next, so it is not passed. When the memory is full the
-    oldest transition is overwritten. Every argument is checked before
-    anything is written.
+    padding transitions; the next observation is the one added next; a
+    full memory overwrites its oldest transition. Every argument is checked
+    before anything is written.
 
     Args:
       observation: array of shape observation_shape.
@@ -345,10 +347,9 @@ class OutOfGraphReplayBuffer(object):
         (the agent does not bootstrap past it).
       *args: the extra storage elements, in order (and, for prioritized
         memories, the priority last unless given by keyword).
-      priority: the priority, for memories that take one (see the
-        prioritized memory); it follows the positional arguments, as in
-        Dopamine. A memory that takes none ignores None and rejects any
-        other value.
+      priority: the priority, for memories that take one (after the
+        positional arguments, as in Dopamine); a memory that takes none
+        ignores None and rejects any other value.
       episode_end: whether this is the episode's last transition without
         being terminal (e.g. a time limit). The memory will not build n-step
         returns or frame stacks across it.
@@ -378,9 +379,8 @@ class OutOfGraphReplayBuffer(object):
       self._write(values, ends_episode)
 
   def _check_add_args(self, values: List[Any]) -> List[Any]:
-    """The arguments of `add` (in `get_add_args_signature` order), checked
-    and where needed converted, ready to be written; ValueError: see `add`.
-    """
+    """`add`'s arguments checked and converted, ready to be written;
+    ValueError: see `add`."""
     if len(values) != len(self._add_specs):
       self._check_args_length(*values)
     return add_checks.check_values(self._add_specs, values)

@@ -68,6 +68,7 @@ class WrappedReplayBufferBase(object):
                reward_shape: Tuple[int, ...] = (),
                reward_dtype=np.float32,
                use_native_ops: bool = True,
+               compress_observations: bool = False,
                **memory_kwargs):
     """Creates the memory (unless given) and the sampling ops.
 
@@ -93,6 +94,8 @@ class WrappedReplayBufferBase(object):
         ops (the default; they fall back to `tf.numpy_function` ops, with
         one warning saying why, where they cannot serve this memory); False
         for the `tf.numpy_function` ops.
+      compress_observations: bool, the memory stores its frames compressed
+        (the memory's argument; ignored with `wrapped_memory`).
       **memory_kwargs: further keyword arguments for the memory's constructor
         (e.g. `checkpoint_duration`, `keep_every`, `rng`).
 
@@ -126,7 +129,7 @@ class WrappedReplayBufferBase(object):
           observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
           action_shape=action_shape, action_dtype=action_dtype,
           reward_shape=reward_shape, reward_dtype=reward_dtype,
-          **memory_kwargs)
+          compress_observations=compress_observations, **memory_kwargs)
     self.memory = wrapped_memory
     self._use_native_ops = use_native_ops
     # The memory's registration with the native ops, or None.

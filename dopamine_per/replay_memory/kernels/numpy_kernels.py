@@ -229,8 +229,13 @@ class NumpyKernels(object):
   def stacks_ending_at(self, frames: np.ndarray, ends: np.ndarray,
                        stack: int, out: np.ndarray) -> np.ndarray:
     """`gather_stacks` of the `stack` slots ending at each of `ends`,
-    wrapping around the end of `frames`."""
+    wrapping around the end of `frames` (an array, or compressed frames:
+    then the slots are read once, each block decoded once)."""
     windows = (ends[:, None] + np.arange(1 - stack, 1)) % len(frames)
+    if not isinstance(frames, np.ndarray):
+      slots, windows = np.unique(windows, return_inverse=True)
+      frames = frames[slots]
+      windows = windows.reshape(len(ends), stack)
     return self.gather_stacks(frames, windows, out)
 
   def transition_batch(self, frames: np.ndarray, stack: int,

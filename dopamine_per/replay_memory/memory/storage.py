@@ -19,6 +19,8 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per.replay_memory.memory import frame_blocks
+
 __all__ = ['ALIGNMENT', 'BufferPool', 'CircularStorage', 'DEFAULT_POOL_BYTES',
            'StorageSnapshot', 'allocate', 'populate', 'zeros']
 
@@ -39,19 +41,25 @@ class CircularStorage(object):
     episode_start: bool, whether the next transition starts an episode.
   """
 
-  def __init__(self, elements: Sequence[Any], capacity: int):
+  def __init__(self, elements: Sequence[Any], capacity: int,
+               compressed: Sequence[str] = ()):
     """Allocates zeroed arrays (lazily backed, see `zeros`).
 
     Args:
       elements: sequence of ReplayElement (name, per-slot shape, dtype), in
         the order `write` takes their values.
       capacity: int, the number of slots.
+      compressed: the names of the elements stored as
+        `frame_blocks.CompressedFrames` rather than arrays.
 
     Raises:
       ValueError: If two elements have the same name.
+      ImportError: If an element is compressed and lz4 is missing.
     """
     self.capacity = capacity
-    self.arrays, self._mappings = allocate(elements, capacity)
+    self._compressed = frozenset(compressed)
+    self.arrays, self._mappings = allocate(elements, capacity,
+                                           self._compressed)
     # The bytes per slot of the arrays backed as they fill (see
     # `resident_nbytes`); 0 once every array is backed whole.
     self._lazy_stride = sum(stride for _, stride in self._mappings)
@@ -156,10 +164,15 @@ class CircularStorage(object):
   def restore(self, state: Dict[str, Any]) -> None:
     """Installs a `state` whose arrays have this storage's names and shapes.
 
-    The caller has validated it (a checkpoint's reader does): this cannot
-    fail. The arrays are adopted, not copied.
+    The caller has validated it (a checkpoint's reader does). The arrays
+    are adopted, not copied; an array given for a compressed element is
+    compressed (`CompressedFrames.from_array`).
     """
     self.arrays = {name: state['arrays'][name] for name in self._order}
+    for name in self._compressed:
+      if isinstance(self.arrays[name], np.ndarray):
+        self.arrays[name] = frame_blocks.CompressedFrames.from_array(
+            self.arrays[name])
     self._columns = [self.arrays[name] for name in self._order]
     self._mappings = []  # Restored arrays are backed already.
     self._lazy_stride = 0
@@ -390,13 +403,15 @@ def zeros(shape: Tuple[int, ...], dtype: Any) -> Tuple[np.ndarray, Any]:
   return np.frombuffer(mapping, dtype=dtype).reshape(shape), mapping
 
 
-def allocate(elements: Sequence[Any], capacity: int
+def allocate(elements: Sequence[Any], capacity: int,
+             compressed: Sequence[str] = ()
             ) -> Tuple[Dict[str, np.ndarray], List[Mapping]]:
   """Allocates one zeroed array of `capacity` slots per element.
 
   Args:
     elements: sequence of ReplayElement (name, per-slot shape, dtype).
     capacity: int, the number of slots.
+    compressed: names of elements given `frame_blocks.CompressedFrames`.
 
   Returns:
     ({name: array}, [(mapping, bytes per slot)] of the mapped arrays, for
@@ -413,6 +428,10 @@ def allocate(elements: Sequence[Any], capacity: int
   store = {}
   mappings = []
   for element in elements:
+    if element.name in compressed:
+      store[element.name] = frame_blocks.CompressedFrames(
+          capacity, tuple(element.shape), element.type)
+      continue
     array, mapping = zeros((capacity,) + tuple(element.shape), element.type)
     store[element.name] = array
     if mapping is not None:

@@ -1,0 +1,202 @@
+# coding=utf-8
+"""Frames stored compressed, in blocks of consecutive slots (issue 33).
+
+`CompressedFrames` stands in for a memory's observation array when
+`compress_observations` is on: slot i's frame lives in block
+i // BLOCK_FRAMES, compressed with LZ4 HC (level 9) in LZ4's block format
+once the block's last slot is written. The block being written (the
+newest frames) is kept raw. Why this format (block length, codec, no
+delta, no dictionary, no cache): docs/compression.md.
+
+It reads like the array it replaces (`len`, `shape`, `dtype`, indexing by
+slot, slice or array of slots, `np.asarray`), so the NumPy kernels and the
+checkpoint writer take it as they take the array. `nbytes` is what it
+holds resident.
+"""
+
+import sys
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+__all__ = ['BLOCK_FRAMES', 'CODEC', 'LEVEL', 'CompressedFrames', 'codec']
+
+# Frames per block, and the codec's name and level (docs/compression.md).
+BLOCK_FRAMES = 4
+CODEC = 'lz4-block-hc'
+LEVEL = 9
+
+# What a stored block costs besides its bytes: the bytes object holding it.
+_PAYLOAD_OVERHEAD = sys.getsizeof(b'')
+
+
+def codec() -> Any:
+  """The `lz4.block` module, which compresses and decodes blocks.
+
+  Raises:
+    ImportError: If the `lz4` package (the `compress` extra) is missing.
+  """
+  try:
+    import lz4.block  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        'compress_observations=True needs the lz4 package: pip install '
+        '"dopamine_per[compress]"') from e
+  return lz4.block
+
+
+class CompressedFrames(object):
+  """A circular memory's frames, compressed in blocks of BLOCK_FRAMES slots.
+
+  Block k holds slots [k * BLOCK_FRAMES, min((k + 1) * BLOCK_FRAMES,
+  capacity)). A block is either stored (compressed bytes), open (being
+  written: its frames raw in `open_frames`) or empty (never written: its
+  frames read as zeros, as a fresh array's). Writing a slot of a stored
+  block opens it (its frames decoded, so the slots not yet rewritten keep
+  theirs); writing the last slot of the open block stores it.
+
+  Attributes:
+    shape: tuple, (capacity,) + the frame shape, as the array's.
+    dtype: np.dtype of the frames.
+    blocks: int, the number of blocks.
+    addresses: uint64 array [blocks], where each stored block's bytes are
+      (0 for an open or empty block): what native code reads, under the
+      memory's lock.
+    sizes: int64 array [blocks], each stored block's compressed bytes.
+    open_block: int64 array [1], the open block, or -1.
+    open_frames: array [BLOCK_FRAMES, *frame shape], the open block's
+      frames.
+  """
+
+  def __init__(self, capacity: int, frame_shape: Tuple[int, ...],
+               dtype: Any):
+    self._codec = codec()
+    self.shape = (int(capacity),) + tuple(frame_shape)
+    self.dtype = np.dtype(dtype)
+    self._frame_bytes = int(np.prod(frame_shape, dtype=np.int64) *
+                            self.dtype.itemsize)
+    self.blocks = -(-self.shape[0] // BLOCK_FRAMES)
+    self.addresses = np.zeros(self.blocks, dtype=np.uint64)
+    self.sizes = np.zeros(self.blocks, dtype=np.int64)
+    self._payloads: List[Optional[bytes]] = [None] * self.blocks
+    self._stored_bytes = 0
+    self.open_block = np.full(1, -1, dtype=np.int64)
+    self.open_frames = np.zeros((BLOCK_FRAMES,) + self.shape[1:], self.dtype)
+
+  # ---------------------------------------------------------- array-like
+
+  def __len__(self) -> int:
+    return self.shape[0]
+
+  @property
+  def ndim(self) -> int:
+    return len(self.shape)
+
+  @property
+  def nbytes(self) -> int:
+    """The bytes held resident: stored blocks, the open block, tables."""
+    return (self._stored_bytes + self.open_frames.nbytes +
+            self.addresses.nbytes + self.sizes.nbytes +
+            sys.getsizeof(self._payloads))
+
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    del copy  # Always a new array.
+    frames = self[0:len(self)]
+    return frames if dtype is None else frames.astype(dtype)
+
+  def __getitem__(self, key: Any) -> np.ndarray:
+    """Frames by slot (int), slice of slots, or integer array of slots (any
+    shape): a new array, each block read decoded once."""
+    if isinstance(key, slice):
+      key = np.arange(*key.indices(len(self)))
+    slots = np.asarray(key)
+    if slots.dtype.kind not in 'iu':
+      raise IndexError('CompressedFrames takes slots, got {!r}'.format(key))
+    flat = slots.reshape(-1).astype(np.int64)
+    flat = np.where(flat < 0, flat + len(self), flat)
+    if flat.size and (flat.min() < 0 or flat.max() >= len(self)):
+      raise IndexError('slot out of range [0, {}): {!r}'.format(
+          len(self), key))
+    out = np.empty((flat.size,) + self.shape[1:], self.dtype)
+    blocks, where = np.unique(flat // BLOCK_FRAMES, return_inverse=True)
+    where = where.reshape(-1)
+    for i, block in enumerate(blocks.tolist()):
+      rows = np.flatnonzero(where == i)
+      out[rows] = self.block(block)[flat[rows] - block * BLOCK_FRAMES]
+    return out.reshape(slots.shape + self.shape[1:])
+
+  def __setitem__(self, slot: Any, frame: Any) -> None:
+    """Writes one slot's frame (a single slot only)."""
+    slot = int(slot)
+    block = slot // BLOCK_FRAMES
+    if block != int(self.open_block[0]):
+      self._store_open()
+      self._open(block)
+    self.open_frames[slot - block * BLOCK_FRAMES] = frame
+    if slot + 1 == self._block_stop(block):
+      self._store_open()
+
+  # -------------------------------------------------------------- blocks
+
+  def block(self, block: int) -> np.ndarray:
+    """Block `block`'s frames [its slots, *frame shape], decoded (a view
+    of `open_frames` for the open block, zeros for an empty one)."""
+    count = self._block_stop(block) - block * BLOCK_FRAMES
+    if block == int(self.open_block[0]):
+      return self.open_frames[:count]
+    payload = self._payloads[block]
+    if payload is None:
+      return np.zeros((count,) + self.shape[1:], self.dtype)
+    raw = self._codec.decompress(payload,
+                                 uncompressed_size=count * self._frame_bytes)
+    return np.frombuffer(raw, self.dtype).reshape((count,) + self.shape[1:])
+
+  def payload(self, block: int) -> Optional[bytes]:
+    """Stored block `block`'s compressed bytes, or None (open or empty)."""
+    return self._payloads[block]
+
+  def _block_stop(self, block: int) -> int:
+    return min((block + 1) * BLOCK_FRAMES, len(self))
+
+  def _open(self, block: int) -> None:
+    self.open_frames[:] = 0
+    frames = self.block(block)
+    self.open_frames[:len(frames)] = frames
+    self._set_payload(block, None)
+    self.open_block[0] = block
+
+  def _store_open(self) -> None:
+    block = int(self.open_block[0])
+    if block < 0:
+      return
+    count = self._block_stop(block) - block * BLOCK_FRAMES
+    raw = np.ascontiguousarray(self.open_frames[:count])
+    self._set_payload(block, self._codec.compress(
+        raw, mode='high_compression', compression=LEVEL, store_size=False))
+    self.open_block[0] = -1
+
+  def _set_payload(self, block: int, payload: Optional[bytes]) -> None:
+    old = self._payloads[block]
+    if old is not None:
+      self._stored_bytes -= len(old) + _PAYLOAD_OVERHEAD
+    self._payloads[block] = payload
+    if payload is None:
+      self.addresses[block] = 0
+      self.sizes[block] = 0
+      return
+    self._stored_bytes += len(payload) + _PAYLOAD_OVERHEAD
+    self.addresses[block] = np.frombuffer(payload, np.uint8).ctypes.data
+    self.sizes[block] = len(payload)
+
+  @classmethod
+  def from_array(cls, frames: np.ndarray) -> 'CompressedFrames':
+    """Compresses an uncompressed memory's frames [capacity, *shape]."""
+    compressed = cls(len(frames), frames.shape[1:], frames.dtype)
+    for block in range(compressed.blocks):
+      start = block * BLOCK_FRAMES
+      stop = compressed._block_stop(block)
+      if np.any(frames[start:stop]):
+        compressed.open_block[0] = block
+        compressed.open_frames[:stop - start] = frames[start:stop]
+        compressed._store_open()
+    return compressed

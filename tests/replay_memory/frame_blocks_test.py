@@ -1,0 +1,239 @@
+"""Tests of compressed frames: `frame_blocks.CompressedFrames` against an
+array, and memories with `compress_observations=True` against the same
+memories uncompressed (batches, checkpoints, resident bytes)."""
+
+import ctypes
+import os
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import lz4.block
+import numpy as np
+
+from dopamine_per.replay_memory import circular_replay_buffer
+from dopamine_per.replay_memory import prioritized_replay_buffer
+from dopamine_per.replay_memory.memory import frame_blocks
+from tests.support import fixtures
+
+_SHAPE = (12, 10)
+
+
+def _frame(rng, step):
+  """A frame-like image: a plain background and a small moving box."""
+  frame = np.full(_SHAPE, 17, dtype=np.uint8)
+  row, column = step % 8, (3 * step) % 7
+  frame[row:row + 4, column:column + 3] = rng.integers(100, 110)
+  return frame
+
+
+class CompressedFramesTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    # 10 slots: blocks of 4, 4 and 2.
+    self.frames = frame_blocks.CompressedFrames(10, _SHAPE, np.uint8)
+    self.expected = np.zeros((10,) + _SHAPE, dtype=np.uint8)
+    self.rng = np.random.default_rng(0)
+
+  def _write(self, slot, step):
+    frame = _frame(self.rng, step)
+    self.frames[slot] = frame
+    self.expected[slot] = frame
+
+  def _check_reads(self):
+    np.testing.assert_array_equal(np.asarray(self.frames), self.expected)
+    slots = self.rng.integers(-10, 10, (3, 5))
+    np.testing.assert_array_equal(self.frames[slots], self.expected[slots])
+    np.testing.assert_array_equal(self.frames[3], self.expected[3])
+    np.testing.assert_array_equal(self.frames[2:9:3], self.expected[2:9:3])
+
+  def test_reads_equal_an_array_written_alike_over_three_laps(self):
+    self._check_reads()  # Nothing written: zeros.
+    for step in range(30):
+      self._write(step % 10, step)
+      self._check_reads()
+    self.assertEqual(self.frames.shape, (10,) + _SHAPE)
+    self.assertLen(self.frames, 10)
+
+  def test_a_block_is_stored_when_its_last_slot_is_written(self):
+    for slot in range(6):
+      self._write(slot, slot)
+    # Block 0 stored, block 1 open (slots 4 and 5 written), block 2 empty.
+    self.assertEqual(int(self.frames.open_block[0]), 1)
+    self.assertIsNotNone(self.frames.payload(0))
+    self.assertIsNone(self.frames.payload(1))
+    self.assertIsNone(self.frames.payload(2))
+    np.testing.assert_array_equal(self.frames.open_frames[:2],
+                                  self.expected[4:6])
+    # Stored blocks are LZ4 blocks of the raw frames, found at `addresses`
+    # (what native code reads).
+    payload = self.frames.payload(0)
+    raw = lz4.block.decompress(payload, uncompressed_size=4 * 120)
+    self.assertEqual(raw, self.expected[:4].tobytes())
+    self.assertEqual(int(self.frames.sizes[0]), len(payload))
+    self.assertEqual(ctypes.string_at(int(self.frames.addresses[0]),
+                                      len(payload)), payload)
+    self.assertEqual(int(self.frames.addresses[1]), 0)
+    # The short last block is stored at its last slot, 9.
+    for slot in range(6, 10):
+      self._write(slot, slot)
+    self.assertEqual(int(self.frames.open_block[0]), -1)
+    self.assertLen(lz4.block.decompress(self.frames.payload(2),
+                                        uncompressed_size=2 * 120), 240)
+
+  def test_rewriting_a_slot_keeps_its_blocks_other_frames(self):
+    for slot in range(10):
+      self._write(slot, slot)
+    self._write(5, 99)  # Opens block 1 again, mid-block.
+    self.assertEqual(int(self.frames.open_block[0]), 1)
+    self._check_reads()
+    self._write(0, 100)  # Stores block 1 (slots 4, 6, 7 as they were).
+    self._check_reads()
+
+  def test_nbytes_is_what_it_holds(self):
+    empty = self.frames.nbytes
+    for slot in range(8):
+      self._write(slot, slot)
+    stored = [self.frames.payload(b) for b in (0, 1)]
+    self.assertEqual(
+        self.frames.nbytes - empty,
+        sum(len(p) + sys.getsizeof(b'') for p in stored))
+    self.assertLess(self.frames.nbytes, self.expected.nbytes + empty)
+
+  def test_from_array(self):
+    for slot in range(7):
+      self._write(slot, slot)
+    copy = frame_blocks.CompressedFrames.from_array(self.expected)
+    np.testing.assert_array_equal(np.asarray(copy), self.expected)
+    self.assertIsNone(copy.payload(2))  # All zeros: left empty.
+
+  def test_refuses_what_is_not_a_slot(self):
+    with self.assertRaisesRegex(IndexError, 'slots'):
+      self.frames[np.array([0.5])]  # pylint: disable=pointless-statement
+    with self.assertRaisesRegex(IndexError, r'out of range \[0, 10\): 10'):
+      self.frames[10]  # pylint: disable=pointless-statement
+
+  def test_without_lz4_the_error_says_what_to_install(self):
+    with mock.patch.dict(sys.modules, {'lz4': None, 'lz4.block': None}):
+      with self.assertRaisesRegex(ImportError, r'dopamine_per\[compress\]'):
+        frame_blocks.CompressedFrames(10, _SHAPE, np.uint8)
+
+
+def _memories(prioritized, **kwargs):
+  """The same memory, uncompressed and compressed."""
+  cls = (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
+         if prioritized else circular_replay_buffer.OutOfGraphReplayBuffer)
+  args = dict(observation_shape=_SHAPE, stack_size=4, replay_capacity=101,
+              batch_size=16, update_horizon=3, rng=0)
+  args.update(kwargs)
+  return cls(**args), cls(compress_observations=True, **args)
+
+
+def _add(memories, count, seed=0):
+  """`count` equal adds to each memory: episodes of 1 to 40 steps, some
+  ending in a terminal, others cut (episode_end)."""
+  rng = np.random.default_rng(seed)
+  prioritized = isinstance(
+      memories[0], prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer)
+  length = 0
+  for step in range(count):
+    length += 1
+    ends = rng.random() < 1 / 20
+    values = [_frame(rng, step), step % 3, float(rng.random()),
+              ends and step % 2 == 0]
+    if prioritized:
+      values.append(float(rng.random()) + 0.1)
+    for memory in memories:
+      memory.add(*values, episode_end=ends)
+
+
+class CompressedMemoryTest(parameterized.TestCase):
+
+  @parameterized.parameters(False, True)
+  def test_batches_equal_the_uncompressed_memorys(self, prioritized):
+    plain, compressed = _memories(prioritized)
+    for adds in (60, 150, 290):  # Before, at and past wrapping around.
+      _add((plain, compressed), adds - int(plain.add_count), seed=adds)
+      indices = plain.sample_index_batch(16)
+      np.testing.assert_array_equal(compressed.sample_index_batch(16),
+                                    indices)
+      for got, want in zip(
+          compressed.sample_transition_batch(16, indices=indices),
+          plain.sample_transition_batch(16, indices=indices)):
+        np.testing.assert_array_equal(got, want)
+      # Drawn alike by equal generators.
+      for got, want in zip(compressed.sample_transition_batch(),
+                           plain.sample_transition_batch()):
+        np.testing.assert_array_equal(got, want)
+      np.testing.assert_array_equal(
+          compressed.get_observation_stack(indices),
+          plain.get_observation_stack(indices))
+
+  def test_checkpoints_are_dopamines_files_byte_for_byte(self):
+    plain, compressed = _memories(True)
+    _add((plain, compressed), 250)
+    plain_dir, compressed_dir = fixtures.temp_dir(self), fixtures.temp_dir(self)
+    plain.save(plain_dir, 3)
+    compressed.save(compressed_dir, 3)
+    self.assertEqual(_contents(compressed_dir), _contents(plain_dir))
+    # Each loads the other's files, and the two stay equal.
+    _, reloaded = _memories(True, rng=9)
+    reloaded.load(plain_dir, 3)
+    self.assertIsInstance(reloaded.storage.arrays['observation'],
+                          frame_blocks.CompressedFrames)
+    np.testing.assert_array_equal(
+        np.asarray(reloaded.storage.arrays['observation']),
+        plain.storage.arrays['observation'])
+    _add((plain, reloaded), 30, seed=1)
+    indices = plain.sample_index_batch(16)
+    for got, want in zip(reloaded.sample_transition_batch(16, indices),
+                         plain.sample_transition_batch(16, indices)):
+      np.testing.assert_array_equal(got, want)
+
+  def test_a_background_save_holds_the_frames_as_they_were(self):
+    plain, compressed = _memories(False)
+    _add((plain, compressed), 250)
+    expected = fixtures.temp_dir(self)
+    plain.save(expected, 1)
+    directory = fixtures.temp_dir(self)
+    # The memory's lock held: the adds overwrite frames before the save
+    # reads them.
+    with compressed._lock:  # pylint: disable=protected-access
+      saving = compressed.save(directory, 1, background=True)
+      _add((compressed,), 90, seed=2)
+    saving.result(timeout=60)
+    self.assertEqual(_contents(directory), _contents(expected))
+
+  def test_resident_bytes_shrink(self):
+    plain, compressed = _memories(True, replay_capacity=4000)
+    _add((plain, compressed), 4000)
+    self.assertLess(compressed.nbytes, plain.nbytes / 3)
+
+  def test_graph_mode_samples_it_through_the_fallback(self):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    graph = tf.Graph()
+    with graph.as_default():
+      wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=_SHAPE, stack_size=4, replay_capacity=101,
+          batch_size=8, update_horizon=3, compress_observations=True)
+      self.assertIsInstance(wrapped.memory.storage.arrays['observation'],
+                            frame_blocks.CompressedFrames)
+      _add((wrapped.memory,), 120)
+      with tf.compat.v1.Session(graph=graph) as session:
+        state, indices = session.run([wrapped.states, wrapped.indices])
+    np.testing.assert_array_equal(
+        state, wrapped.memory.get_observation_stack(indices))
+
+
+def _contents(directory):
+  contents = {}
+  for name in sorted(os.listdir(directory)):
+    with open(os.path.join(directory, name), 'rb') as f:
+      contents[name] = f.read()
+  return contents
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -34,14 +34,6 @@ def _advance(memory, seed, count=200):
   memory.set_priority(rng.integers(0, 300, 64), rng.random(64) + 0.5)
 
 
-def _files(directory):
-  """{name: bytes} of every file in `directory`."""
-  contents = {}
-  for name in sorted(os.listdir(directory)):
-    with open(os.path.join(directory, name), 'rb') as f:
-      contents[name] = f.read()
-  return contents
-
 
 class BackgroundSaveTest(absltest.TestCase):
 
@@ -63,7 +55,8 @@ class BackgroundSaveTest(absltest.TestCase):
       self.memory.sample_transition_batch()
       self.assertFalse(future.done())
     self.assertIsNone(future.result(timeout=fixtures.DEADLINE_S))
-    self.assertEqual(_files(directory), _files(self.expected))
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(self.expected))
     after = replay_cases.snapshot(self.memory)
     restored = _memory()
     restored.load(directory, 7)
@@ -105,7 +98,8 @@ class BackgroundSaveTest(absltest.TestCase):
       future = self.memory.save(directory, 7, background=True)
       with self.assertRaisesRegex(OSError, 'No space left'):
         future.result(timeout=fixtures.DEADLINE_S)
-    self.assertEqual(_files(directory), _files(self.expected))
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(self.expected))
     # The memory keeps no rows for the failed save, and saves again.
     _advance(self.memory, 2)
     self.memory.save(directory, 8, background=True).result(
@@ -141,7 +135,8 @@ class BackgroundSaveTest(absltest.TestCase):
         _advance(self.memory, seed, 50)
         self.memory.sample_transition_batch()
       future.result(timeout=fixtures.DEADLINE_S)
-    self.assertEqual(_files(directory), _files(self.expected))
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(self.expected))
 
 
 class WrappedSaveTest(absltest.TestCase):

@@ -177,7 +177,8 @@ class CompressedMemoryTest(parameterized.TestCase):
     plain_dir, compressed_dir = fixtures.temp_dir(self), fixtures.temp_dir(self)
     plain.save(plain_dir, 3)
     compressed.save(compressed_dir, 3)
-    self.assertEqual(_contents(compressed_dir), _contents(plain_dir))
+    self.assertEqual(fixtures.file_contents(compressed_dir),
+                     fixtures.file_contents(plain_dir))
     # Each loads the other's files, and the two stay equal.
     _, reloaded = _memories(True, rng=9)
     reloaded.load(plain_dir, 3)
@@ -204,7 +205,8 @@ class CompressedMemoryTest(parameterized.TestCase):
       saving = compressed.save(directory, 1, background=True)
       _add((compressed,), 90, seed=2)
     saving.result(timeout=60)
-    self.assertEqual(_contents(directory), _contents(expected))
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(expected))
 
   def test_resident_bytes_shrink(self):
     plain, compressed = _memories(True, replay_capacity=4000)
@@ -226,13 +228,6 @@ class CompressedMemoryTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         state, wrapped.memory.get_observation_stack(indices))
 
-
-def _contents(directory):
-  contents = {}
-  for name in sorted(os.listdir(directory)):
-    with open(os.path.join(directory, name), 'rb') as f:
-      contents[name] = f.read()
-  return contents
 
 
 if __name__ == '__main__':

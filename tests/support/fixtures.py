@@ -14,7 +14,8 @@ import time
 from typing import Callable, Dict, Sequence
 
 __all__ = ['REPO_ROOT', 'DEADLINE_S', 'repo_path', 'temp_dir',
-           'subprocess_env', 'run_python', 'wait_until', 'resident_bytes']
+           'file_contents', 'subprocess_env', 'run_python', 'wait_until',
+           'resident_bytes']
 
 # The checkout (under Bazel, the runfiles tree that mirrors it).
 REPO_ROOT = os.path.dirname(
@@ -45,6 +46,15 @@ def temp_dir(test_case) -> str:
   path = tempfile.mkdtemp()
   test_case.addCleanup(shutil.rmtree, path, ignore_errors=True)
   return path
+
+
+def file_contents(directory: str) -> Dict[str, bytes]:
+  """{name: bytes} of every file directly in `directory`."""
+  contents = {}
+  for name in sorted(os.listdir(directory)):
+    with open(os.path.join(directory, name), 'rb') as f:
+      contents[name] = f.read()
+  return contents
 
 
 def subprocess_env(**variables: str) -> Dict[str, str]:

@@ -27,7 +27,44 @@ struct BatchSource {
   const float* rewards;    // [capacity]
   const float* discounts;  // [horizon]
   int64_t horizon;
+  // Compressed frames (`frames` null): their blocks and open block.
+  FrameStore blocks;
 };
+
+// Where `s`'s frames are, raw or compressed.
+inline FrameStore StoreOf(const BatchSource& s) {
+  FrameStore store = s.blocks;
+  if (s.frames != nullptr) store = FrameStore{s.frames};
+  store.capacity = s.capacity;
+  store.frame_bytes = s.pixels * s.item;
+  return store;
+}
+
+// Fills the states and next states of `count` slots walked into
+// `next_slots` (either output null to skip it), decoding the compressed
+// blocks they read first. False if a block does not decode (the outputs
+// then hold anything).
+inline bool FillStates(const BatchSource& s, const int64_t* slots,
+                       const int64_t* next_slots, int64_t count,
+                       uint8_t* states, uint8_t* next_states) {
+  const FrameStore store = StoreOf(s);
+  FrameReader frames(store);
+  if (store.raw == nullptr) {
+    std::vector<int64_t> read;
+    for (const int64_t* ends : {states ? slots : nullptr,
+                                next_states ? next_slots : nullptr}) {
+      for (int64_t b = 0; ends != nullptr && b < count; ++b) {
+        for (int64_t k = 0; k < s.stack; ++k) read.push_back(ends[b] - k);
+      }
+    }
+    if (!frames.Decode(read.data(), static_cast<int64_t>(read.size()))) {
+      return false;
+    }
+  }
+  TransitionStates(frames, s.pixels, s.item, s.stack, slots, next_slots,
+                   count, states, next_states);
+  return true;
+}
 
 // What an output of a batch holds.
 enum class Fill {
@@ -102,8 +139,8 @@ inline void FillRows(const BatchOutput& o, const int64_t* at, int64_t count) {
 
 // Fills the outputs of `parts` for the `count` `slots` walked into `w`.
 // The frame stacks come last, each state with its next state, in one pass
-// (TransitionStates).
-inline void FillBatch(const BatchSource& s, const int64_t* slots,
+// (FillStates). False if a compressed block does not decode.
+inline bool FillBatch(const BatchSource& s, const int64_t* slots,
                       int64_t count, const Walked& w,
                       const BatchOutput* outputs, int64_t n, unsigned parts) {
   uint8_t* states = nullptr;
@@ -140,9 +177,9 @@ inline void FillBatch(const BatchSource& s, const int64_t* slots,
     }
   }
   if ((parts & kStatePart) && (states != nullptr || next_states != nullptr)) {
-    TransitionStates(s.frames, s.capacity, s.pixels, s.item, s.stack, slots,
-                     w.next.data(), count, states, next_states);
+    return FillStates(s, slots, w.next.data(), count, states, next_states);
   }
+  return true;
 }
 
 // ------------------------------------------------ elements of a memory
@@ -230,7 +267,7 @@ inline BatchSource SourceOf(const Memory& m) {
   return BatchSource{m.observation,      m.capacity, m.pixels,
                      m.observation_item, m.stack,    m.terminal.data,
                      m.terminal.row_bytes, m.reward, m.discounts.data(),
-                     m.horizon};
+                     m.horizon,          m.blocks};
 }
 
 }  // namespace dopamine_per

@@ -16,7 +16,7 @@ _I = ctypes.c_int64
 _D = ctypes.c_double
 
 # replay_core.h's kLayoutVersion: the layout's version, checked at bind.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 # name: (result type, argument types)
 _SIGNATURES = {
@@ -47,7 +47,9 @@ class PerLayout(ctypes.Structure):
       ('extra_data', _P), ('extra_bytes', _P), ('discounts', _P),
       ('flat', _P), ('offsets', _P), ('levels', _I), ('fanout', _I),
       ('tree_scalars', _P), ('smallest', _D), ('largest', _D),
-      ('seed', ctypes.c_uint64),
+      ('seed', ctypes.c_uint64), ('block_frames', _I),
+      ('block_addresses', _P), ('block_sizes', _P), ('open_block', _P),
+      ('open_frames', _P),
   ]
 
 

@@ -4,6 +4,7 @@
 #ifndef DOPAMINE_PER_NATIVE_FRAMES_H_
 #define DOPAMINE_PER_NATIVE_FRAMES_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "lz4_block.h"
 #include "transitions.h"
 
 namespace dopamine_per {
@@ -134,13 +136,86 @@ inline void FillStack(const uint8_t* const* sources,
   }
 }
 
+// Where a memory's frames are: a raw array [capacity] of `frame_bytes`
+// each, or (raw null) frame_blocks.CompressedFrames' blocks of
+// `block_frames` slots: block k's LZ4 bytes at addresses[k] (sizes[k]
+// long; 0 if not stored), the open block's frames raw in `open_frames`.
+struct FrameStore {
+  const uint8_t* raw = nullptr;
+  int64_t capacity = 0, frame_bytes = 0, block_frames = 0;
+  const uint64_t* addresses = nullptr;
+  const int64_t* sizes = nullptr;
+  const int64_t* open_block = nullptr;
+  const uint8_t* open_frames = nullptr;
+};
+
+// The frames of one batch: `Decode` the blocks holding its slots, then
+// `At` gives any of those slots' frames (for raw frames, any slot's).
+class FrameReader {
+ public:
+  explicit FrameReader(const FrameStore& store) : store_(store) {}
+
+  // Decodes the stored blocks holding the `count` slots at `slots` (any
+  // integers, taken modulo the capacity). False if a block does not
+  // decode to its frames (then nothing may be read).
+  bool Decode(const int64_t* slots, int64_t count) {
+    if (store_.raw != nullptr) return true;
+    const int64_t per = store_.block_frames;
+    blocks_.clear();
+    for (int64_t i = 0; i < count; ++i) {
+      blocks_.push_back(Mod(slots[i], store_.capacity) / per);
+    }
+    std::sort(blocks_.begin(), blocks_.end());
+    blocks_.erase(std::unique(blocks_.begin(), blocks_.end()),
+                  blocks_.end());
+    const int64_t block_bytes = per * store_.frame_bytes;
+    decoded_.assign(blocks_.size() * block_bytes + block_bytes, 0);
+    open_ = *store_.open_block;
+    for (size_t j = 0; j < blocks_.size(); ++j) {
+      const int64_t k = blocks_[j];
+      if (k == open_ || store_.addresses[k] == 0) continue;  // Not decoded.
+      const int64_t frames = std::min(per, store_.capacity - k * per);
+      if (!Lz4Decompress(reinterpret_cast<const uint8_t*>(
+                             static_cast<uintptr_t>(store_.addresses[k])),
+                         store_.sizes[k], decoded_.data() + j * block_bytes,
+                         frames * store_.frame_bytes)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Slot `slot`'s frame (modulo the capacity): decoded, raw, or zeros for
+  // a block never stored.
+  const uint8_t* At(int64_t slot) const {
+    slot = Mod(slot, store_.capacity);
+    if (store_.raw != nullptr) return store_.raw + slot * store_.frame_bytes;
+    const int64_t per = store_.block_frames, k = slot / per;
+    const int64_t offset = (slot - k * per) * store_.frame_bytes;
+    if (k == open_) return store_.open_frames + offset;
+    if (store_.addresses[k] == 0) {  // The zeros after the decoded blocks.
+      return decoded_.data() + blocks_.size() * per * store_.frame_bytes;
+    }
+    const size_t j = std::lower_bound(blocks_.begin(), blocks_.end(), k) -
+                     blocks_.begin();
+    return decoded_.data() + j * per * store_.frame_bytes + offset;
+  }
+
+ private:
+  const FrameStore& store_;
+  int64_t open_ = -1;
+  std::vector<int64_t> blocks_;   // the blocks decoded, sorted
+  std::vector<uint8_t> decoded_;  // their frames, then one block of zeros
+};
+
 // Fills states[b] and next_states[b] ([pixels * stack] items of `item`
 // bytes each, frames last) with the `stack` frames ending at ends[b] and
-// at next_ends[b], b < count, wrapping around capacity: each state with
-// its next state, which shares its frames while they are cached. A null
-// output is skipped, its ends not read.
-inline void TransitionStates(const uint8_t* frames, int64_t capacity,
-                             int64_t pixels, int64_t item, int64_t stack,
+// at next_ends[b], b < count, wrapping around the capacity, read through
+// `frames` (decoded for them): each state with its next state, which
+// shares its frames while they are cached. A null output is skipped, its
+// ends not read.
+inline void TransitionStates(const FrameReader& frames, int64_t pixels,
+                             int64_t item, int64_t stack,
                              const int64_t* ends, const int64_t* next_ends,
                              int64_t count, uint8_t* states,
                              uint8_t* next_states) {
@@ -161,7 +236,7 @@ inline void TransitionStates(const uint8_t* frames, int64_t capacity,
   auto frames_of = [&](int64_t i, const uint8_t** sources) {
     const int64_t end = ends_of[i % given][i / given];
     for (int64_t k = 0; k < stack; ++k) {
-      sources[k] = frames + Mod(end - stack + 1 + k, capacity) * frame_bytes;
+      sources[k] = frames.At(end - stack + 1 + k);
     }
   };
   auto target_of = [&](int64_t i) {
@@ -177,6 +252,20 @@ inline void TransitionStates(const uint8_t* frames, int64_t capacity,
               stack, target_of(i), last ? nullptr : target_of(i + 1));
     current.swap(upcoming);
   }
+}
+
+// TransitionStates of raw frames [capacity, pixels] of `item` bytes.
+inline void TransitionStates(const uint8_t* frames, int64_t capacity,
+                             int64_t pixels, int64_t item, int64_t stack,
+                             const int64_t* ends, const int64_t* next_ends,
+                             int64_t count, uint8_t* states,
+                             uint8_t* next_states) {
+  FrameStore store;
+  store.raw = frames;
+  store.capacity = capacity;
+  store.frame_bytes = pixels * item;
+  TransitionStates(FrameReader(store), pixels, item, stack, ends, next_ends,
+                   count, states, next_states);
 }
 
 }  // namespace dopamine_per

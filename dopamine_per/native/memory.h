@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "frames.h"
 #include "sum_tree.h"
 
 namespace dopamine_per {
@@ -21,7 +22,7 @@ struct Column {
 };
 
 // The version of PerLayout; native_memory.py's PerLayout says the same.
-constexpr int64_t kLayoutVersion = 2;
+constexpr int64_t kLayoutVersion = 3;
 
 // The layout a Python memory registers through ctypes (core.py): pointers
 // into its NumPy arrays and its configuration.
@@ -55,6 +56,13 @@ struct PerLayout {
   double smallest;              // the smallest positive priority
   double largest;               // the largest priority
   uint64_t seed;
+  // Compressed frames (observation null; frames.h's FrameStore), or
+  // block_frames 0.
+  int64_t block_frames;
+  const uint64_t* block_addresses;  // [blocks]
+  const int64_t* block_sizes;       // [blocks]
+  const int64_t* open_block;        // [1]
+  const uint8_t* open_frames;       // [block_frames, pixels] items
 };
 
 // A registered memory. Its locks are the Python memory's: `mutex` guards
@@ -79,6 +87,7 @@ struct Memory {
   double* tree_scalars = nullptr;
   double smallest = 0.0, largest = 0.0;
   std::mt19937_64 rng;
+  FrameStore blocks;  // Compressed frames (observation null).
 
   // Installs `l` (the caller holds both locks).
   void Bind(const PerLayout& l) {
@@ -89,6 +98,14 @@ struct Memory {
     add_count = l.add_count;
     episode_end = l.episode_end;
     observation = l.observation;
+    blocks = FrameStore{};
+    if (l.block_frames > 0) {
+      blocks.block_frames = l.block_frames;
+      blocks.addresses = l.block_addresses;
+      blocks.sizes = l.block_sizes;
+      blocks.open_block = l.open_block;
+      blocks.open_frames = l.open_frames;
+    }
     pixels = l.pixels;
     observation_item = l.observation_item;
     action = Column{l.action, l.action_bytes};

@@ -83,8 +83,6 @@ def unsupported_reason(memory: Any) -> Optional[str]:
   for element in elements:
     if np.dtype(element.type).hasobject:
       return 'element {} of dtype object'.format(element.name)
-  if not isinstance(memory.storage.arrays['observation'], np.ndarray):
-    return 'compressed observations (the native sampler reads raw frames)'
   if not np.little_endian:
     return 'a big-endian machine'
   return None
@@ -179,7 +177,12 @@ class NativeMemory(object):
   def _bind(self, memory: Any) -> None:
     self.storage_names = [e.name for e in memory.get_storage_signature()]
     arrays = memory.storage.arrays
-    columns = [np.ascontiguousarray(arrays[name])
+    # Compressed frames (frame_blocks.CompressedFrames), or None.
+    blocks = arrays['observation']
+    if isinstance(blocks, np.ndarray):
+      blocks = None
+    columns = [blocks if name == 'observation' and blocks is not None else
+               np.ascontiguousarray(arrays[name])
                for name in self.storage_names]
     if any(column is not arrays[name]
            for column, name in zip(columns, self.storage_names)):
@@ -199,9 +202,9 @@ class NativeMemory(object):
         max_sample_attempts=memory.max_sample_attempts,
         add_count=_address(memory.storage.counters),
         episode_end=_address(memory.storage.episode_end),
-        observation=_address(observation),
+        observation=None if blocks is not None else _address(observation),
         pixels=int(np.prod(observation.shape[1:], dtype=np.int64)),
-        observation_item=observation.itemsize,
+        observation_item=observation.dtype.itemsize,
         action=_address(action), action_bytes=action[0].nbytes,
         reward=_address(reward), terminal=_address(terminal),
         terminal_item=terminal.itemsize, extras=len(extras),
@@ -210,6 +213,13 @@ class NativeMemory(object):
         discounts=_address(discounts), seed=_seed(memory))
     kept = [memory.storage.counters, memory.storage.episode_end, discounts,
             *columns]
+    if blocks is not None:
+      layout.block_frames = blocks.block_frames
+      tables = (blocks.addresses, blocks.sizes, blocks.open_block,
+                blocks.open_frames)
+      (layout.block_addresses, layout.block_sizes, layout.open_block,
+       layout.open_frames) = [_address(table) for table in tables]
+      kept += tables
     tree = getattr(memory, 'sum_tree', None)
     if tree is not None:
       tree_layout = tree.native_layout()

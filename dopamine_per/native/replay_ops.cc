@@ -46,6 +46,11 @@ absl::Status FailedPrecondition(const Pieces&... pieces) {
   return absl::FailedPreconditionError(absl::StrCat(pieces...));
 }
 
+template <typename... Pieces>
+absl::Status DataLoss(const Pieces&... pieces) {
+  return absl::DataLossError(absl::StrCat(pieces...));
+}
+
 }  // namespace errors
 
 absl::Status OutputShapesFromAttr(InferenceContext* c) {
@@ -401,8 +406,12 @@ class TransitionsOp : public MemoryOp {
     ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
     const BatchSource source = SourceOf(m);
     const Walked walked = Walk(source, indices.data(), count);
-    FillBatch(source, indices.data(), count, walked, outputs.data(),
-              static_cast<int64_t>(outputs.size()), kWholeBatch);
+    OP_REQUIRES(context,
+                FillBatch(source, indices.data(), count, walked,
+                          outputs.data(),
+                          static_cast<int64_t>(outputs.size()), kWholeBatch),
+                errors::DataLoss("a compressed frame block of the replay "
+                                 "memory does not decode"));
   }
 
   std::vector<std::string> elements_;

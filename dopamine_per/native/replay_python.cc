@@ -780,12 +780,20 @@ PyObject* FillBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
               kRowPart);
   }
   if (!ReleaseLock(tree_lock)) return nullptr;
+  bool decoded = true;
   {
     const int64_t state_bytes = count * m->pixels * m->observation_item *
                                 m->stack;
-    WithoutGil unlocked(large || state_bytes >= kCopyBytesWithoutGil);
-    FillBatch(source, slots.data(), count, walked, outputs.data(), n,
-              kStatePart);
+    WithoutGil unlocked(large || state_bytes >= kCopyBytesWithoutGil ||
+                        m->observation == nullptr);
+    decoded = FillBatch(source, slots.data(), count, walked, outputs.data(),
+                        n, kStatePart);
+  }
+  if (!decoded) {
+    PyErr_SetString(PyExc_ValueError,
+                    "fill_batch: a compressed frame block does not decode "
+                    "(the memory's frames are corrupt)");
+    return nullptr;
   }
   return Done();
 }

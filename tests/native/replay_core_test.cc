@@ -812,7 +812,7 @@ void TestFillBatch() {
   const std::vector<double> priorities{0.5, 1.5, 2.5, 3.5, 1e-45, 5, 6, 7};
   const BatchSource source{frames.data(), capacity, pixels, 1, stack,
                            terminal.data(), 1, rewards.data(),
-                           discounts.data(), horizon};
+                           discounts.data(), horizon, {}};
   const std::vector<int64_t> slots{1, 3, 6};
   std::vector<uint8_t> states(count * pixels * stack),
       next_states(count * pixels * stack);

@@ -208,12 +208,43 @@ class CompressedMemoryTest(parameterized.TestCase):
     self.assertEqual(fixtures.file_contents(directory),
                      fixtures.file_contents(expected))
 
+  def test_a_snapshot_shares_the_blocks_instead_of_keeping_rows(self):
+    _, compressed = _memories(False)
+    _add((compressed,), 250)
+    before = np.asarray(compressed.storage.arrays['observation'])
+    snapshot = compressed.storage.snapshot()
+    _add((compressed,), 90, seed=3)  # Overwrites 90 of 101 slots.
+    self.assertEmpty(snapshot._kept['observation'])  # pylint: disable=protected-access
+    self.assertGreater(snapshot.kept_rows, 0)  # Rows of the other arrays.
+    np.testing.assert_array_equal(
+        np.concatenate(list(snapshot.chunks('observation', 1000))), before)
+    snapshot.release()
+
   def test_resident_bytes_shrink(self):
     plain, compressed = _memories(True, replay_capacity=4000)
     _add((plain, compressed), 4000)
     self.assertLess(compressed.nbytes, plain.nbytes / 3)
 
-  def test_graph_mode_samples_it_through_the_fallback(self):
+  def test_the_native_sampler_reads_it(self):
+    plain, compressed = _memories(True)
+    _add((plain, compressed), 290)
+    compressed.sample_transition_batch()
+    self.assertIsNotNone(compressed._sampler)  # pylint: disable=protected-access
+    # A block read after the memory wrapped around, and the open block.
+    open_block = int(compressed.storage.arrays['observation'].open_block[0])
+    self.assertGreaterEqual(open_block, 0)
+    valid = [i for i in range(101) if plain.is_valid_transition(i)]
+    # Transitions whose states (or next states) read the open block.
+    reading_open = [i for i in valid
+                    if abs(i - (4 * open_block + 1.5)) <= 5]
+    self.assertNotEmpty(reading_open)
+    indices = np.array(reading_open + valid[:3] + valid[-3:], np.int32)
+    for got, want in zip(
+        compressed.sample_transition_batch(len(indices), indices),
+        plain.sample_transition_batch(len(indices), indices)):
+      np.testing.assert_array_equal(got, want)
+
+  def test_graph_mode_samples_it_through_the_native_op(self):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     graph = tf.Graph()
     with graph.as_default():
@@ -222,13 +253,33 @@ class CompressedMemoryTest(parameterized.TestCase):
           batch_size=8, update_horizon=3, compress_observations=True)
       self.assertIsInstance(wrapped.memory.storage.arrays['observation'],
                             frame_blocks.CompressedFrames)
+      op_types = {op.type for op in graph.get_operations()}
+      self.assertIn('DopaminePerSampleTransitions', op_types)
+      self.assertNotIn('PyFunc', op_types)
       _add((wrapped.memory,), 120)
       with tf.compat.v1.Session(graph=graph) as session:
         state, indices = session.run([wrapped.states, wrapped.indices])
-    np.testing.assert_array_equal(
-        state, wrapped.memory.get_observation_stack(indices))
+        np.testing.assert_array_equal(
+            state, wrapped.memory.get_observation_stack(indices))
+        # A block that does not decode fails the op, not the process.
+        frames = wrapped.memory.storage.arrays['observation']
+        for block in range(frames.blocks):
+          if frames.payload(block) is not None:
+            frames._set_payload(block, b'\x00' * 5)  # pylint: disable=protected-access
+        with self.assertRaisesRegex(tf.errors.DataLossError, 'not decode'):
+          session.run(wrapped.states)
 
-
+  def test_a_corrupt_block_is_refused_out_of_the_graph(self):
+    _, compressed = _memories(False)
+    _add((compressed,), 150)
+    frames = compressed.storage.arrays['observation']
+    compressed.sample_transition_batch()
+    for block in range(frames.blocks):
+      payload = frames.payload(block)
+      if payload is not None:  # One byte short: the last literal is lost.
+        frames._set_payload(block, payload[:-1])  # pylint: disable=protected-access
+    with self.assertRaisesRegex(ValueError, 'does not decode'):
+      compressed.sample_transition_batch()
 
 if __name__ == '__main__':
   absltest.main()

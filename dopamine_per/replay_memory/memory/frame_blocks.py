@@ -14,6 +14,7 @@ checkpoint writer take it as they take the array. `nbytes` is what it
 holds resident.
 """
 
+import copy
 import sys
 from typing import Any, List, Optional, Tuple
 
@@ -56,6 +57,7 @@ class CompressedFrames(object):
   theirs); writing the last slot of the open block stores it.
 
   Attributes:
+    block_frames: int, BLOCK_FRAMES.
     shape: tuple, (capacity,) + the frame shape, as the array's.
     dtype: np.dtype of the frames.
     blocks: int, the number of blocks.
@@ -67,6 +69,8 @@ class CompressedFrames(object):
     open_frames: array [BLOCK_FRAMES, *frame shape], the open block's
       frames.
   """
+
+  block_frames = BLOCK_FRAMES
 
   def __init__(self, capacity: int, frame_shape: Tuple[int, ...],
                dtype: Any):
@@ -135,6 +139,17 @@ class CompressedFrames(object):
     self.open_frames[slot - block * BLOCK_FRAMES] = frame
     if slot + 1 == self._block_stop(block):
       self._store_open()
+
+  def copy(self) -> 'CompressedFrames':
+    """A copy of the frames as they are now. It shares the stored blocks
+    (bytes, never changed), so it costs a list and four small arrays: a
+    checkpoint's snapshot (`storage.StorageSnapshot`) takes it in place of
+    keeping every row overwritten while it writes."""
+    other = copy.copy(self)
+    other._payloads = list(self._payloads)  # pylint: disable=protected-access
+    for name in ('addresses', 'sizes', 'open_block', 'open_frames'):
+      setattr(other, name, getattr(self, name).copy())
+    return other
 
   # -------------------------------------------------------------- blocks
 

@@ -197,6 +197,12 @@ class StorageSnapshot(object):
   def __init__(self, arrays: Dict[str, np.ndarray], lock: Any,
                detach: Callable[['StorageSnapshot'], None]):
     self._arrays = dict(arrays)
+    # Compressed frames are copied whole (`CompressedFrames.copy`, which
+    # shares their blocks): nothing of theirs to keep or lock.
+    self._copied = {name for name, array in arrays.items()
+                    if isinstance(array, frame_blocks.CompressedFrames)}
+    for name in self._copied:
+      self._arrays[name] = self._arrays[name].copy()
     self._lock = contextlib.nullcontext() if lock is None else lock
     self._detach = detach
     # Per array: the first slot not read out yet, and the rows kept for
@@ -216,7 +222,8 @@ class StorageSnapshot(object):
     storage calls it before it overwrites the slot, under its lock)."""
     for name, array in self._arrays.items():
       kept = self._kept[name]
-      if slot >= self._progress[name] and slot not in kept:
+      if (slot >= self._progress[name] and slot not in kept and
+          name not in self._copied):
         kept[slot] = array[slot].copy()
         heapq.heappush(self._heaps[name], slot)
 
@@ -232,7 +239,8 @@ class StorageSnapshot(object):
     step = max(1, chunk_bytes // max(1, array[:1].nbytes))
     for start in range(0, len(array), step):
       stop = min(start + step, len(array))
-      with self._lock:
+      with (contextlib.nullcontext() if name in self._copied else
+            self._lock):
         chunk = array[start:stop].copy()
         while heap and heap[0] < stop:
           slot = heapq.heappop(heap)

@@ -72,25 +72,43 @@ inline bool ReadLength(const uint8_t** ip, const uint8_t* end,
   return true;
 }
 
+// Copies `length` bytes from `from` to `to` in chunks of `width` bytes,
+// writing up to `width` - 1 bytes more. Each chunk must read bytes written
+// before it: `to` - `from` >= `width` where they overlap.
+template <int width>
+inline void WideCopy(uint8_t* to, const uint8_t* from, uint64_t length) {
+  for (uint64_t i = 0; i < length; i += width) {
+    std::memcpy(to + i, from + i, width);
+  }
+}
+
 // Copies a match of `length` bytes from `offset` back (1 <= offset <= the
 // bytes written before `op`), as if byte by byte: with an overlap the copy
 // repeats the last `offset` bytes. `slack` bytes after the match may be
-// overwritten (they are written later): the common case copies 16 or 8
-// bytes at a time.
+// overwritten (they are written later): then it copies 16 or 8 bytes at a
+// time.
 inline void CopyMatch(uint8_t* op, uint64_t offset, uint64_t length,
                       int64_t slack) {
   const uint8_t* match = op - offset;
-  if (offset >= 16 && slack >= 16) {
-    // Each 16-byte chunk reads bytes written before it.
-    for (uint64_t i = 0; i < length; i += 16) {
-      std::memcpy(op + i, match + i, 16);
-    }
-  } else if (offset >= 8 && slack >= 8) {
-    for (uint64_t i = 0; i < length; i += 8) {
-      std::memcpy(op + i, match + i, 8);
-    }
-  } else if (offset == 1) {
+  if (slack >= 32 && offset >= 32) {
+    WideCopy<32>(op, match, length);
+  } else if (slack >= 16 && offset >= 16) {
+    WideCopy<16>(op, match, length);
+  } else if (slack >= 16 && offset >= 8) {
+    WideCopy<8>(op, match, length);
+  } else if (offset == 1 && (length >= 32 || slack < 16)) {
     std::memset(op, *match, length);
+  } else if (slack >= 16) {
+    // A short period: the first 8 bytes one by one, then from the largest
+    // multiple of `offset` up to 8 back (the output from `match` on repeats
+    // every `offset` bytes), 8 or 4 bytes at a time.
+    for (int i = 0; i < 8; ++i) op[i] = match[i];
+    const uint64_t period = offset * (8 / offset);
+    if (length > 8 && period == 8) {
+      WideCopy<8>(op + 8, op, length - 8);
+    } else if (length > 8) {
+      WideCopy<4>(op + 8, op + 8 - period, length - 8);
+    }
   } else {
     // Exact: the output from `match` on repeats every `offset` bytes, so
     // it can be copied from `match` in chunks of all that is written since,
@@ -374,27 +392,33 @@ inline bool Lz4Decompress(const uint8_t* src, int64_t src_size, uint8_t* dst,
   for (;;) {
     const unsigned token = *ip++;  // ip < iend here.
     uint64_t literals = token >> 4;
-    if (literals == kNibbleMax &&
-        !lz4_internal::ReadLength(&ip, iend, limit, &literals)) {
-      return false;
-    }
-    const uint64_t input_left = iend - ip;
-    const uint64_t output_left = oend - op;
-    if (literals >= input_left) {
-      // The last sequence: its literals end the input and the output.
-      if (literals != input_left || literals != output_left) return false;
-      if (literals > 0) std::memcpy(op, ip, literals);
-      return true;
-    }
-    // A match follows: it starts 12 bytes or more before the end.
-    if (output_left < kLz4LastMatchStart ||
-        literals > output_left - kLz4LastMatchStart) {
-      return false;
-    }
-    if (literals < kNibbleMax && input_left >= 16 && output_left >= 16) {
-      std::memcpy(op, ip, 16);  // The common case: one wide copy.
+    if (literals < kNibbleMax && iend - ip >= 32 && oend - op >= 64) {
+      // The common case, far from both ends: not the last sequence, its
+      // match starting well before the end; one wide copy.
+      std::memcpy(op, ip, 16);
     } else {
-      std::memcpy(op, ip, literals);
+      if (literals == kNibbleMax &&
+          !lz4_internal::ReadLength(&ip, iend, limit, &literals)) {
+        return false;
+      }
+      const uint64_t input_left = iend - ip;
+      const uint64_t output_left = oend - op;
+      if (literals >= input_left) {
+        // The last sequence: its literals end the input and the output.
+        if (literals != input_left || literals != output_left) return false;
+        if (literals > 0) std::memcpy(op, ip, literals);
+        return true;
+      }
+      // A match follows: it starts 12 bytes or more before the end.
+      if (output_left < kLz4LastMatchStart ||
+          literals > output_left - kLz4LastMatchStart) {
+        return false;
+      }
+      if (input_left - literals >= 16 && output_left - literals >= 16) {
+        lz4_internal::WideCopy<16>(op, ip, literals);
+      } else {
+        std::memcpy(op, ip, literals);
+      }
     }
     ip += literals;
     op += literals;
@@ -403,18 +427,26 @@ inline bool Lz4Decompress(const uint8_t* src, int64_t src_size, uint8_t* dst,
     ip += 2;
     if (offset == 0 || offset > static_cast<uint64_t>(op - dst)) return false;
     uint64_t length = token & kNibbleMax;
-    if (length == kNibbleMax &&
-        !lz4_internal::ReadLength(&ip, iend, limit, &length)) {
-      return false;
+    const int64_t room = oend - op;  // 12 or more (see above).
+    if (length < kNibbleMax && offset >= 16 && room >= 32) {
+      // The common case: at most 18 bytes, each 16 written before read.
+      std::memcpy(op, op - offset, 16);
+      std::memcpy(op + 16, op + 16 - offset, 16);
+      op += length + kLz4MinMatch;
+    } else {
+      if (length == kNibbleMax &&
+          !lz4_internal::ReadLength(&ip, iend, limit, &length)) {
+        return false;
+      }
+      length += kLz4MinMatch;
+      // The match ends 5 bytes or more before the end.
+      if (length > static_cast<uint64_t>(room - kLz4LastLiterals)) {
+        return false;
+      }
+      lz4_internal::CopyMatch(op, offset, length,
+                              room - static_cast<int64_t>(length));
+      op += length;
     }
-    length += kLz4MinMatch;
-    // The match ends 5 bytes or more before the end (the output left is 12
-    // or more here).
-    const int64_t room = oend - op;
-    if (length > static_cast<uint64_t>(room - kLz4LastLiterals)) return false;
-    lz4_internal::CopyMatch(op, offset, length,
-                            room - static_cast<int64_t>(length));
-    op += length;
     if (ip >= iend) return false;  // No last sequence.
   }
 }

@@ -106,10 +106,11 @@ class CorruptBlockTest(parameterized.TestCase):
       ('empty', b'', 0),
       ('truncated literals', b'\x30ab', 3),
       ('trailing garbage', b'\x10a\x00', 1),
-      ('offset 0', b'\x40abcd\x00\x00\x50vwxyz', 17),
-      ('offset before the start', b'\x40abcd\x05\x00\x50vwxyz', 17),
-      ('match into the last 5 bytes', b'\x40abcd\x01\x00\x30xyz', 11),
-      ('no last sequence', b'\x40abcd\x01\x00', 12),
+      ('offset 0', b'\x44abcd\x00\x00\x50vwxyz', 17),
+      ('offset before the start', b'\x44abcd\x05\x00\x50vwxyz', 17),
+      ('match into the last 5 bytes', b'\x48abcd\x01\x00\x30xyz', 19),
+      ('match in the last 12 bytes', b'\x40abcd\x04\x00\x50vwxyz', 13),
+      ('no last sequence', b'\x40abcd\x01\x00', 8),
       ('literal length past the end', b'\xf0' + b'\xff' * 50, 100),
       ('match length past the end', b'\x1fa\x01\x00\xff\xff', 600),
       ('longer than size', b'\x20ab', 1),
@@ -120,6 +121,11 @@ class CorruptBlockTest(parameterized.TestCase):
     # it copies whatever is there) and a shorter output (which it returns).
     with self.assertRaisesRegex(ValueError, 'corrupt LZ4 block'):
       extension.lz4_decompress(block, size)
+
+  def test_decodes_a_crafted_block(self):
+    # 'abcd', 8 bytes from 4 back, 'vwxyz': the refusals' valid original.
+    self.assertEqual(extension.lz4_decompress(b'\x44abcd\x04\x00\x50vwxyz',
+                                              17), b'abcdabcdabcdvwxyz')
 
   def test_overlapping_matches_repeat(self):
     # 'ab', then 10 bytes from 2 back, as if copied byte by byte.

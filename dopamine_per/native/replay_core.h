@@ -1,5 +1,6 @@
-// The replay memory's per-batch loops in C++, and the memory they act on,
-// one header per concern, which every native library includes. Every loop
+// The replay memory's per-batch loops in C++, the memory they act on and
+// the codec of its compressed frames (lz4_block.h), one header per concern,
+// which every native library includes. Every loop
 // gives the same bits as replay_memory/kernels/numpy_kernels.py, the
 // reference.
 
@@ -8,6 +9,7 @@
 
 #include "batch.h"
 #include "frames.h"
+#include "lz4_block.h"
 #include "memory.h"
 #include "sampler.h"
 #include "sum_tree.h"

@@ -1,8 +1,8 @@
 // The CPython extension module: the sum tree's loops for
-// replay_memory/kernels/native_kernels.py, and a registered memory's
-// `Lock` and batches. Every buffer's type, length, layout and alignment is
-// checked, and a tree's offsets against its flat array, before a loop
-// reads or writes it.
+// replay_memory/kernels/native_kernels.py, a registered memory's `Lock`
+// and batches, and the LZ4 block codec (lz4_block.h). Every buffer's type,
+// length, layout and alignment is checked, and a tree's offsets against its
+// flat array, before a loop reads or writes it.
 //
 // The tree's functions return NotImplemented for arguments they do not
 // cover (another dtype, a strided array, a tree laid out otherwise, an
@@ -34,6 +34,11 @@ constexpr int64_t kTreeBatchWithoutGil = 256;
 constexpr int64_t kSlotBatchWithoutGil = 1024;
 // Frame copies from this many bytes on run without the GIL.
 constexpr int64_t kCopyBytesWithoutGil = 64 * 1024;
+// LZ4 blocks from this many bytes (either side) are coded without the GIL:
+// below, taking it back costs more than the work.
+constexpr int64_t kCodecBytesWithoutGil = 4 * 1024;
+// The most bytes lz4_compress and lz4_decompress take or make (1 GiB).
+constexpr int64_t kMaxCodecBytes = int64_t{1} << 30;
 // The most levels a tree may have (a fanout of 2 over 2**62 leaves).
 constexpr int64_t kMaxLevels = 64;
 // The largest fanout of the C sums (their scratch arrays).
@@ -105,6 +110,18 @@ class Array {
            (ndim < 0 ? view_.ndim >= 1 : view_.ndim == ndim) &&
            (alignment == 0 ||
             reinterpret_cast<uintptr_t>(view_.buf) % alignment == 0);
+  }
+
+  // Takes any C-contiguous buffer of `object`, as bytes (read-only). False,
+  // with no exception set, if it has none.
+  bool TakeBytes(PyObject* object) {
+    if (PyObject_GetBuffer(object, &view_, PyBUF_C_CONTIGUOUS) != 0) {
+      view_.obj = nullptr;
+      PyErr_Clear();
+      return false;
+    }
+    kind_ = kUnsigned;
+    return true;
   }
 
   // Whether the items are of `kind` and `itemsize` bytes.
@@ -942,6 +959,119 @@ PyObject* SampleBatchPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return FillBatchPy(nullptr, fill, 5);
 }
 
+// ------------------------------------------------------------------- LZ4
+
+// The bytes of argument `name` of `function`, a bytes-like object of up to
+// kMaxCodecBytes; false with TypeError or ValueError set otherwise.
+bool TakeCodecInput(PyObject* object, const char* function, const char* name,
+                    Array* bytes) {
+  if (!bytes->TakeBytes(object)) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: %s must be a bytes-like object (C-contiguous), not %s",
+                 function, name, Py_TYPE(object)->tp_name);
+    return false;
+  }
+  if (bytes->bytes() > kMaxCodecBytes) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: %s must be at most %lld bytes, not %lld", function,
+                 name, static_cast<long long>(kMaxCodecBytes),
+                 static_cast<long long>(bytes->bytes()));
+    return false;
+  }
+  return true;
+}
+
+// Integer argument `name` of `function` in [low, high]; false with
+// TypeError (not an integer) or ValueError (out of range) set otherwise.
+bool TakeBoundedInt(PyObject* object, const char* function, const char* name,
+                    int64_t low, int64_t high, int64_t* out) {
+  if (!PyIndex_Check(object)) {
+    PyErr_Format(PyExc_TypeError, "%s: %s must be an int, not %s", function,
+                 name, Py_TYPE(object)->tp_name);
+    return false;
+  }
+  int64_t value;
+  if (!Int(object, &value) || value < low || value > high) {
+    PyErr_Format(PyExc_ValueError, "%s: %s must be in [%lld, %lld], not %S",
+                 function, name, static_cast<long long>(low),
+                 static_cast<long long>(high), object);
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+// lz4_compress(src, level=9): the bytes-like `src` as one LZ4 block
+// (lz4_block.h's Lz4Compress; level 0 to kLz4MaxLevel), without its size.
+PyObject* Lz4CompressPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_Format(PyExc_TypeError,
+                 "lz4_compress() takes 1 or 2 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  Array src;
+  int64_t level = 9;
+  if (!TakeCodecInput(args[0], "lz4_compress", "src", &src) ||
+      (nargs == 2 && !TakeBoundedInt(args[1], "lz4_compress", "level", 0,
+                                     kLz4MaxLevel, &level))) {
+    return nullptr;
+  }
+  const int64_t capacity = Lz4CompressBound(src.bytes());
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, capacity);
+  if (out == nullptr) return nullptr;
+  int64_t size;
+  {
+    WithoutGil unlocked(src.bytes() >= kCodecBytesWithoutGil);
+    size = Lz4Compress(src.data<uint8_t>(), src.bytes(),
+                       reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)),
+                       capacity, static_cast<int>(level));
+  }
+  if (size < 0) {  // The bound always fits: a bug.
+    Py_DECREF(out);
+    PyErr_SetString(PyExc_SystemError,
+                    "lz4_compress: the block outgrew its bound");
+    return nullptr;
+  }
+  if (_PyBytes_Resize(&out, size) != 0) return nullptr;
+  return out;
+}
+
+// lz4_decompress(src, size): the `size` bytes that the LZ4 block `src`
+// (bytes-like, without its size) decodes to; ValueError if it does not
+// decode to exactly that many (lz4_block.h's Lz4Decompress).
+PyObject* Lz4DecompressPy(PyObject*, PyObject* const* args,
+                          Py_ssize_t nargs) {
+  if (!CheckArguments("lz4_decompress", nargs, 2)) return nullptr;
+  Array src;
+  int64_t size;
+  if (!TakeCodecInput(args[0], "lz4_decompress", "src", &src) ||
+      !TakeBoundedInt(args[1], "lz4_decompress", "size", 0, kMaxCodecBytes,
+                      &size)) {
+    return nullptr;
+  }
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, size);
+  if (out == nullptr) return nullptr;
+  bool decoded;
+  {
+    WithoutGil unlocked(size >= kCodecBytesWithoutGil ||
+                        src.bytes() >= kCodecBytesWithoutGil);
+    decoded = Lz4Decompress(
+        src.data<uint8_t>(), src.bytes(),
+        reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out)), size);
+  }
+  if (!decoded) {
+    Py_DECREF(out);
+    PyErr_Format(PyExc_ValueError,
+                 "lz4_decompress: corrupt LZ4 block: its %lld bytes do not "
+                 "decode to exactly size=%lld bytes (truncated, extended, "
+                 "an offset outside the output, or another size)",
+                 static_cast<long long>(src.bytes()),
+                 static_cast<long long>(size));
+    return nullptr;
+  }
+  return out;
+}
+
 #define DOPAMINE_PER_METHOD(name, function, doc)                         \
   {                                                                      \
     name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
@@ -981,6 +1111,11 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("sample_batch", SampleBatchPy,
                         "sample_batch(lock, tree_lock, bit_generator, masked, "
                         "indices, codes, outputs) -> bool"),
+    DOPAMINE_PER_METHOD("lz4_compress", Lz4CompressPy,
+                        "lz4_compress(src, level=9) -> bytes: one LZ4 block"),
+    DOPAMINE_PER_METHOD("lz4_decompress", Lz4DecompressPy,
+                        "lz4_decompress(src, size) -> bytes: the size bytes "
+                        "of an LZ4 block"),
     {nullptr, nullptr, 0, nullptr},
 };
 

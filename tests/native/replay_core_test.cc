@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -860,6 +861,227 @@ void TestFillBatch() {
         ReferenceStacks(frames, capacity, pixels, 1, stack, walked.next));
 }
 
+
+// ------------------------------------------------------------------- LZ4
+
+using Bytes = std::vector<uint8_t>;
+
+// Lz4Decompress of `block` into `size` bytes, with both in buffers of
+// exactly their size (AddressSanitizer sees any access beyond) and the
+// output followed by guard bytes, which must stay as they are.
+NOINLINE bool Lz4Decodes(const Bytes& block, int64_t size, Bytes* out) {
+  constexpr int64_t kGuard = 64;
+  const std::unique_ptr<uint8_t[]> src(new uint8_t[block.size()]);
+  std::copy(block.begin(), block.end(), src.get());
+  std::vector<uint8_t> dst(size + kGuard, 0xA5);
+  const bool ok = dopamine_per::Lz4Decompress(
+      src.get(), static_cast<int64_t>(block.size()), dst.data(), size);
+  CHECK(std::all_of(dst.begin() + size, dst.end(),
+                    [](uint8_t byte) { return byte == 0xA5; }));
+  if (out != nullptr) out->assign(dst.begin(), dst.begin() + size);
+  return ok;
+}
+
+NOINLINE Bytes Lz4Compressed(const Bytes& data, int level) {
+  Bytes block(dopamine_per::Lz4CompressBound(data.size()));
+  const int64_t size = dopamine_per::Lz4Compress(
+      data.data(), data.size(), block.data(), block.size(), level);
+  CHECK(size > 0);
+  block.resize(std::max<int64_t>(size, 0));
+  return block;
+}
+
+// Inputs of every kind: random, zeros, a short period, frame-like (a
+// plain screen with moving rectangles, 4 frames of 84x84).
+std::vector<Bytes> Lz4Inputs() {
+  std::mt19937_64 rng(5);
+  std::vector<Bytes> inputs;
+  for (const int64_t size : {0, 1, 5, 12, 13, 14, 100, 28224, 300000}) {
+    Bytes random(size), zeros(size, 0), period(size), frames(size, 60);
+    for (int64_t i = 0; i < size; ++i) {
+      random[i] = static_cast<uint8_t>(rng());
+      period[i] = static_cast<uint8_t>(i % 7 == 3 ? rng() % 4 : i % 7);
+      const int64_t frame = i / 7056, y = i % 7056 / 84, x = i % 84;
+      if ((y + 2 * frame) % 40 < 6 && (x + 3 * frame) % 50 < 9) {
+        frames[i] = static_cast<uint8_t>(150 + (x + y) % 3);
+      }
+    }
+    inputs.insert(inputs.end(), {random, zeros, period, frames});
+  }
+  return inputs;
+}
+
+// Every level's blocks decode to their input, fit the bound (exactly: one
+// byte less is refused) and shrink what repeats.
+void TestLz4RoundTrips() {
+  for (const Bytes& data : Lz4Inputs()) {
+    for (const int level : {0, 1, 2, 3, 9, 12, 40}) {
+      const Bytes block = Lz4Compressed(data, level);
+      Bytes out;
+      CHECK(Lz4Decodes(block, data.size(), &out));
+      CHECK(out == data);
+      CHECK(static_cast<int64_t>(block.size()) <=
+            dopamine_per::Lz4CompressBound(data.size()));
+      Bytes exact(block.size()), short_by_one(block.size() - 1);
+      CHECK_EQ(dopamine_per::Lz4Compress(data.data(), data.size(),
+                                         exact.data(), exact.size(), level),
+               static_cast<int64_t>(block.size()));
+      CHECK(exact == block);
+      CHECK_EQ(dopamine_per::Lz4Compress(data.data(), data.size(),
+                                         short_by_one.data(),
+                                         short_by_one.size(), level),
+               -1);
+      if (data.size() >= 1000 && data[0] == 0 && data[1] == 0) {
+        CHECK(block.size() < data.size() / 100);  // Zeros.
+      }
+    }
+  }
+  CHECK_EQ(dopamine_per::Lz4CompressBound(-1), -1);
+  CHECK_EQ(dopamine_per::Lz4CompressBound(dopamine_per::kLz4MaxInputSize + 1),
+           -1);
+  CHECK(Lz4Compressed({}, 9) == Bytes{0});  // One token, no literals.
+}
+
+// A byte-by-byte decoder of valid blocks: the reference for the copies.
+Bytes Lz4Reference(const Bytes& block) {
+  Bytes out;
+  size_t i = 0;
+  auto length = [&](size_t nibble) {
+    if (nibble == 15) {
+      uint8_t byte;
+      do {
+        byte = block[i++];
+        nibble += byte;
+      } while (byte == 255);
+    }
+    return nibble;
+  };
+  for (;;) {
+    const uint8_t token = block[i++];
+    const size_t literals = length(token >> 4);
+    out.insert(out.end(), block.begin() + i, block.begin() + i + literals);
+    i += literals;
+    if (i == block.size()) return out;
+    const size_t offset = block[i] | block[i + 1] << 8;
+    i += 2;
+    const size_t match = length(token & 15) + 4;
+    for (size_t k = 0; k < match; ++k) out.push_back(out[out.size() - offset]);
+  }
+}
+
+// Writes a length's nibble into `token` (at `shift`) and its extension.
+void Lz4PutLength(size_t value, int shift, Bytes* block, size_t token) {
+  (*block)[token] |= static_cast<uint8_t>(std::min<size_t>(value, 15)
+                                          << shift);
+  if (value < 15) return;
+  for (value -= 15; value >= 255; value -= 255) block->push_back(255);
+  block->push_back(static_cast<uint8_t>(value));
+}
+
+// Random valid blocks of every offset from 1 to 40 and lengths 4 to 300,
+// near the end of the output too: each decodes as byte-by-byte copies do
+// (an overlapping match repeats its last `offset` bytes).
+void TestLz4OverlappingMatches() {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 400; ++round) {
+    Bytes block, written;
+    const int sequences = 1 + static_cast<int>(rng() % 6);
+    for (int s = 0; s <= sequences; ++s) {
+      const size_t token = block.size();
+      block.push_back(0);
+      // The first writes 1 or more; the last 12 or more (the end rules:
+      // the last match starts 12 bytes or more before the end).
+      const size_t literals = (s == 0 ? 1 : s == sequences ? 12 : 0) +
+                              rng() % 20;
+      Lz4PutLength(literals, 4, &block, token);
+      for (size_t k = 0; k < literals; ++k) {
+        block.push_back(static_cast<uint8_t>('a' + rng() % 5));
+        written.push_back(block.back());
+      }
+      if (s == sequences) break;
+      const size_t offset = 1 + rng() % std::min<size_t>(40, written.size());
+      const size_t match = 4 + rng() % (rng() % 2 ? 15 : 300);
+      block.push_back(static_cast<uint8_t>(offset));
+      block.push_back(static_cast<uint8_t>(offset >> 8));
+      Lz4PutLength(match - 4, 0, &block, token);
+      for (size_t k = 0; k < match; ++k) {
+        written.push_back(written[written.size() - offset]);
+      }
+    }
+    Bytes out;
+    CHECK(Lz4Decodes(block, written.size(), &out));
+    CHECK(out == written);
+    CHECK(Lz4Reference(block) == written);
+  }
+  Bytes out;
+  // "ab", then 10 bytes from 2 back; "vwxyz".
+  CHECK(Lz4Decodes({0x26, 'a', 'b', 2, 0, 0x50, 'v', 'w', 'x', 'y', 'z'},
+                   17, &out));
+  CHECK(std::string(out.begin(), out.end()) == "ababababababvwxyz");
+}
+
+// Crafted blocks are refused, without reading or writing out of bounds
+// (Lz4Decodes's buffers) and without looping forever.
+void TestLz4Refusals() {
+  // "abcd", 8 bytes from 4 back, "vwxyz".
+  const Bytes valid{0x44, 'a', 'b', 'c', 'd', 4, 0, 0x50, 'v', 'w', 'x', 'y',
+                    'z'};
+  Bytes out;
+  CHECK(Lz4Decodes(valid, 17, &out));
+  CHECK(std::string(out.begin(), out.end()) == "abcdabcdabcdvwxyz");
+  CHECK(Lz4Decodes({0}, 0, nullptr));  // The empty block.
+  for (size_t cut = 0; cut < valid.size(); ++cut) {  // Truncated.
+    CHECK(!Lz4Decodes(Bytes(valid.begin(), valid.begin() + cut), 17,
+                      nullptr));
+  }
+  Bytes extended = valid;  // Trailing garbage.
+  extended.push_back(0);
+  CHECK(!Lz4Decodes(extended, 17, nullptr));
+  CHECK(!Lz4Decodes(valid, 16, nullptr));  // Longer than asked.
+  CHECK(!Lz4Decodes(valid, 18, nullptr));  // Shorter than asked.
+  CHECK(!Lz4Decodes(valid, 0, nullptr));
+  CHECK(!Lz4Decodes({}, 0, nullptr));
+  Bytes offset_zero = valid;
+  offset_zero[5] = 0;
+  CHECK(!Lz4Decodes(offset_zero, 17, nullptr));
+  Bytes before_start = valid;  // 5 back from 4 bytes written.
+  before_start[5] = 5;
+  CHECK(!Lz4Decodes(before_start, 17, nullptr));
+  before_start[5] = 0;
+  before_start[6] = 1;  // 256 back.
+  CHECK(!Lz4Decodes(before_start, 17, nullptr));
+  // The end rules: a match ending in the last 5 bytes, or starting in the
+  // last 12; a block ending with a match (no last sequence).
+  CHECK(!Lz4Decodes({0x48, 'a', 'b', 'c', 'd', 1, 0, 0x30, 'x', 'y', 'z'}, 19,
+                    nullptr));
+  CHECK(!Lz4Decodes({0x40, 'a', 'b', 'c', 'd', 1, 0, 0x50, 'v', 'w', 'x', 'y',
+                     'z'},
+                    13, nullptr));
+  CHECK(!Lz4Decodes({0x40, 'a', 'b', 'c', 'd', 1, 0}, 8, nullptr));
+  // Length extensions: past the input's end, past any output, and long
+  // runs of 255 (their sum checked before it can overflow).
+  CHECK(!Lz4Decodes({0xF0, 255, 255}, 1000, nullptr));
+  CHECK(!Lz4Decodes({0x1F, 'a', 1, 0, 255, 255}, 1000, nullptr));
+  Bytes huge{0xF0};
+  huge.insert(huge.end(), 100000, 255);
+  huge.push_back(0);
+  CHECK(!Lz4Decodes(huge, 300, nullptr));
+  Bytes huge_match{0x1F, 'a', 1, 0};
+  huge_match.insert(huge_match.end(), 100000, 255);
+  huge_match.insert(huge_match.end(), {0, 0x50, 'v', 'w', 'x', 'y', 'z'});
+  CHECK(!Lz4Decodes(huge_match, 3000, nullptr));
+  // Every single-byte change of a real block: refused or decoded, each
+  // within bounds (the sanitized build checks).
+  const Bytes data = Lz4Inputs()[31];  // Frame-like, 28224 bytes.
+  const Bytes block = Lz4Compressed(data, 9);
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 3000; ++round) {
+    Bytes changed = block;
+    changed[rng() % changed.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    Lz4Decodes(changed, data.size(), nullptr);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -877,6 +1099,9 @@ int main() {
   TestRandomDraws();
   TestFrameStacks();
   TestFillBatch();
+  TestLz4RoundTrips();
+  TestLz4OverlappingMatches();
+  TestLz4Refusals();
   if (failures > 0) {
     std::printf("%d of %d checks failed\n", failures, checks);
     return 1;

@@ -1,8 +1,10 @@
-"""The native ops under AddressSanitizer and UBSan.
+"""The native ops and the LZ4 codec under AddressSanitizer and UBSan.
 
 Runs, in a Python with libasan preloaded and the sanitized libraries
 loaded, normal sampling, priority updates while Python adds, and every bad
-input of native_ops_test's BadInputTest: no sanitizer report, exit 0.
+input of native_ops_test's BadInputTest; and, in another, the LZ4 codec's
+round trips and seeded fuzz (tests/native/lz4_cases.py) through the
+sanitized extension module: no sanitizer report, exit 0.
 
 libstdc++ is preloaded with libasan: else ASan's `__cxa_throw` interceptor
 finds no libstdc++ when Python starts (it has none) and aborts at the first
@@ -157,6 +159,31 @@ assert len(closed.sample_transition_batch()[0]) == 2
 print('sanitized ops: OK')
 '''
 
+_LZ4_SCRIPT = r'''
+import os
+
+import numpy as np
+
+from dopamine_per.native import extension
+from tests.native import lz4_cases
+
+module = extension.load()
+with open('/proc/self/maps') as f:
+  maps = f.read()
+assert os.environ['SANITIZED_LIBRARIES'] in maps, 'not the sanitized one'
+assert 'libasan' in maps, 'no libasan'
+for name, data in lz4_cases.datasets(np.random.default_rng(7)).items():
+  for level in (0, 9):
+    block = extension.lz4_compress(data, level)
+    assert extension.lz4_decompress(block, len(data)) == data, name
+  for mode in ('default', 'hc9'):
+    block = lz4_cases.reference_compress(data, mode)
+    assert extension.lz4_decompress(block, len(data)) == data, name
+counts = lz4_cases.fuzz(extension.lz4_decompress, extension.lz4_compress)
+assert counts['accepted'] > 0 and counts['refused'] > 0, counts
+print('sanitized lz4: OK', counts)
+'''
+
 
 def _compiler_file(name):
   """The path of the compiler's runtime library `name`."""
@@ -172,9 +199,11 @@ def _compiler_file(name):
 
 class SanitizerTest(absltest.TestCase):
 
-  def test_ops_under_address_sanitizer(self):
-    libraries = [build.core_library(sanitize=True),
-                 build.ops_library(sanitize=True)]
+  def _run_sanitized(self, script, libraries, done):
+    """Runs `script` with libasan preloaded and the sanitized `libraries`.
+
+    It must print `done`, exit 0 and draw no sanitizer report.
+    """
     env = fixtures.subprocess_env(
         LD_PRELOAD=' '.join([_compiler_file('libasan.so'),
                              _compiler_file('libstdc++.so')]),
@@ -182,13 +211,22 @@ class SanitizerTest(absltest.TestCase):
         UBSAN_OPTIONS='halt_on_error=1:print_stacktrace=1',
         SANITIZED_LIBRARIES=os.pathsep.join(libraries),
         **{build.SANITIZE_ENV: '1'})
-    result = subprocess.run([sys.executable, '-c', _SCRIPT], env=env,
+    result = subprocess.run([sys.executable, '-c', script], env=env,
                             capture_output=True, text=True, timeout=600,
                             cwd=fixtures.REPO_ROOT, check=False)
     self.assertNotIn('ERROR: AddressSanitizer', result.stderr)
     self.assertNotIn('runtime error:', result.stderr)  # UBSan.
     self.assertEqual(result.returncode, 0, result.stderr[-5000:])
-    self.assertIn('sanitized ops: OK', result.stdout)
+    self.assertIn(done, result.stdout)
+
+  def test_ops_under_address_sanitizer(self):
+    self._run_sanitized(_SCRIPT, [build.core_library(sanitize=True),
+                                  build.ops_library(sanitize=True)],
+                        'sanitized ops: OK')
+
+  def test_lz4_codec_under_address_sanitizer(self):
+    self._run_sanitized(_LZ4_SCRIPT, [build.python_extension(sanitize=True)],
+                        'sanitized lz4: OK')
 
 
 if __name__ == '__main__':

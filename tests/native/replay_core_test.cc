@@ -1082,6 +1082,56 @@ void TestLz4Refusals() {
   }
 }
 
+// Frame stacks read through compressed blocks (FrameReader) equal those of
+// the raw frames: stored blocks (a short last one included), the open
+// block, a block never stored (zeros), stacks wrapping around; a block
+// that does not decode is refused.
+void TestCompressedFrameStacks() {
+  const int64_t capacity = 10, pixels = 30, per = 4, blocks = 3;
+  const int64_t frame_bytes = pixels;
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> raw(capacity * frame_bytes);
+  for (uint8_t& byte : raw) byte = static_cast<uint8_t>(rng() % 3);
+  // Block 0 stored, block 1 open, block 2 never stored (its frames zeros).
+  std::fill(raw.begin() + 2 * per * frame_bytes, raw.end(), 0);
+  const Bytes stored = Lz4Compressed(
+      Bytes(raw.begin(), raw.begin() + per * frame_bytes), 9);
+  std::vector<uint64_t> addresses(blocks, 0);
+  std::vector<int64_t> sizes(blocks, 0);
+  addresses[0] = reinterpret_cast<uintptr_t>(stored.data());
+  sizes[0] = static_cast<int64_t>(stored.size());
+  const int64_t open_block = 1;
+  dopamine_per::FrameStore store;
+  store.capacity = capacity;
+  store.frame_bytes = frame_bytes;
+  store.block_frames = per;
+  store.addresses = addresses.data();
+  store.sizes = sizes.data();
+  store.open_block = &open_block;
+  store.open_frames = raw.data() + per * frame_bytes;
+  const std::vector<int64_t> ends{3, 5, 9, 1, -2}, next{4, 8, 0, 2, 3};
+  const int64_t rows = static_cast<int64_t>(ends.size()), stack = 4;
+  std::vector<int64_t> read;
+  for (const auto* at : {&ends, &next}) {
+    for (const int64_t end : *at) {
+      for (int64_t k = 0; k < stack; ++k) read.push_back(end - k);
+    }
+  }
+  dopamine_per::FrameReader reader(store);
+  CHECK(reader.Decode(read.data(), static_cast<int64_t>(read.size())));
+  std::vector<uint8_t> states(rows * pixels * stack, 0xAB);
+  std::vector<uint8_t> next_states(states.size(), 0xAB);
+  dopamine_per::TransitionStates(reader, pixels, 1, stack, ends.data(),
+                                 next.data(), rows, states.data(),
+                                 next_states.data());
+  CHECK(states == ReferenceStacks(raw, capacity, pixels, 1, stack, ends));
+  CHECK(next_states == ReferenceStacks(raw, capacity, pixels, 1, stack, next));
+  // A stored block one byte short does not decode.
+  sizes[0] -= 1;
+  dopamine_per::FrameReader corrupt(store);
+  CHECK(!corrupt.Decode(read.data(), static_cast<int64_t>(read.size())));
+}
+
 }  // namespace
 
 int main() {
@@ -1099,6 +1149,7 @@ int main() {
   TestRandomDraws();
   TestFrameStacks();
   TestFillBatch();
+  TestCompressedFrameStacks();
   TestLz4RoundTrips();
   TestLz4OverlappingMatches();
   TestLz4Refusals();

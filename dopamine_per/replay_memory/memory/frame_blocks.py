@@ -205,13 +205,17 @@ class CompressedFrames(object):
 
   @classmethod
   def from_array(cls, frames: np.ndarray) -> 'CompressedFrames':
-    """Compresses an uncompressed memory's frames [capacity, *shape]."""
+    """Compresses an uncompressed memory's frames [capacity, *shape].
+
+    With LZ4's fast mode, not HC (about 20x faster, blocks about 1.5x
+    larger on Atari): loading Dopamine's files into a memory of 2**20
+    takes seconds, not minutes. A block written again is stored as HC.
+    """
     compressed = cls(len(frames), frames.shape[1:], frames.dtype)
     for block in range(compressed.blocks):
       start = block * BLOCK_FRAMES
-      stop = compressed._block_stop(block)
-      if np.any(frames[start:stop]):
-        compressed.open_block[0] = block
-        compressed.open_frames[:stop - start] = frames[start:stop]
-        compressed._store_open()
+      raw = np.ascontiguousarray(frames[start:compressed._block_stop(block)])
+      if raw.any():
+        compressed._set_payload(block, compressed._codec.compress(
+            raw, mode='default', store_size=False))
     return compressed

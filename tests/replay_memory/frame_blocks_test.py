@@ -9,6 +9,7 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import gin
 import lz4.block
 import numpy as np
 
@@ -121,14 +122,15 @@ class CompressedFramesTest(absltest.TestCase):
         frame_blocks.CompressedFrames(10, _SHAPE, np.uint8)
 
 
-def _memories(prioritized, **kwargs):
-  """The same memory, uncompressed and compressed."""
+def _memories(prioritized, kernels=None, **kwargs):
+  """The same memory, uncompressed and compressed (on `kernels`)."""
   cls = (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
          if prioritized else circular_replay_buffer.OutOfGraphReplayBuffer)
   args = dict(observation_shape=_SHAPE, stack_size=4, replay_capacity=101,
               batch_size=16, update_horizon=3, rng=0)
   args.update(kwargs)
-  return cls(**args), cls(compress_observations=True, **args)
+  return cls(**args), cls(compress_observations=True, kernels=kernels,
+                          **args)
 
 
 def _add(memories, count, seed=0):
@@ -151,9 +153,12 @@ def _add(memories, count, seed=0):
 
 class CompressedMemoryTest(parameterized.TestCase):
 
-  @parameterized.parameters(False, True)
-  def test_batches_equal_the_uncompressed_memorys(self, prioritized):
-    plain, compressed = _memories(prioritized)
+  @parameterized.product(prioritized=(False, True),
+                         kernels=('native', 'numpy'))
+  def test_batches_equal_the_uncompressed_memorys(self, prioritized,
+                                                  kernels):
+    # The native sampler's decoding, and NumPy's reference, of one format.
+    plain, compressed = _memories(prioritized, kernels)
     for adds in (60, 150, 290):  # Before, at and past wrapping around.
       _add((plain, compressed), adds - int(plain.add_count), seed=adds)
       indices = plain.sample_index_batch(16)
@@ -219,6 +224,18 @@ class CompressedMemoryTest(parameterized.TestCase):
     np.testing.assert_array_equal(
         np.concatenate(list(snapshot.chunks('observation', 1000))), before)
     snapshot.release()
+
+  def test_gin_turns_it_on(self):
+    self.addCleanup(gin.clear_config)
+    gin.bind_parameter(
+        'dopamine_per.replay_memory.prioritized_replay_buffer.'
+        'WrappedPrioritizedReplayBuffer.compress_observations', True)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.Graph().as_default():
+      wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=_SHAPE, stack_size=4, replay_capacity=101)
+    self.assertIsInstance(wrapped.memory.storage.arrays['observation'],
+                          frame_blocks.CompressedFrames)
 
   def test_resident_bytes_shrink(self):
     plain, compressed = _memories(True, replay_capacity=4000)

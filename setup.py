@@ -179,7 +179,7 @@ setuptools.setup(
         ],
         'compress': [
             # compress_observations=True (issue 33) stores frames as LZ4
-            # blocks (HC level 9; docs/compression.md): lz4's block format
+            # blocks (HC level 4; docs/compression.md): lz4's block format
             # and its HC compressor, as a wheel with no system library.
             'lz4>=4.0',
         ],

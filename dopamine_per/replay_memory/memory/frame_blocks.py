@@ -3,7 +3,7 @@
 
 `CompressedFrames` stands in for a memory's observation array when
 `compress_observations` is on: slot i's frame lives in block
-i // BLOCK_FRAMES, compressed with LZ4 HC (level 9) in LZ4's block format
+i // BLOCK_FRAMES, compressed with LZ4 HC (level 4) in LZ4's block format
 once the block's last slot is written. The block being written (the
 newest frames) is kept raw. Why this format (block length, codec, no
 delta, no dictionary, no cache): docs/compression.md.
@@ -25,7 +25,7 @@ __all__ = ['BLOCK_FRAMES', 'CODEC', 'LEVEL', 'CompressedFrames', 'codec']
 # Frames per block, and the codec's name and level (docs/compression.md).
 BLOCK_FRAMES = 4
 CODEC = 'lz4-block-hc'
-LEVEL = 9
+LEVEL = 4
 
 # What a stored block costs besides its bytes: the bytes object holding it.
 _PAYLOAD_OVERHEAD = sys.getsizeof(b'')

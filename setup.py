@@ -182,6 +182,9 @@ setuptools.setup(
             # blocks (HC level 4; docs/compression.md): lz4's block format
             # and its HC compressor, as a wheel with no system library.
             'lz4>=4.0',
+            # Their checkpoints: zstd over the packed blocks, 4.8x smaller
+            # than the blocks (gzip: 3.3x, at a fifth of the speed).
+            'zstandard>=0.22',
         ],
         'distributed': [
             # dopamine_per.distributed shards the prioritized memory over Ray

@@ -54,23 +54,25 @@ def checkpoint_filename(checkpoint_dir: str, name: str, suffix: Any) -> str:
 # ----------------------------------------------------------------- writing
 
 
-def _gzip_writer(payload: Callable[[BinaryIO], None]
-                ) -> Callable[[BinaryIO], None]:
+def _gzip_writer(payload: Callable[[BinaryIO], None],
+                 level: int = _COMPRESS_LEVEL) -> Callable[[BinaryIO], None]:
   def write(f: BinaryIO) -> None:
     # mtime=0 keeps the files byte-identical across runs.
     with gzip.GzipFile(fileobj=f, mode='wb', mtime=0,
-                       compresslevel=_COMPRESS_LEVEL) as gz:
+                       compresslevel=level) as gz:
       payload(gz)
   return write
 
 
-def npy_gz_writer(array: np.ndarray, name: str = 'array'
+def npy_gz_writer(array: np.ndarray, name: str = 'array',
+                  level: int = _COMPRESS_LEVEL
                  ) -> Callable[[BinaryIO], None]:
   """Returns a function writing `array` as a gzip'd ``.npy`` stream.
 
   Args:
     array: np.ndarray without Python objects.
     name: str, what to name in an error (the file).
+    level: gzip's level; 0 stores (for data compressed already).
 
   Raises:
     ValueError: If the array holds Python objects.
@@ -79,7 +81,8 @@ def npy_gz_writer(array: np.ndarray, name: str = 'array'
   if array.dtype.hasobject:
     raise ValueError('{}: cannot save an object array without pickling.'
                      .format(name))
-  return _gzip_writer(lambda gz: np.save(gz, array, allow_pickle=False))
+  return _gzip_writer(lambda gz: np.save(gz, array, allow_pickle=False),
+                      level)
 
 
 def npy_chunks_gz_writer(shape: Tuple[int, ...], dtype: Any,

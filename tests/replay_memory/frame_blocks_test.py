@@ -1,6 +1,7 @@
 """Tests of compressed frames: `frame_blocks.CompressedFrames` against an
 array, and memories with `compress_observations=True` against the same
-memories uncompressed (batches, checkpoints, resident bytes)."""
+memories uncompressed (batches, snapshots, resident bytes). Their
+checkpoints: frame_checkpoint_test.py."""
 
 import ctypes
 import os
@@ -13,20 +14,10 @@ import gin
 import lz4.block
 import numpy as np
 
-from dopamine_per.replay_memory import circular_replay_buffer
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory.memory import frame_blocks
-from tests.support import fixtures
+from tests.support import frame_cases
 
-_SHAPE = (12, 10)
-
-
-def _frame(rng, step):
-  """A frame-like image: a plain background and a small moving box."""
-  frame = np.full(_SHAPE, 17, dtype=np.uint8)
-  row, column = step % 8, (3 * step) % 7
-  frame[row:row + 4, column:column + 3] = rng.integers(100, 110)
-  return frame
 
 
 class CompressedFramesTest(absltest.TestCase):
@@ -34,12 +25,12 @@ class CompressedFramesTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     # 10 slots: blocks of 4, 4 and 2.
-    self.frames = frame_blocks.CompressedFrames(10, _SHAPE, np.uint8)
-    self.expected = np.zeros((10,) + _SHAPE, dtype=np.uint8)
+    self.frames = frame_blocks.CompressedFrames(10, frame_cases.SHAPE, np.uint8)
+    self.expected = np.zeros((10,) + frame_cases.SHAPE, dtype=np.uint8)
     self.rng = np.random.default_rng(0)
 
   def _write(self, slot, step):
-    frame = _frame(self.rng, step)
+    frame = frame_cases.frame(self.rng, step)
     self.frames[slot] = frame
     self.expected[slot] = frame
 
@@ -55,7 +46,7 @@ class CompressedFramesTest(absltest.TestCase):
     for step in range(30):
       self._write(step % 10, step)
       self._check_reads()
-    self.assertEqual(self.frames.shape, (10,) + _SHAPE)
+    self.assertEqual(self.frames.shape, (10,) + frame_cases.SHAPE)
     self.assertLen(self.frames, 10)
 
   def test_a_block_is_stored_when_its_last_slot_is_written(self):
@@ -119,36 +110,7 @@ class CompressedFramesTest(absltest.TestCase):
   def test_without_lz4_the_error_says_what_to_install(self):
     with mock.patch.dict(sys.modules, {'lz4': None, 'lz4.block': None}):
       with self.assertRaisesRegex(ImportError, r'dopamine_per\[compress\]'):
-        frame_blocks.CompressedFrames(10, _SHAPE, np.uint8)
-
-
-def _memories(prioritized, kernels=None, **kwargs):
-  """The same memory, uncompressed and compressed (on `kernels`)."""
-  cls = (prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
-         if prioritized else circular_replay_buffer.OutOfGraphReplayBuffer)
-  args = dict(observation_shape=_SHAPE, stack_size=4, replay_capacity=101,
-              batch_size=16, update_horizon=3, rng=0)
-  args.update(kwargs)
-  return cls(**args), cls(compress_observations=True, kernels=kernels,
-                          **args)
-
-
-def _add(memories, count, seed=0):
-  """`count` equal adds to each memory: episodes of 1 to 40 steps, some
-  ending in a terminal, others cut (episode_end)."""
-  rng = np.random.default_rng(seed)
-  prioritized = isinstance(
-      memories[0], prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer)
-  length = 0
-  for step in range(count):
-    length += 1
-    ends = rng.random() < 1 / 20
-    values = [_frame(rng, step), step % 3, float(rng.random()),
-              ends and step % 2 == 0]
-    if prioritized:
-      values.append(float(rng.random()) + 0.1)
-    for memory in memories:
-      memory.add(*values, episode_end=ends)
+        frame_blocks.CompressedFrames(10, frame_cases.SHAPE, np.uint8)
 
 
 class CompressedMemoryTest(parameterized.TestCase):
@@ -158,9 +120,9 @@ class CompressedMemoryTest(parameterized.TestCase):
   def test_batches_equal_the_uncompressed_memorys(self, prioritized,
                                                   kernels):
     # The native sampler's decoding, and NumPy's reference, of one format.
-    plain, compressed = _memories(prioritized, kernels)
+    plain, compressed = frame_cases.memories(prioritized, kernels)
     for adds in (60, 150, 290):  # Before, at and past wrapping around.
-      _add((plain, compressed), adds - int(plain.add_count), seed=adds)
+      frame_cases.add((plain, compressed), adds - int(plain.add_count), seed=adds)
       indices = plain.sample_index_batch(16)
       np.testing.assert_array_equal(compressed.sample_index_batch(16),
                                     indices)
@@ -176,49 +138,12 @@ class CompressedMemoryTest(parameterized.TestCase):
           compressed.get_observation_stack(indices),
           plain.get_observation_stack(indices))
 
-  def test_checkpoints_are_dopamines_files_byte_for_byte(self):
-    plain, compressed = _memories(True)
-    _add((plain, compressed), 250)
-    plain_dir, compressed_dir = fixtures.temp_dir(self), fixtures.temp_dir(self)
-    plain.save(plain_dir, 3)
-    compressed.save(compressed_dir, 3)
-    self.assertEqual(fixtures.file_contents(compressed_dir),
-                     fixtures.file_contents(plain_dir))
-    # Each loads the other's files, and the two stay equal.
-    _, reloaded = _memories(True, rng=9)
-    reloaded.load(plain_dir, 3)
-    self.assertIsInstance(reloaded.storage.arrays['observation'],
-                          frame_blocks.CompressedFrames)
-    np.testing.assert_array_equal(
-        np.asarray(reloaded.storage.arrays['observation']),
-        plain.storage.arrays['observation'])
-    _add((plain, reloaded), 30, seed=1)
-    indices = plain.sample_index_batch(16)
-    for got, want in zip(reloaded.sample_transition_batch(16, indices),
-                         plain.sample_transition_batch(16, indices)):
-      np.testing.assert_array_equal(got, want)
-
-  def test_a_background_save_holds_the_frames_as_they_were(self):
-    plain, compressed = _memories(False)
-    _add((plain, compressed), 250)
-    expected = fixtures.temp_dir(self)
-    plain.save(expected, 1)
-    directory = fixtures.temp_dir(self)
-    # The memory's lock held: the adds overwrite frames before the save
-    # reads them.
-    with compressed._lock:  # pylint: disable=protected-access
-      saving = compressed.save(directory, 1, background=True)
-      _add((compressed,), 90, seed=2)
-    saving.result(timeout=60)
-    self.assertEqual(fixtures.file_contents(directory),
-                     fixtures.file_contents(expected))
-
   def test_a_snapshot_shares_the_blocks_instead_of_keeping_rows(self):
-    _, compressed = _memories(False)
-    _add((compressed,), 250)
+    _, compressed = frame_cases.memories(False)
+    frame_cases.add((compressed,), 250)
     before = np.asarray(compressed.storage.arrays['observation'])
     snapshot = compressed.storage.snapshot()
-    _add((compressed,), 90, seed=3)  # Overwrites 90 of 101 slots.
+    frame_cases.add((compressed,), 90, seed=3)  # Overwrites 90 of 101 slots.
     self.assertEmpty(snapshot._kept['observation'])  # pylint: disable=protected-access
     self.assertGreater(snapshot.kept_rows, 0)  # Rows of the other arrays.
     np.testing.assert_array_equal(
@@ -233,18 +158,18 @@ class CompressedMemoryTest(parameterized.TestCase):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     with tf.Graph().as_default():
       wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-          observation_shape=_SHAPE, stack_size=4, replay_capacity=101)
+          observation_shape=frame_cases.SHAPE, stack_size=4, replay_capacity=101)
     self.assertIsInstance(wrapped.memory.storage.arrays['observation'],
                           frame_blocks.CompressedFrames)
 
   def test_resident_bytes_shrink(self):
-    plain, compressed = _memories(True, replay_capacity=4000)
-    _add((plain, compressed), 4000)
+    plain, compressed = frame_cases.memories(True, replay_capacity=4000)
+    frame_cases.add((plain, compressed), 4000)
     self.assertLess(compressed.nbytes, plain.nbytes / 3)
 
   def test_the_native_sampler_reads_it(self):
-    plain, compressed = _memories(True)
-    _add((plain, compressed), 290)
+    plain, compressed = frame_cases.memories(True)
+    frame_cases.add((plain, compressed), 290)
     compressed.sample_transition_batch()
     self.assertIsNotNone(compressed._sampler)  # pylint: disable=protected-access
     # A block read after the memory wrapped around, and the open block.
@@ -266,14 +191,14 @@ class CompressedMemoryTest(parameterized.TestCase):
     graph = tf.Graph()
     with graph.as_default():
       wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-          observation_shape=_SHAPE, stack_size=4, replay_capacity=101,
+          observation_shape=frame_cases.SHAPE, stack_size=4, replay_capacity=101,
           batch_size=8, update_horizon=3, compress_observations=True)
       self.assertIsInstance(wrapped.memory.storage.arrays['observation'],
                             frame_blocks.CompressedFrames)
       op_types = {op.type for op in graph.get_operations()}
       self.assertIn('DopaminePerSampleTransitions', op_types)
       self.assertNotIn('PyFunc', op_types)
-      _add((wrapped.memory,), 120)
+      frame_cases.add((wrapped.memory,), 120)
       with tf.compat.v1.Session(graph=graph) as session:
         state, indices = session.run([wrapped.states, wrapped.indices])
         np.testing.assert_array_equal(
@@ -287,8 +212,8 @@ class CompressedMemoryTest(parameterized.TestCase):
           session.run(wrapped.states)
 
   def test_a_corrupt_block_is_refused_out_of_the_graph(self):
-    _, compressed = _memories(False)
-    _add((compressed,), 150)
+    _, compressed = frame_cases.memories(False)
+    frame_cases.add((compressed,), 150)
     frames = compressed.storage.arrays['observation']
     compressed.sample_transition_batch()
     for block in range(frames.blocks):

@@ -22,6 +22,7 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
+from dopamine_per.replay_memory.checkpoint import frame_checkpoint
 from dopamine_per.replay_memory.memory import sampling
 from dopamine_per.replay_memory.memory import validation
 
@@ -68,6 +69,13 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
   capacity = memory.replay_capacity
   pending = {'store': {}}
   for element in memory.get_storage_signature():
+    if element.name == 'observation' and frame_checkpoint.INDEX_NAME in dict(
+        layout.files):
+      files = [name for name, _ in frame_checkpoint.FILES]
+      pending['store'][element.name] = frame_checkpoint.read(
+          memory, [filename(name) for name in files],
+          [digest_of(name) for name in files], element)
+      continue
     name = layout.store_prefix + element.name
     with atomic_files.refusing(filename(name)):
       array = gzip_files.load_npy_gz(

@@ -26,31 +26,15 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import sum_tree
 from dopamine_per.replay_memory.checkpoint import checkpoint_reading
+from dopamine_per.replay_memory.checkpoint import frame_checkpoint
 
-__all__ = [
-    'STORE_FILENAME_PREFIX',
-    'DOPAMINE_PER_STATE_NAME',
-    'JOURNAL_NAME',
-    'CheckpointExtension',
-    'SUM_TREE',
-    'latest_checkpoint_iteration',
-    'holds_checkpoint',
-    'journal_filename',
-    'checkpoint_files',
-    'checkpointable_elements',
-    'save',
-    'finish_save',
-    'directory_exists',
-    'SaveSnapshot',
-    'take_snapshot',
-    'stage',
-    'prepare_save',
-    'commit_save',
-    'abort_save',
-    'prune',
-    'roll_forward',
-    'load',
-]
+__all__ = ['STORE_FILENAME_PREFIX', 'DOPAMINE_PER_STATE_NAME', 'JOURNAL_NAME',
+           'CheckpointExtension', 'SUM_TREE', 'latest_checkpoint_iteration',
+           'holds_checkpoint', 'journal_filename', 'checkpoint_files',
+           'checkpointable_elements', 'save', 'finish_save',
+           'directory_exists', 'SaveSnapshot', 'take_snapshot', 'stage',
+           'prepare_save', 'commit_save', 'abort_save', 'prune',
+           'roll_forward', 'load']
 
 # Prefix of the checkpoint names of storage arrays; '$' cannot start an
 # attribute name, so these never collide with other checkpointed attributes.
@@ -255,10 +239,13 @@ def roll_forward(checkpoint_dir: str) -> List[int]:
 # ----------------------------------------------------------------- layout
 
 
-def _layout(memory: Any) -> List[FileSpec]:
-  """Returns the files of the memory's own state (not its attributes)."""
+def _layout(memory: Any, blocks: Optional[bool] = None) -> List[FileSpec]:
+  """Returns the files of the memory's own state (not its attributes),
+  its frames as blocks if `blocks` (None: if the memory compresses them)."""
   layout = [(STORE_FILENAME_PREFIX + e.name, 'npy')
             for e in memory.get_storage_signature()]
+  if frame_checkpoint.compressed(memory) if blocks is None else blocks:
+    layout[:1] = frame_checkpoint.FILES
   layout += [('add_count', 'npy'), ('invalid_range', 'npy'),
              ('episode_end_indices', 'pickle')]
   layout += [(extension.name, extension.file_format)
@@ -279,16 +266,19 @@ def _attribute_files(memory: Any) -> List[FileSpec]:
           if not name.startswith('_') and name not in own]
 
 
-def checkpoint_files(memory: Any) -> List[FileSpec]:
+def checkpoint_files(memory: Any, blocks: Optional[bool] = None
+                    ) -> List[FileSpec]:
   """Returns (name, format) of every file of a checkpoint but the state.
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
+    blocks: whether the frames are saved as blocks (`frame_checkpoint`);
+      None: as the memory saves them.
 
   Returns:
     list of (str, str), in the order `save` writes them.
   """
-  return _layout(memory) + _attribute_files(memory)
+  return _layout(memory, blocks) + _attribute_files(memory)
 
 
 def _value(memory: Any, name: str) -> Any:
@@ -298,6 +288,8 @@ def _value(memory: Any, name: str) -> Any:
       return extension.value(memory)
   if name.startswith(STORE_FILENAME_PREFIX):
     return memory.storage.arrays[name[len(STORE_FILENAME_PREFIX):]]
+  if name in dict(frame_checkpoint.FILES):
+    return frame_checkpoint.value(memory.storage.arrays['observation'], name)
   if name in ('add_count', 'invalid_range'):
     return getattr(memory, name)
   if name == 'episode_end_indices':
@@ -471,8 +463,11 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   storage = memory.storage.snapshot(lock)
   writers = []
   try:
+    frames = frame_checkpoint.writers(storage, 'observation')
     for name, file_format in checkpoint_files(memory):
-      if name.startswith(STORE_FILENAME_PREFIX):
+      if name in frames:
+        writer = frames[name]
+      elif name.startswith(STORE_FILENAME_PREFIX):
         element = name[len(STORE_FILENAME_PREFIX):]
         array = memory.storage.arrays[element]
         writer = gzip_files.npy_chunks_gz_writer(
@@ -650,6 +645,9 @@ def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
   if names is None:
     names = [DOPAMINE_PER_STATE_NAME] + [
         name for name, _ in checkpoint_files(memory)]
+  names = list(names) + sorted(  # Frames of a stale checkpoint's format.
+      {name for name, _ in _layout(memory, True) + _layout(memory, False)} -
+      set(names))
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
   _remove_temporaries(checkpoint_dir, names)
@@ -759,8 +757,10 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
       return journal.path_of(checkpoint_dir, target)
     return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
 
+  # The frames as Dopamine's array or as blocks, whichever it holds.
+  blocks = atomic_files.exists(path_of(frame_checkpoint.INDEX_NAME))
   missing_episode_ends = False
-  for name, _ in checkpoint_files(memory):
+  for name, _ in checkpoint_files(memory, blocks):
     if atomic_files.exists(path_of(name)):
       continue
     if name == 'episode_end_indices':
@@ -774,8 +774,8 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
   state_digest = (None if journal is None else journal.digest_of(
       _target(DOPAMINE_PER_STATE_NAME, suffix)))
   layout = checkpoint_reading.Layout(
-      STORE_FILENAME_PREFIX, DOPAMINE_PER_STATE_NAME, checkpoint_files(memory),
-      _attribute_files(memory))
+      STORE_FILENAME_PREFIX, DOPAMINE_PER_STATE_NAME,
+      checkpoint_files(memory, blocks), _attribute_files(memory))
   with atomic_files.refusing('checkpoint {} in {}'.format(
       suffix, checkpoint_dir)):
     pending = checkpoint_reading.read(memory, layout, path_of, state_digest,

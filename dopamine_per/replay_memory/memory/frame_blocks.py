@@ -58,6 +58,7 @@ class CompressedFrames(object):
 
   Attributes:
     block_frames: int, BLOCK_FRAMES.
+    frame_bytes: int, the bytes of one frame.
     shape: tuple, (capacity,) + the frame shape, as the array's.
     dtype: np.dtype of the frames.
     blocks: int, the number of blocks.
@@ -77,7 +78,7 @@ class CompressedFrames(object):
     self._codec = codec()
     self.shape = (int(capacity),) + tuple(frame_shape)
     self.dtype = np.dtype(dtype)
-    self._frame_bytes = int(np.prod(frame_shape, dtype=np.int64) *
+    self.frame_bytes = int(np.prod(frame_shape, dtype=np.int64) *
                             self.dtype.itemsize)
     self.blocks = -(-self.shape[0] // BLOCK_FRAMES)
     self.addresses = np.zeros(self.blocks, dtype=np.uint64)
@@ -163,12 +164,38 @@ class CompressedFrames(object):
     if payload is None:
       return np.zeros((count,) + self.shape[1:], self.dtype)
     raw = self._codec.decompress(payload,
-                                 uncompressed_size=count * self._frame_bytes)
+                                 uncompressed_size=count * self.frame_bytes)
     return np.frombuffer(raw, self.dtype).reshape((count,) + self.shape[1:])
 
   def payload(self, block: int) -> Optional[bytes]:
     """Stored block `block`'s compressed bytes, or None (open or empty)."""
     return self._payloads[block]
+
+  def compress_block(self, block: int) -> Optional[bytes]:
+    """Block `block`'s frames compressed as a stored block's (its payload
+    if stored; None if empty)."""
+    if block != int(self.open_block[0]):
+      return self._payloads[block]
+    raw = np.ascontiguousarray(self.block(block))
+    return self._codec.compress(raw, mode='high_compression',
+                                compression=LEVEL, store_size=False)
+
+  def decodes(self, block: int, payload: bytes) -> bool:
+    """Whether `payload` decodes to exactly block `block`'s bytes."""
+    size = (self._block_stop(block) - block * BLOCK_FRAMES) * self.frame_bytes
+    try:
+      return len(self._codec.decompress(payload,
+                                        uncompressed_size=size)) == size
+    except Exception:  # pylint: disable=broad-except
+      return False  # lz4.block.LZ4BlockError, and whatever else it raises.
+
+  def adopt(self, payloads: List[Optional[bytes]]) -> None:
+    """Installs one stored payload (or None) per block, none open: what a
+    checkpoint holds (`frame_checkpoint.read` checked each)."""
+    self.open_block[0] = -1
+    self.open_frames[:] = 0
+    for block, payload in enumerate(payloads):
+      self._set_payload(block, payload)
 
   def _block_stop(self, block: int) -> int:
     return min((block + 1) * BLOCK_FRAMES, len(self))
@@ -184,10 +211,7 @@ class CompressedFrames(object):
     block = int(self.open_block[0])
     if block < 0:
       return
-    count = self._block_stop(block) - block * BLOCK_FRAMES
-    raw = np.ascontiguousarray(self.open_frames[:count])
-    self._set_payload(block, self._codec.compress(
-        raw, mode='high_compression', compression=LEVEL, store_size=False))
+    self._set_payload(block, self.compress_block(block))
     self.open_block[0] = -1
 
   def _set_payload(self, block: int, payload: Optional[bytes]) -> None:

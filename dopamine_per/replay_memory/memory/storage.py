@@ -212,6 +212,11 @@ class StorageSnapshot(object):
     self._heaps: Dict[str, List[int]] = {name: [] for name in arrays}
     self._released = False
 
+  def frames(self, name: str) -> Any:
+    """Element `name` as taken if it is compressed frames (a copy no one
+    writes to), else None."""
+    return self._arrays[name] if name in self._copied else None
+
   @property
   def kept_rows(self) -> int:
     """How many rows are kept now (for tests and accounting)."""

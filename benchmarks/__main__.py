@@ -6,11 +6,12 @@ dopamine-rl installed without its dependencies (this installs nothing):
   pip install -e '.[bench]' && pip install --no-deps dopamine-rl==4.1.2
   python -m benchmarks                       # about 10 minutes on 2 cores
   python -m benchmarks --sections=sum_tree   # one section (and no file)
-  python -m benchmarks --sections=compression  # the opt-in section, alone
+  python -m benchmarks --sections=compression  # an opt-in section, alone
+  python -m benchmarks --sections=scale --scale_games=MsPacman
 
 Five sections run by default, each timing ours and the peers interleaved in
 one process of its own, started fresh (see benchmarks/timing.py for the
-method), and a sixth when asked for:
+method), and two more when asked for:
 
 1. `sum_tree` (benchmarks/sum_tree_benchmark.py): set, get, stratified
    sample and fill at capacities 2**17 and 2**20, batches 32 and 256; ours
@@ -35,18 +36,25 @@ method), and a sixth when asked for:
    frames, about 20 s a game the first time, then about 4 minutes): codecs,
    block lengths, deltas and zstd dictionaries on real Atari frames, with
    the decode cost of a sampled batch, for issue 33 (docs/compression.md).
+7. `scale` (benchmarks/scale_benchmark.py, needs ale-py and lz4; not in
+   the default run: about 40 minutes on 2 cores): Atari memories at
+   capacity 2**19 filled with real frames of Pong, Breakout, SpaceInvaders
+   and MsPacman, ours compressed and uncompressed (and, on
+   --scale_peer_games, Dopamine TF and cpprb), each in a fresh process one
+   after the other: resident bytes, add, sample + set_priority against the
+   copy floor, the save's stall and wall time, bytes per checkpoint and for
+   4 retained, a save after 10,000 new transitions, load; extrapolated to
+   2**20 with issue 33's targets.
 
 Each section prints its tables (medians, ratios to each peer, and its
 issue's targets with whether they are met); with every section run, the
 document is written to --output (benchmarks/RESULTS.md), the machine
-described first (with every default section run, the compression section
-too if it is asked for).
+described first (with every default section run, the opt-in sections too
+if they are asked for).
 """
 
 import collections
-import concurrent.futures
 import importlib.metadata
-import multiprocessing
 import os
 import sys
 import time
@@ -63,6 +71,7 @@ from benchmarks import compression_benchmark  # pylint: disable=g-import-not-at-
 from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import native_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import scale_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
@@ -71,10 +80,11 @@ __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
 
 SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native',
-            'compression')
+            'compression', 'scale')
 # The sections run without --sections: all but `compression`, which plays
-# Atari for its frames (and whose results live in docs/compression.md).
-DEFAULT_SECTIONS = SECTIONS[:-1]
+# Atari for its frames (and whose results live in docs/compression.md), and
+# `scale`, which takes about 40 minutes.
+DEFAULT_SECTIONS = SECTIONS[:-2]
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
 
@@ -116,6 +126,11 @@ Settings = collections.namedtuple('Settings', [
     'compression_frames',
     'compression_rounds',
     'compression_cache_dir',
+    # Atari at scale (issue 33).
+    'scale_games',
+    'scale_peer_games',
+    'scale_capacity',
+    'scale_frames',
 ])
 
 DEFAULT_SETTINGS = Settings(
@@ -150,6 +165,10 @@ DEFAULT_SETTINGS = Settings(
     compression_frames=20000,
     compression_rounds=7,
     compression_cache_dir=None,
+    scale_games=scale_benchmark.DEFAULT_GAMES,
+    scale_peer_games=scale_benchmark.DEFAULT_PEER_GAMES,
+    scale_capacity=2**19,
+    scale_frames=20000,
 )
 
 _FLAGS = flags.FLAGS
@@ -228,7 +247,18 @@ def define_flags():
                        'batch decodes.')
   flags.DEFINE_string('compression_cache_dir', d.compression_cache_dir,
                       'Where the compression section caches its frames '
-                      '(default ~/.cache/dopamine_per/benchmarks/frames).')
+                      '(default ~/.cache/dopamine_per/benchmarks/frames; '
+                      'the scale section\'s too).')
+  flags.DEFINE_list('scale_games', list(d.scale_games),
+                    'Games of the scale section (atari_lib names).')
+  flags.DEFINE_list('scale_peer_games', list(d.scale_peer_games),
+                    'Games of the scale section on which Dopamine TF and '
+                    'cpprb run too (minutes each).')
+  flags.DEFINE_integer('scale_capacity_log2',
+                       d.scale_capacity.bit_length() - 1,
+                       'Capacity of the scale section\'s memories, 2**this.')
+  flags.DEFINE_integer('scale_frames', d.scale_frames,
+                       'Atari frames per game of the scale section, cycled.')
 
 
 def _settings_from_flags():
@@ -266,7 +296,11 @@ def _settings_from_flags():
       compression_games=tuple(options.compression_games),
       compression_frames=options.compression_frames,
       compression_rounds=options.compression_rounds,
-      compression_cache_dir=options.compression_cache_dir)
+      compression_cache_dir=options.compression_cache_dir,
+      scale_games=tuple(options.scale_games),
+      scale_peer_games=tuple(options.scale_peer_games),
+      scale_capacity=2**options.scale_capacity_log2,
+      scale_frames=options.scale_frames)
 
 
 def describe_packages():
@@ -280,26 +314,6 @@ def describe_packages():
   return ', '.join(versions)
 
 
-def _load_average():
-  try:
-    return f'{os.getloadavg()[0]:.2f}'
-  except OSError:
-    return 'unknown'
-
-
-def _in_fresh_process(function, *args, progress=None):
-  """Returns function(*args, progress=...) computed in a new interpreter.
-
-  Each section gets a process of its own, so that what one leaves behind
-  (gigabytes of freed replay memory, the allocator's state, threads) cannot
-  change the next one's timings. The child prints its progress to stderr.
-  """
-  context = multiprocessing.get_context('spawn')
-  with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-    return pool.submit(function, *args, progress=(
-        timing.print_progress if progress else None)).result()
-
-
 def run(settings=DEFAULT_SETTINGS, progress=None):
   """Runs the chosen sections; returns the Markdown document.
 
@@ -311,10 +325,10 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
     str, the document: a title, the machine, then one section each.
   """
   start = time.time()
-  load_before = _load_average()
+  load_before = common.load_average()
   sections = []
   if 'sum_tree' in settings.sections:
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         sum_tree_benchmark.run_benchmark, settings.sum_tree_capacities,
         settings.batch_sizes, settings.sum_tree_rounds,
         settings.sum_tree_burst_seconds, settings.seed, progress=progress)
@@ -322,7 +336,7 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         results, settings.sum_tree_rounds))
   if 'replay' in settings.sections:
     implementations = replay_benchmark.default_implementations()
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         replay_benchmark.run_benchmark, settings.replay_capacity,
         settings.replay_fill, settings.replay_steady_adds,
         settings.batch_sizes, settings.replay_rounds, settings.seed,
@@ -335,13 +349,13 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
     sections.append(replay_benchmark.format_section(
         results, rss, settings.replay_capacity))
   if 'tf' in settings.sections:
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         staging_benchmark.run_benchmark, settings.replay_capacity,
         settings.tf_transitions, settings.tf_rounds, settings.tf_steps,
         progress=progress)
     sections.append(staging_benchmark.format_section(results))
   if 'distributed' in settings.sections:
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         distributed_benchmark.run_benchmark, settings.distributed_capacity,
         settings.batch_sizes, settings.distributed_shards,
         settings.distributed_rounds, settings.distributed_burst_seconds,
@@ -350,22 +364,30 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         progress=progress)
     sections.append(distributed_benchmark.format_section(results))
   if 'native' in settings.sections:
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         native_benchmark.run_benchmark, settings.replay_capacity,
         settings.native_transitions, settings.native_rounds,
         settings.native_steps, settings.seed, settings.native_trace,
         progress=progress)
     sections.append(native_benchmark.format_section(results))
   if 'compression' in settings.sections:
-    results = _in_fresh_process(
+    results = common.in_fresh_process(
         compression_benchmark.run_section, settings.compression_games,
         settings.compression_frames, settings.compression_rounds,
         settings.seed, settings.compression_cache_dir, progress=progress)
     sections.append(compression_benchmark.format_section(results))
+  if 'scale' in settings.sections:
+    # A fresh process per memory already (run_section).
+    results = scale_benchmark.run_section(
+        settings.scale_games, settings.scale_peer_games,
+        settings.scale_capacity, settings.scale_frames, settings.seed,
+        settings.compression_cache_dir, progress=progress)
+    sections.append(scale_benchmark.format_section(results))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (
-      f'{load_before} at the start, {_load_average()} at the end (1 minute; '
+      f'{load_before} at the start, {common.load_average()} at the end '
+      '(1 minute; '
       'staging needs a second core free)')
   lines = [
       '# Benchmark results',

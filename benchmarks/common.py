@@ -14,8 +14,10 @@ benchmarks/x.py`): they cannot live here, since they are what makes this
 module importable.
 """
 
+import concurrent.futures
 import datetime
 import importlib
+import multiprocessing
 import os
 import platform
 import sys
@@ -24,6 +26,7 @@ from typing import Dict, List, Mapping, Optional
 from absl import flags
 import numpy as np
 
+from benchmarks import timing
 from dopamine_per.replay_memory.kernels import choice
 
 __all__ = [
@@ -35,8 +38,10 @@ __all__ = [
     'describe_machine',
     'document',
     'dopamine_available',
+    'in_fresh_process',
     'kernels_environ',
     'kernels_of',
+    'load_average',
     'log2_name',
     'write_report',
 ]
@@ -124,6 +129,28 @@ def describe_machine() -> Dict[str, str]:
           '%Y-%m-%d %H:%M UTC'),
   })
   return description
+
+
+def load_average() -> str:
+  """The 1-minute load average, e.g. '0.42' ('unknown' where unavailable)."""
+  try:
+    return f'{os.getloadavg()[0]:.2f}'
+  except OSError:
+    return 'unknown'
+
+
+def in_fresh_process(function, *args, progress=None):
+  """Returns function(*args, progress=...) computed in a new interpreter.
+
+  Each section (and each memory of the scale section) gets a process of its
+  own, so that what one leaves behind (gigabytes of freed replay memory, the
+  allocator's state, threads) cannot change the next one's timings or
+  resident memory. The child prints its progress to stderr.
+  """
+  context = multiprocessing.get_context('spawn')
+  with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+    return pool.submit(function, *args, progress=(
+        timing.print_progress if progress else None)).result()
 
 
 def log2_name(value: int) -> str:

@@ -77,8 +77,10 @@ __all__ = [
     'format_section',
     'make_memory',
     'measure_rss',
+    'peak_kib',
     'rss_child',
     'run_benchmark',
+    'status_kib',
 ]
 
 FRAME_SHAPE = (84, 84)
@@ -138,9 +140,12 @@ class FramePool(object):
   its `stack_compress` requires).
   """
 
-  def __init__(self, size, seed):
-    rng = np.random.default_rng(seed)
-    self.frames = rng.integers(0, 256, (size,) + FRAME_SHAPE, dtype=np.uint8)
+  def __init__(self, size, seed, frames=None):
+    """Draws `size` random frames, or takes `frames` [n, 84, 84] as given."""
+    if frames is None:
+      rng = np.random.default_rng(seed)
+      frames = rng.integers(0, 256, (size,) + FRAME_SHAPE, dtype=np.uint8)
+    self.frames = frames
     self._stacks = None
 
   @property
@@ -161,11 +166,12 @@ def _transition(t):
                                        EPISODE_LENGTH - 1)
 
 
-def _atari_memory(module, capacity):
-  """`module`'s OutOfGraphPrioritizedReplayBuffer, Atari-shaped."""
+def _atari_memory(module, capacity, **options):
+  """`module`'s OutOfGraphPrioritizedReplayBuffer, Atari-shaped (`options`:
+  further constructor arguments)."""
   return module.OutOfGraphPrioritizedReplayBuffer(
       FRAME_SHAPE, STACK_SIZE, capacity, batch_size=32,
-      update_horizon=UPDATE_HORIZON, gamma=GAMMA)
+      update_horizon=UPDATE_HORIZON, gamma=GAMMA, **options)
 
 
 class _DopamineStyleMemory(object):
@@ -205,13 +211,14 @@ class _DopamineStyleMemory(object):
 
 
 class OursMemory(_DopamineStyleMemory):
-  """dopamine_per's OutOfGraphPrioritizedReplayBuffer with given kernels."""
+  """dopamine_per's OutOfGraphPrioritizedReplayBuffer with given kernels
+  (`options`: further constructor arguments, e.g. compress_observations)."""
 
-  def __init__(self, capacity, pool, kernels=None):
+  def __init__(self, capacity, pool, kernels=None, **options):
     self.environ = common.kernels_environ(kernels)
     from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
     with timing.environment(self.environ):
-      memory = _atari_memory(prioritized_replay_buffer, capacity)
+      memory = _atari_memory(prioritized_replay_buffer, capacity, **options)
     super().__init__(memory, pool)
 
   def _priority(self):
@@ -441,7 +448,7 @@ def run_benchmark(capacity, fill, steady_adds, batch_sizes, rounds, seed,
 # ------------------------------------------------------------ peak memory
 
 
-def _status_kib(field):
+def status_kib(field):
   """A field of /proc/self/status in KiB (Linux), or None."""
   try:
     with open('/proc/self/status', encoding='utf-8') as status:
@@ -453,8 +460,8 @@ def _status_kib(field):
   return None
 
 
-def _peak_kib():
-  peak = _status_kib('VmHWM')
+def peak_kib():
+  peak = status_kib('VmHWM')
   if peak is None:
     import resource  # pylint: disable=g-import-not-at-top
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -494,9 +501,9 @@ def rss_child(name, capacity, cpprb_transitions, seed=0, after_adds=10000,
   warmup.cycle(32, np.ones(32))
   del warmup
   gc.collect()
-  baseline = _status_kib('VmRSS')
+  baseline = status_kib('VmRSS')
   memory = make_memory(name, capacity, pool)
-  constructed = _status_kib('VmRSS')
+  constructed = status_kib('VmRSS')
   start = time.perf_counter()
   if name == 'cpprb':
     added = min(capacity, cpprb_transitions)
@@ -516,7 +523,7 @@ def rss_child(name, capacity, cpprb_transitions, seed=0, after_adds=10000,
       'implementation': name,
       'baseline_kib': baseline,
       'constructed_kib': constructed,
-      'peak_kib': _peak_kib(),
+      'peak_kib': peak_kib(),
       'added': added,
       'how': how,
       'fill_seconds': fill_seconds,

@@ -106,7 +106,9 @@ class CompressedFrames(object):
 
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     del copy  # Always a new array.
-    frames = self[0:len(self)]
+    frames = np.empty(self.shape, self.dtype)
+    for block in range(self.blocks):  # Block by block: no fancy indexing.
+      frames[block * BLOCK_FRAMES:self._block_stop(block)] = self.block(block)
     return frames if dtype is None else frames.astype(dtype)
 
   def __getitem__(self, key: Any) -> np.ndarray:
@@ -123,10 +125,14 @@ class CompressedFrames(object):
       raise IndexError('slot out of range [0, {}): {!r}'.format(
           len(self), key))
     out = np.empty((flat.size,) + self.shape[1:], self.dtype)
-    blocks, where = np.unique(flat // BLOCK_FRAMES, return_inverse=True)
-    where = where.reshape(-1)
-    for i, block in enumerate(blocks.tolist()):
-      rows = np.flatnonzero(where == i)
+    # The rows grouped by block (sorted, so linear in the rows read).
+    order = np.argsort(flat // BLOCK_FRAMES, kind='stable')
+    blocks = flat[order] // BLOCK_FRAMES
+    starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+    for start, stop in zip(starts.tolist(),
+                           np.append(starts[1:], len(order)).tolist()):
+      rows = order[start:stop]
+      block = int(blocks[start])
       out[rows] = self.block(block)[flat[rows] - block * BLOCK_FRAMES]
     return out.reshape(slots.shape + self.shape[1:])
 

@@ -83,8 +83,9 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
           dtype=element.type, expected=digest_of(name))
       # As the native ops and `add` take it: a valid `.npy` may hold a
       # Fortran-order array, which loads copied into C order.
-      pending['store'][element.name] = np.require(
-          array, requirements=['C_CONTIGUOUS', 'ALIGNED', 'WRITEABLE'])
+      pending['store'][element.name] = frame_checkpoint.as_stored(
+          memory, element, np.require(
+              array, requirements=['C_CONTIGUOUS', 'ALIGNED', 'WRITEABLE']))
   add_count = _read_add_count(filename('add_count'), digest_of('add_count'))
   pending['add_count'] = add_count
   cursor = add_count % capacity

@@ -29,7 +29,7 @@ from dopamine_per.replay_memory.memory import frame_blocks
 
 __all__ = ['INDEX_NAME', 'PACKS_NAME', 'FILES', 'FORMAT_VERSION',
            'CHUNK_BYTES', 'ZSTD_LEVEL', 'Packed', 'compressed', 'pack',
-           'writers', 'value', 'read']
+           'writers', 'as_stored', 'value', 'read']
 
 # The files' names (as checkpoint file names: ``{name}_ckpt.{N}.gz``).
 INDEX_NAME = 'frame_blocks'
@@ -101,6 +101,16 @@ def writers(snapshot: Any, name: str
   return {file_name: writer(file_name) for file_name, _ in FILES}
 
 
+def as_stored(memory: Any, element: Any, array: np.ndarray) -> Any:
+  """`array`, element `element` of a Dopamine checkpoint, as `memory`
+  stores it: compressed (`CompressedFrames.from_array`) where the memory
+  compresses it, else as it is."""
+  if isinstance(memory.storage.arrays[element.name],
+                frame_blocks.CompressedFrames):
+    return frame_blocks.CompressedFrames.from_array(array)
+  return array
+
+
 def value(frames: frame_blocks.CompressedFrames, name: str) -> np.ndarray:
   """What file `name` of `frames`' checkpoint holds (packing a copy)."""
   packed = pack(frames.copy())
@@ -165,8 +175,7 @@ def read(memory: Any, paths: Tuple[str, str],
     stream = _unpack(packs, raw, packed)
     payloads = _split(stream, sizes, frames)
   frames.adopt(payloads)
-  if isinstance(memory.storage.arrays[element.name],
-                frame_blocks.CompressedFrames):
+  if compressed(memory):
     return frames
   return np.asarray(frames)
 

@@ -57,9 +57,7 @@ class CircularStorage(object):
       ImportError: If an element is compressed and lz4 is missing.
     """
     self.capacity = capacity
-    self._compressed = frozenset(compressed)
-    self.arrays, self._mappings = allocate(elements, capacity,
-                                           self._compressed)
+    self.arrays, self._mappings = allocate(elements, capacity, compressed)
     # The bytes per slot of the arrays backed as they fill (see
     # `resident_nbytes`); 0 once every array is backed whole.
     self._lazy_stride = sum(stride for _, stride in self._mappings)
@@ -164,15 +162,11 @@ class CircularStorage(object):
   def restore(self, state: Dict[str, Any]) -> None:
     """Installs a `state` whose arrays have this storage's names and shapes.
 
-    The caller has validated it (a checkpoint's reader does). The arrays
-    are adopted, not copied; an array given for a compressed element is
-    compressed (`CompressedFrames.from_array`).
+    The caller has validated it (a checkpoint's reader does, and gives
+    compressed frames where the storage has them): this cannot fail. The
+    arrays are adopted, not copied.
     """
     self.arrays = {name: state['arrays'][name] for name in self._order}
-    for name in self._compressed:
-      if isinstance(self.arrays[name], np.ndarray):
-        self.arrays[name] = frame_blocks.CompressedFrames.from_array(
-            self.arrays[name])
     self._columns = [self.arrays[name] for name in self._order]
     self._mappings = []  # Restored arrays are backed already.
     self._lazy_stride = 0

@@ -105,8 +105,7 @@ def as_stored(memory: Any, element: Any, array: np.ndarray) -> Any:
   """`array`, element `element` of a Dopamine checkpoint, as `memory`
   stores it: compressed (`CompressedFrames.from_array`) where the memory
   compresses it, else as it is."""
-  if isinstance(memory.storage.arrays[element.name],
-                frame_blocks.CompressedFrames):
+  if element.name == 'observation' and compressed(memory):
     return frame_blocks.CompressedFrames.from_array(array)
   return array
 
@@ -120,10 +119,7 @@ def value(frames: frame_blocks.CompressedFrames, name: str) -> np.ndarray:
 def pack(frames: frame_blocks.CompressedFrames) -> Packed:
   """Packs `frames` (a copy no one writes to): its open block compressed
   too, so that a checkpoint holds stored or empty blocks only."""
-  payloads = [frames.payload(block) for block in range(frames.blocks)]
-  open_block = int(frames.open_block[0])
-  if open_block >= 0:
-    payloads[open_block] = frames.compress_block(open_block)
+  payloads = [frames.compress_block(block) for block in range(frames.blocks)]
   sizes = np.array([0 if p is None else len(p) for p in payloads], np.int64)
   stream = b''.join(p for p in payloads if p is not None)
   compressor = _zstd().ZstdCompressor(level=ZSTD_LEVEL)

@@ -20,11 +20,10 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ['BLOCK_FRAMES', 'CODEC', 'LEVEL', 'CompressedFrames', 'codec']
+__all__ = ['BLOCK_FRAMES', 'LEVEL', 'CompressedFrames', 'codec']
 
-# Frames per block, and the codec's name and level (docs/compression.md).
+# Frames per block, and LZ4 HC's level (docs/compression.md).
 BLOCK_FRAMES = 4
-CODEC = 'lz4-block-hc'
 LEVEL = 4
 
 # What a stored block costs besides its bytes: the bytes object holding it.

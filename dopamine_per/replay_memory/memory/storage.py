@@ -238,8 +238,7 @@ class StorageSnapshot(object):
     step = max(1, chunk_bytes // max(1, array[:1].nbytes))
     for start in range(0, len(array), step):
       stop = min(start + step, len(array))
-      with (contextlib.nullcontext() if name in self._copied else
-            self._lock):
+      with self._lock:
         chunk = array[start:stop].copy()
         while heap and heap[0] < stop:
           slot = heapq.heappop(heap)

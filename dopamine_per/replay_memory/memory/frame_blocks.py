@@ -168,8 +168,7 @@ class CompressedFrames(object):
     payload = self._payloads[block]
     if payload is None:
       return np.zeros((count,) + self.shape[1:], self.dtype)
-    raw = self._codec.decompress(payload,
-                                 uncompressed_size=count * self.frame_bytes)
+    raw = self._decode(block, payload)
     return np.frombuffer(raw, self.dtype).reshape((count,) + self.shape[1:])
 
   def payload(self, block: int) -> Optional[bytes]:
@@ -187,12 +186,25 @@ class CompressedFrames(object):
 
   def decodes(self, block: int, payload: bytes) -> bool:
     """Whether `payload` decodes to exactly block `block`'s bytes."""
+    try:
+      self._decode(block, payload)
+    except ValueError:
+      return False
+    return True
+
+  def _decode(self, block: int, payload: bytes) -> bytes:
+    """Block `block`'s bytes from `payload`; ValueError if it does not
+    decode to exactly them."""
     size = (self._block_stop(block) - block * BLOCK_FRAMES) * self.frame_bytes
     try:
-      return len(self._codec.decompress(payload,
-                                        uncompressed_size=size)) == size
-    except Exception:  # pylint: disable=broad-except
-      return False  # lz4.block.LZ4BlockError, and whatever else it raises.
+      raw = self._codec.decompress(payload, uncompressed_size=size)
+    except Exception as e:  # lz4.block.LZ4BlockError, a plain Exception.
+      raise ValueError('compressed frame block {} does not decode (the '
+                       "memory's frames are corrupt)".format(block)) from e
+    if len(raw) != size:
+      raise ValueError('compressed frame block {} decodes to {} bytes, not '
+                       '{}'.format(block, len(raw), size))
+    return raw
 
   def adopt(self, payloads: List[Optional[bytes]]) -> None:
     """Installs one stored payload (or None) per block, none open: what a

@@ -12,6 +12,7 @@ import re
 import subprocess
 import tempfile
 from typing import List, Optional, Sequence, Set, Tuple
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -27,6 +28,10 @@ _JOURNAL = memory_checkpoint.JOURNAL_NAME
 # A temporary file a killed save left, planted before the last save of a
 # plan that asks for it: that save's clean-up deletes it.
 _PLANTED = '.add_count_ckpt.7.gz.abcdefgh.tmp'
+# Set to '1' in the environment: the memories compress their frames, and
+# the child saves in small chunks (4 blocks, 256 bytes) so that its
+# checkpoints share packs.
+_COMPRESS = 'DOPAMINE_PER_CRASH_TEST_COMPRESS'
 
 # The child: argv = directory, plan, kill_after (0: never), plant (0 or 1),
 # background (0 or 1). It prints 'save K' before step K's save and one line
@@ -38,6 +43,11 @@ import signal
 import sys
 
 from tests.suites import crash_safety_test as t
+
+if os.environ.get(t._COMPRESS) == '1':
+  from dopamine_per.replay_memory.checkpoint import chunk_checkpoint
+  chunk_checkpoint.GROUP_BLOCKS = 4
+  chunk_checkpoint.ARRAY_CHUNK_BYTES = 256
 
 directory, plan = sys.argv[1], t.parse_plan(sys.argv[2])
 kill_after, plant = int(sys.argv[3]), sys.argv[4] == '1'
@@ -96,7 +106,8 @@ _Event = Tuple
 def make():
   return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
       observation_shape=(8, 8), stack_size=4, replay_capacity=500,
-      batch_size=32, update_horizon=3, checkpoint_duration=_DURATION)
+      batch_size=32, update_horizon=3, checkpoint_duration=_DURATION,
+      compress_observations=os.environ.get(_COMPRESS) == '1')
 
 
 def advance(memory, iteration):
@@ -259,6 +270,8 @@ class NewCheckpointTest(CrashTestCase):
   """Saves 0 to 3 (save 3 deletes checkpoint 0); kills in save 3."""
 
   PLAN = '0:0,1:1,2:2,3:3'
+  # The stale checkpoint's files its deletion keeps (packs still named).
+  SHARED = []
 
   def test_recording_shows_the_order_crash_safety_relies_on(self):
     for step, (_, number) in enumerate(self.steps):
@@ -285,13 +298,17 @@ class NewCheckpointTest(CrashTestCase):
     removed = [self.recorded[n - 1][1]
                for n in self.events_of(self.last, 'remove')][1:]
     stale = self.number - _DURATION
-    # The stale checkpoint's marker first, then each of its files.
+    # The stale checkpoint's marker first, then each of its files (but a
+    # pack of chunks a retained checkpoint still names).
     self.assertEqual(removed[0], f'{_MARKER}_ckpt.{stale}.gz')
+    kept = files_after(self.recorded)
     self.assertEqual(
         sorted(removed),
         sorted(target for _, target in
                (self.recorded[n - 1][1:3] for n in self.events_of(0, 'rename'))
-               if not target.startswith(_JOURNAL)))
+               if not target.startswith(_JOURNAL) and target not in kept))
+    self.assertEqual([name for name in kept if name.endswith(f'.{stale}.gz')],
+                     self.SHARED)
 
   def _kill_points(self) -> List[int]:
     creates = self.events_of(self.last, 'create')
@@ -319,6 +336,18 @@ class BackgroundSaveKillTest(NewCheckpointTest):
   while the last one is written, and it holds the memory as it was."""
 
   BACKGROUND = True
+
+
+class CompressedBackgroundSaveKillTest(BackgroundSaveKillTest):
+  """BackgroundSaveKillTest with compressed frames, saved in chunks that
+  checkpoints share: the stale checkpoint's pack outlives it."""
+
+  SHARED = ['chunk_pack_ckpt.0.gz']
+
+  @classmethod
+  def setUpClass(cls):
+    cls.enterClassContext(mock.patch.dict(os.environ, {_COMPRESS: '1'}))
+    super().setUpClass()
 
 
 class ResaveTest(CrashTestCase):

@@ -22,7 +22,7 @@ from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
-from dopamine_per.replay_memory.checkpoint import frame_checkpoint
+from dopamine_per.replay_memory.checkpoint import chunk_checkpoint
 from dopamine_per.replay_memory.memory import sampling
 from dopamine_per.replay_memory.memory import validation
 
@@ -39,18 +39,21 @@ Layout = collections.namedtuple(
     'Layout', ['store_prefix', 'state_name', 'files', 'attribute_files'])
 
 
-def read(memory: Any, layout: Layout, filename: Callable[[str], str],
+def read(memory: Any, layout: Layout, filename: Callable[..., str],
          state_digest: Optional[atomic_files.FileDigest],
-         missing_episode_ends: bool) -> Dict[str, Any]:
+         missing_episode_ends: bool, suffix: Any = None) -> Dict[str, Any]:
   """Reads and validates a checkpoint into a dict; changes nothing.
 
   Args:
     memory: the memory being loaded.
     layout: Layout, the checkpoint's file names.
-    filename: callable, the path of a checkpoint file given its name.
+    filename: callable, the path of a checkpoint file given its name (and
+      optionally another checkpoint's iteration: a chunked checkpoint's
+      older packs).
     state_digest: the digest the state file must have (a journal's), or
       None.
     missing_episode_ends: bool, whether episode_end_indices is missing.
+    suffix: the checkpoint's iteration (read if it is chunked).
 
   Returns:
     dict, for `install`.
@@ -67,14 +70,10 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
     return None if digest is None else atomic_files.FileDigest(*digest)
 
   capacity = memory.replay_capacity
-  pending = {'store': {}}
+  chunked = _read_chunks(memory, layout, filename, digest_of, suffix)
+  pending = {'store': dict(chunked['store'])}
   for element in memory.get_storage_signature():
-    if element.name == 'observation' and frame_checkpoint.INDEX_NAME in dict(
-        layout.files):
-      files = [name for name, _ in frame_checkpoint.FILES]
-      pending['store'][element.name] = frame_checkpoint.read(
-          memory, [filename(name) for name in files],
-          [digest_of(name) for name in files], element)
+    if element.name in pending['store']:
       continue
     name = layout.store_prefix + element.name
     with atomic_files.refusing(filename(name)):
@@ -83,7 +82,7 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
           dtype=element.type, expected=digest_of(name))
       # As the native ops and `add` take it: a valid `.npy` may hold a
       # Fortran-order array, which loads copied into C order.
-      pending['store'][element.name] = frame_checkpoint.as_stored(
+      pending['store'][element.name] = chunk_checkpoint.as_stored(
           memory, element, np.require(
               array, requirements=['C_CONTIGUOUS', 'ALIGNED', 'WRITEABLE']))
   add_count = _read_add_count(filename('add_count'), digest_of('add_count'))
@@ -133,10 +132,30 @@ def read(memory: Any, layout: Layout, filename: Callable[[str], str],
               path, errors.describe(sampler_state)))
     pending['sampler_state'] = sampler_state
   pending['extensions'] = [
-      (extension, extension.read(memory, filename(extension.name),
-                                 digest_of(extension.name)))
+      (extension, extension.check(memory, chunked['sum_tree'],
+                                  filename(chunk_checkpoint.INDEX_NAME))
+       if extension.file_format == 'sum_tree' and chunked['sum_tree']
+       else extension.read(memory, filename(extension.name),
+                           digest_of(extension.name)))
       for extension in memory.checkpoint_extensions]
   return pending
+
+
+def _read_chunks(memory: Any, layout: Layout, filename: Callable[..., str],
+                 digest_of: Callable[[str], Any], suffix: Any
+                ) -> Dict[str, Any]:
+  """`chunk_checkpoint.read` if the checkpoint is chunked, else nothing."""
+  if chunk_checkpoint.INDEX_NAME not in dict(layout.files):
+    return {'store': {}, 'sum_tree': None}
+  try:
+    iteration = int(suffix)
+  except (TypeError, ValueError) as e:
+    raise atomic_files.CorruptCheckpointError(
+        'a chunked checkpoint has an integer suffix, not {!r}'.format(
+            suffix)) from e
+  return chunk_checkpoint.read(
+      memory, filename, digest_of, iteration,
+      any(e.file_format == 'sum_tree' for e in memory.checkpoint_extensions))
 
 
 def _read_add_count(path: str,

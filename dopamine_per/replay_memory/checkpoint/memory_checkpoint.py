@@ -24,9 +24,9 @@ from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.file_io import safe_pickle
 from dopamine_per.file_io import transaction
-from dopamine_per.replay_memory import sum_tree
+from dopamine_per.replay_memory.checkpoint import checkpoint_extension
 from dopamine_per.replay_memory.checkpoint import checkpoint_reading
-from dopamine_per.replay_memory.checkpoint import frame_checkpoint
+from dopamine_per.replay_memory.checkpoint import chunk_checkpoint
 
 __all__ = ['STORE_FILENAME_PREFIX', 'DOPAMINE_PER_STATE_NAME', 'JOURNAL_NAME',
            'CheckpointExtension', 'SUM_TREE', 'latest_checkpoint_iteration',
@@ -60,98 +60,10 @@ _JOURNAL_PATTERN = re.compile(r'^{}_ckpt\.(\d+)$'.format(
 FileSpec = Tuple[str, str]
 
 
-class CheckpointExtension(object):
-  """A file a memory class adds to the circular memory's checkpoint.
-
-  A memory class lists its extensions in its `checkpoint_extensions`
-  class attribute. `save` writes them after the memory's own files, before
-  the public attributes'; `load` reads them last and installs them first.
-
-  Attributes:
-    name: str, the checkpoint file's name.
-    file_format: str, 'npy', 'pickle' or 'sum_tree'.
-  """
-
-  name = None
-  file_format = None
-
-  def value(self, memory: Any) -> Any:
-    """Returns what `save` writes to the file."""
-    raise NotImplementedError
-
-  def read(self, memory: Any, path: str,
-           expected: Optional[atomic_files.FileDigest]) -> Any:
-    """Reads and validates the file at `path`; changes nothing.
-
-    Args:
-      memory: the memory being loaded.
-      path: str, the file.
-      expected: the digest the dopamine_per state records, or None.
-
-    Returns:
-      What `commit` installs.
-
-    Raises:
-      atomic_files.CheckpointError: If the file is corrupt or does not fit
-        the memory.
-    """
-    raise NotImplementedError
-
-  def commit(self, memory: Any, state: Any) -> None:
-    """Installs what `read` returned. Must not fail.
-
-    Also takes what `value` returned, to put the memory back as it was.
-    """
-    raise NotImplementedError
-
-
-class _SumTreeExtension(CheckpointExtension):
-  """The prioritized memory's `sum_tree` file: a pickled Dopamine SumTree."""
-
-  name = 'sum_tree'
-  file_format = 'sum_tree'
-
-  def value(self, memory: Any) -> Dict[str, Any]:
-    return memory.get_sum_tree_state()
-
-  def read(self, memory: Any, path: str,
-           expected: Optional[atomic_files.FileDigest]) -> Dict[str, Any]:
-    # Dopamine's binary levels: 2 * leaves - 1 floats, at most 64 bytes each
-    # in any pickle protocol; and a generator state (MT19937's: 624 words).
-    leaves = 1 << max(memory.replay_capacity - 1, 0).bit_length()
-    limits = safe_pickle.PickleLimits(
-        max_bytes=128 * leaves + (1 << 16),
-        max_elements=2 * leaves + (1 << 12), max_depth=8)
-    with atomic_files.refusing(path):
-      loaded = gzip_files.load_pickle_gz(path, expected=expected,
-                                         limits=limits)
-      if isinstance(loaded, safe_pickle.PickledSumTreeState):
-        state = loaded.state
-      elif isinstance(loaded, dict):
-        state = loaded
-      else:
-        raise atomic_files.CorruptCheckpointError(
-            '{}: expected a pickled SumTree, got {}'.format(
-                path, type(loaded).__name__))
-      # The generator is the memory's (restored from the dopamine_per
-      # state), shared with the tree: keep the tree's object.
-      state = {k: v for k, v in state.items() if k != 'rng_state'}
-      try:
-        # A scratch tree of the same priority bounds: set_state validates.
-        sum_tree.SumTree(
-            memory.replay_capacity,
-            priority_dtype=memory.sum_tree.priority_dtype).set_state(state)
-      except ValueError as e:
-        raise atomic_files.CorruptCheckpointError(
-            '{}: {}'.format(path, e)) from e
-    return state
-
-  def commit(self, memory: Any, state: Dict[str, Any]) -> None:
-    memory.set_sum_tree_state(state)  # Validated in `read`.
-
-
-# The prioritized memory's extension.
-SUM_TREE = _SumTreeExtension()
+# A file a memory class adds (`checkpoint_extension`), and the prioritized
+# memory's.
+CheckpointExtension = checkpoint_extension.CheckpointExtension
+SUM_TREE = checkpoint_extension.SUM_TREE
 
 
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
@@ -167,10 +79,15 @@ def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
   Returns:
     int, the iteration number to give `load`, or None if there is none.
   """
-  names = atomic_files.list_directory(checkpoint_dir)
-  iterations = (_iterations(_STATE_PATTERN, names) +
-                _iterations(_JOURNAL_PATTERN, names))
+  iterations = _complete(checkpoint_dir)
   return max(iterations) if iterations else None
+
+
+def _complete(checkpoint_dir: str) -> List[int]:
+  """The iterations of the complete checkpoints in `checkpoint_dir`."""
+  names = atomic_files.list_directory(checkpoint_dir)
+  return (_iterations(_STATE_PATTERN, names) +
+          _iterations(_JOURNAL_PATTERN, names))
 
 
 def holds_checkpoint(checkpoint_dir: str, iteration_number: Any) -> bool:
@@ -239,18 +156,26 @@ def roll_forward(checkpoint_dir: str) -> List[int]:
 # ----------------------------------------------------------------- layout
 
 
-def _layout(memory: Any, blocks: Optional[bool] = None) -> List[FileSpec]:
-  """Returns the files of the memory's own state (not its attributes),
-  its frames as blocks if `blocks` (None: if the memory compresses them)."""
-  layout = [(STORE_FILENAME_PREFIX + e.name, 'npy')
-            for e in memory.get_storage_signature()]
-  if frame_checkpoint.compressed(memory) if blocks is None else blocks:
-    layout[:1] = frame_checkpoint.FILES
+def _layout(memory: Any, chunked: Optional[bool] = None) -> List[FileSpec]:
+  """Returns the files of the memory's own state (not its attributes): its
+  arrays and sum tree in chunks if `chunked` (`chunk_checkpoint`; None: if
+  the memory compresses its frames), else in Dopamine's files."""
+  if chunked is None:
+    chunked = chunk_checkpoint.compressed(memory)
+  layout = (list(chunk_checkpoint.FILES) if chunked else
+            [(STORE_FILENAME_PREFIX + e.name, 'npy')
+             for e in memory.get_storage_signature()])
   layout += [('add_count', 'npy'), ('invalid_range', 'npy'),
              ('episode_end_indices', 'pickle')]
   layout += [(extension.name, extension.file_format)
-             for extension in memory.checkpoint_extensions]
+             for extension in memory.checkpoint_extensions
+             if not (chunked and chunked_tree(extension))]
   return layout
+
+
+def chunked_tree(extension: Any) -> bool:
+  """Whether a chunked checkpoint holds `extension` in its chunks."""
+  return extension.file_format == 'sum_tree'
 
 
 def _attribute_files(memory: Any) -> List[FileSpec]:
@@ -272,7 +197,7 @@ def checkpoint_files(memory: Any, blocks: Optional[bool] = None
 
   Args:
     memory: an `OutOfGraphReplayBuffer`.
-    blocks: whether the frames are saved as blocks (`frame_checkpoint`);
+    blocks: whether the arrays are saved in chunks (`chunk_checkpoint`);
       None: as the memory saves them.
 
   Returns:
@@ -288,8 +213,8 @@ def _value(memory: Any, name: str) -> Any:
       return extension.value(memory)
   if name.startswith(STORE_FILENAME_PREFIX):
     return memory.storage.arrays[name[len(STORE_FILENAME_PREFIX):]]
-  if name in dict(frame_checkpoint.FILES):
-    return frame_checkpoint.value(memory.storage.arrays['observation'], name)
+  if name in dict(chunk_checkpoint.FILES):
+    return chunk_checkpoint.value(memory, name)
   if name in ('add_count', 'invalid_range'):
     return getattr(memory, name)
   if name == 'episode_end_indices':
@@ -438,9 +363,12 @@ class SaveSnapshot(object):
   """
 
   def __init__(self, writers: List[Tuple[str, Callable[[BinaryIO], None]]],
-               state: Dict[str, Any], storage_snapshot: Any):
+               state: Dict[str, Any], storage_snapshot: Any,
+               saver: Optional[chunk_checkpoint.Saver] = None):
     self.writers = writers
     self.state = state
+    # Packs the chunks, if the checkpoint is chunked (`stage` binds it).
+    self.saver = saver
     self.names = [DOPAMINE_PER_STATE_NAME] + [name for name, _ in writers]
     self._storage_snapshot = storage_snapshot
 
@@ -461,12 +389,19 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   """
   _check_checkpointable(memory)
   storage = memory.storage.snapshot(lock)
-  writers = []
+  writers, saver, chunked = [], None, {}
   try:
-    frames = frame_checkpoint.writers(storage, 'observation')
+    if checkpoint_files(memory)[0] in chunk_checkpoint.FILES:
+      trees = [extension.value(memory) for extension in
+               memory.checkpoint_extensions if chunked_tree(extension)]
+      saver = chunk_checkpoint.Saver(chunk_checkpoint.parts(
+          memory, lambda e: storage.chunks(
+              e, chunk_checkpoint.ARRAY_CHUNK_BYTES),
+          storage.frames, trees[0] if trees else None))
+      chunked = saver.writers()
     for name, file_format in checkpoint_files(memory):
-      if name in frames:
-        writer = frames[name]
+      if name in chunked:
+        writer = chunked[name]
       elif name.startswith(STORE_FILENAME_PREFIX):
         element = name[len(STORE_FILENAME_PREFIX):]
         array = memory.storage.arrays[element]
@@ -480,7 +415,7 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   except BaseException:
     storage.release()
     raise
-  return SaveSnapshot(writers, state, storage)
+  return SaveSnapshot(writers, state, storage, saver)
 
 
 def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
@@ -494,6 +429,10 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
     OSError: If writing fails; what was staged is deleted.
   """
   roll_forward(checkpoint_dir)
+  if snapshot.saver is not None:
+    earlier = [i for i in _complete(checkpoint_dir) if i < iteration_number]
+    snapshot.saver.bind(checkpoint_dir, iteration_number,
+                        max(earlier) if earlier else None)
   staging = transaction.Transaction(checkpoint_dir)
   try:
     digests = {}
@@ -650,6 +589,7 @@ def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
       set(names))
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
+  chunk_checkpoint.prune_packs(checkpoint_dir, _complete(checkpoint_dir))
   _remove_temporaries(checkpoint_dir, names)
 
 
@@ -706,7 +646,9 @@ def _remove_temporaries(checkpoint_dir: str, names: Sequence[str]) -> None:
 
 def _collect_garbage(memory: Any, checkpoint_dir: str, iteration_number: int,
                      names: Sequence[str]) -> None:
-  """Deletes files `names` (the state file first) of the stale checkpoint.
+  """Deletes files `names` (the state file first) of the stale checkpoint,
+  but its pack of chunks (`chunk_checkpoint.prune_packs` deletes it once
+  no checkpoint names it).
 
   Only with no journal pending: a checkpoint with a state file has all its
   files.
@@ -717,8 +659,9 @@ def _collect_garbage(memory: Any, checkpoint_dir: str, iteration_number: int,
   if memory.keep_every is not None and stale % memory.keep_every == 0:
     return
   for name in names:
-    atomic_files.remove_if_exists(
-        gzip_files.checkpoint_filename(checkpoint_dir, name, stale))
+    if name != chunk_checkpoint.PACK_NAME:
+      atomic_files.remove_if_exists(
+          gzip_files.checkpoint_filename(checkpoint_dir, name, stale))
 
 
 # ------------------------------------------------------------------- load
@@ -751,14 +694,14 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
   """
   journal = transaction.pending(checkpoint_dir, journal_filename(suffix))
 
-  def path_of(name):
-    target = _target(name, suffix)
+  def path_of(name, iteration=suffix):
+    target = _target(name, iteration)
     if journal is not None and journal.digest_of(target) is not None:
       return journal.path_of(checkpoint_dir, target)
-    return gzip_files.checkpoint_filename(checkpoint_dir, name, suffix)
+    return gzip_files.checkpoint_filename(checkpoint_dir, name, iteration)
 
-  # The frames as Dopamine's array or as blocks, whichever it holds.
-  blocks = atomic_files.exists(path_of(frame_checkpoint.INDEX_NAME))
+  # The arrays in Dopamine's files or in chunks, whichever it holds.
+  blocks = atomic_files.exists(path_of(chunk_checkpoint.INDEX_NAME))
   missing_episode_ends = False
   for name, _ in checkpoint_files(memory, blocks):
     if atomic_files.exists(path_of(name)):
@@ -779,7 +722,7 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
   with atomic_files.refusing('checkpoint {} in {}'.format(
       suffix, checkpoint_dir)):
     pending = checkpoint_reading.read(memory, layout, path_of, state_digest,
-                                      missing_episode_ends)
+                                      missing_episode_ends, suffix)
   previous = (None if bind is None else
               checkpoint_reading.replaced(memory, pending))
   checkpoint_reading.install(memory, pending)

@@ -208,7 +208,7 @@ class CompressedFrames(object):
 
   def adopt(self, payloads: List[Optional[bytes]]) -> None:
     """Installs one stored payload (or None) per block, none open: what a
-    checkpoint holds (`frame_checkpoint.read` checked each)."""
+    checkpoint holds (`chunk_checkpoint.read` checked each)."""
     self.open_block[0] = -1
     self.open_frames[:] = 0
     for block, payload in enumerate(payloads):

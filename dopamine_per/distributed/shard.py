@@ -195,6 +195,14 @@ class ReplayShard(object):
     """Returns whether this process has imported TensorFlow (for tests)."""
     return 'tensorflow' in sys.modules
 
+  def stored_frame_blocks(self) -> Optional[int]:
+    """Returns how many compressed frame blocks the memory stores, or None
+    if its frames are an array (compress_observations off)."""
+    frames = self.memory.storage.arrays['observation']
+    if isinstance(frames, np.ndarray):
+      return None
+    return int(np.count_nonzero(frames.sizes))
+
   # ------------------------------------------------------------- sampling
 
   def draw(self, slots: Optional[np.ndarray], priorities: Optional[np.ndarray],

@@ -9,6 +9,7 @@ import gin
 import numpy as np
 import ray
 
+from dopamine_per.distributed import frame_shipping
 from tests.support import fixtures
 from tests.support import ray_util
 from tests.support import sharded_memories
@@ -102,6 +103,18 @@ class CompressedShardsTest(absltest.TestCase):
     _assert_batches_equal(
         self, compressed.sample_transition_batch(indices=indices),
         plain.sample_transition_batch(indices=indices))
+    # In any order: a shard's rows of the batch scattered.
+    shuffled = np.random.default_rng(0).permutation(indices)
+    _assert_batches_equal(
+        self, compressed.sample_transition_batch(indices=shuffled),
+        plain.sample_transition_batch(indices=shuffled))
+    # The shards ship their frames compressed: the blocks the stacks read.
+    slots = indices[indices < 30]
+    reply = ray.get(compressed.shard_handles[0].gather.remote(slots),
+                    timeout=fixtures.DEADLINE_S)
+    self.assertIsInstance(reply[0], frame_shipping.ShippedFrames)
+    self.assertLess(reply[0].nbytes, 2 * plain.sample_transition_batch(
+        indices=slots)[0].nbytes)
     # Sampled batches decode as the uncompressed memory's for their
     # indices.
     batch = sharded_memories.as_dict(

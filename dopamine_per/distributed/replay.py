@@ -23,6 +23,7 @@ import gin
 import numpy as np
 import ray
 
+from dopamine_per.distributed import frame_shipping
 from dopamine_per.distributed import locking
 from dopamine_per.distributed import placement
 from dopamine_per.distributed import prefetch as prefetch_lib
@@ -69,6 +70,21 @@ def route_targets(targets: np.ndarray, totals: np.ndarray
   shards = np.minimum(shards, last_positive)
   local = targets - (cumulative - totals)[shards]
   return shards.astype(np.int64), np.maximum(local, 0.0)
+
+
+def _fill_shipped(shipped: frame_shipping.ShippedFrames,
+                  positions: np.ndarray, states: np.ndarray,
+                  next_states: np.ndarray) -> None:
+  """Fills rows `positions` of a batch's states from a shard's frames:
+  in place where the rows are consecutive (a shard's part of a batch
+  usually is), else through a copy."""
+  if len(positions) and np.array_equal(
+      positions, np.arange(positions[0], positions[0] + len(positions))):
+    rows = slice(int(positions[0]), int(positions[0]) + len(positions))
+    frame_shipping.fill_states(shipped, states[rows], next_states[rows])
+    return
+  states[positions], next_states[positions] = (
+      frame_shipping.unpacked_states(shipped))
 
 
 @gin.configurable
@@ -585,11 +601,20 @@ class ShardedPrioritizedReplayBuffer(object):
     out = [np.empty(e.shape, dtype=e.type) for e in elements]
     for positions, batch in pieces:
       for array, values in zip(out, batch):
-        array[positions] = values
+        if isinstance(values, frame_shipping.ShippedFrames):
+          _fill_shipped(values, positions, *self._state_arrays(out))
+        elif values is not None:  # None: a next state shipped with it.
+          array[positions] = values
     for array, element in zip(out, elements):
       if element.name == 'indices':
         array[:] = indices
     return tuple(out)
+
+  def _state_arrays(self, out: List[np.ndarray]
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+    """The state and next state arrays of a batch's arrays `out`."""
+    names = [e.name for e in self._elements]
+    return out[names.index('state')], out[names.index('next_state')]
 
   # ----------------------------------------------------------- priorities
 

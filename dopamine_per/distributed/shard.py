@@ -17,6 +17,7 @@ from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
 
 import numpy as np
 
+from dopamine_per.distributed import frame_shipping
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -195,6 +196,14 @@ class ReplayShard(object):
     """Returns whether this process has imported TensorFlow (for tests)."""
     return 'tensorflow' in sys.modules
 
+  def stored_frame_blocks(self) -> Optional[int]:
+    """Returns how many compressed frame blocks the memory stores, or None
+    if its frames are an array (compress_observations off)."""
+    frames = self.memory.storage.arrays['observation']
+    if isinstance(frames, np.ndarray):
+      return None
+    return int(np.count_nonzero(frames.sizes))
+
   # ------------------------------------------------------------- sampling
 
   def draw(self, slots: Optional[np.ndarray], priorities: Optional[np.ndarray],
@@ -230,13 +239,21 @@ class ReplayShard(object):
     valid = np.asarray(self.memory.is_valid_transition(found), dtype=bool)
     batch = None
     if gather and valid.any():
-      batch = self.memory.sample_transition_batch(indices=found[valid])
+      batch = self._transitions(found[valid])
     return found, valid, batch, self.mass()
 
-  def gather(self, slots: np.ndarray) -> Tuple[np.ndarray, ...]:
-    """`sample_transition_batch(indices=slots)`; errors name the shard."""
+  def gather(self, slots: np.ndarray) -> Tuple[Any, ...]:
+    """The transitions at `slots` (see `_transitions`); errors name the
+    shard."""
     with self._naming_shard(ValueError):
-      return self.memory.sample_transition_batch(indices=slots)
+      return self._transitions(slots)
+
+  def _transitions(self, slots: np.ndarray) -> Tuple[Any, ...]:
+    """`sample_transition_batch(indices=slots)`; with compressed frames,
+    its states left compressed (`frame_shipping.pack_batch`)."""
+    if frame_shipping.ships_frames(self.memory):
+      return frame_shipping.pack_batch(self.memory, slots)
+    return self.memory.sample_transition_batch(indices=slots)
 
   # ----------------------------------------------------------- priorities
 

@@ -66,6 +66,24 @@ inline bool FillStates(const BatchSource& s, const int64_t* slots,
   return true;
 }
 
+// FillStates of frames shipped without their memory: `store` (not raw)
+// holds the blocks the `count` states ending at `ends` and at `next_ends`
+// read, of frames of `pixels` items of `item` bytes. False if a block is
+// missing or does not decode.
+inline bool FillShippedStates(const FrameStore& store, int64_t pixels,
+                              int64_t item, int64_t stack,
+                              const int64_t* ends, const int64_t* next_ends,
+                              int64_t count, uint8_t* states,
+                              uint8_t* next_states) {
+  BatchSource source{};
+  source.capacity = store.capacity;
+  source.pixels = pixels;
+  source.item = item;
+  source.stack = stack;
+  source.blocks = store;
+  return FillStates(source, ends, next_ends, count, states, next_states);
+}
+
 // What an output of a batch holds.
 enum class Fill {
   kState,      // the frame stack ending at the slot

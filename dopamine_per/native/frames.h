@@ -140,6 +140,9 @@ inline void FillStack(const uint8_t* const* sources,
 // each, or (raw null) frame_blocks.CompressedFrames' blocks of
 // `block_frames` slots: block k's LZ4 bytes at addresses[k] (sizes[k]
 // long; 0 if not stored), the open block's frames raw in `open_frames`.
+// A batch's blocks shipped alone (distributed/frame_shipping.py) list
+// their numbers: addresses[j] and sizes[j] are then block numbers[j]'s,
+// j < listed, numbers increasing, and a block not listed is missing.
 struct FrameStore {
   const uint8_t* raw = nullptr;
   int64_t capacity = 0, frame_bytes = 0, block_frames = 0;
@@ -147,6 +150,16 @@ struct FrameStore {
   const int64_t* sizes = nullptr;
   const int64_t* open_block = nullptr;
   const uint8_t* open_frames = nullptr;
+  const int64_t* numbers = nullptr;
+  int64_t listed = 0;
+
+  // Where block k's LZ4 bytes are: its entry of addresses and sizes (-1
+  // if the list lacks it).
+  int64_t EntryOf(int64_t k) const {
+    if (numbers == nullptr) return k;
+    const int64_t* found = std::lower_bound(numbers, numbers + listed, k);
+    return found != numbers + listed && *found == k ? found - numbers : -1;
+  }
 };
 
 // The frames of one batch: `Decode` the blocks holding its slots, then
@@ -170,14 +183,20 @@ class FrameReader {
                   blocks_.end());
     const int64_t block_bytes = per * store_.frame_bytes;
     decoded_.assign(blocks_.size() * block_bytes + block_bytes, 0);
+    empty_.assign(blocks_.size(), 0);
     open_ = *store_.open_block;
     for (size_t j = 0; j < blocks_.size(); ++j) {
       const int64_t k = blocks_[j];
-      if (k == open_ || store_.addresses[k] == 0) continue;  // Not decoded.
+      if (k == open_) continue;
+      const int64_t entry = store_.EntryOf(k);
+      if (entry < 0) return false;  // A shipped batch lacks the block.
+      empty_[j] = store_.addresses[entry] == 0;
+      if (empty_[j]) continue;  // Never stored: zeros.
       const int64_t frames = std::min(per, store_.capacity - k * per);
       if (!Lz4Decompress(reinterpret_cast<const uint8_t*>(
-                             static_cast<uintptr_t>(store_.addresses[k])),
-                         store_.sizes[k], decoded_.data() + j * block_bytes,
+                             static_cast<uintptr_t>(store_.addresses[entry])),
+                         store_.sizes[entry],
+                         decoded_.data() + j * block_bytes,
                          frames * store_.frame_bytes)) {
         return false;
       }
@@ -193,11 +212,11 @@ class FrameReader {
     const int64_t per = store_.block_frames, k = slot / per;
     const int64_t offset = (slot - k * per) * store_.frame_bytes;
     if (k == open_) return store_.open_frames + offset;
-    if (store_.addresses[k] == 0) {  // The zeros after the decoded blocks.
-      return decoded_.data() + blocks_.size() * per * store_.frame_bytes;
-    }
     const size_t j = std::lower_bound(blocks_.begin(), blocks_.end(), k) -
                      blocks_.begin();
+    if (empty_[j]) {  // The zeros after the decoded blocks.
+      return decoded_.data() + blocks_.size() * per * store_.frame_bytes;
+    }
     return decoded_.data() + j * per * store_.frame_bytes + offset;
   }
 
@@ -205,6 +224,7 @@ class FrameReader {
   const FrameStore& store_;
   int64_t open_ = -1;
   std::vector<int64_t> blocks_;   // the blocks decoded, sorted
+  std::vector<uint8_t> empty_;    // whether each was never stored
   std::vector<uint8_t> decoded_;  // their frames, then one block of zeros
 };
 

@@ -137,6 +137,7 @@ class Array {
   int64_t length() const { return view_.shape[0]; }
   int64_t dim(int axis) const { return view_.shape[axis]; }
   int64_t bytes() const { return view_.len; }
+  int64_t itemsize() const { return view_.itemsize; }
   template <typename T>
   T* data() const {
     return static_cast<T*>(view_.buf);
@@ -1072,6 +1073,130 @@ PyObject* Lz4DecompressPy(PyObject*, PyObject* const* args,
   return out;
 }
 
+// ------------------------------------------- frames shipped by a shard
+
+// The int64 array argument `index` of fill_shipped_states, 1-D, its values
+// in [low, high) and, if `increasing`, strictly increasing; false with
+// TypeError or ValueError set otherwise.
+bool TakeShippedInts(PyObject* object, int index, int64_t low, int64_t high,
+                     bool increasing, Array* out) {
+  if (!out->Take(object, 1) || !out->IsInt64()) {
+    PyErr_Format(PyExc_TypeError,
+                 "fill_shipped_states: argument %d must be a 1-D int64 array",
+                 index);
+    return false;
+  }
+  const int64_t* values = out->data<int64_t>();
+  for (int64_t i = 0; i < out->length(); ++i) {
+    if (values[i] < low || values[i] >= high ||
+        (increasing && i > 0 && values[i] <= values[i - 1])) {
+      PyErr_Format(PyExc_ValueError,
+                   "fill_shipped_states: argument %d holds %lld at %lld, "
+                   "outside [%lld, %lld)%s",
+                   index, static_cast<long long>(values[i]),
+                   static_cast<long long>(i), static_cast<long long>(low),
+                   static_cast<long long>(high),
+                   increasing ? " or out of order" : "");
+      return false;
+    }
+  }
+  return true;
+}
+
+// fill_shipped_states(payload, numbers, sizes, open_block, open_frames,
+// ends, next_ends, capacity, block_frames, stack, states, next_states):
+// fills `states` and `next_states` (writable, C-contiguous, len(ends) rows
+// of `stack` frames each, frames last) with the stacks ending at `ends`
+// and `next_ends` (int64 slots of a memory of `capacity`) from a shard's
+// shipped blocks of `block_frames` slots: block numbers[j]'s LZ4 bytes are
+// sizes[j] bytes of `payload`, in order; the open block `open_block` (-1:
+// none) is `open_frames`, raw. True; TypeError or ValueError for arguments
+// that do not fit (nothing read), ValueError if a block the stacks read is
+// missing or does not decode.
+PyObject* FillShippedStatesPy(PyObject*, PyObject* const* args,
+                              Py_ssize_t nargs) {
+  if (!CheckArguments("fill_shipped_states", nargs, 12)) return nullptr;
+  int64_t capacity, per, stack, open_block;
+  if (!TakeBoundedInt(args[7], "fill_shipped_states", "capacity", 1,
+                      int64_t{1} << 40, &capacity) ||
+      !TakeBoundedInt(args[8], "fill_shipped_states", "block_frames", 1,
+                      1 << 16, &per) ||
+      !TakeBoundedInt(args[9], "fill_shipped_states", "stack", 1, capacity,
+                      &stack)) {
+    return nullptr;
+  }
+  const int64_t blocks = (capacity + per - 1) / per;
+  Array payload, numbers, sizes, open_frames, ends, next_ends;
+  Array states, next_states;
+  if (!TakeCodecInput(args[0], "fill_shipped_states", "payload", &payload) ||
+      !TakeShippedInts(args[1], 1, 0, blocks, true, &numbers) ||
+      !TakeShippedInts(args[2], 2, 0, kMaxCodecBytes, false, &sizes) ||
+      !TakeBoundedInt(args[3], "fill_shipped_states", "open_block", -1,
+                      blocks - 1, &open_block) ||
+      !TakeCodecInput(args[4], "fill_shipped_states", "open_frames",
+                      &open_frames) ||
+      !TakeShippedInts(args[5], 5, 0, capacity, false, &ends) ||
+      !TakeShippedInts(args[6], 6, 0, capacity, false, &next_ends)) {
+    return nullptr;
+  }
+  const int64_t count = ends.length();
+  int64_t total = 0;
+  for (int64_t j = 0; j < sizes.length(); ++j) {
+    total += sizes.data<int64_t>()[j];
+  }
+  const bool fit =
+      states.Take(args[10], -1, true) && next_states.Take(args[11], -1, true) &&
+      states.itemsize() == next_states.itemsize() &&
+      states.length() == count && next_states.length() == count &&
+      states.bytes() == next_states.bytes() && next_ends.length() == count &&
+      sizes.length() == numbers.length() && total == payload.bytes();
+  const int64_t frame_bytes =
+      count > 0 && fit ? states.bytes() / (count * stack) : 0;
+  if (!fit || (count > 0 && (frame_bytes * count * stack != states.bytes() ||
+                             frame_bytes % states.itemsize() != 0 ||
+                             (open_block >= 0 &&
+                              open_frames.bytes() != per * frame_bytes))) ||
+      frame_bytes * per > kMaxCodecBytes) {
+    PyErr_SetString(PyExc_ValueError,
+                    "fill_shipped_states: the outputs, sizes, payload, ends "
+                    "and open frames do not fit together");
+    return nullptr;
+  }
+  if (count == 0) return Done();
+  std::vector<uint64_t> addresses(numbers.length());
+  const uint8_t* next = payload.data<uint8_t>();
+  for (int64_t j = 0; j < numbers.length(); ++j) {
+    const int64_t size = sizes.data<int64_t>()[j];
+    addresses[j] = size == 0 ? 0 : reinterpret_cast<uintptr_t>(next);
+    next += size;
+  }
+  FrameStore store;
+  store.capacity = capacity;
+  store.frame_bytes = frame_bytes;
+  store.block_frames = per;
+  store.addresses = addresses.data();
+  store.sizes = sizes.data<int64_t>();
+  store.open_block = &open_block;
+  store.open_frames = open_frames.data<uint8_t>();
+  store.numbers = numbers.data<int64_t>();
+  store.listed = numbers.length();
+  bool filled;
+  {
+    WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil);
+    filled = FillShippedStates(
+        store, frame_bytes / states.itemsize(), states.itemsize(), stack,
+        ends.data<int64_t>(), next_ends.data<int64_t>(), count,
+        states.data<uint8_t>(), next_states.data<uint8_t>());
+  }
+  if (!filled) {
+    PyErr_SetString(PyExc_ValueError,
+                    "fill_shipped_states: a block the states read is "
+                    "missing or does not decode");
+    return nullptr;
+  }
+  return Done();
+}
+
 #define DOPAMINE_PER_METHOD(name, function, doc)                         \
   {                                                                      \
     name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
@@ -1111,6 +1236,10 @@ PyMethodDef methods[] = {
     DOPAMINE_PER_METHOD("sample_batch", SampleBatchPy,
                         "sample_batch(lock, tree_lock, bit_generator, masked, "
                         "indices, codes, outputs) -> bool"),
+    DOPAMINE_PER_METHOD("fill_shipped_states", FillShippedStatesPy,
+                        "fill_shipped_states(payload, numbers, sizes, "
+                        "open_block, open_frames, ends, next_ends, capacity, "
+                        "block_frames, stack, states, next_states) -> True"),
     DOPAMINE_PER_METHOD("lz4_compress", Lz4CompressPy,
                         "lz4_compress(src, level=9) -> bytes: one LZ4 block"),
     DOPAMINE_PER_METHOD("lz4_decompress", Lz4DecompressPy,

@@ -460,8 +460,7 @@ class OutOfGraphReplayBuffer(object):
   # ------------------------------------------------------------- sampling
 
   def _native_sampler(self) -> Optional[native_memory_lib.NativeMemory]:
-    """The native memory that samples this one (decided once, under
-    _lock), or None for NumPy's loops."""
+    """The native memory sampling this one (or None: NumPy's), once."""
     if self._sampler is False:
       self._sampler = native_memory_lib.sampler_of(self, self._native,
                                                    self._kernels.compiled)
@@ -641,16 +640,18 @@ class OutOfGraphReplayBuffer(object):
         index, self._storage.add_count, self._replay_capacity,
         self._stack_size, self._update_horizon, self._storage.episode_end)
 
-  def _batch_plan(self, batch_size: int) -> batch_plan.BatchPlan:
-    """The plan of a batch of `batch_size` (the 16 newest are cached)."""
-    plan = self._batch_plans.get(batch_size)
+  def _batch_plan(self, batch_size: int, states: bool = True
+                 ) -> batch_plan.BatchPlan:
+    """A batch's plan, without states unless `states`; 16 are cached."""
+    plan = self._batch_plans.get((batch_size, states))
     if plan is None:
       if len(self._batch_plans) >= 16:
         del self._batch_plans[next(iter(self._batch_plans))]
       rows = batch_plan.storage_rows(list(self._storage.arrays))
       rows.update(self._row_elements())
-      plan = self._batch_plans[batch_size] = batch_plan.BatchPlan(
-          self.get_transition_elements(batch_size), rows)
+      plan = self._batch_plans[batch_size, states] = batch_plan.BatchPlan([
+          e for e in self.get_transition_elements(batch_size)
+          if states or e.name not in batch_plan.STATES], rows)
       sampler = self._native_sampler()
       if sampler is not None and not plan.own:
         plan.codes = sampler.batch_codes(native_memory_lib.element_codes(
@@ -698,8 +699,7 @@ class OutOfGraphReplayBuffer(object):
 
   def _transition_element(self, element: ReplayElement, indices: np.ndarray
                          ) -> np.ndarray:
-    """A batch's `element` that `_gather` does not compute (uninitialized):
-    the hook for a subclass's own elements, given the sampled slots."""
+    """A subclass's own `element` of a batch at slots `indices`."""
     del indices
     return np.empty(element.shape, dtype=element.type)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from dopamine_per.replay_memory.memory import storage
 
-__all__ = ['BatchPlan', 'RowElements', 'storage_rows']
+__all__ = ['BatchPlan', 'RowElements', 'STATES', 'storage_rows']
 
 # Element name -> (source name, at_next): the element holds, per
 # transition, the source array's row at its slot or at its next slot.
@@ -25,7 +25,8 @@ RowElements = Mapping[str, Tuple[str, bool]]
 
 # The elements `transition_batch` computes, in the order of its arguments.
 _COMPUTED = ('reward', 'terminal', 'indices')
-_STATES = ('state', 'next_state')
+# The elements holding frame stacks.
+STATES = ('state', 'next_state')
 
 
 class BatchPlan(object):
@@ -51,14 +52,14 @@ class BatchPlan(object):
     self.elements = list(elements)
     self.codes: Optional[bytes] = None
     positions = {e.name: p for p, e in enumerate(self.elements)}
-    self._states = tuple(positions.get(name) for name in _STATES)
+    self._states = tuple(positions.get(name) for name in STATES)
     self._outputs = tuple(positions.get(name) for name in _COMPUTED)
     self._rows = [(rows[e.name][0], rows[e.name][1], p)
                   for p, e in enumerate(self.elements)
-                  if e.name in rows and e.name not in _COMPUTED + _STATES]
+                  if e.name in rows and e.name not in _COMPUTED + STATES]
     filled = set(self._outputs) | {p for _, _, p in self._rows}
     self.own = [(p, e) for p, e in enumerate(self.elements)
-                if p not in filled and e.name not in _STATES]
+                if p not in filled and e.name not in STATES]
     # (position or None for the states, shape, dtype, offset, bytes): each
     # piece starts on a 64-byte boundary, as the pool's outputs do.
     self._pieces = []

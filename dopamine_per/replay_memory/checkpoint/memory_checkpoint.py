@@ -274,6 +274,9 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
       # The native ops' generator: a resumed run's samples continue.
       'sampler_state': (None if memory.native is None else
                         memory.native.sampler_state()),
+      # What converting between the formats needs (`convert`).
+      'dopamine_layout': chunk_checkpoint.dopamine_layout(
+          memory, [name for name, _ in checkpoint_files(memory, False)]),
   }
 
 
@@ -442,7 +445,7 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
     # Last, so renamed last: it marks the checkpoint complete.
     state = dict(snapshot.state, files=digests)
     staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-                  gzip_files.pickle_gz_writer(state))
+                  gzip_files.pickle_gz_writer(state, memo=False))
   except BaseException:
     staging.abort()
     raise

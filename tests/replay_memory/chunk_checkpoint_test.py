@@ -120,6 +120,23 @@ class ChunkCheckpointTest(parameterized.TestCase):
     self.assertEqual(fixtures.file_contents(directory),
                      fixtures.file_contents(self.directory))
 
+  def test_saving_a_number_again_in_the_other_format_replaces_it(self):
+    # Checkpoint 3 in chunks (setUp), then in Dopamine's files, and back:
+    # each time the newest loads and no file of the other format is left.
+    for memory, other in ((self.plain, self.compressed),
+                          (self.compressed, self.plain)):
+      frame_cases.add((self.plain, self.compressed), 20, seed=6)
+      memory.save(self.directory, 3)
+      names = set(os.listdir(self.directory))
+      self.assertEqual(
+          any(name.startswith('chunk_') for name in names),
+          memory is self.compressed, names)
+      self.assertEqual(any(name.startswith('$store$') for name in names),
+                       memory is self.plain, names)
+      _, loaded = frame_cases.memories(True, rng=7)
+      loaded.load(self.directory, 3)
+      _same_batches(self, loaded, other)
+
   def test_a_stale_checkpoint_of_the_other_format_is_pruned(self):
     _, compressed = frame_cases.memories(True, checkpoint_duration=1)
     frame_cases.add((compressed,), 20)
@@ -268,6 +285,20 @@ class IncrementalTest(absltest.TestCase):
     with self.assertRaises((atomic_files.CheckpointError,
                             FileNotFoundError)):
       memory.load(self.directory, 1)
+
+  def test_saving_again_a_pack_a_later_checkpoint_names_is_refused(self):
+    for iteration, adds in ((1, 100), (2, 5)):
+      self._advance(adds, seed=iteration)
+      self.memory.save(self.directory, iteration)
+    self.assertIn(1, _packs_named(self.directory, 2))
+    before = fixtures.file_contents(self.directory)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'checkpoint 2 holds chunks of its pack'):
+      self.memory.save(self.directory, 1)
+    self.assertEqual(fixtures.file_contents(self.directory), before)
+    self._assert_loads(2)
+    self.memory.save(self.directory, 3)  # Another number saves.
+    self._assert_loads(3)
 
   def test_an_unreadable_previous_checkpoint_means_a_full_save(self):
     os.remove(os.path.join(self.directory, 'chunk_index_ckpt.0.gz'))

@@ -710,30 +710,40 @@ def frames_from(frames: frame_blocks.CompressedFrames, raws: List[bytes],
 # ---------------------------------------------------------------- pruning
 
 
+def _named_packs(checkpoint_dir: str, iteration: int) -> Optional[List[int]]:
+  """The packs checkpoint `iteration`'s index names (its own first), or
+  None if it has no index (Dopamine's files).
+
+  Raises:
+    atomic_files.CheckpointError, OSError, ValueError: If the index cannot
+      be read.
+  """
+  path = _path(checkpoint_dir, INDEX_NAME, iteration)
+  if not atomic_files.exists(path):
+    return None
+  with atomic_files.refusing(path):
+    index = gzip_files.load_npy_gz(path, dtype=np.int64, max_bytes=64 << 20)
+    packs = int(index[2]) if index.ndim == 1 and len(index) > 2 else 0
+    rows = index[_HEADER:_HEADER + _PACK_FIELDS * packs]
+    return rows.reshape(-1, _PACK_FIELDS)[:, 0].tolist()
+
+
 def prune_packs(checkpoint_dir: str, complete: List[int]) -> None:
   """Deletes the packs no complete checkpoint names.
 
-  A pack is kept while its own checkpoint is complete or a complete
-  checkpoint's index names it; if an index cannot be read, every pack is
-  kept.
+  A pack is kept while the index of a complete checkpoint names it (its
+  own checkpoint's names it first); if an index cannot be read, every pack
+  is kept.
 
   Args:
     checkpoint_dir: str, a memory's checkpoint directory, with no save
       committed but unfinished (journals rolled forward).
     complete: the iterations of its complete checkpoints.
   """
-  named = set(complete)
+  named = set()
   for iteration in complete:
-    path = _path(checkpoint_dir, INDEX_NAME, iteration)
-    if not atomic_files.exists(path):
-      continue  # A checkpoint in Dopamine's format.
     try:
-      with atomic_files.refusing(path):
-        index = gzip_files.load_npy_gz(path, dtype=np.int64,
-                                       max_bytes=64 << 20)
-        packs = int(index[2]) if index.ndim == 1 and len(index) > 2 else 0
-        rows = index[_HEADER:_HEADER + _PACK_FIELDS * packs]
-        named.update(rows.reshape(-1, _PACK_FIELDS)[:, 0].tolist())
+      named.update(_named_packs(checkpoint_dir, iteration) or [])
     except (atomic_files.CheckpointError, OSError, ValueError) as e:
       logging.warning('Keeping every pack in %s: %s', checkpoint_dir, e)
       return
@@ -741,3 +751,24 @@ def prune_packs(checkpoint_dir: str, complete: List[int]) -> None:
     match = _PACK_PATTERN.match(name)
     if match and int(match.group(1)) not in named:
       atomic_files.remove_if_exists(os.path.join(checkpoint_dir, name))
+
+
+def check_resave(checkpoint_dir: str, iteration: int,
+                 complete: List[int]) -> None:
+  """Refuses to save checkpoint `iteration` again where a later complete
+  checkpoint names its pack: replacing the pack would break that one.
+
+  Raises:
+    atomic_files.CheckpointError: naming the checkpoint in the way.
+  """
+  for later in sorted(i for i in complete if i > iteration):
+    try:
+      named = _named_packs(checkpoint_dir, later) or []
+    except (atomic_files.CheckpointError, OSError, ValueError):
+      continue  # Unreadable already: nothing of it to keep.
+    if iteration in named:
+      raise atomic_files.CheckpointError(
+          'Cannot save checkpoint {} again in {}: checkpoint {} holds chunks '
+          'of its pack, which the save would replace. Save under another '
+          'number, or delete the checkpoints after {} first. Nothing was '
+          'written.'.format(iteration, checkpoint_dir, later, iteration))

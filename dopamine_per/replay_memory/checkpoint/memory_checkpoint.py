@@ -433,6 +433,8 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
   """
   roll_forward(checkpoint_dir)
   if snapshot.saver is not None:
+    chunk_checkpoint.check_resave(checkpoint_dir, iteration_number,
+                                  _complete(checkpoint_dir))
     earlier = [i for i in _complete(checkpoint_dir) if i < iteration_number]
     snapshot.saver.bind(checkpoint_dir, iteration_number,
                         max(earlier) if earlier else None)
@@ -587,9 +589,16 @@ def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
   if names is None:
     names = [DOPAMINE_PER_STATE_NAME] + [
         name for name, _ in checkpoint_files(memory)]
-  names = list(names) + sorted(  # Frames of a stale checkpoint's format.
+  # The files of the other format: a stale checkpoint's, and this one's
+  # from before (its pack aside: `prune_packs` decides).
+  other = sorted(
       {name for name, _ in _layout(memory, True) + _layout(memory, False)} -
-      set(names))
+      set(names) - {chunk_checkpoint.PACK_NAME})
+  for name in other:
+    atomic_files.remove_if_exists(gzip_files.checkpoint_filename(
+        checkpoint_dir, name, iteration_number))
+  names = list(names) + other + [chunk_checkpoint.PACK_NAME] * (
+      chunk_checkpoint.PACK_NAME not in names)
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
   chunk_checkpoint.prune_packs(checkpoint_dir, _complete(checkpoint_dir))
@@ -703,8 +712,11 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
       return journal.path_of(checkpoint_dir, target)
     return gzip_files.checkpoint_filename(checkpoint_dir, name, iteration)
 
-  # The arrays in Dopamine's files or in chunks, whichever it holds.
-  blocks = atomic_files.exists(path_of(chunk_checkpoint.INDEX_NAME))
+  # The arrays in Dopamine's files or in chunks, as the state file says.
+  index = chunk_checkpoint.INDEX_NAME
+  blocks = index in checkpoint_reading.state_files(
+      path_of(DOPAMINE_PER_STATE_NAME),
+      {index} if atomic_files.exists(path_of(index)) else set())
   missing_episode_ends = False
   for name, _ in checkpoint_files(memory, blocks):
     if atomic_files.exists(path_of(name)):

@@ -55,6 +55,11 @@ class CheckpointExtension(object):
     """
     raise NotImplementedError
 
+  def leaves(self, memory: Any) -> Any:
+    """A 'sum_tree' extension's state as a chunked checkpoint stores it
+    (`chunk_checkpoint.sum_tree_part`: the leaf level and its maximum)."""
+    raise NotImplementedError
+
   def check(self, memory: Any, state: Any, where: str) -> Any:
     """Validates a state of format 'sum_tree' read from a chunked
     checkpoint (`chunk_checkpoint`); returns what `commit` installs.
@@ -80,6 +85,11 @@ class _SumTreeExtension(CheckpointExtension):
 
   def value(self, memory: Any) -> Dict[str, Any]:
     return memory.get_sum_tree_state()
+
+  def leaves(self, memory: Any) -> Dict[str, Any]:
+    """`value` with the leaf level alone: what a chunked checkpoint
+    stores (the inner levels cost a save's snapshot as much again)."""
+    return memory.get_sum_tree_state(leaves_only=True)
 
   def read(self, memory: Any, path: str,
            expected: Optional[atomic_files.FileDigest]) -> Dict[str, Any]:

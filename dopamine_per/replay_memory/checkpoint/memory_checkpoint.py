@@ -395,7 +395,7 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   writers, saver, chunked = [], None, {}
   try:
     if checkpoint_files(memory)[0] in chunk_checkpoint.FILES:
-      trees = [extension.value(memory) for extension in
+      trees = [extension.leaves(memory) for extension in
                memory.checkpoint_extensions if chunked_tree(extension)]
       saver = chunk_checkpoint.Saver(chunk_checkpoint.parts(
           memory, lambda e: storage.chunks(

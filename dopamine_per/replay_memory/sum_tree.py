@@ -137,6 +137,15 @@ def _level_sizes(capacity: int, fanout: int) -> List[int]:
   return sizes
 
 
+def levels_of(leaves: np.ndarray) -> List[np.ndarray]:
+  """Dopamine's binary layout above a leaf level (a power of two long):
+  one float64 array per level, root first, each node its children's sum."""
+  levels = [leaves]
+  while len(levels[-1]) > 1:
+    levels.append(levels[-1].reshape(-1, 2).sum(axis=1))
+  return levels[::-1]
+
+
 class SumTree(object):
   """A sum tree over `capacity` nonnegative priorities.
 
@@ -285,12 +294,7 @@ class SumTree(object):
     The leaf level has 2**ceil(log2(capacity)) entries. Computed from the
     leaves on each access (O(capacity)): writing to them changes nothing.
     """
-    level = self._leaf_level()
-    levels = [level]
-    while len(level) > 1:
-      level = level.reshape(-1, 2).sum(axis=1)
-      levels.append(level)
-    return levels[::-1]
+    return levels_of(self._leaf_level())
 
   def _leaf_level(self) -> np.ndarray:
     """Dopamine's leaf level: the priorities, zeros to a power of two."""

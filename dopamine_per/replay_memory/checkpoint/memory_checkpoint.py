@@ -288,12 +288,14 @@ def _target(name: str, iteration_number: Any) -> str:
 def _writer(memory: Any, name: str, file_format: str
            ) -> Callable[[BinaryIO], None]:
   """The function writing checkpoint file `name` (see `gzip_files`), as
-  the memory is now: it holds a copy of the value or its pickle."""
+  the memory is now: it holds a copy of the value or its pickle (the sum
+  tree's: its leaves, `_SumTreeExtension.writer`)."""
+  if file_format == 'sum_tree':
+    return next(extension.writer(memory) for extension in
+                memory.checkpoint_extensions if extension.name == name)
   value = _value(memory, name)
   if file_format == 'npy':
     return gzip_files.npy_gz_writer(np.array(value), name)
-  if file_format == 'sum_tree':
-    return gzip_files.dopamine_sum_tree_gz_writer(value)
   return gzip_files.pickle_gz_writer(value)
 
 

@@ -41,9 +41,9 @@ from dopamine_per.replay_memory.memory import frame_blocks
 __all__ = ['INDEX_NAME', 'PACK_NAME', 'FILES', 'FORMAT_VERSION',
            'ARRAY_CHUNK_BYTES', 'GROUP_BLOCKS', 'ZSTD_LEVEL', 'ARRAY',
            'FRAMES', 'Part', 'frames_part', 'array_part', 'sum_tree_part',
-           'parts', 'compressed', 'as_stored', 'Saver', 'value',
-           'dopamine_layout', 'read', 'read_chunks', 'frames_kind',
-           'array_from', 'frames_from', 'prune_packs']
+           'parts', 'sum_tree_state', 'compressed', 'as_stored', 'Saver',
+           'value', 'dopamine_layout', 'read', 'read_chunks', 'frames_kind',
+           'array_from', 'frames_from', 'prune_packs', 'check_resave']
 
 INDEX_NAME = 'chunk_index'
 PACK_NAME = 'chunk_pack'
@@ -250,9 +250,7 @@ class Saver(object):
     """{file name: writer} of the index and the pack."""
     def writer(which: int) -> Callable[[BinaryIO], None]:
       def write(f: BinaryIO) -> None:
-        if not self._packed:
-          self._packed.append(self._pack())
-        index, pack = self._packed[0]
+        index, pack = self.packed()
         array, name, level = ((index, INDEX_NAME, 1) if which == 0 else
                               (pack, PACK_NAME, 0))
         gzip_files.npy_gz_writer(array, name, level=level)(f)
@@ -260,7 +258,7 @@ class Saver(object):
     return {INDEX_NAME: writer(0), PACK_NAME: writer(1)}
 
   def packed(self) -> Tuple[np.ndarray, np.ndarray]:
-    """(index, pack) as the files hold them."""
+    """(index, pack) as the files hold them, packed at the first call."""
     if not self._packed:
       self._packed.append(self._pack())
     return self._packed[0]
@@ -330,16 +328,20 @@ def value(memory: Any, name: str) -> np.ndarray:
   try:
     saver = Saver(parts(
         memory, lambda e: storage.chunks(e, ARRAY_CHUNK_BYTES),
-        storage.frames, _sum_tree_state(memory)))
+        storage.frames, sum_tree_state(memory)))
     index, pack = saver.packed()
   finally:
     storage.release()
   return index if name == INDEX_NAME else pack
 
 
-def _sum_tree_state(memory: Any) -> Optional[Dict[str, Any]]:
-  getter = getattr(memory, 'get_sum_tree_state', None)
-  return None if getter is None else getter()
+def sum_tree_state(memory: Any) -> Optional[Dict[str, Any]]:
+  """The state of `memory`'s sum tree as a chunked checkpoint stores it
+  (its 'sum_tree' extension's `leaves`), or None if it has none."""
+  trees = [extension.leaves(memory)
+           for extension in memory.checkpoint_extensions
+           if extension.file_format == 'sum_tree']
+  return trees[0] if trees else None
 
 
 # ------------------------------------------------------------------- read
@@ -357,8 +359,7 @@ class _Index(object):
     self.parts = parts_
 
 
-# The most chunks part i of kind k may have, and its length in the kind's
-# units (None: k is not its kind).
+# Part i's length in units of kind k (None: k is not its kind).
 Bound = Callable[[int, int], Optional[int]]
 
 

@@ -169,13 +169,9 @@ def _layout(memory: Any, chunked: Optional[bool] = None) -> List[FileSpec]:
              ('episode_end_indices', 'pickle')]
   layout += [(extension.name, extension.file_format)
              for extension in memory.checkpoint_extensions
-             if not (chunked and chunked_tree(extension))]
+             # A chunked checkpoint holds the sum tree in its chunks.
+             if not (chunked and extension.file_format == 'sum_tree')]
   return layout
-
-
-def chunked_tree(extension: Any) -> bool:
-  """Whether a chunked checkpoint holds `extension` in its chunks."""
-  return extension.file_format == 'sum_tree'
 
 
 def _attribute_files(memory: Any) -> List[FileSpec]:
@@ -397,12 +393,10 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   writers, saver, chunked = [], None, {}
   try:
     if checkpoint_files(memory)[0] in chunk_checkpoint.FILES:
-      trees = [extension.leaves(memory) for extension in
-               memory.checkpoint_extensions if chunked_tree(extension)]
       saver = chunk_checkpoint.Saver(chunk_checkpoint.parts(
           memory, lambda e: storage.chunks(
               e, chunk_checkpoint.ARRAY_CHUNK_BYTES),
-          storage.frames, trees[0] if trees else None))
+          storage.frames, chunk_checkpoint.sum_tree_state(memory)))
       chunked = saver.writers()
     for name, file_format in checkpoint_files(memory):
       if name in chunked:

@@ -68,7 +68,8 @@ class OutOfGraphPrioritizedReplayBuffer(
                keep_every: Optional[int] = None,
                rng: Any = None,
                kernels: Any = None,
-               compress_observations: bool = False):
+               compress_observations: bool = False,
+               checkpoint_format: Optional[str] = None):
     """Creates an empty prioritized replay memory.
 
     The arguments are `OutOfGraphReplayBuffer`'s; these differ:
@@ -90,7 +91,7 @@ class OutOfGraphPrioritizedReplayBuffer(
         update_horizon, gamma, max_sample_attempts, extra_storage_types,
         observation_dtype, terminal_dtype, action_shape, action_dtype,
         reward_shape, reward_dtype, checkpoint_duration, keep_every, rng,
-        kernels, compress_observations)
+        kernels, compress_observations, checkpoint_format)
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
     self._sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,

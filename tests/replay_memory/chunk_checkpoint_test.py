@@ -11,7 +11,9 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import gin
 import numpy as np
+import tensorflow as tf
 import zstandard
 
 from dopamine_per.file_io import atomic_files
@@ -308,6 +310,59 @@ class IncrementalTest(absltest.TestCase):
     self.assertIn('in full', ''.join(logs.output))
     self.assertEqual(_packs_named(self.directory, 1), [1])
     self._assert_loads(1)
+
+
+class CheckpointFormatTest(parameterized.TestCase):
+  """`checkpoint_format`: either memory saves either format."""
+
+  def test_a_compressed_memory_saves_dopamines_files(self):
+    plain, _ = frame_cases.memories(True)
+    _, compressed = frame_cases.memories(True, checkpoint_format='dopamine')
+    frame_cases.add((plain, compressed), 250)
+    self.assertEqual(compressed.checkpoint_format, 'dopamine')
+    plain_dir, directory = fixtures.temp_dir(self), fixtures.temp_dir(self)
+    plain.save(plain_dir, 3)
+    compressed.save(directory, 3)
+    # Byte for byte the uncompressed memory's: Dopamine reads them.
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(plain_dir))
+
+  def test_an_uncompressed_memory_saves_chunks_incrementally(self):
+    self.enter_context(
+        mock.patch.object(chunk_checkpoint, 'ARRAY_CHUNK_BYTES', 256))
+    reference, _ = frame_cases.memories(True, replay_capacity=1001)
+    plain, _ = frame_cases.memories(True, replay_capacity=1001,
+                                    checkpoint_format='chunks')
+    frame_cases.add((reference, plain), 1100)
+    directory = fixtures.temp_dir(self)
+    plain.save(directory, 0)
+    frame_cases.add((reference, plain), 20, seed=1)
+    plain.save(directory, 1)
+    self.assertEqual(_packs_named(directory, 1), [0, 1])
+    self.assertLess(_pack_bytes(directory, 1), 0.2 * _pack_bytes(directory, 0))
+    for compress in (False, True):
+      memory = frame_cases.memories(True, replay_capacity=1001,
+                                    rng=7)[int(compress)]
+      memory.load(directory, 1)
+      np.testing.assert_array_equal(_frames(memory), _frames(reference))
+      _same_batches(self, memory, reference)
+
+  @parameterized.parameters('npz', 'Chunks', '', 3)
+  def test_another_format_is_refused(self, value):
+    with self.assertRaisesRegex(ValueError,
+                                'checkpoint_format must be one of .*{}'.format(
+                                    repr(value))):
+      frame_cases.memories(True, checkpoint_format=value)
+
+  def test_the_wrapped_memory_takes_it_from_gin(self):
+    gin.parse_config(
+        "WrappedPrioritizedReplayBuffer.checkpoint_format = 'chunks'")
+    self.addCleanup(gin.clear_config)
+    with tf.Graph().as_default():
+      replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=frame_cases.SHAPE, stack_size=4,
+          replay_capacity=frame_cases.CAPACITY, batch_size=16)
+    self.assertEqual(replay.memory.checkpoint_format, 'chunks')
 
 
 class ResumeTest(graph_util.GraphTestCase):

@@ -39,8 +39,8 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory.memory import frame_blocks
 
 __all__ = ['INDEX_NAME', 'PACK_NAME', 'FILES', 'FORMAT_VERSION',
-           'ARRAY_CHUNK_BYTES', 'GROUP_BLOCKS', 'ZSTD_LEVEL', 'ARRAY',
-           'FRAMES', 'Part', 'frames_part', 'array_part', 'sum_tree_part',
+           'ARRAY_CHUNK_BYTES', 'LARGE_ROW_CHUNK_BYTES', 'GROUP_BLOCKS',
+           'ZSTD_LEVEL', 'ARRAY', 'FRAMES', 'Part', 'frames_part', 'array_part', 'sum_tree_part',
            'parts', 'sum_tree_state', 'compressed', 'as_stored', 'Saver',
            'value', 'dopamine_layout', 'read', 'read_chunks', 'frames_kind',
            'array_from', 'frames_from', 'prune_packs', 'check_resave']
@@ -50,9 +50,12 @@ PACK_NAME = 'chunk_pack'
 # (name, format) of the two files, as memory_checkpoint's layout lists them.
 FILES = [(INDEX_NAME, 'npy'), (PACK_NAME, 'npy')]
 FORMAT_VERSION = 2
-# Bytes per chunk of an array other than frames, and frame blocks per chunk
-# (about 1 MiB of LZ4 bytes on Atari: docs/compression.md).
+# Bytes per chunk of an array other than frames (of rows of 1 KiB or more:
+# LARGE_ROW_CHUNK_BYTES; zstd-3 packs raw Atari frames 30x in 64 KiB, 63x
+# in 1 MiB), and frame blocks per chunk (about 1 MiB of LZ4 bytes on Atari:
+# docs/compression.md).
 ARRAY_CHUNK_BYTES = 64 << 10
+LARGE_ROW_CHUNK_BYTES = 1 << 20
 GROUP_BLOCKS = 512
 ZSTD_LEVEL = 3
 # The most bytes a chunk may hold, compressed or not (a bomb's bound).
@@ -130,11 +133,12 @@ def frames_part(name: str, frames: frame_blocks.CompressedFrames) -> Part:
   return Part(name, -(-frames.blocks // unit), chunk, FRAMES, unit)
 
 
-def array_part(name: str, size: int, stream: Callable[[], Any]) -> Part:
+def array_part(name: str, size: int, stream: Callable[[], Any],
+               unit: Optional[int] = None) -> Part:
   """An array of `size` bytes read out once, at the first chunk asked
   for, from `stream` (an iterator of arrays, in order), and cut into
-  ARRAY_CHUNK_BYTES."""
-  data, unit = [], ARRAY_CHUNK_BYTES
+  chunks of `unit` bytes (default ARRAY_CHUNK_BYTES)."""
+  data, unit = [], unit or ARRAY_CHUNK_BYTES
 
   def chunk(i: int) -> bytes:
     if not data:
@@ -170,8 +174,10 @@ def parts(memory: Any, store_chunks: Callable[[str], Any],
     if copy is not None:
       out.append(frames_part(element.name, copy))
       continue
+    large = size >= 1024 * memory.replay_capacity  # Rows of 1 KiB or more.
     out.append(array_part(element.name, size,
-                          lambda e=element.name: store_chunks(e)))
+                          lambda e=element.name: store_chunks(e),
+                          LARGE_ROW_CHUNK_BYTES if large else None))
   if sum_tree_state is not None:
     out.append(sum_tree_part(sum_tree_state))
   return out

@@ -40,8 +40,8 @@ from dopamine_per.replay_memory.memory import frame_blocks
 
 __all__ = ['FORMATS', 'convert', 'main']
 
-# What `--to` takes.
-FORMATS = ('dopamine', 'chunks')
+# What `--to` takes: a memory's checkpoint formats.
+FORMATS = memory_checkpoint.FORMATS
 
 _STORE = memory_checkpoint.STORE_FILENAME_PREFIX
 _STATE = memory_checkpoint.DOPAMINE_PER_STATE_NAME

@@ -48,6 +48,10 @@ DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 # (JSON, no ``.gz``), from the commit point until every file is in place.
 JOURNAL_NAME = 'dopamine_per_journal'
 
+# A memory's checkpoint formats (its `checkpoint_format`): Dopamine's
+# files, or the arrays and sum tree in chunks (`chunk_checkpoint`).
+FORMATS = ('dopamine', 'chunks')
+
 # File names of state files and journals; group 1 is the iteration number.
 _STATE_PATTERN = re.compile(r'^{}_ckpt\.(\d+)\.gz$'.format(
     re.escape(DOPAMINE_PER_STATE_NAME)))
@@ -64,6 +68,21 @@ FileSpec = Tuple[str, str]
 # memory's.
 CheckpointExtension = checkpoint_extension.CheckpointExtension
 SUM_TREE = checkpoint_extension.SUM_TREE
+
+
+def check_format(checkpoint_format: Optional[str], compressed: bool) -> str:
+  """A memory's `checkpoint_format` argument, checked: one of FORMATS;
+  None: 'chunks' for a memory of compressed frames, else 'dopamine'.
+
+  Raises:
+    ValueError: naming the argument and the value, if it is another.
+  """
+  if checkpoint_format is None:
+    return 'chunks' if compressed else 'dopamine'
+  if checkpoint_format not in FORMATS:
+    raise ValueError('checkpoint_format must be one of {}, got {!r}'.format(
+        FORMATS, checkpoint_format))
+  return checkpoint_format
 
 
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
@@ -161,7 +180,7 @@ def _layout(memory: Any, chunked: Optional[bool] = None) -> List[FileSpec]:
   arrays and sum tree in chunks if `chunked` (`chunk_checkpoint`; None: if
   the memory compresses its frames), else in Dopamine's files."""
   if chunked is None:
-    chunked = chunk_checkpoint.compressed(memory)
+    chunked = memory.checkpoint_format == 'chunks'
   layout = (list(chunk_checkpoint.FILES) if chunked else
             [(STORE_FILENAME_PREFIX + e.name, 'npy')
              for e in memory.get_storage_signature()])

@@ -305,9 +305,9 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def nbytes(self) -> int:
-    """Resident bytes (NumPy's name): the storage as far as memory backs it
-    (`CircularStorage.resident_nbytes`), the buffers kept for batches and
-    (prioritized) the sum tree; not the set of episode ends."""
+    """Resident bytes (NumPy's name): the storage as memory backs it and a
+    pending save keeps it (`CircularStorage.resident_nbytes`), the buffers
+    kept for batches, (prioritized) the sum tree; not the episode ends."""
     with self._lock:
       return self._storage.resident_nbytes + self._stack_buffers.held_bytes
 

@@ -256,10 +256,10 @@ class OutOfGraphPrioritizedReplayBuffer(
   # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.
   checkpoint_extensions = (memory_checkpoint.SUM_TREE,)
 
-  def get_sum_tree_state(self) -> Dict[str, Any]:
-    """`sum_tree.get_state()`, taken while no priority changes."""
+  def get_sum_tree_state(self, leaves_only: bool = False) -> Dict[str, Any]:
+    """`sum_tree.get_state(leaves_only)`, taken while no priority changes."""
     with self._priority_lock:
-      return self.sum_tree.get_state()
+      return self.sum_tree.get_state(leaves_only)
 
   @property
   def sum_tree(self) -> sum_tree.SumTree:

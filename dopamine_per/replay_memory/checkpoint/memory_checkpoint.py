@@ -274,6 +274,9 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
       # The native ops' generator: a resumed run's samples continue.
       'sampler_state': (None if memory.native is None else
                         memory.native.sampler_state()),
+      # What converting between the formats needs (`convert`).
+      'dopamine_layout': chunk_checkpoint.dopamine_layout(
+          memory, [name for name, _ in checkpoint_files(memory, False)]),
   }
 
 
@@ -285,12 +288,14 @@ def _target(name: str, iteration_number: Any) -> str:
 def _writer(memory: Any, name: str, file_format: str
            ) -> Callable[[BinaryIO], None]:
   """The function writing checkpoint file `name` (see `gzip_files`), as
-  the memory is now: it holds a copy of the value or its pickle."""
+  the memory is now: it holds a copy of the value or its pickle (the sum
+  tree's: its leaves, `_SumTreeExtension.writer`)."""
+  if file_format == 'sum_tree':
+    return next(extension.writer(memory) for extension in
+                memory.checkpoint_extensions if extension.name == name)
   value = _value(memory, name)
   if file_format == 'npy':
     return gzip_files.npy_gz_writer(np.array(value), name)
-  if file_format == 'sum_tree':
-    return gzip_files.dopamine_sum_tree_gz_writer(value)
   return gzip_files.pickle_gz_writer(value)
 
 
@@ -392,7 +397,7 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   writers, saver, chunked = [], None, {}
   try:
     if checkpoint_files(memory)[0] in chunk_checkpoint.FILES:
-      trees = [extension.value(memory) for extension in
+      trees = [extension.leaves(memory) for extension in
                memory.checkpoint_extensions if chunked_tree(extension)]
       saver = chunk_checkpoint.Saver(chunk_checkpoint.parts(
           memory, lambda e: storage.chunks(
@@ -430,6 +435,8 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
   """
   roll_forward(checkpoint_dir)
   if snapshot.saver is not None:
+    chunk_checkpoint.check_resave(checkpoint_dir, iteration_number,
+                                  _complete(checkpoint_dir))
     earlier = [i for i in _complete(checkpoint_dir) if i < iteration_number]
     snapshot.saver.bind(checkpoint_dir, iteration_number,
                         max(earlier) if earlier else None)
@@ -442,7 +449,7 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
     # Last, so renamed last: it marks the checkpoint complete.
     state = dict(snapshot.state, files=digests)
     staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-                  gzip_files.pickle_gz_writer(state))
+                  gzip_files.pickle_gz_writer(state, memo=False))
   except BaseException:
     staging.abort()
     raise
@@ -584,9 +591,16 @@ def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
   if names is None:
     names = [DOPAMINE_PER_STATE_NAME] + [
         name for name, _ in checkpoint_files(memory)]
-  names = list(names) + sorted(  # Frames of a stale checkpoint's format.
+  # The files of the other format: a stale checkpoint's, and this one's
+  # from before (its pack aside: `prune_packs` decides).
+  other = sorted(
       {name for name, _ in _layout(memory, True) + _layout(memory, False)} -
-      set(names))
+      set(names) - {chunk_checkpoint.PACK_NAME})
+  for name in other:
+    atomic_files.remove_if_exists(gzip_files.checkpoint_filename(
+        checkpoint_dir, name, iteration_number))
+  names = list(names) + other + [chunk_checkpoint.PACK_NAME] * (
+      chunk_checkpoint.PACK_NAME not in names)
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
   chunk_checkpoint.prune_packs(checkpoint_dir, _complete(checkpoint_dir))
@@ -700,8 +714,11 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
       return journal.path_of(checkpoint_dir, target)
     return gzip_files.checkpoint_filename(checkpoint_dir, name, iteration)
 
-  # The arrays in Dopamine's files or in chunks, whichever it holds.
-  blocks = atomic_files.exists(path_of(chunk_checkpoint.INDEX_NAME))
+  # The arrays in Dopamine's files or in chunks, as the state file says.
+  index = chunk_checkpoint.INDEX_NAME
+  blocks = index in checkpoint_reading.state_files(
+      path_of(DOPAMINE_PER_STATE_NAME),
+      {index} if atomic_files.exists(path_of(index)) else set())
   missing_episode_ends = False
   for name, _ in checkpoint_files(memory, blocks):
     if atomic_files.exists(path_of(name)):

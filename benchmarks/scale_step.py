@@ -211,4 +211,4 @@ def describe(rounds: int, steps: int, network: str = DEFAULT_NETWORK) -> str:
       'math thread and two inter-op threads; the step samples a batch and '
       f'{training}; median ms over {rounds} interleaved rounds of {steps} '
       'runs; unchanged at 2**20 (a batch\'s cost does not grow with the '
-      'memory). Method: benchmarks/scale_step.py. ')
+      'memory; benchmarks/scale_step.py). ')

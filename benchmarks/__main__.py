@@ -42,9 +42,9 @@ method), and two more when asked for:
    and MsPacman, ours compressed and uncompressed (and, on
    --scale_peer_games, Dopamine TF and cpprb), each in a fresh process one
    after the other: resident bytes, add, sample + set_priority against the
-   copy floor, the staged graph training step, the save's stall and wall
-   time, bytes per checkpoint and for 4 retained, a save after 10,000 new
-   transitions, load; extrapolated to 2**20 with issue 33's targets, and
+   copy floor, the staged graph training step (Rainbow's Atari network),
+   the save's stall and wall time, bytes per checkpoint and for 4
+   retained, a save after 10,000 new transitions, load; extrapolated to 2**20 with issue 33's targets, and
    a plot of them (--scale_plot). Its measured results live in
    benchmarks/SCALE.md; without it, the document ends with a pointer there
    and SCALE.md's headline table (scale_summary.results_pointer).

@@ -64,8 +64,10 @@ cannot flatter the next one's resident memory or timings. In it
 Then, per game, one more fresh interpreter times the staged graph-mode
 training step (the issue's "graph sample" row) of ours compressed, ours
 and, on the peer games, Dopamine's, each filled to `capacity` with the
-game's frames, interleaved (benchmarks/scale_step.py; about a minute a
-game at 2**19, most of it the fills).
+game's frames, interleaved (benchmarks/scale_step.py). The step trains the
+Rainbow agent's Atari network (benchmarks/rainbow_training.py); with
+--step_network=dense, a chain of dense layers calibrated to cost about one
+sample instead.
 
 The table per game gives every figure at the measured capacity and at
 2**20, extrapolated (`scale_figures.extrapolate`): per-operation times
@@ -341,7 +343,8 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
                   frame_sets: Optional[Mapping[str, np.ndarray]] = None,
                   add_burst: int = 1000, burst_seconds: float = 0.05,
                   step_rounds: int = 10, step_steps: int = 20,
-                  progress: Optional[Callable[[str], None]] = None
+                  progress: Optional[Callable[[str], None]] = None,
+                  step_network: str = scale_step.DEFAULT_NETWORK
                  ) -> Dict[str, Any]:
   """Measures every implementation on every game, one process each.
 
@@ -368,6 +371,8 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
     step_rounds: int, interleaved rounds of the staged steps; 0: none.
     step_steps: int, session runs per staged step case and round.
     progress: optional callable taking a str.
+    step_network: the staged step's training: 'rainbow' (the Atari
+      training step) or 'dense' (the calibrated chain); see scale_step.py.
 
   Returns:
     dict: 'games' {game: {implementation: `measure_memory`'s dict}},
@@ -381,7 +386,8 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
       capacity=capacity, frame_count=frame_count, rounds=rounds, saves=saves,
       adds_between_saves=adds_between_saves, load_repeats=load_repeats,
       load_budget_seconds=load_budget_seconds, add_burst=add_burst,
-      seed=seed, step_rounds=step_rounds, step_steps=step_steps)
+      seed=seed, step_rounds=step_rounds, step_steps=step_steps,
+      step_network=step_network)
   results = {'games': {}, 'steps': {}, 'settings': settings}
   for game in games:
     results['games'][game] = {}
@@ -403,7 +409,7 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
       results['steps'][game] = common.in_fresh_process(
           scale_step.measure_steps, game, capacity, frame_count, names,
           step_rounds, step_steps, seed, cache_dir,
-          None if frame_sets is None else frame_sets[game],
+          None if frame_sets is None else frame_sets[game], step_network,
           progress=progress)
   results['load_average'] = (load_start, common.load_average())
   results['seconds'] = time.perf_counter() - started
@@ -534,7 +540,8 @@ def format_section(results: Mapping[str, Any]) -> str:
       'checkpoint bytes, save, stall and load times x '
       f'{target_name} / {capacity_name} (linear in the memory\'s size). '
       + scale_step.describe(settings.get('step_rounds', 0),
-                            settings.get('step_steps', 0)) +
+                            settings.get('step_steps', 0),
+                            settings.get('step_network', 'dense')) +
       'Method: benchmarks/scale_benchmark.py.',
       '',
   ]
@@ -554,8 +561,9 @@ def format_section(results: Mapping[str, Any]) -> str:
     if steps:
       lines.append(f'- staged steps: {steps["seconds"]:.0f} s, load average '
                    f'{steps["load_average"][0]} to '
-                   f'{steps["load_average"][1]}, {steps["layers"]} dense '
-                   f'layers, {len(steps["train_ms"])} rounds')
+                   f'{steps["load_average"][1]}, '
+                   f'{scale_step.describe_network(steps)}, '
+                   f'{len(steps["train_ms"])} rounds')
     lines.append('')
     rows = []
     for key, label, unit, _ in scale_figures.METRICS:
@@ -615,6 +623,10 @@ def define_flags():
                        'training steps (0: not measured).')
   flags.DEFINE_integer('step_steps', 20,
                        'Session runs per staged step case and round.')
+  flags.DEFINE_enum('step_network', scale_step.DEFAULT_NETWORK,
+                    ['rainbow', 'dense'], 'The staged step\'s training: '
+                    'Rainbow\'s Atari training step, or a chain of dense '
+                    'layers calibrated to cost about one sample.')
   flags.DEFINE_string('plot', '', 'PNG of the key figures at 2**20 (e.g. '
                       'benchmarks/scale.png); empty: none.')
   common.define_output_flag()
@@ -631,7 +643,7 @@ def main(argv):
       options.load_budget_seconds, options.seed, options.cache_dir,
       implementations=options.implementations or None,
       step_rounds=options.step_rounds, step_steps=options.step_steps,
-      progress=timing.print_progress)
+      progress=timing.print_progress, step_network=options.step_network)
   if options.plot:
     write_plot(results, options.plot)
   common.write_report(

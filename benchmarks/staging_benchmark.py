@@ -23,6 +23,10 @@ Rainbow's step does. In one process, interleaved over rounds, it times:
 * `step, no staging`: sample, then train, in one run;
 * `step, staging`: the same with `use_staging=True`.
 
+`StepGraph` can train the package's Rainbow Atari network instead of the
+dense chain (`network='rainbow'`, benchmarks/rainbow_training.py): the
+scale section's staged step does (benchmarks/scale_step.py).
+
 Without staging a step costs about sample + train; with staging the sample
 of the next batch overlaps the training on the current one, so a step costs
 about max(sample, train). The table gives medians in milliseconds, and the
@@ -44,15 +48,23 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
       __file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+from benchmarks import rainbow_training  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
 
-__all__ = ['DopamineSampleGraph', 'StepGraph', 'calibrate_layers',
-           'format_results', 'format_section', 'run_benchmark', 'time_cases']
+__all__ = ['NETWORKS', 'DopamineSampleGraph', 'StepGraph',
+           'calibrate_layers', 'format_results', 'format_section',
+           'run_benchmark', 'time_cases']
 _BATCH = 32
 _FRAME = (84, 84)
 _STACK = 4
 _HORIZON = 3
+# What StepGraph's training runs on a batch: the calibrated dense chain, or
+# the Rainbow agent's training (rainbow_training.RainbowTraining).
+NETWORKS = ('dense', 'rainbow')
+# The batch elements a training reads, held in variables for `train`.
+_TRAINED_ELEMENTS = ('state', 'action', 'reward', 'next_state', 'terminal',
+                     'indices', 'sampling_probabilities')
 
 
 def define_flags():
@@ -104,6 +116,7 @@ class StepGraph(object):
     graph: the tf.Graph.
     replay: the WrappedPrioritizedReplayBuffer (`use_native_ops` as given:
       the native ops, or the `tf.numpy_function` ops), ours or Dopamine's.
+    network: str, what the training runs (one of `NETWORKS`).
     session: tf.compat.v1.Session running the graph.
     sample: fetch that samples one batch.
     train: fetch that trains on a fixed batch and sets its priorities (no
@@ -115,12 +128,13 @@ class StepGraph(object):
   def __init__(self, use_staging: bool, layers: int, capacity: int,
                transitions: int, use_native_ops: bool = True,
                compress_observations: bool = False,
-               memory: Optional[Any] = None, dopamine: bool = False):
+               memory: Optional[Any] = None, dopamine: bool = False,
+               network: str = 'dense'):
     """Builds the graph and fills its memory.
 
     Args:
       use_staging: bool, the wrapper's `use_staging`.
-      layers: int, the simulated network's depth.
+      layers: int, the simulated network's depth (`network='dense'`).
       capacity: int, the memory's capacity.
       transitions: int, random-frame transitions added first (none when
         `memory` is given).
@@ -131,30 +145,47 @@ class StepGraph(object):
         wrap (`wrapped_memory`) instead of a new one.
       dopamine: bool, Dopamine 4.1.2's wrapper instead of ours (its
         `use_staging` does nothing; `memory` then one of Dopamine's).
+      network: 'dense', the chain of `layers` dense layers on the states,
+        or 'rainbow', the Rainbow agent's training on the whole batch
+        (rainbow_training.py; `layers` unused).
+
+    Raises:
+      ValueError: if `network` is not one of `NETWORKS`.
     """
+    if network not in NETWORKS:
+      raise ValueError(f'network must be one of {NETWORKS}, got {network!r}')
+    self.network = network
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.replay = _wrapper(use_staging, capacity, use_native_ops,
                              compress_observations, memory, dopamine)
       if memory is None:
         _fill(self.replay, transitions, priority=1.0 if dopamine else None)
+      self._rainbow = (rainbow_training.RainbowTraining(_HORIZON)
+                       if network == 'rainbow' else None)
       batch = dict(zip(self.replay.transition,
                        self.replay.memory.sample_transition_batch()))
-      self._fixed_states = tf.Variable(batch['state'])
-      self._fixed_indices = tf.Variable(batch['indices'])
+      self._fixed = {name: tf.Variable(batch[name], trainable=False)
+                     for name in _TRAINED_ELEMENTS}
       self.train = self.train_op(layers)
-      errors = _dense_chain(self.replay.states, layers)
-      self.step = self.replay.tf_set_priority(self.replay.indices, errors)
+      self.step = self._training(self.replay.transition, layers)
       self.sample = self.replay.indices
       self.session = tf.compat.v1.Session(graph=self.graph,
                                           config=_session_config())
       self.session.run(tf.compat.v1.global_variables_initializer())
 
+  def _training(self, batch, layers):
+    """The training op on `batch` ({element name: tensor})."""
+    if self._rainbow is not None:
+      return self._rainbow.train_op(batch, self.replay.tf_set_priority)
+    return self.replay.tf_set_priority(
+        batch['indices'], _dense_chain(batch['state'], layers))
+
   def train_op(self, layers):
-    """The training work on the fixed batch, with `layers` dense layers."""
+    """The training work on the fixed batch (`layers` dense layers, for
+    the dense chain)."""
     with self.graph.as_default():
-      return self.replay.tf_set_priority(
-          self._fixed_indices, _dense_chain(self._fixed_states, layers))
+      return self._training(self._fixed, layers)
 
   def time(self, fetch, steps):
     """Median milliseconds of `steps` runs of `fetch`."""

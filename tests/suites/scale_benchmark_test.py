@@ -4,8 +4,9 @@ The derived figures (benchmarks/scale_figures.py), the extrapolation to
 2**20 and the targets' verdicts are computed from fake measurements whose
 answers are known; a tiny run of every implementation (capacity 2**10, 300
 frames of Pong, each memory in its own process, then their staged training
-steps in one more) gives every figure the table prints, the headline table
-(benchmarks/scale_summary.py), the plot, and RESULTS.md's pointer to it.
+steps, training Rainbow's Atari network, in one more) gives every figure the table prints, the headline table
+(benchmarks/scale_summary.py), the plot, and RESULTS.md's pointer to it. The calibrated dense chain,
+which the step can train instead, is timed alone.
 """
 
 import importlib
@@ -240,7 +241,9 @@ class SectionTest(absltest.TestCase):
       self.assertLen(times, 2, name)
       self.assertGreater(min(times), 0, name)
     self.assertGreater(min(steps['train_ms']), 0)
-    self.assertGreaterEqual(steps['layers'], 1)
+    # By default the step trains the Rainbow network, and says so.
+    self.assertEqual(steps['network'], 'rainbow')
+    self.assertIsNone(steps['layers'])
     report = benchmark.format_section(results)
     self.assertTrue(report.startswith(
         '## Atari at scale: memory, sampling and checkpoints (issue 33)\n'))
@@ -254,6 +257,8 @@ class SectionTest(absltest.TestCase):
     self.assertRegex(report, r'\| resident ≤ 1.5 GiB \| -?[0-9.]+ GiB '
                      r'\((met|NOT met)\) \| [0-9.]+ GiB \(NOT met\) \|')
     self.assertIn('(reference)', report)
+    self.assertIn('the Rainbow network, 2 rounds', report)
+    self.assertIn("the Rainbow agent's Atari training", report)
     # The staged step: ms for all but cpprb, the ratio 1 for ours itself.
     self.assertRegex(report, r'\| graph training step, staged \(median\) '
                      r'\(ms\) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| n/a \|')
@@ -345,6 +350,39 @@ class StepGraphTest(absltest.TestCase):
       self.assertEqual(not isinstance(frames, np.ndarray), compress)
       self.assertGreater(graph.time(graph.step, 3), 0)
       graph.session.close()
+
+  def test_rainbow_training(self):
+    """The Rainbow step sets positive priorities that follow the network."""
+    graph = staging_benchmark.StepGraph(
+        True, None, 2**10, 100, compress_observations=True,
+        network='rainbow')
+    indices = graph.session.run(graph._fixed['indices'])  # pylint: disable=protected-access
+    memory = graph.replay.memory
+    np.testing.assert_array_equal(memory.get_priority(indices), 1.0)
+    seen = []
+    for _ in range(2):
+      graph.session.run(graph.train)
+      seen.append(memory.get_priority(indices))
+      self.assertGreater(min(seen[-1]), 0)
+    # Adam changed the weights between the two, so the losses moved.
+    self.assertFalse(np.array_equal(seen[0], seen[1]))
+    self.assertGreater(graph.time(graph.step, 2), 0)
+    graph.session.close()
+    with self.assertRaisesRegex(ValueError, 'network must be one of'):
+      staging_benchmark.StepGraph(True, 1, 2**10, 100, network='resnet')
+
+  def test_dense_chain_still_measured(self):
+    """`network='dense'`: the calibrated chain, its depth reported."""
+    frames = np.random.default_rng(0).integers(0, 256, (300, 84, 84),
+                                               dtype=np.uint8)
+    steps = scale_step.measure_steps('Pong', 2**10, 300, ['ours'], 1, 2, 0,
+                                     frames=frames, network='dense')
+    self.assertEqual(steps['network'], 'dense')
+    self.assertGreaterEqual(steps['layers'], 1)
+    self.assertLen(steps['step_ms']['ours'], 1)
+    self.assertEqual(scale_step.describe_network(steps),
+                     f'{steps["layers"]} dense layers')
+    self.assertIn('chain of dense layers', scale_step.describe(1, 2, 'dense'))
 
 
 if __name__ == '__main__':

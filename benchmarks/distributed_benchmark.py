@@ -214,8 +214,9 @@ def _add(writer: Any, stream: _Stream) -> Callable[[], None]:
 
 
 # Memories of the staged learner step: the agent's own single memory, and
-# apex_cartpole.gin's sharded memory without and with its fetch-ahead.
-STEP_MEMORIES = (SINGLE, 'no fetch-ahead', 'fetch-ahead')
+# apex_cartpole.gin's sharded memory without and with its fetch-ahead (the
+# dequeue op), and with it through tf.numpy_function (no native ops).
+STEP_MEMORIES = (SINGLE, 'no fetch-ahead', 'fetch-ahead', 'py_func')
 
 
 def _agent_stream(stream: _Stream) -> Callable[[int], Tuple[Any, ...]]:
@@ -252,6 +253,7 @@ def _learner(memory: str, capacity: int, stream: _Stream) -> Any:
       SINGLE: ['WrappedPrioritizedReplayBuffer.wrapped_memory = None'],
       'no fetch-ahead': ['ShardedPrioritizedReplayBuffer.prefetch = 0'],
       'fetch-ahead': [],
+      'py_func': ['WrappedPrioritizedReplayBuffer.use_native_ops = False'],
   }[memory]
   gin.parse_config_files_and_bindings([_APEX_CARTPOLE_GIN], bindings + [
       f'ShardedPrioritizedReplayBuffer.num_cpus_per_shard = {_CPUS_PER_SHARD}',
@@ -644,7 +646,8 @@ def _step_lines(results: Mapping[str, Any]) -> List[str]:
   steps = results['steps']
   prefetch, per_call = steps['fetch-ahead settings']
   headers = ['learner step, ms', SINGLE, '2 shards, no fetch-ahead',
-             f'2 shards, fetch-ahead ({prefetch}, {per_call} per call)']
+             f'2 shards, fetch-ahead ({prefetch}, {per_call} per call)',
+             '2 shards, fetch-ahead, tf.numpy_function']
   single = steps[SINGLE]
   rows = [['Rainbow, apex_cartpole.gin'] + [
       f'{steps[name]:.3f} ({steps[name] / single:.2f}x)'

@@ -1,5 +1,6 @@
 // TensorFlow ops on a registered replay memory: sample a batch, gather the
-// transitions at given slots, set and get priorities, read the total. Each
+// transitions at given slots, set and get priorities, read the total; and
+// the op taking a sharded memory's ready batch off its queue. Each
 // op finds its memory in the core library's registry and works under the
 // memory's locks, Python's. Bad input is an InvalidArgument error naming
 // it, and changes nothing; a memory that cannot be sampled is a
@@ -430,6 +431,207 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("DopaminePerTransitionsAt").Device(::tensorflow::DEVICE_CPU),
     TransitionsOp);
+
+// ----------------------------------------------------------- batch queue
+
+REGISTER_OP("DopaminePerDequeueBatch")
+    .Attr("queue_id: int")
+    .Attr("queue_token: int")
+    .Attr("state_outputs: list(int)")
+    .Attr("timeout_s: float")
+    .Attr("Tout: list(type)")
+    .Attr("output_shapes: list(shape)")
+    .Output("transition: Tout")
+    .SetIsStateful()
+    .SetShapeFn(OutputShapesFromAttr)
+    .Doc("Takes a ready batch off a dopamine_per batch queue.");
+
+// Takes the oldest batch of a registered BatchQueue (waiting up to
+// timeout_s for one) into its outputs; fills the states (outputs
+// state_outputs[0] and [1]) of rows whose shard shipped compressed blocks
+// by decoding those (FillShippedStates). A queued error is raised as is.
+class DequeueBatchOp : public OpKernel {
+ public:
+  explicit DequeueBatchOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("queue_id", &queue_id_));
+    int64_t token = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("queue_token", &token));
+    queue_token_ = static_cast<uint64_t>(token);
+    OP_REQUIRES_OK(context, context->GetAttr("state_outputs", &states_));
+    OP_REQUIRES_OK(context, context->GetAttr("timeout_s", &timeout_s_));
+    OP_REQUIRES_OK(context, context->GetAttr("Tout", &types_));
+    std::vector<PartialTensorShape> shapes;
+    OP_REQUIRES_OK(context, context->GetAttr("output_shapes", &shapes));
+    OP_REQUIRES(context, shapes.size() == types_.size() && states_.size() == 2,
+                errors::InvalidArgument("output_shapes and Tout differ in "
+                                        "length, or state_outputs is not 2"));
+    for (const PartialTensorShape& partial : shapes) {
+      TensorShape shape;
+      OP_REQUIRES(context, partial.AsTensorShape(&shape) && shape.dims() >= 1,
+                  errors::InvalidArgument("output_shapes must be fully known "
+                                          "with a batch dimension, got ",
+                                          partial.DebugString()));
+      shapes_.push_back(shape);
+    }
+    for (const int64_t state : states_) {
+      OP_REQUIRES(context,
+                  state >= -1 && state < static_cast<int64_t>(shapes_.size()),
+                  errors::InvalidArgument("state_outputs out of range"));
+    }
+  }
+
+  void Compute(OpKernelContext* context) override {
+    bool foreign = false;
+    std::shared_ptr<BatchQueue> queue =
+        FindQueue(queue_id_, queue_token_, &foreign);
+    OP_REQUIRES(context, !foreign,
+                errors::InvalidArgument(
+                    "dopamine_per batch queue ", queue_id_, " of this op is "
+                    "not in this process: build the replay ops anew"));
+    OP_REQUIRES(context, queue != nullptr, Closed());
+    PopStatus status;
+    std::unique_ptr<ReadyBatch> batch = queue->Pop(timeout_s_, &status);
+    OP_REQUIRES(context, status != PopStatus::kClosed, Closed());
+    OP_REQUIRES(context, status != PopStatus::kTimedOut,
+                absl::DeadlineExceededError(absl::StrCat(
+                    "no replay batch was ready within ", timeout_s_,
+                    " s (the sharded memory's fetch-ahead thread did not "
+                    "deliver)")));
+    OP_REQUIRES(context, batch->error_code == 0,
+                absl::Status(static_cast<absl::StatusCode>(batch->error_code),
+                             batch->error));
+    OP_REQUIRES(context, batch->elements.size() == shapes_.size(),
+                errors::InvalidArgument("a queued batch has ",
+                                        batch->elements.size(),
+                                        " elements, the op ", shapes_.size()));
+    std::vector<Tensor*> outputs(shapes_.size(), nullptr);
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      OP_REQUIRES_OK(context,
+                     context->allocate_output(i, shapes_[i], &outputs[i]));
+      const std::vector<uint8_t>& bytes = batch->elements[i];
+      if (bytes.empty() && IsState(i) && !batch->parts.empty()) continue;
+      OP_REQUIRES(context, bytes.size() == outputs[i]->TotalBytes(),
+                  errors::InvalidArgument(
+                      "element ", i, " of a queued batch has ", bytes.size(),
+                      " bytes, the op's output ", outputs[i]->TotalBytes()));
+      std::memcpy(outputs[i]->data(), bytes.data(), bytes.size());
+    }
+    if (batch->parts.empty()) return;
+    OP_REQUIRES(context, states_[0] >= 0 && states_[1] >= 0,
+                errors::InvalidArgument("a queued batch ships states, but the "
+                                        "op has no state outputs"));
+    FillParts(context, *batch, outputs[states_[0]], outputs[states_[1]]);
+  }
+
+ private:
+  static absl::Status Closed() {
+    return errors::FailedPrecondition(
+        "the sharded replay memory's batch queue is closed");
+  }
+
+  bool IsState(size_t i) const {
+    return static_cast<int64_t>(i) == states_[0] ||
+           static_cast<int64_t>(i) == states_[1];
+  }
+
+  // Fills the rows of every part of `batch` into `states`, `next_states`
+  // ([batch, *frame, stack] each); every row must be some part's.
+  void FillParts(OpKernelContext* context, const ReadyBatch& batch,
+                 Tensor* states, Tensor* next_states) {
+    const int64_t rows = states->dim_size(0);
+    const int64_t stack = states->dim_size(states->dims() - 1);
+    const int64_t item = ::tensorflow::DataTypeSize(states->dtype());
+    const int64_t row_bytes = rows > 0 ? states->TotalBytes() / rows : 0;
+    const int64_t frame_bytes = stack > 0 ? row_bytes / stack : 0;
+    OP_REQUIRES(context, item > 0 && frame_bytes > 0 &&
+                             states->shape() == next_states->shape(),
+                errors::InvalidArgument("unusable state outputs"));
+    std::vector<uint8_t> covered(rows, 0);
+    auto* out = static_cast<uint8_t*>(states->data());
+    auto* next_out = static_cast<uint8_t*>(next_states->data());
+    for (const StatePart& part : batch.parts) {
+      const ShippedBlocks& blocks = *part.blocks;
+      OP_REQUIRES(context,
+                  blocks.open_block < 0 ||
+                      static_cast<int64_t>(blocks.open_frames.size()) ==
+                          blocks.block_frames * frame_bytes,
+                  errors::InvalidArgument("shipped open frames do not fit "
+                                          "the state outputs"));
+      const int64_t count = static_cast<int64_t>(part.rows.size());
+      bool consecutive = true;
+      for (int64_t i = 0; i < count; ++i) {
+        OP_REQUIRES(context, part.rows[i] < rows && !covered[part.rows[i]],
+                    errors::InvalidArgument("a queued batch fills row ",
+                                            part.rows[i], " twice or past ",
+                                            rows));
+        covered[part.rows[i]] = 1;
+        consecutive = consecutive && part.rows[i] == part.rows[0] + i;
+      }
+      if (count == 0) continue;
+      std::vector<uint8_t> scratch;
+      uint8_t* to = out + part.rows[0] * row_bytes;
+      uint8_t* next_to = next_out + part.rows[0] * row_bytes;
+      if (!consecutive) {
+        scratch.resize(2 * count * row_bytes);
+        to = scratch.data();
+        next_to = to + count * row_bytes;
+      }
+      OP_REQUIRES(context, Decode(blocks, frame_bytes, item, stack, part,
+                                  to, next_to),
+                  errors::DataLoss("a shipped frame block does not decode "
+                                   "or is missing"));
+      for (int64_t i = 0; !consecutive && i < count; ++i) {
+        std::memcpy(out + part.rows[i] * row_bytes, to + i * row_bytes,
+                    row_bytes);
+        std::memcpy(next_out + part.rows[i] * row_bytes,
+                    next_to + i * row_bytes, row_bytes);
+      }
+    }
+    for (int64_t row = 0; row < rows; ++row) {
+      OP_REQUIRES(context, covered[row],
+                  errors::InvalidArgument("a queued batch lacks the states "
+                                          "of row ", row));
+    }
+  }
+
+  // FillShippedStates of `part`'s rows into `states` and `next_states`.
+  static bool Decode(const ShippedBlocks& blocks, int64_t frame_bytes,
+                     int64_t item, int64_t stack, const StatePart& part,
+                     uint8_t* states, uint8_t* next_states) {
+    std::vector<uint64_t> addresses(blocks.numbers.size());
+    const uint8_t* next = blocks.payload.data();
+    for (size_t j = 0; j < addresses.size(); ++j) {
+      addresses[j] =
+          blocks.sizes[j] == 0 ? 0 : reinterpret_cast<uintptr_t>(next);
+      next += blocks.sizes[j];
+    }
+    FrameStore store;
+    store.capacity = blocks.capacity;
+    store.frame_bytes = frame_bytes;
+    store.block_frames = blocks.block_frames;
+    store.addresses = addresses.data();
+    store.sizes = blocks.sizes.data();
+    store.open_block = &blocks.open_block;
+    store.open_frames = blocks.open_frames.data();
+    store.numbers = blocks.numbers.data();
+    store.listed = static_cast<int64_t>(blocks.numbers.size());
+    return FillShippedStates(store, frame_bytes / item, item, stack,
+                             part.ends.data(), part.next_ends.data(),
+                             static_cast<int64_t>(part.rows.size()), states,
+                             next_states);
+  }
+
+  int64_t queue_id_;
+  uint64_t queue_token_;
+  std::vector<int64_t> states_;
+  float timeout_s_;
+  std::vector<DataType> types_;
+  std::vector<TensorShape> shapes_;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerDequeueBatch").Device(::tensorflow::DEVICE_CPU),
+    DequeueBatchOp);
 
 // ------------------------------------------------------------- priorities
 

@@ -152,8 +152,9 @@ class WrappedReplayBufferBase(object):
     """
     side = tensorflow_side()
     self._native = side.native_binding(self.memory, self._use_native_ops)
+    queue = side.queue_binding(self.memory, self._use_native_ops)
     tensors, self._staging_area = side.sampling_ops(self.memory, use_staging,
-                                                    self._native)
+                                                    self._native, queue)
     self.unpack_transition(tensors, self.memory.get_transition_elements())
 
   def unpack_transition(self, transition_tensors, transition_type) -> None:

@@ -1,0 +1,165 @@
+// A queue of ready replay batches, which a sharded memory's fetch-ahead
+// thread fills (through the core library's C interface, replay_core.cc)
+// and the learner's dequeue op empties (replay_ops.cc). A batch holds its
+// elements' bytes, except the states of shards that shipped their frames
+// compressed: those are the shipped blocks and the rows they fill, which
+// the op decodes (batch.h's FillShippedStates) into its outputs.
+
+#ifndef DOPAMINE_PER_NATIVE_BATCH_QUEUE_H_
+#define DOPAMINE_PER_NATIVE_BATCH_QUEUE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace dopamine_per {
+
+// The frames one shard shipped (frame_shipping.ShippedFrames), owned:
+// blocks numbers[j] of `capacity` / `block_frames` slots, sizes[j] LZ4
+// bytes each, one after the other in `payload`; the open block raw.
+struct ShippedBlocks {
+  std::vector<uint8_t> payload;
+  std::vector<int64_t> numbers, sizes;
+  int64_t open_block = -1;
+  std::vector<uint8_t> open_frames;
+  int64_t capacity = 0, block_frames = 0;
+};
+
+// Rows of a batch whose states come from shipped blocks: row rows[i]'s
+// state ends at slot ends[i], its next state at next_ends[i].
+struct StatePart {
+  std::shared_ptr<const ShippedBlocks> blocks;
+  std::vector<int64_t> rows, ends, next_ends;
+};
+
+// A batch ready for the op, or an error to raise in its place.
+struct ReadyBatch {
+  // Each output's bytes; the states' are empty when `parts` fill them.
+  std::vector<std::vector<uint8_t>> elements;
+  std::vector<StatePart> parts;
+  int error_code = 0;  // An absl::StatusCode; 0: a batch.
+  std::string error;
+};
+
+// What Pop found.
+enum class PopStatus { kBatch, kTimedOut, kClosed };
+
+// A bounded FIFO of ready batches between one producer thread and the ops.
+// A batch pushed for a generation that `Clear` ended is dropped: a batch
+// sampled before a memory's load never reaches the learner.
+class BatchQueue {
+ public:
+  explicit BatchQueue(int64_t capacity) : capacity_(capacity) {}
+
+  // Queues `batch` (an error always fits) once there is room, waiting up
+  // to `timeout_s`. 1: queued; 0: timed out (the batch is the caller's
+  // again); -1: dropped (stale generation, or closed).
+  int Push(std::unique_ptr<ReadyBatch>* batch, int64_t generation,
+           double timeout_s) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool fits = changed_.wait_for(
+        lock, Seconds(timeout_s), [&] {
+          return closed_ || generation != generation_ ||
+                 (*batch)->error_code != 0 ||
+                 static_cast<int64_t>(batches_.size()) < capacity_;
+        });
+    if (closed_ || generation != generation_) {
+      batch->reset();
+      return -1;
+    }
+    if (!fits) return 0;
+    batches_.push_back(std::move(*batch));
+    wanted_ = false;
+    changed_.notify_all();
+    return 1;
+  }
+
+  // The oldest batch, waiting up to `timeout_s` for one (and asking the
+  // producer for one meanwhile: `WaitWanted`).
+  std::unique_ptr<ReadyBatch> Pop(double timeout_s, PopStatus* status) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (batches_.empty() && !closed_) {
+      wanted_ = true;
+      changed_.notify_all();
+      changed_.wait_for(lock, Seconds(timeout_s),
+                        [&] { return closed_ || !batches_.empty(); });
+    }
+    if (closed_) {
+      *status = PopStatus::kClosed;
+      return nullptr;
+    }
+    if (batches_.empty()) {
+      *status = PopStatus::kTimedOut;
+      return nullptr;
+    }
+    std::unique_ptr<ReadyBatch> batch = std::move(batches_.front());
+    batches_.pop_front();
+    changed_.notify_all();
+    *status = PopStatus::kBatch;
+    return batch;
+  }
+
+  // Waits up to `timeout_s` until an op waits on the empty queue (or the
+  // queue closes); whether one does.
+  bool WaitWanted(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, Seconds(timeout_s),
+                      [&] { return closed_ || wanted_; });
+    return wanted_ && !closed_;
+  }
+
+  // Drops the queued batches and ends their generation; the new one.
+  int64_t Clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    batches_.clear();
+    changed_.notify_all();
+    return ++generation_;
+  }
+
+  // Drops the queued batches; every waiting and later call returns.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    batches_.clear();
+    changed_.notify_all();
+  }
+
+  int64_t Size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(batches_.size());
+  }
+
+  int64_t Generation() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation_;
+  }
+
+ private:
+  static std::chrono::duration<double> Seconds(double seconds) {
+    // Clamped: a deadline past the clock's range would overflow.
+    return std::chrono::duration<double>(
+        seconds < 0 ? 0 : (seconds > 1e7 ? 1e7 : seconds));
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::unique_ptr<ReadyBatch>> batches_;
+  const int64_t capacity_;
+  int64_t generation_ = 0;
+  bool closed_ = false;
+  bool wanted_ = false;
+};
+
+// The queue registered as `id` with `token` (replay_core.cc), or nullptr:
+// *foreign as FindMemory's.
+std::shared_ptr<BatchQueue> FindQueue(int64_t id, uint64_t token,
+                                      bool* foreign);
+
+}  // namespace dopamine_per
+
+#endif  // DOPAMINE_PER_NATIVE_BATCH_QUEUE_H_

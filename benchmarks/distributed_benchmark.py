@@ -19,9 +19,9 @@ as in benchmarks/timing.py, times:
    64) gives its add rate.
 2. **Staged learner step**: `_train_step()` of configs/apex_cartpole.gin's
    Rainbow learner (B=128, staging, training every step) over its 2-shard
-   memory with the config's fetch-ahead (`prefetch`, `batches_per_call`)
-   and without it, and over the agent's single in-process memory, all
-   holding the same CartPole transitions.
+   memory with and without the config's fetch-ahead (native queue), with
+   it through `tf.numpy_function`, and over the agent's single in-process
+   memory, all holding the same CartPole transitions.
 3. **Actors**: total environment steps per second of 1 and 2 Ape-X `Actor`s
    (Ray actors acting with configs/rainbow_cartpole.gin's network on
    CartPole-v1, writing to a 2-shard memory), against the single-process
@@ -747,7 +747,9 @@ def format_section(results: Mapping[str, Any]) -> str:
       '`RainbowAgent` training on every step, B=128, staging on) over its '
       'sharded memory (2 shards) with the fetch-ahead the config sets '
       '(`prefetch`, `batches_per_call`) and without it (`prefetch=0`: '
-      'every batch is drawn when asked for), and over the single in-process '
+      'every batch is drawn when asked for), both through the native '
+      'batch queue, with the fetch-ahead through `tf.numpy_function` '
+      '(`use_native_ops=False`), and over the single in-process '
       'memory; every memory holds the same '
       f'{common.log2_name(results["capacity"])} CartPole transitions. '
       'Median milliseconds per `_train_step()` (its session: the '

@@ -299,6 +299,7 @@ class ShardedPrioritizedReplayBuffer(object):
   @locking.synchronized('_priority_lock')
   def _wait_for_priorities(self) -> None:
     """Sends the queued priority updates and waits for all in flight."""
+    self._take_native_priorities()
     for k in list(self._queued_priorities):
       self._send_priorities(k)
     pending, self._pending_priorities = self._pending_priorities, {}
@@ -309,6 +310,7 @@ class ShardedPrioritizedReplayBuffer(object):
   def _take_queued(self, shard: int
                   ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Empties a shard's queue: (slots, priorities) in order, or Nones."""
+    self._take_native_priorities()
     queued = self._queued_priorities.pop(shard, None)
     if not queued:
       return None, None
@@ -624,7 +626,9 @@ class ShardedPrioritizedReplayBuffer(object):
     first call; the thread samples once an op waits on the queue. With
     `prefetch`, it then keeps ceil(prefetch / batches_per_call) draws of
     `batches_per_call` default-size batches queued, as the fetch-ahead;
-    without, it draws one batch per op, over masses asked for then. See
+    without, it draws one batch per op, over masses asked for then. The
+    priority updates `native_ops.queue_priorities` leaves in the queue are
+    taken, in order with `set_priority`'s, before each draw or read. See
     docs/distributed.md#the-native-batch-queue.
 
     Raises:
@@ -684,13 +688,28 @@ class ShardedPrioritizedReplayBuffer(object):
               np.shape(priorities), indices.shape))
     priorities = validation.check_priorities(
         priorities, indices.shape, 'priorities', np.float32).ravel()
-    indices = indices.ravel().astype(np.int64)
+    self._take_native_priorities()  # Queued before this call.
+    self._queue_priorities(indices.ravel().astype(np.int64), priorities)
+
+  @locking.synchronized('_priority_lock')
+  def _queue_priorities(self, indices: np.ndarray,
+                        priorities: np.ndarray) -> None:
+    """Queues checked updates (global indices) by shard."""
     for k, where in self._split(indices).items():
       queued = self._queued_priorities.setdefault(k, [])
       queued.append((indices[where] - k * self.shard_capacity,
                      priorities[where]))
       if len(queued) >= _MAX_QUEUED_UPDATES:
         self._send_priorities(k)
+
+  @locking.synchronized('_priority_lock')
+  def _take_native_priorities(self) -> None:
+    """Queues the updates the native priority op left in the batch queue
+    (`native_ops.queue_priorities`), in their order."""
+    if self._feeder is not None:
+      indices, priorities = self._feeder.queue.take_priorities()
+      if len(indices):
+        self._queue_priorities(indices, priorities)
 
   @locking.synchronized('_lock')
   def get_priority(self, indices: Any) -> np.ndarray:

@@ -3,11 +3,14 @@
 // and the learner's dequeue op empties (replay_ops.cc). A batch holds its
 // elements' bytes, except the states of shards that shipped their frames
 // compressed: those are the shipped blocks and the rows they fill, which
-// the op decodes (batch.h's FillShippedStates) into its outputs.
+// the op decodes (batch.h's FillShippedStates) into its outputs. It also
+// holds the priority updates the learner's priority op queues, which the
+// memory takes with its next draw.
 
 #ifndef DOPAMINE_PER_NATIVE_BATCH_QUEUE_H_
 #define DOPAMINE_PER_NATIVE_BATCH_QUEUE_H_
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -139,6 +142,44 @@ class BatchQueue {
     return generation_;
   }
 
+  // Appends checked priority updates (global slots); false once closed.
+  bool AddPriorities(const std::vector<int64_t>& indices,
+                     const std::vector<double>& priorities) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closed_) return false;
+    }
+    std::lock_guard<std::mutex> lock(priority_mutex_);
+    update_indices_.insert(update_indices_.end(), indices.begin(),
+                           indices.end());
+    update_priorities_.insert(update_priorities_.end(), priorities.begin(),
+                              priorities.end());
+    return true;
+  }
+
+  // Moves the oldest `capacity` updates at most into `indices` and
+  // `priorities`; how many.
+  int64_t TakePriorities(int64_t* indices, double* priorities,
+                         int64_t capacity) {
+    std::lock_guard<std::mutex> lock(priority_mutex_);
+    const int64_t count = std::min<int64_t>(
+        capacity, static_cast<int64_t>(update_indices_.size()));
+    std::copy(update_indices_.begin(), update_indices_.begin() + count,
+              indices);
+    std::copy(update_priorities_.begin(),
+              update_priorities_.begin() + count, priorities);
+    update_indices_.erase(update_indices_.begin(),
+                          update_indices_.begin() + count);
+    update_priorities_.erase(update_priorities_.begin(),
+                             update_priorities_.begin() + count);
+    return count;
+  }
+
+  int64_t PendingPriorities() {
+    std::lock_guard<std::mutex> lock(priority_mutex_);
+    return static_cast<int64_t>(update_indices_.size());
+  }
+
  private:
   static std::chrono::duration<double> Seconds(double seconds) {
     // Clamped: a deadline past the clock's range would overflow.
@@ -153,6 +194,10 @@ class BatchQueue {
   int64_t generation_ = 0;
   bool closed_ = false;
   bool wanted_ = false;
+  // Priority updates the ops queued, under their own mutex.
+  std::mutex priority_mutex_;
+  std::vector<int64_t> update_indices_;
+  std::vector<double> update_priorities_;
 };
 
 // The queue registered as `id` with `token` (replay_core.cc), or nullptr:

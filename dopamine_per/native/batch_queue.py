@@ -7,8 +7,10 @@ sharded memory's fetch-ahead thread pushes batches into it
 (`distributed.native_feed`), and the TensorFlow op
 ``DopaminePerDequeueBatch`` (`replay_memory.graph.native_ops.dequeue`)
 takes them out without Python or the GIL, filling the states of rows that
-a shard shipped as compressed blocks (`ShippedFrames`) in native code. A
-pushed batch is copied: the caller may reuse its arrays at once. ctypes
+a shard shipped as compressed blocks (`ShippedFrames`) in native code.
+The op ``DopaminePerQueuePriorities`` leaves the learner's priority
+updates in it, which the memory takes (`take_priorities`). A pushed
+batch is copied: the caller may reuse its arrays at once. ctypes
 releases the GIL during every call, so a push waiting for room does not
 hold it.
 
@@ -144,6 +146,16 @@ class BatchQueue(object):
 
   def __len__(self) -> int:
     return int(self._library.per_queue_size(self._handle))
+
+  def take_priorities(self) -> Tuple[np.ndarray, np.ndarray]:
+    """Takes the priority updates the ops queued, oldest first: (int64
+    global slots, float64 priorities), checked by the op."""
+    count = int(self._library.per_queue_pending_priorities(self._handle))
+    indices = np.empty(count, np.int64)
+    priorities = np.empty(count, np.float64)
+    taken = self._library.per_queue_take_priorities(
+        self._handle, _pointer(indices), _pointer(priorities), count)
+    return indices[:taken], priorities[:taken]
 
   def wait_wanted(self, timeout_s: float) -> bool:
     """Waits up to `timeout_s` until an op waits on the empty queue."""

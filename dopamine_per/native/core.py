@@ -39,6 +39,8 @@ _SIGNATURES = {
     'per_queue_size': (_I, [_P]),
     'per_queue_generation': (_I, [_P]),
     'per_queue_wait_wanted': (ctypes.c_int, [_P, _D]),
+    'per_queue_pending_priorities': (_I, [_P]),
+    'per_queue_take_priorities': (_I, [_P, _P, _P, _I]),
     'per_batch_create': (_P, [_I, ctypes.c_int, ctypes.c_char_p]),
     'per_batch_release': (None, [_P]),
     'per_batch_set_element': (ctypes.c_int, [_P, _I, _P, _I]),

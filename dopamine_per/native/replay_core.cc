@@ -205,7 +205,7 @@ void per_queue_release(void* handle) {
 int64_t per_queue_count() { return dopamine_per::Count<BatchQueue>(); }
 
 // BatchQueue's Push (taking `batch`, unless it returns 0), Clear, Close,
-// Size, Generation and WaitWanted.
+// Size, Generation, PendingPriorities, TakePriorities and WaitWanted.
 int per_queue_push(void* handle, void* batch, int64_t generation,
                    double timeout_s) {
   std::unique_ptr<ReadyBatch> owned(static_cast<ReadyBatch*>(batch));
@@ -222,6 +222,15 @@ int64_t per_queue_size(void* handle) { return QueueOf(handle)->Size(); }
 
 int64_t per_queue_generation(void* handle) {
   return QueueOf(handle)->Generation();
+}
+
+int64_t per_queue_pending_priorities(void* handle) {
+  return QueueOf(handle)->PendingPriorities();
+}
+
+int64_t per_queue_take_priorities(void* handle, int64_t* indices,
+                                  double* priorities, int64_t capacity) {
+  return QueueOf(handle)->TakePriorities(indices, priorities, capacity);
 }
 
 int per_queue_wait_wanted(void* handle, double timeout_s) {

@@ -240,12 +240,50 @@ const char* PriorityDtypeName(double smallest) {
 // The error for a priority that is neither 0 nor in [m.smallest,
 // m.largest]: the very text of `set_priority`'s ValueError
 // (validation._range_error), so that both paths say the same.
-absl::Status PriorityOutOfRange(const Memory& m, double value) {
+absl::Status PriorityOutOfRange(double smallest, double largest,
+                                double value) {
   return errors::InvalidArgument(
       "priorities should be nonnegative and finite: 0 or in [",
-      PythonRepr(m.smallest), ", ", PythonRepr(m.largest),
-      "] (the positive range of ", PriorityDtypeName(m.smallest), "). Got ",
+      PythonRepr(smallest), ", ", PythonRepr(largest),
+      "] (the positive range of ", PriorityDtypeName(smallest), "). Got ",
       PythonRepr(value));
+}
+
+// Reads a priority update's inputs 0 (indices, an array) and 1 (priorities
+// of its shape, or a scalar), checked against [0, capacity) and [smallest,
+// largest] (or 0). Call with subnormals kept (see SetPriorityOp).
+absl::Status ReadPriorityUpdate(OpKernelContext* context, int64_t capacity,
+                                double smallest, double largest,
+                                std::vector<int64_t>* indices,
+                                std::vector<double>* values) {
+  const Tensor& indices_tensor = context->input(0);
+  const Tensor& priorities_tensor = context->input(1);
+  if (priorities_tensor.shape() != indices_tensor.shape() &&
+      priorities_tensor.dims() != 0) {
+    return errors::InvalidArgument(
+        "priorities of shape ", priorities_tensor.shape().DebugString(),
+        " do not match indices of shape ",
+        indices_tensor.shape().DebugString(), "; nothing was written");
+  }
+  if (indices_tensor.dims() < 1) {
+    return errors::InvalidArgument(
+        "indices must be an array, not a scalar (as set_priority's)");
+  }
+  *indices = IndicesOf(indices_tensor);
+  values->resize(indices->size());
+  for (size_t i = 0; i < values->size(); ++i) {
+    const size_t j = priorities_tensor.dims() == 0 ? 0 : i;
+    (*values)[i] = priorities_tensor.dtype() == ::tensorflow::DT_FLOAT
+                       ? priorities_tensor.flat<float>()(j)
+                       : priorities_tensor.flat<double>()(j);
+  }
+  TF_RETURN_IF_ERROR(CheckRange(*indices, capacity));
+  for (const double value : *values) {
+    if (value != 0.0 && !(value >= smallest && value <= largest)) {
+      return PriorityOutOfRange(smallest, largest, value);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Writes the priorities at `indices` (valid leaves) to `out` as float32,
@@ -633,6 +671,64 @@ REGISTER_KERNEL_BUILDER(
     Name("DopaminePerDequeueBatch").Device(::tensorflow::DEVICE_CPU),
     DequeueBatchOp);
 
+REGISTER_OP("DopaminePerQueuePriorities")
+    .Input("indices: Tindices")
+    .Input("priorities: Tpriorities")
+    .Attr("queue_id: int")
+    .Attr("queue_token: int")
+    .Attr("capacity: int >= 1")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("Tpriorities: {float, double}")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Queues priority updates of a dopamine_per sharded memory.");
+
+// Checks a priority update of a sharded memory of `capacity` global slots
+// (float32 priorities, as its set_priority) and appends it to its batch
+// queue's updates, which the memory sends with its next draw.
+class QueuePrioritiesOp : public OpKernel {
+ public:
+  explicit QueuePrioritiesOp(OpKernelConstruction* context)
+      : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("queue_id", &queue_id_));
+    int64_t token = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("queue_token", &token));
+    queue_token_ = static_cast<uint64_t>(token);
+    OP_REQUIRES_OK(context, context->GetAttr("capacity", &capacity_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
+    std::vector<int64_t> indices;
+    std::vector<double> values;
+    // float32's bounds as validation.priority_bounds gives them: the
+    // largest as NumPy prints it, which rounds to float32's largest.
+    OP_REQUIRES_OK(context, ReadPriorityUpdate(
+                                context, capacity_,
+                                std::numeric_limits<float>::denorm_min(),
+                                3.4028235e38, &indices, &values));
+    bool foreign = false;
+    std::shared_ptr<BatchQueue> queue =
+        FindQueue(queue_id_, queue_token_, &foreign);
+    OP_REQUIRES(context, queue != nullptr && !foreign,
+                errors::FailedPrecondition(
+                    "the sharded replay memory's batch queue ", queue_id_,
+                    " is closed or not in this process"));
+    OP_REQUIRES(context, queue->AddPriorities(indices, values),
+                errors::FailedPrecondition(
+                    "the sharded replay memory's batch queue is closed"));
+  }
+
+ private:
+  int64_t queue_id_;
+  uint64_t queue_token_;
+  int64_t capacity_;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerQueuePriorities").Device(::tensorflow::DEVICE_CPU),
+    QueuePrioritiesOp);
+
 // ------------------------------------------------------------- priorities
 
 class SetPriorityOp : public MemoryOp {
@@ -645,40 +741,16 @@ class SetPriorityOp : public MemoryOp {
     // and a float64 subnormal (below float32's range) would compare equal
     // to 0 and be written. Priorities are read and checked as they are.
     ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
-    const Tensor& indices_tensor = context->input(0);
-    const Tensor& priorities_tensor = context->input(1);
-    OP_REQUIRES(context,
-                priorities_tensor.shape() == indices_tensor.shape() ||
-                    priorities_tensor.dims() == 0,
-                errors::InvalidArgument(
-                    "priorities of shape ",
-                    priorities_tensor.shape().DebugString(),
-                    " do not match indices of shape ",
-                    indices_tensor.shape().DebugString(),
-                    "; nothing was written"));
-    OP_REQUIRES(context, indices_tensor.dims() >= 1,
-                errors::InvalidArgument(
-                    "indices must be an array, not a scalar (as "
-                    "set_priority's)"));
-    const std::vector<int64_t> indices = IndicesOf(indices_tensor);
-    std::vector<double> values(indices.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      const size_t j = priorities_tensor.dims() == 0 ? 0 : i;
-      values[i] = priorities_tensor.dtype() == ::tensorflow::DT_FLOAT
-                      ? priorities_tensor.flat<float>()(j)
-                      : priorities_tensor.flat<double>()(j);
-    }
     std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     Memory& m = *memory;
-    OP_REQUIRES_OK(context, CheckRange(indices, m.capacity));
-    for (const double value : values) {
-      OP_REQUIRES(context,
-                  value == 0.0 || (value >= m.smallest && value <= m.largest),
-                  PriorityOutOfRange(m, value));
-    }
+    std::vector<int64_t> indices;
+    std::vector<double> values;
+    OP_REQUIRES_OK(context, ReadPriorityUpdate(context, m.capacity,
+                                               m.smallest, m.largest,
+                                               &indices, &values));
     if (indices.empty()) return;
     double written_max = 0.0;
     m.tree_scalars[0] = WriteLeaves(m.tree, indices.data(), values.data(),

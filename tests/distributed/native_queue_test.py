@@ -223,6 +223,9 @@ class ShardedQueueTest(absltest.TestCase):
           set_priority = wrapper.tf_set_priority(
               wrapper.transition['indices'],
               tf.fill([16], 2.0))
+          types = {op.type for op in graph.get_operations()}
+          self.assertIn('DopaminePerQueuePriorities', types)
+          self.assertNotIn('PyFunc', types)
         with tf.compat.v1.Session(graph=graph) as session:
           for _ in range(4):
             batch = session.run(tensors + [set_priority])[:-1]
@@ -286,6 +289,36 @@ class ShardedQueueTest(absltest.TestCase):
                                 'ValueError: Cannot sample: every priority'):
       for _ in range(8):
         native_ops.dequeue(queue, elements)
+
+  def test_priority_op_queues_checked_updates_in_order(self):
+    memory = self._new(prefetch=2, **_FRAMES)
+    _write_frames(memory, 0, 30)
+    _write_frames(memory, 1, 30)
+    queue = memory.native_batch_queue()
+    native_ops.queue_priorities(queue, 60, np.array([3, 35, 3]),
+                                np.array([5.0, 6.0, 7.0]))
+    memory.set_priority(np.array([35]), np.array([8.0]))
+    native_ops.queue_priorities(queue, 60, np.array([35], np.int32),
+                                np.array([9.0], np.float32))
+    # In order: the last update of a slot wins, as one set_priority's.
+    np.testing.assert_array_equal(memory.get_priority(np.array([3, 35])),
+                                  [7.0, 9.0])
+    before = memory.get_priority(np.arange(60))
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r'indices must be in \[0, 60\)'):
+      native_ops.queue_priorities(queue, 60, np.array([1, 60]),
+                                  np.array([1.0, 1.0]))
+    for bad in (np.inf, -1.0, 1e39):  # 1e39: past float32's range.
+      with self.assertRaises(ValueError) as python:
+        memory.set_priority(np.array([1, 2]), np.array([1.0, bad]))
+      with self.assertRaises(tf.errors.InvalidArgumentError) as native:
+        native_ops.queue_priorities(queue, 60, np.array([1, 2]),
+                                    np.array([1.0, bad]))
+      self.assertIn(str(python.exception), native.exception.message)
+    np.testing.assert_array_equal(memory.get_priority(np.arange(60)), before)
+    memory.close()
+    with self.assertRaisesRegex(tf.errors.FailedPreconditionError, 'closed'):
+      native_ops.queue_priorities(queue, 60, np.array([1]), np.array([1.0]))
 
   def test_feeder_splits_a_draw_into_batches(self):
     elements = [ReplayElement('indices', (4,), np.int32),

@@ -191,6 +191,12 @@ waiter = threading.Thread(target=lambda: refused(
     FPE, lambda: native_ops.dequeue(queue, elements, timeout_s=30.0)))
 waiter.start()
 assert queue.wait_wanted(30.0)
+native_ops.queue_priorities(queue, 30, np.array([4, 9, 4]),
+                            np.array([1.0, 0.0, 2.0], np.float32))
+refused(IAE, lambda: native_ops.queue_priorities(queue, 30, [30], [1.0]))
+taken = queue.take_priorities()
+assert taken[0].tolist() == [4, 9, 4] and taken[1].tolist() == [1, 0, 2]
+assert len(queue.take_priorities()[0]) == 0
 queue.close()
 waiter.join()
 count = batch_queue.queue_count()

@@ -23,8 +23,8 @@ from dopamine_per.native import core
 from dopamine_per.native import native_memory
 
 __all__ = ['DEQUEUE_TIMEOUT_S', 'FALLBACK_WARNING', 'binding', 'dequeue',
-           'get_priority', 'load', 'queue_binding', 'sample', 'set_priority',
-           'total_priority', 'transitions_at']
+           'get_priority', 'load', 'queue_binding', 'queue_priorities',
+           'sample', 'set_priority', 'total_priority', 'transitions_at']
 
 # The warning logged (once per reason) when the Python ops are used instead.
 FALLBACK_WARNING = ('dopamine_per: the replay memory samples through '
@@ -138,6 +138,20 @@ def dequeue(queue: Any, elements: Sequence[Any],
       Tout=[tf.as_dtype(element.type) for element in elements],
       output_shapes=[tf.TensorShape(element.shape) for element in elements],
       name=name)
+
+
+def queue_priorities(queue: Any, capacity: int, indices: Any,
+                     priorities: Any, name: Optional[str] = None
+                    ) -> Optional[tf.Operation]:
+  """An op queueing priority updates of a sharded memory of `capacity`
+  global slots in its batch `queue`: checked as its `set_priority`
+  checks them (InvalidArgumentError, nothing queued), sent with its next
+  draw."""
+  token = queue.token - 2**64 if queue.token >= 2**63 else queue.token
+  op = load().dopamine_per_queue_priorities(
+      indices=indices, priorities=priorities, queue_id=queue.id,
+      queue_token=token, capacity=int(capacity), name=name)
+  return op if isinstance(op, tf.Operation) else None
 
 
 def _memory_attrs(native: native_memory.NativeMemory) -> dict:

@@ -159,7 +159,7 @@ def _native_priorities(priorities: Any) -> tf.Tensor:
 
 
 def set_priority_op(memory: Any, indices: Any, priorities: Any,
-                    native: Any = None) -> tf.Operation:
+                    native: Any = None, queue: Any = None) -> tf.Operation:
   """Returns an op setting `priorities` at `indices` in a prioritized memory.
 
   Args:
@@ -167,11 +167,18 @@ def set_priority_op(memory: Any, indices: Any, priorities: Any,
     indices: int tensor of shape [n], memory indices.
     priorities: float tensor of shape [n].
     native: the memory's `native_binding`, or None.
+    queue: a sharded memory's `queue_binding`, or None.
 
   Returns:
-    A tf.Operation: the native op, or a py_func running
-    `memory.set_priority`.
+    A tf.Operation: the native op (with `queue`, the one queueing the
+    update for the shards), or a py_func running `memory.set_priority`.
   """
+  if queue is not None:
+    _keep_alive(memory)
+    return native_ops.queue_priorities(
+        queue, memory.replay_capacity, _native_indices(indices),
+        _native_priorities(priorities),
+        name='prioritized_replay_set_priority')
   if native is not None:
     _keep_alive(memory)
     return native_ops.set_priority(native, _native_indices(indices),

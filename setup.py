@@ -80,6 +80,14 @@ class _BuildPyWithConfigs(build_py.build_py):
       self.copy_file(path, target)
 
 
+# The 'compress' extra: compress_observations=True (issue 33) stores frames
+# as LZ4 blocks (HC level 4; docs/compression.md): lz4's block format and
+# its HC compressor, as a wheel with no system library; their checkpoints:
+# zstd over the packed blocks, 4.8x smaller than the blocks (gzip: 3.3x, at
+# a fifth of the speed).
+_COMPRESS = ['lz4>=4.0', 'zstandard>=0.22']
+
+
 setuptools.setup(
     name='dopamine_per',
     version=_version(),
@@ -176,16 +184,10 @@ setuptools.setup(
             # is not needed.
             'gymnasium>=1.0',
             'ale-py>=0.9',
-        ],
-        'compress': [
-            # compress_observations=True (issue 33) stores frames as LZ4
-            # blocks (HC level 4; docs/compression.md): lz4's block format
-            # and its HC compressor, as a wheel with no system library.
-            'lz4>=4.0',
-            # Their checkpoints: zstd over the packed blocks, 4.8x smaller
-            # than the blocks (gzip: 3.3x, at a fifth of the speed).
-            'zstandard>=0.22',
-        ],
+            # The Atari configs compress their frames (0.5 GiB instead of
+            # 6.9 at 1M transitions): the 'compress' extra's packages.
+        ] + _COMPRESS,
+        'compress': _COMPRESS,
         'distributed': [
             # dopamine_per.distributed shards the prioritized memory over Ray
             # actors (Ape-X, Horgan et al., 2018): Ray starts and places the

@@ -42,9 +42,12 @@ method), and two more when asked for:
    and MsPacman, ours compressed and uncompressed (and, on
    --scale_peer_games, Dopamine TF and cpprb), each in a fresh process one
    after the other: resident bytes, add, sample + set_priority against the
-   copy floor, the save's stall and wall time, bytes per checkpoint and for
-   4 retained, a save after 10,000 new transitions, load; extrapolated to
-   2**20 with issue 33's targets.
+   copy floor, the staged graph training step, the save's stall and wall
+   time, bytes per checkpoint and for 4 retained, a save after 10,000 new
+   transitions, load; extrapolated to 2**20 with issue 33's targets, and
+   a plot of them (--scale_plot). Its measured results live in
+   benchmarks/SCALE.md; without it, the document ends with a pointer there
+   and SCALE.md's headline table (scale_summary.results_pointer).
 
 Each section prints its tables (medians, ratios to each peer, and its
 issue's targets with whether they are met); with every section run, the
@@ -72,6 +75,7 @@ from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-
 from benchmarks import native_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import scale_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import scale_summary  # pylint: disable=g-import-not-at-top
 from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import sum_tree_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
@@ -87,6 +91,9 @@ SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native',
 DEFAULT_SECTIONS = SECTIONS[:-2]
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
+# The scale section's own results, which RESULTS.md points to.
+SCALE_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             'SCALE.md')
 
 Settings = collections.namedtuple('Settings', [
     'sections',
@@ -131,6 +138,7 @@ Settings = collections.namedtuple('Settings', [
     'scale_peer_games',
     'scale_capacity',
     'scale_frames',
+    'scale_plot',
 ])
 
 DEFAULT_SETTINGS = Settings(
@@ -169,6 +177,7 @@ DEFAULT_SETTINGS = Settings(
     scale_peer_games=scale_benchmark.DEFAULT_PEER_GAMES,
     scale_capacity=2**19,
     scale_frames=20000,
+    scale_plot='',
 )
 
 _FLAGS = flags.FLAGS
@@ -259,6 +268,9 @@ def define_flags():
                        'Capacity of the scale section\'s memories, 2**this.')
   flags.DEFINE_integer('scale_frames', d.scale_frames,
                        'Atari frames per game of the scale section, cycled.')
+  flags.DEFINE_string('scale_plot', d.scale_plot,
+                      'PNG the scale section draws its key figures at 2**20 '
+                      'into (e.g. benchmarks/scale.png); empty: none.')
 
 
 def _settings_from_flags():
@@ -300,7 +312,8 @@ def _settings_from_flags():
       scale_games=tuple(options.scale_games),
       scale_peer_games=tuple(options.scale_peer_games),
       scale_capacity=2**options.scale_capacity_log2,
-      scale_frames=options.scale_frames)
+      scale_frames=options.scale_frames,
+      scale_plot=options.scale_plot)
 
 
 def describe_packages():
@@ -383,6 +396,10 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
         settings.scale_capacity, settings.scale_frames, settings.seed,
         settings.compression_cache_dir, progress=progress)
     sections.append(scale_benchmark.format_section(results))
+    if settings.scale_plot:
+      scale_benchmark.write_plot(results, settings.scale_plot)
+  else:
+    sections.append(scale_summary.results_pointer(SCALE_RESULTS))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (

@@ -8,6 +8,11 @@ section alone, printed and not written:
   python -m benchmarks.scale_benchmark --games=MsPacman
   python -m benchmarks.scale_benchmark --capacity_log2=12 --frames=300
 
+and written (the tables, as benchmarks/SCALE.md holds them, and the plot):
+
+  python -m benchmarks.scale_benchmark --output=benchmarks/SCALE.md \
+      --plot=benchmarks/scale.png
+
 Every memory is Atari-shaped (84x84 uint8 frames, stacks of 4, 3-step
 returns, batches of 32; the memories of benchmarks/replay_benchmark.py) and
 is fed real frames of a game (benchmarks/atari_frames.py: Dopamine's
@@ -56,18 +61,25 @@ cannot flatter the next one's resident memory or timings. In it
    first), up to `load_repeats` times or until `load_budget_seconds` have
    been spent, each checked to hold as many transitions as were saved.
 
-The table per game gives every figure at the measured capacity and at
-2**20, extrapolated (`extrapolate`): per-operation times (add, sample +
-set_priority, the copy floor) and their ratios unchanged; resident bytes,
-checkpoint bytes and the save, stall and load times multiplied by 2**20 /
-capacity (linear in the memory's size). Issue 33's targets are then checked
-on the least compressible game measured (the largest `nbytes` of
-`ours_compressed`, else the largest checkpoint of `ours`), from those
-numbers (`evaluate_targets`).
+Then, per game, one more fresh interpreter times the staged graph-mode
+training step (the issue's "graph sample" row) of ours compressed, ours
+and, on the peer games, Dopamine's, each filled to `capacity` with the
+game's frames, interleaved (benchmarks/scale_step.py; about a minute a
+game at 2**19, most of it the fills).
 
-The staged graph-mode training step (the issue's "graph sample" row) is not
-measured here: staging_benchmark.StepGraph builds its own memory of random
-frames and takes no compressed one.
+The table per game gives every figure at the measured capacity and at
+2**20, extrapolated (`scale_figures.extrapolate`): per-operation times
+(add, sample + set_priority, the copy floor, the staged step) and their
+ratios unchanged; resident bytes, checkpoint bytes and the save, stall and
+load times multiplied by 2**20 / capacity (linear in the memory's size).
+Issue 33's targets are then checked on the least compressible game
+measured (the largest `nbytes` of `ours_compressed`, else the largest
+checkpoint of `ours`), from those numbers
+(`scale_figures.evaluate_targets`).
+
+`scale_summary.headline_table` sums up the least compressible game at
+2**20 under the tables, and `scale_summary.plot` draws those figures as
+bars with the targets (--plot; `python -m benchmarks`' --scale_plot).
 """
 
 import gc
@@ -90,22 +102,22 @@ from benchmarks import atari_frames  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import compression_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import scale_figures  # pylint: disable=g-import-not-at-top
+from benchmarks import scale_step  # pylint: disable=g-import-not-at-top
+from benchmarks import scale_summary  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 
 __all__ = [
     'DEFAULT_GAMES',
     'DEFAULT_PEER_GAMES',
     'IMPLEMENTATIONS',
-    'METRICS',
-    'TARGET_CAPACITY',
+    'at_target_figures',
     'available_implementations',
-    'evaluate_targets',
-    'extrapolate',
     'format_section',
-    'least_compressible',
     'measure_memory',
     'run_benchmark',
     'run_section',
+    'write_plot',
 ]
 
 DEFAULT_GAMES = compression_benchmark.DEFAULT_GAMES
@@ -116,16 +128,8 @@ IMPLEMENTATIONS = ('ours_compressed', 'ours', 'dopamine', 'cpprb')
 PEERS = ('dopamine', 'cpprb')
 TITLES = {'ours_compressed': 'ours, compressed', 'ours': 'ours',
           'dopamine': 'Dopamine TF', 'cpprb': 'cpprb'}
-BATCH_SIZE = 32
-TARGET_CAPACITY = 2**20
+BATCH_SIZE = scale_figures.BATCH_SIZE
 CHECKPOINTS_RETAINED = 4
-# Issue 33's targets at 2**20 on the least compressible game.
-TARGET_RESIDENT_BYTES = compression_benchmark.TARGET_RESIDENT_BYTES
-TARGET_STALL_SECONDS = 0.1
-TARGET_INCREMENTAL_SHARE = 0.05
-TARGET_CHECKPOINT_BYTES = compression_benchmark.TARGET_CHECKPOINT_BYTES
-TARGET_LOAD_SECONDS = 10.0
-TARGET_FLOOR_RATIO = compression_benchmark.TARGET_FLOOR_RATIO
 
 
 # ------------------------------------------------------------ measuring
@@ -336,9 +340,14 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
                   implementations: Optional[Sequence[str]] = None,
                   frame_sets: Optional[Mapping[str, np.ndarray]] = None,
                   add_burst: int = 1000, burst_seconds: float = 0.05,
+                  step_rounds: int = 10, step_steps: int = 20,
                   progress: Optional[Callable[[str], None]] = None
                  ) -> Dict[str, Any]:
   """Measures every implementation on every game, one process each.
+
+  Then the staged training steps of each game in one more process
+  (`scale_step.measure_steps`), where ours uncompressed is among the
+  implementations and `step_rounds` is positive.
 
   Args:
     games: the games (atari_lib names).
@@ -356,20 +365,24 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
     frame_sets: optional {game: frames} used instead of the games' (tests).
     add_burst: int, adds per timed burst.
     burst_seconds: float, about the length of a timed sampling burst.
+    step_rounds: int, interleaved rounds of the staged steps; 0: none.
+    step_steps: int, session runs per staged step case and round.
     progress: optional callable taking a str.
 
   Returns:
     dict: 'games' {game: {implementation: `measure_memory`'s dict}},
-    'settings', 'load_average' (start, end), 'seconds'.
+    'steps' {game: `scale_step.measure_steps`' dict}, 'settings',
+    'load_average' (start, end), 'seconds'.
   """
   started = time.perf_counter()
   load_start = common.load_average()
   implementations = list(implementations or available_implementations())
-  results = {'games': {}, 'settings': dict(
+  settings = dict(
       capacity=capacity, frame_count=frame_count, rounds=rounds, saves=saves,
       adds_between_saves=adds_between_saves, load_repeats=load_repeats,
       load_budget_seconds=load_budget_seconds, add_burst=add_burst,
-      seed=seed)}
+      seed=seed, step_rounds=step_rounds, step_steps=step_steps)
+  results = {'games': {}, 'steps': {}, 'settings': settings}
   for game in games:
     results['games'][game] = {}
     for name in implementations:
@@ -383,6 +396,15 @@ def run_benchmark(games: Sequence[str] = DEFAULT_GAMES,
           adds_between_saves, load_repeats, load_budget_seconds, seed,
           cache_dir, None if frame_sets is None else frame_sets[game],
           add_burst, burst_seconds, progress=progress)
+  for game in games:
+    names = [n for n in scale_step.IMPLEMENTATIONS if n in implementations
+             and (n not in PEERS or game in peer_games)]
+    if step_rounds > 0 and scale_step.REFERENCE in names:
+      results['steps'][game] = common.in_fresh_process(
+          scale_step.measure_steps, game, capacity, frame_count, names,
+          step_rounds, step_steps, seed, cache_dir,
+          None if frame_sets is None else frame_sets[game],
+          progress=progress)
   results['load_average'] = (load_start, common.load_average())
   results['seconds'] = time.perf_counter() - started
   return results
@@ -399,148 +421,20 @@ def run_section(games: Sequence[str], peer_games: Sequence[str],
                        cache_dir=cache_dir, progress=progress)
 
 
-# ------------------------------------------------ derived figures, targets
+# ------------------------------------------------------ figures at 2**20
 
 
-def _median(values):
-  return timing.median(values) if values else None
-
-
-# (key, label, unit, scales): the table's rows, in order. `scales`: whether
-# the figure is multiplied by 2**20 / capacity when extrapolated (bytes
-# and whole-memory times); per-operation times and ratios are not.
-METRICS = (
-    ('resident', 'resident after filling (RSS delta)', 'MiB', True),
-    ('resident_per', 'resident bytes per transition', 'B', False),
-    ('nbytes', '`memory.nbytes`', 'MiB', True),
-    ('add_fill', 'add, filling (median per add)', 'µs', False),
-    ('add_wrapped', 'add, after the wrap-around', 'µs', False),
-    ('cycle', f'sample({BATCH_SIZE}) + set_priority({BATCH_SIZE})', 'µs',
-     False),
-    ('floor', 'copy floor (uncompressed)', 'µs', False),
-    ('floor_ratio', 'sample + set_priority / copy floor', 'x', False),
-    ('stall', 'save stall seen by the trainer (median of the saves)', 'ms',
-     True),
-    ('save', 'save wall time (median of the saves)', 's', True),
-    ('checkpoint', 'bytes on disk per checkpoint (the first)', 'MB', True),
-    ('retained', 'bytes on disk, checkpoints retained after the saves',
-     'MB', True),
-    ('incremental', 'written by a save after new transitions (median)',
-     'MB', True),
-    ('incremental_share', 'that / a full checkpoint', '%', False),
-    ('load', 'load into a fresh memory (median)', 's', True),
-)
-
-
-def derive(figures: Mapping[str, Any]) -> Dict[str, Optional[float]]:
-  """The table's figures (`METRICS` keys, their units) from raw figures.
-
-  Medians over bursts, rounds, saves and loads; a figure is None where the
-  implementation has no equivalent (cpprb's checkpoints, a peer's nbytes).
-  """
-  capacity = figures['capacity']
-  cycle, floor = _median(figures['cycle_us']), _median(figures['floor_us'])
-  checkpoint = figures['checkpoint_bytes']
-  written = figures['written_bytes'] or []
-  incremental = _median(written[1:])
-  stall, save = _median(figures['stall_s']), _median(figures['save_s'])
-  nbytes = figures['nbytes']
-  retained = figures['retained_bytes']
+def at_target_figures(results: Mapping[str, Any], game: str
+                     ) -> Dict[str, Dict[str, Optional[float]]]:
+  """{implementation: `extrapolate`'d figures} of `game`, in
+  `IMPLEMENTATIONS` order."""
+  memories = results['games'][game]
+  steps = results.get('steps', {}).get(game)
+  capacity = results['settings']['capacity']
   return {
-      'resident': figures['resident_bytes'] / 2**20,
-      'resident_per': figures['resident_bytes'] / capacity,
-      'nbytes': None if nbytes is None else nbytes / 2**20,
-      'add_fill': _median(figures['add_fill_us']),
-      'add_wrapped': _median(figures['add_wrapped_us']),
-      'cycle': cycle,
-      'floor': floor,
-      'floor_ratio': cycle / floor if cycle and floor else None,
-      'stall': None if stall is None else stall * 1e3,
-      'save': save,
-      'checkpoint': None if checkpoint is None else checkpoint / 1e6,
-      'retained': None if retained is None else retained / 1e6,
-      'incremental': None if incremental is None else incremental / 1e6,
-      'incremental_share': (100 * incremental / checkpoint
-                            if incremental is not None and checkpoint
-                            else None),
-      'load': _median(figures['load_s']),
-  }
-
-
-def extrapolate(derived: Mapping[str, Optional[float]], capacity: int,
-                target: int = TARGET_CAPACITY
-               ) -> Dict[str, Optional[float]]:
-  """`derive`'s figures at `target` transitions (the rule: `METRICS`)."""
-  factor = target / capacity
-  scales = {key: scaled for key, _, _, scaled in METRICS}
-  return {key: (value * factor if scales[key] and value is not None
-                else value)
-          for key, value in derived.items()}
-
-
-def least_compressible(results: Mapping[str, Any]) -> Optional[str]:
-  """The game whose `ours_compressed` has the largest nbytes (else whose
-  `ours` checkpoint is largest); None if neither was measured."""
-  for name, key in (('ours_compressed', 'nbytes'),
-                    ('ours', 'checkpoint_bytes')):
-    sizes = {game: memories[name][key]
-             for game, memories in results['games'].items()
-             if name in memories and memories[name][key] is not None}
-    if sizes:
-      return max(sizes, key=sizes.get)
-  return None
-
-
-def evaluate_targets(at_target: Mapping[str, Mapping[str, Optional[float]]]
-                    ) -> List[List[Any]]:
-  """Issue 33's targets, checked on figures extrapolated to 2**20.
-
-  Args:
-    at_target: {implementation: `extrapolate`'s dict}, for one game.
-
-  Returns:
-    rows [target, {ours implementation: (value text, met: bool or None)}];
-    met is None where the figure is missing (or, for "faster than ours",
-    for ours itself, the reference).
-  """
-  reference_save = at_target.get('ours', {}).get('save')
-  checks = [
-      (f'resident ≤ {TARGET_RESIDENT_BYTES / 2**30:g} GiB', 'resident',
-       lambda v: v * 2**20 <= TARGET_RESIDENT_BYTES,
-       lambda v: f'{v / 1024:.2f} GiB'),
-      (f'save stall ≤ {TARGET_STALL_SECONDS * 1e3:g} ms', 'stall',
-       lambda v: v <= TARGET_STALL_SECONDS * 1e3, lambda v: f'{v:,.0f} ms'),
-      ('save after new transitions writes ≤ '
-       f'{TARGET_INCREMENTAL_SHARE * 100:g}% of a full save',
-       'incremental_share', lambda v: v <= TARGET_INCREMENTAL_SHARE * 100,
-       lambda v: f'{v:.1f}%'),
-      (f'checkpoint ≤ {TARGET_CHECKPOINT_BYTES / 1e6:g} MB', 'checkpoint',
-       lambda v: v * 1e6 <= TARGET_CHECKPOINT_BYTES,
-       lambda v: f'{v:,.0f} MB'),
-      ('save faster than ours uncompressed', 'save',
-       lambda v: reference_save is not None and v < reference_save,
-       lambda v: f'{v:.1f} s'),
-      (f'load ≤ {TARGET_LOAD_SECONDS:g} s', 'load',
-       lambda v: v <= TARGET_LOAD_SECONDS, lambda v: f'{v:.1f} s'),
-      (f'sample + set_priority ≤ {TARGET_FLOOR_RATIO:g}x the copy floor',
-       'floor_ratio', lambda v: v <= TARGET_FLOOR_RATIO,
-       lambda v: f'{v:.1f}x'),
-  ]
-  rows = []
-  for title, key, meets, text in checks:
-    verdicts = {}
-    for name in ('ours_compressed', 'ours'):
-      if name not in at_target:
-        continue
-      value = at_target[name].get(key)
-      if value is None:
-        verdicts[name] = ('—', None)
-      elif key == 'save' and name == 'ours':
-        verdicts[name] = (text(value) + ' (reference)', None)
-      else:
-        verdicts[name] = (text(value), bool(meets(value)))
-    rows.append([title, verdicts])
-  return rows
+      name: scale_figures.extrapolate(
+          scale_figures.derive(memories[name], name, steps), capacity)
+      for name in IMPLEMENTATIONS if name in memories}
 
 
 # ------------------------------------------------------------- formatting
@@ -551,7 +445,7 @@ def _cell(value, unit):
     return 'n/a'
   if unit == 'µs':
     return timing.format_microseconds(value)
-  if unit in ('x', 's'):
+  if unit in ('x', 's') or (unit == 'ms' and value < 10):
     return f'{value:.2f}'
   if unit == '%':
     return f'{value:.1f}'
@@ -562,6 +456,35 @@ def _verdict(value_text, met):
   if met is None:
     return value_text
   return f'{value_text} ({"met" if met else "NOT met"})'
+
+
+def _retained(settings):
+  """How many checkpoints the saves leave (ours and Dopamine keep 4)."""
+  return min(settings['saves'], CHECKPOINTS_RETAINED)
+
+
+def write_plot(results: Mapping[str, Any], path: str) -> Optional[str]:
+  """Draws the least compressible game's key figures at 2**20 (a PNG).
+
+  Args:
+    results: `run_benchmark`'s dict.
+    path: str, the PNG file.
+
+  Returns:
+    The game plotted, or None (nothing written) if none was measured.
+  """
+  game = scale_figures.least_compressible(results)
+  if game is None:
+    return None
+  at_target = at_target_figures(results, game)
+  targets = {key: value
+             for key, (value, _) in scale_figures.targets().items()
+             if value is not None}
+  reference_step = at_target.get('ours', {}).get('step')
+  if reference_step is not None:  # The step's target: ours uncompressed's.
+    targets['step'] = reference_step * scale_figures.TARGET_STEP_RATIO
+  scale_summary.plot(path, at_target, TITLES, game, targets)
+  return game
 
 
 def _counts(figures):
@@ -578,7 +501,7 @@ def format_section(results: Mapping[str, Any]) -> str:
   settings = results['settings']
   capacity = settings['capacity']
   capacity_name = common.log2_name(capacity)
-  target_name = common.log2_name(TARGET_CAPACITY)
+  target_name = common.log2_name(scale_figures.TARGET_CAPACITY)
   load_start, load_end = results.get('load_average', ('?', '?'))
   lines = [
       '## Atari at scale: memory, sampling and checkpoints (issue 33)',
@@ -610,25 +533,35 @@ def format_section(results: Mapping[str, Any]) -> str:
       'set_priority, the copy floor) and ratios unchanged; resident bytes, '
       'checkpoint bytes, save, stall and load times x '
       f'{target_name} / {capacity_name} (linear in the memory\'s size). '
-      'Not measured: the staged graph-mode training step. Method: '
-      'benchmarks/scale_benchmark.py.',
+      + scale_step.describe(settings.get('step_rounds', 0),
+                            settings.get('step_steps', 0)) +
+      'Method: benchmarks/scale_benchmark.py.',
       '',
   ]
   at_target_by_game = {}
   for game, memories in results['games'].items():
     names = [n for n in IMPLEMENTATIONS if n in memories]
-    derived = {name: derive(memories[name]) for name in names}
-    at_target = {name: extrapolate(derived[name], capacity)
-                 for name in names}
+    steps = results.get('steps', {}).get(game)
+    derived = {name: scale_figures.derive(memories[name], name, steps)
+               for name in names}
+    at_target = at_target_figures(results, game)
     at_target_by_game[game] = at_target
     lines += [f'### {game}', '']
     lines += [f'- {TITLES[n]}: {memories[n]["seconds"]:.0f} s, load average '
               f'{memories[n]["load_average"][0]} to '
               f'{memories[n]["load_average"][1]}, {_counts(memories[n])}'
               for n in names]
+    if steps:
+      lines.append(f'- staged steps: {steps["seconds"]:.0f} s, load average '
+                   f'{steps["load_average"][0]} to '
+                   f'{steps["load_average"][1]}, {steps["layers"]} dense '
+                   f'layers, {len(steps["train_ms"])} rounds')
     lines.append('')
     rows = []
-    for key, label, unit, _ in METRICS:
+    for key, label, unit, _ in scale_figures.METRICS:
+      if key == 'retained':
+        label = (f'bytes on disk for the {_retained(settings)} retained '
+                 'checkpoints')
       rows.append([f'{label} ({unit})'] +
                   [_cell(derived[n][key], unit) for n in names] +
                   [_cell(at_target[n][key], unit) for n in names])
@@ -636,9 +569,9 @@ def format_section(results: Mapping[str, Any]) -> str:
         ['figure'] + [f'{TITLES[n]}, {capacity_name}' for n in names] +
         [f'{TITLES[n]}, {target_name}' for n in names], rows)
     lines.append('')
-  game = least_compressible(results)
+  game = scale_figures.least_compressible(results)
   if game is not None:
-    rows = evaluate_targets(at_target_by_game[game])
+    rows = scale_figures.evaluate_targets(at_target_by_game[game])
     ours = [n for n in ('ours_compressed', 'ours')
             if n in at_target_by_game[game]]
     lines += [f'Issue 33\'s targets at {target_name} (extrapolated) on '
@@ -648,7 +581,10 @@ def format_section(results: Mapping[str, Any]) -> str:
         ['target'] + [TITLES[n] for n in ours],
         [[title] + [_verdict(*verdicts[n]) for n in ours]
          for title, verdicts in rows])
-    lines.append('')
+    lines += ['', scale_summary.headline_table(
+        at_target_by_game[game], TITLES, game,
+        {key: text for key, (_, text) in scale_figures.targets().items()},
+        _retained(settings)), '']
   return '\n'.join(lines)
 
 
@@ -675,6 +611,12 @@ def define_flags():
   flags.DEFINE_integer('seed', 0, 'Seed of the frames and the draws.')
   flags.DEFINE_string('cache_dir', None, 'Frames cache directory (default '
                       f'{atari_frames.DEFAULT_CACHE_DIR}).')
+  flags.DEFINE_integer('step_rounds', 10, 'Interleaved rounds of the staged '
+                       'training steps (0: not measured).')
+  flags.DEFINE_integer('step_steps', 20,
+                       'Session runs per staged step case and round.')
+  flags.DEFINE_string('plot', '', 'PNG of the key figures at 2**20 (e.g. '
+                      'benchmarks/scale.png); empty: none.')
   common.define_output_flag()
 
 
@@ -688,7 +630,10 @@ def main(argv):
       options.adds_between_saves, options.load_repeats,
       options.load_budget_seconds, options.seed, options.cache_dir,
       implementations=options.implementations or None,
+      step_rounds=options.step_rounds, step_steps=options.step_steps,
       progress=timing.print_progress)
+  if options.plot:
+    write_plot(results, options.plot)
   common.write_report(
       common.document('Scale benchmark', common.describe_machine(),
                       format_section(results)), options.output)

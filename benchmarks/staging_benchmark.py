@@ -32,6 +32,7 @@ ratios.
 import os
 import sys
 import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -47,7 +48,7 @@ from benchmarks import timing  # pylint: disable=g-import-not-at-top
 from dopamine_per.replay_memory import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
 
 __all__ = ['DopamineSampleGraph', 'StepGraph', 'calibrate_layers',
-           'format_results', 'format_section', 'run_benchmark']
+           'format_results', 'format_section', 'run_benchmark', 'time_cases']
 _BATCH = 32
 _FRAME = (84, 84)
 _STACK = 4
@@ -80,13 +81,29 @@ def _dense_chain(states, layers):
   return tf.reduce_mean(x, axis=1) + 1.0  # A positive "TD error" per sample.
 
 
+def _wrapper(use_staging, capacity, use_native_ops, compress_observations,
+             memory, dopamine):
+  """An Atari-shaped WrappedPrioritizedReplayBuffer (see StepGraph)."""
+  options = dict(use_staging=use_staging, replay_capacity=capacity,
+                 batch_size=_BATCH, update_horizon=_HORIZON,
+                 wrapped_memory=memory)
+  if dopamine:
+    from dopamine.tf.replay_memory import prioritized_replay_buffer as module  # pylint: disable=g-import-not-at-top
+  else:
+    module = prioritized_replay_buffer
+    options['use_native_ops'] = use_native_ops
+    if memory is None:
+      options['compress_observations'] = compress_observations
+  return module.WrappedPrioritizedReplayBuffer(_FRAME, _STACK, **options)
+
+
 class StepGraph(object):
   """One graph and session: a memory and the ops to time on it.
 
   Attributes:
     graph: the tf.Graph.
     replay: the WrappedPrioritizedReplayBuffer (`use_native_ops` as given:
-      the native ops, or the `tf.numpy_function` ops).
+      the native ops, or the `tf.numpy_function` ops), ours or Dopamine's.
     session: tf.compat.v1.Session running the graph.
     sample: fetch that samples one batch.
     train: fetch that trains on a fixed batch and sets its priorities (no
@@ -95,15 +112,32 @@ class StepGraph(object):
       update).
   """
 
-  def __init__(self, use_staging, layers, capacity, transitions,
-               use_native_ops=True):
+  def __init__(self, use_staging: bool, layers: int, capacity: int,
+               transitions: int, use_native_ops: bool = True,
+               compress_observations: bool = False,
+               memory: Optional[Any] = None, dopamine: bool = False):
+    """Builds the graph and fills its memory.
+
+    Args:
+      use_staging: bool, the wrapper's `use_staging`.
+      layers: int, the simulated network's depth.
+      capacity: int, the memory's capacity.
+      transitions: int, random-frame transitions added first (none when
+        `memory` is given).
+      use_native_ops: bool, ours' `use_native_ops`.
+      compress_observations: bool, ours' `compress_observations` (frames in
+        compressed blocks); ignored when `memory` is given.
+      memory: optional out-of-graph prioritized memory, already filled, to
+        wrap (`wrapped_memory`) instead of a new one.
+      dopamine: bool, Dopamine 4.1.2's wrapper instead of ours (its
+        `use_staging` does nothing; `memory` then one of Dopamine's).
+    """
     self.graph = tf.Graph()
     with self.graph.as_default():
-      self.replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
-          _FRAME, _STACK, use_staging=use_staging, replay_capacity=capacity,
-          batch_size=_BATCH, update_horizon=_HORIZON,
-          use_native_ops=use_native_ops)
-      _fill(self.replay, transitions)
+      self.replay = _wrapper(use_staging, capacity, use_native_ops,
+                             compress_observations, memory, dopamine)
+      if memory is None:
+        _fill(self.replay, transitions, priority=1.0 if dopamine else None)
       batch = dict(zip(self.replay.transition,
                        self.replay.memory.sample_transition_batch()))
       self._fixed_states = tf.Variable(batch['state'])
@@ -164,15 +198,19 @@ class DopamineSampleGraph(object):
   time = StepGraph.time
 
 
-def calibrate_layers(capacity, transitions, use_native_ops=True):
+def calibrate_layers(capacity, transitions, use_native_ops=True,
+                     memory=None):
   """Returns the number of layers whose training costs about one sample.
 
   The training's cost is affine in its depth (a fixed part: the run, the
   cast of the states, the priority update); two depths give both parts.
   The sample and the priority update go through the native ops, or the
-  `tf.numpy_function` ops with `use_native_ops=False`.
+  `tf.numpy_function` ops with `use_native_ops=False`. The probe's memory
+  is a new one of `transitions` random frames, or `memory` (an out-of-graph
+  memory of ours, filled) wrapped as it is.
   """
-  probe = StepGraph(False, 8, capacity, transitions, use_native_ops)
+  probe = StepGraph(False, 8, capacity, transitions, use_native_ops,
+                    memory=memory)
   shallow = probe.train_op(2)
   for _ in range(5):
     probe.session.run([probe.sample, probe.train, shallow])
@@ -181,6 +219,33 @@ def calibrate_layers(capacity, transitions, use_native_ops=True):
   probe.session.close()
   per_layer = max((deep_time - shallow_time) / 6, 1e-3)
   return max(1, round(2 + (sample - shallow_time) / per_layer))
+
+
+def time_cases(cases: Mapping[str, Tuple[Any, Any]], rounds: int,
+               steps: int, progress: Optional[Callable[[str], None]] = None,
+               seed: int = 0) -> Dict[str, List[float]]:
+  """Times session runs, interleaved in shuffled rounds.
+
+  Args:
+    cases: {name: (graph, fetch)}: a StepGraph (or DopamineSampleGraph) and
+      one of its fetches.
+    rounds: int, interleaved rounds.
+    steps: int, session runs timed per case and round.
+    progress: optional callable taking a str.
+    seed: int, the rounds' orders.
+
+  Returns:
+    {name: [median ms per run, one per round]}.
+  """
+  for graph, fetch in cases.values():
+    graph.time(fetch, 5)  # Warm up (and fill the stage).
+  samples = {name: [] for name in cases}
+  for _, name in timing.shuffled_rounds(cases, rounds,
+                                        np.random.default_rng(seed),
+                                        progress):
+    graph, fetch = cases[name]
+    samples[name].append(graph.time(fetch, steps))
+  return samples
 
 
 def run_benchmark(capacity, transitions, rounds, steps, progress=None,
@@ -217,13 +282,7 @@ def run_benchmark(capacity, transitions, rounds, steps, progress=None,
     dopamine = DopamineSampleGraph(capacity, transitions)
     cases['sample, Dopamine TF'] = (dopamine, dopamine.sample)
     sessions.append(dopamine.session)
-  for graph, fetch in cases.values():
-    graph.time(fetch, 5)  # Warm up (and fill the stage).
-  samples = {name: [] for name in cases}
-  for _, name in timing.shuffled_rounds(cases, rounds,
-                                        np.random.default_rng(0), progress):
-    graph, fetch = cases[name]
-    samples[name].append(graph.time(fetch, steps))
+  samples = time_cases(cases, rounds, steps, progress)
   for session in sessions:
     session.close()
   results = {name: timing.median(times) for name, times in samples.items()}

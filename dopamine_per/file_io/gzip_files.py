@@ -110,12 +110,16 @@ def npy_chunks_gz_writer(shape: Tuple[int, ...], dtype: Any,
   return _gzip_writer(payload)
 
 
-def pickle_gz_writer(obj: Any) -> Callable[[BinaryIO], None]:
+def pickle_gz_writer(obj: Any, memo: bool = True
+                    ) -> Callable[[BinaryIO], None]:
   """Returns a function writing `obj` as a gzip'd pickle, pickled now.
 
   Keep `obj` plain data if it is to be read back with `load_pickle_gz`.
+  Without the `memo` (`safe_pickle.dumps`), the bytes depend on the value
+  only; then `obj` must hold no cycle, and shared parts are written again.
   """
-  data = pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
+  data = (pickle.dumps(obj, protocol=_PICKLE_PROTOCOL) if memo else
+          safe_pickle.dumps(obj, _PICKLE_PROTOCOL))
   return _gzip_writer(lambda gz: gz.write(data))
 
 
@@ -129,8 +133,9 @@ def dopamine_sum_tree_gz_writer(state: Dict[str, Any]
   Args:
     state: dict (``nodes``, ``max_recorded_priority``), pickled now.
   """
+  # Without the memo: the bytes depend on the values only (`convert`).
   data = safe_pickle.pickle_as_instance(*safe_pickle.DOPAMINE_SUM_TREE_GLOBAL,
-                                        state)
+                                        state, memo=False)
   return _gzip_writer(lambda gz: gz.write(data))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from dopamine_per import errors
 from dopamine_per.file_io import atomic_files
 
-__all__ = ['UnsafePickleError', 'PickledSumTreeState', 'PickleLimits',
+__all__ = ['dumps', 'UnsafePickleError', 'PickledSumTreeState', 'PickleLimits',
            'DEFAULT_PICKLE_LIMITS', 'DOPAMINE_SUM_TREE_GLOBAL',
            'SUM_TREE_GLOBALS', 'restricted_loads', 'non_plain_data',
            'pickle_as_instance']
@@ -428,8 +428,20 @@ def restricted_loads(data: bytes, filename: str = '<bytes>',
             filename, atomic_files.describe_error(e))) from e
 
 
-def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any]
-                      ) -> bytes:
+def dumps(obj: Any, protocol: int) -> bytes:
+  """`pickle.dumps(obj, protocol)` without the memo: an equal string or
+  tuple is written each time, not shared, so the bytes depend on the value
+  only, not on which of its parts are one object (a converted checkpoint's
+  files are byte for byte the original's). `obj` must hold no cycle."""
+  buffer = io.BytesIO()
+  pickler = pickle.Pickler(buffer, protocol=protocol)
+  pickler.fast = True
+  pickler.dump(obj)
+  return buffer.getvalue()
+
+
+def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any],
+                       memo: bool = True) -> bytes:
   """Pickles `state` as the attribute dict of an instance of `module.qualname`.
 
   The result is what ``pickle.dumps`` writes for an instance of a plain class
@@ -442,6 +454,7 @@ def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any]
       ``'dopamine.tf.replay_memory.sum_tree'``.
     qualname: str, the class's name in its module, e.g. ``'SumTree'``.
     state: dict, the instance attributes.
+    memo: bool, False to pickle without the memo (`dumps`).
 
   Returns:
     bytes, a protocol-3 pickle.
@@ -458,7 +471,8 @@ def pickle_as_instance(module: str, qualname: str, state: Dict[str, Any]
   # Protocol 3 has neither frames nor implicit memo numbering, so the body of
   # a standalone pickle of `state` can be spliced in unchanged: its memo
   # indices stay consistent because the opcodes around it memoize nothing.
-  body = pickle.dumps(state, protocol=3)
+  body = (pickle.dumps(state, protocol=3) if memo else
+          dumps(state, protocol=3))
   assert body[:2] == b'\x80\x03' and body[-1:] == pickle.STOP
   return b''.join([
       pickle.PROTO, b'\x03',

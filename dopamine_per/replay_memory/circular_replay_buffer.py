@@ -94,7 +94,8 @@ class OutOfGraphReplayBuffer(object):
                keep_every: Optional[int] = None,
                rng: Any = None,
                kernels: choice.KernelsLike = None,
-               compress_observations: bool = False):
+               compress_observations: bool = False,
+               checkpoint_format: Optional[str] = None):
     """Creates an empty replay memory.
 
     Args:
@@ -124,6 +125,8 @@ class OutOfGraphReplayBuffer(object):
         the DOPAMINE_PER_KERNELS environment variable, else 'auto').
       compress_observations: bool, store the frames compressed in blocks
         (`frame_blocks`; the `compress` extra): ~15x less memory on Atari.
+      checkpoint_format: 'dopamine' (Dopamine's files) or 'chunks'
+        (`chunk_checkpoint`); None: 'chunks' iff compress_observations.
 
     Raises:
       ValueError: If an argument is malformed (an extra's name: see
@@ -179,6 +182,8 @@ class OutOfGraphReplayBuffer(object):
     self._storage = storage.CircularStorage(
         self.get_storage_signature(), self._replay_capacity,
         ['observation'] if compress_observations else ())
+    self._checkpoint_format = memory_checkpoint.check_format(
+        checkpoint_format, compress_observations)
     # gamma^0 .. gamma^(N-1), in float32 as Dopamine's.
     self._cumulative_discount_vector = np.array(
         [math.pow(self._gamma, j) for j in range(self._update_horizon)],
@@ -301,10 +306,14 @@ class OutOfGraphReplayBuffer(object):
                          self._stack_size, self._update_horizon)
 
   @property
+  def checkpoint_format(self) -> str:
+    """'dopamine' or 'chunks': the files `save` writes."""
+    return self._checkpoint_format
+
+  @property
   def nbytes(self) -> int:
-    """Resident bytes (NumPy's name): the storage as far as memory backs it
-    (`CircularStorage.resident_nbytes`), the buffers kept for batches and
-    (prioritized) the sum tree; not the set of episode ends."""
+    """Resident bytes (NumPy's name): `CircularStorage.resident_nbytes`,
+    batch buffers, (prioritized) the sum tree; not the episode ends."""
     with self._lock:
       return self._storage.resident_nbytes + self._stack_buffers.held_bytes
 
@@ -411,17 +420,8 @@ class OutOfGraphReplayBuffer(object):
 
   def get_range(self, array: np.ndarray, start_index: int, end_index: int
                ) -> np.ndarray:
-    """Returns ``array[start_index:end_index]``, wrapping around the end.
-
-    `array` has the capacity as first dimension; `start_index` may be
-    negative and `end_index` past the capacity: both wrap. Returns an array
-    of shape [end_index - start_index, ...].
-
-    Raises:
-      dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
-        as Dopamine asserts) If the range is empty or malformed, or reaches
-        slots not written yet.
-    """
+    """``array[start_index:end_index]``, wrapping around the end (arguments
+    and errors: `sampling.slot_range`)."""
     return sampling.slot_range(array, start_index, end_index,
                                self._storage.add_count, self._replay_capacity)
 

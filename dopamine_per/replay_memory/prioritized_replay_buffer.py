@@ -68,7 +68,8 @@ class OutOfGraphPrioritizedReplayBuffer(
                keep_every: Optional[int] = None,
                rng: Any = None,
                kernels: Any = None,
-               compress_observations: bool = False):
+               compress_observations: bool = False,
+               checkpoint_format: Optional[str] = None):
     """Creates an empty prioritized replay memory.
 
     The arguments are `OutOfGraphReplayBuffer`'s; these differ:
@@ -90,7 +91,7 @@ class OutOfGraphPrioritizedReplayBuffer(
         update_horizon, gamma, max_sample_attempts, extra_storage_types,
         observation_dtype, terminal_dtype, action_shape, action_dtype,
         reward_shape, reward_dtype, checkpoint_duration, keep_every, rng,
-        kernels, compress_observations)
+        kernels, compress_observations, checkpoint_format)
     # Priorities must read back from get_priority (float32) as they were
     # set, never as 0 or inf: the tree refuses any outside float32's range.
     self._sum_tree = sum_tree.SumTree(self._replay_capacity, rng=self._rng,
@@ -256,10 +257,10 @@ class OutOfGraphPrioritizedReplayBuffer(
   # Checkpoints add the sum tree, as Dopamine's `sum_tree` file.
   checkpoint_extensions = (memory_checkpoint.SUM_TREE,)
 
-  def get_sum_tree_state(self) -> Dict[str, Any]:
-    """`sum_tree.get_state()`, taken while no priority changes."""
+  def get_sum_tree_state(self, leaves_only: bool = False) -> Dict[str, Any]:
+    """`sum_tree.get_state(leaves_only)`, taken while no priority changes."""
     with self._priority_lock:
-      return self.sum_tree.get_state()
+      return self.sum_tree.get_state(leaves_only)
 
   @property
   def sum_tree(self) -> sum_tree.SumTree:

@@ -137,6 +137,15 @@ def _level_sizes(capacity: int, fanout: int) -> List[int]:
   return sizes
 
 
+def levels_of(leaves: np.ndarray) -> List[np.ndarray]:
+  """Dopamine's binary layout above a leaf level (a power of two long):
+  one float64 array per level, root first, each node its children's sum."""
+  levels = [leaves]
+  while len(levels[-1]) > 1:
+    levels.append(levels[-1].reshape(-1, 2).sum(axis=1))
+  return levels[::-1]
+
+
 class SumTree(object):
   """A sum tree over `capacity` nonnegative priorities.
 
@@ -285,14 +294,13 @@ class SumTree(object):
     The leaf level has 2**ceil(log2(capacity)) entries. Computed from the
     leaves on each access (O(capacity)): writing to them changes nothing.
     """
-    depth = max(self.capacity - 1, 0).bit_length()
-    level = np.zeros(1 << depth)
+    return levels_of(self._leaf_level())
+
+  def _leaf_level(self) -> np.ndarray:
+    """Dopamine's leaf level: the priorities, zeros to a power of two."""
+    level = np.zeros(1 << max(self.capacity - 1, 0).bit_length())
     level[:self.capacity] = self._levels[0][:self.capacity]
-    levels = [level]
-    while len(level) > 1:
-      level = level.reshape(-1, 2).sum(axis=1)
-      levels.append(level)
-    return levels[::-1]
+    return level
 
   def get(self, node_index: Any) -> Union[float, np.ndarray]:
     """Returns the priority of one leaf or of a batch of leaves. O(batch).
@@ -565,16 +573,18 @@ class SumTree(object):
 
   # ------------------------------------------------------------ checkpoints
 
-  def get_state(self) -> Dict[str, Any]:
+  def get_state(self, leaves_only: bool = False) -> Dict[str, Any]:
     """Returns the tree as plain data, in Dopamine's attribute names.
 
     `nodes` and `max_recorded_priority` are what Dopamine's SumTree pickles,
     so this dict can be restored by either library. `rng_state` holds the
-    generator's state (None without an rng).
+    generator's state (None without an rng). With `leaves_only`, `nodes`
+    holds the leaf level alone (what `set_state` reads; the inner levels
+    cost as much again to compute).
     """
     rng_state = None if self._rng is None else self._rng.bit_generator.state
     return {
-        'nodes': self.nodes,
+        'nodes': [self._leaf_level()] if leaves_only else self.nodes,
         'max_recorded_priority': float(self.max_recorded_priority),
         'rng_state': rng_state,
     }

@@ -19,10 +19,11 @@ from tests.support import fixtures
 from tests.support import replay_cases
 
 
-def _memory():
+def _memory(compress=False):
   return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
       observation_shape=(8, 8), stack_size=4, replay_capacity=300,
-      batch_size=32, update_horizon=3, rng=0)
+      batch_size=32, update_horizon=3, rng=0,
+      compress_observations=compress)
 
 
 def _advance(memory, seed, count=200):
@@ -37,9 +38,14 @@ def _advance(memory, seed, count=200):
 
 class BackgroundSaveTest(absltest.TestCase):
 
+  COMPRESS = False
+
+  def _memory(self):
+    return _memory(self.COMPRESS)
+
   def setUp(self):
     super().setUp()
-    self.memory = _memory()
+    self.memory = self._memory()
     _advance(self.memory, 0, 400)  # Wrapped around.
     self.expected = fixtures.temp_dir(self)
     self.memory.save(self.expected, 7)  # In the foreground, for reference.
@@ -58,9 +64,9 @@ class BackgroundSaveTest(absltest.TestCase):
     self.assertEqual(fixtures.file_contents(directory),
                      fixtures.file_contents(self.expected))
     after = replay_cases.snapshot(self.memory)
-    restored = _memory()
+    restored = self._memory()
     restored.load(directory, 7)
-    reference = _memory()
+    reference = self._memory()
     reference.load(self.expected, 7)
     replay_cases.assert_same_snapshot(self, replay_cases.snapshot(reference),
                                       replay_cases.snapshot(restored))
@@ -75,7 +81,7 @@ class BackgroundSaveTest(absltest.TestCase):
       _advance(self.memory, 1)
     self.memory.load(directory, 7)  # Waits, then reads it whole.
     self.assertTrue(future.done())
-    reference = _memory()
+    reference = self._memory()
     reference.load(self.expected, 7)
     replay_cases.assert_same_snapshot(self, replay_cases.snapshot(reference),
                                       replay_cases.snapshot(self.memory))
@@ -137,6 +143,13 @@ class BackgroundSaveTest(absltest.TestCase):
       future.result(timeout=fixtures.DEADLINE_S)
     self.assertEqual(fixtures.file_contents(directory),
                      fixtures.file_contents(self.expected))
+
+
+class CompressedBackgroundSaveTest(BackgroundSaveTest):
+  """The same with compressed frames, saved in chunks (the snapshot copies
+  the frames' block table; adds replace blocks the save still packs)."""
+
+  COMPRESS = True
 
 
 class WrappedSaveTest(absltest.TestCase):

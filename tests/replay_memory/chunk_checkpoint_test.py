@@ -11,15 +11,19 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import gin
 import numpy as np
+import tensorflow as tf
 import zstandard
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
 from dopamine_per.replay_memory.checkpoint import chunk_checkpoint
 from dopamine_per.replay_memory.memory import frame_blocks
+from dopamine_per.replay_memory import prioritized_replay_buffer
 from tests.support import fixtures
 from tests.support import frame_cases
+from tests.support import graph_util
 
 _CHUNK_FILES = [gzip_files.checkpoint_filename('', name, 3)
                 for name, _ in chunk_checkpoint.FILES]
@@ -117,6 +121,23 @@ class ChunkCheckpointTest(parameterized.TestCase):
     saving.result(timeout=60)
     self.assertEqual(fixtures.file_contents(directory),
                      fixtures.file_contents(self.directory))
+
+  def test_saving_a_number_again_in_the_other_format_replaces_it(self):
+    # Checkpoint 3 in chunks (setUp), then in Dopamine's files, and back:
+    # each time the newest loads and no file of the other format is left.
+    for memory, other in ((self.plain, self.compressed),
+                          (self.compressed, self.plain)):
+      frame_cases.add((self.plain, self.compressed), 20, seed=6)
+      memory.save(self.directory, 3)
+      names = set(os.listdir(self.directory))
+      self.assertEqual(
+          any(name.startswith('chunk_') for name in names),
+          memory is self.compressed, names)
+      self.assertEqual(any(name.startswith('$store$') for name in names),
+                       memory is self.plain, names)
+      _, loaded = frame_cases.memories(True, rng=7)
+      loaded.load(self.directory, 3)
+      _same_batches(self, loaded, other)
 
   def test_a_stale_checkpoint_of_the_other_format_is_pruned(self):
     _, compressed = frame_cases.memories(True, checkpoint_duration=1)
@@ -267,6 +288,20 @@ class IncrementalTest(absltest.TestCase):
                             FileNotFoundError)):
       memory.load(self.directory, 1)
 
+  def test_saving_again_a_pack_a_later_checkpoint_names_is_refused(self):
+    for iteration, adds in ((1, 100), (2, 5)):
+      self._advance(adds, seed=iteration)
+      self.memory.save(self.directory, iteration)
+    self.assertIn(1, _packs_named(self.directory, 2))
+    before = fixtures.file_contents(self.directory)
+    with self.assertRaisesRegex(atomic_files.CheckpointError,
+                                'checkpoint 2 holds chunks of its pack'):
+      self.memory.save(self.directory, 1)
+    self.assertEqual(fixtures.file_contents(self.directory), before)
+    self._assert_loads(2)
+    self.memory.save(self.directory, 3)  # Another number saves.
+    self._assert_loads(3)
+
   def test_an_unreadable_previous_checkpoint_means_a_full_save(self):
     os.remove(os.path.join(self.directory, 'chunk_index_ckpt.0.gz'))
     self._advance(20, seed=1)
@@ -275,6 +310,112 @@ class IncrementalTest(absltest.TestCase):
     self.assertIn('in full', ''.join(logs.output))
     self.assertEqual(_packs_named(self.directory, 1), [1])
     self._assert_loads(1)
+
+
+class CheckpointFormatTest(parameterized.TestCase):
+  """`checkpoint_format`: either memory saves either format."""
+
+  def test_a_compressed_memory_saves_dopamines_files(self):
+    plain, _ = frame_cases.memories(True)
+    _, compressed = frame_cases.memories(True, checkpoint_format='dopamine')
+    frame_cases.add((plain, compressed), 250)
+    self.assertEqual(compressed.checkpoint_format, 'dopamine')
+    plain_dir, directory = fixtures.temp_dir(self), fixtures.temp_dir(self)
+    plain.save(plain_dir, 3)
+    compressed.save(directory, 3)
+    # Byte for byte the uncompressed memory's: Dopamine reads them.
+    self.assertEqual(fixtures.file_contents(directory),
+                     fixtures.file_contents(plain_dir))
+
+  def test_an_uncompressed_memory_saves_chunks_incrementally(self):
+    self.enter_context(
+        mock.patch.object(chunk_checkpoint, 'ARRAY_CHUNK_BYTES', 256))
+    reference, _ = frame_cases.memories(True, replay_capacity=1001)
+    plain, _ = frame_cases.memories(True, replay_capacity=1001,
+                                    checkpoint_format='chunks')
+    frame_cases.add((reference, plain), 1100)
+    directory = fixtures.temp_dir(self)
+    plain.save(directory, 0)
+    frame_cases.add((reference, plain), 20, seed=1)
+    plain.save(directory, 1)
+    self.assertEqual(_packs_named(directory, 1), [0, 1])
+    self.assertLess(_pack_bytes(directory, 1), 0.2 * _pack_bytes(directory, 0))
+    for compress in (False, True):
+      memory = frame_cases.memories(True, replay_capacity=1001,
+                                    rng=7)[int(compress)]
+      memory.load(directory, 1)
+      np.testing.assert_array_equal(_frames(memory), _frames(reference))
+      _same_batches(self, memory, reference)
+
+  @parameterized.parameters('npz', 'Chunks', '', 3)
+  def test_another_format_is_refused(self, value):
+    with self.assertRaisesRegex(ValueError,
+                                'checkpoint_format must be one of .*{}'.format(
+                                    repr(value))):
+      frame_cases.memories(True, checkpoint_format=value)
+
+  def test_the_wrapped_memory_takes_it_from_gin(self):
+    gin.parse_config(
+        "WrappedPrioritizedReplayBuffer.checkpoint_format = 'chunks'")
+    self.addCleanup(gin.clear_config)
+    with tf.Graph().as_default():
+      replay = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=frame_cases.SHAPE, stack_size=4,
+          replay_capacity=frame_cases.CAPACITY, batch_size=16)
+    self.assertEqual(replay.memory.checkpoint_format, 'chunks')
+
+
+class ResumeTest(graph_util.GraphTestCase):
+  """A compressed memory resumed from an incremental checkpoint samples
+  what the uninterrupted one samples, out of the graph and in it."""
+
+  def test_out_of_graph(self):
+    _, memory = frame_cases.memories(True, rng=11)
+    frame_cases.add((memory,), 250)
+    directory = fixtures.temp_dir(self)
+    memory.save(directory, 0)
+    frame_cases.add((memory,), 30, seed=1)
+    memory.sample_transition_batch()
+    memory.save(directory, 1)
+
+    def run(replay):
+      batches = []
+      for _ in range(4):
+        batch = replay.sample_transition_batch()
+        replay.set_priority(batch[7], np.arange(1.0, 17.0))
+        batches.append(batch)
+      return batches
+
+    uninterrupted = run(memory)
+    _, resumed = frame_cases.memories(True, rng=99)
+    resumed.load(directory, 1)
+    for got, want in zip(run(resumed), uninterrupted):
+      for got_array, want_array in zip(got, want):
+        np.testing.assert_array_equal(got_array, want_array)
+
+  def test_in_the_graph(self):
+    def replay(seed):
+      return prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=frame_cases.SHAPE, stack_size=4,
+          replay_capacity=frame_cases.CAPACITY, batch_size=16,
+          update_horizon=3, compress_observations=True,
+          rng=np.random.default_rng(seed))
+
+    first = replay(5)
+    frame_cases.add((first.memory,), 250)
+    fetches = [first.indices, first.states]
+    for _ in range(3):
+      self.session.run(fetches)
+    directory = fixtures.temp_dir(self)
+    first.save(directory, 0)
+    uninterrupted = [self.session.run(fetches) for _ in range(4)]
+    resumed = replay(6)  # Its ops built before the load.
+    resumed.load(directory, 0)
+    for (indices, states), (want_indices, want_states) in zip(
+        [self.session.run([resumed.indices, resumed.states])
+         for _ in range(4)], uninterrupted):
+      np.testing.assert_array_equal(indices, want_indices)
+      np.testing.assert_array_equal(states, want_states)
 
 
 def _read_pack(path):

@@ -1,9 +1,10 @@
 """The native ops and the LZ4 codec under AddressSanitizer and UBSan.
 
 Runs, in a Python with libasan preloaded and the sanitized libraries
-loaded, normal sampling, priority updates while Python adds, every bad
-input of native_ops_test's BadInputTest, and a batch queue's batches,
-shipped states, errors and closing; and, in another, the LZ4 codec's
+loaded, normal sampling, priority updates while Python adds (frames stored
+raw, and compressed), every bad input of native_ops_test's BadInputTest,
+and a batch queue's batches, shipped states, priority updates, errors and
+closing; and, in another, the LZ4 codec's
 round trips and seeded fuzz (tests/native/lz4_cases.py) through the
 sanitized extension module: no sanitizer report, exit 0.
 
@@ -61,45 +62,56 @@ def fill(memory, count):
                episode_end=i % 23 == 22)
 
 
-memory = Prioritized(
-    (84, 84), 4, 64, 8, update_horizon=3, rng=0, extra_storage_types=[
-        circular_replay_buffer.ReplayElement('logits', (3,), np.float32)])
-fill(memory, 100)  # Wrapped around.
-native = native_ops.binding(memory, True)
-assert native is not None
+def normal_use(memory):
+  """Eagerly, in a session, with Python adding meanwhile."""
+  native = native_ops.binding(memory, True)
+  assert native is not None
+  elements = memory.get_transition_elements()
+  for _ in range(20):
+    batch = native_ops.sample(native, elements)
+    indices = batch[7].numpy()
+    expected = memory.sample_transition_batch(indices=indices)
+    for got, want in zip(batch, expected):
+      assert got.numpy().tobytes() == want.tobytes()
+    native_ops.set_priority(native, batch[7], tf.fill([8], 2.0))
+    native_ops.transitions_at(native, elements, batch[7])
+    native_ops.get_priority(native, batch[7])
+    native_ops.total_priority(native)
+  graph = tf.Graph()
+  with graph.as_default():
+    sample = native_ops.sample(native, elements)
+    update = native_ops.set_priority(native, sample[7], tf.fill([8], 0.5))
+    session = tf.compat.v1.Session()
+  stop = threading.Event()
+
+  def add():
+    while not stop.is_set():
+      fill(memory, 1)
+
+  adder = threading.Thread(target=add)
+  adder.start()
+  for _ in range(200):
+    session.run([sample, update])
+  stop.set()
+  adder.join()
+  memory.sum_tree.check_invariants()
+  return native, graph, session
+
+
+def make(**kwargs):
+  memory = Prioritized(
+      (84, 84), 4, 64, 8, update_horizon=3, rng=0, extra_storage_types=[
+          circular_replay_buffer.ReplayElement('logits', (3,), np.float32)],
+      **kwargs)
+  fill(memory, 100)  # Wrapped around.
+  return memory
+
+
+# Compressed frames: the ops decode blocks Python replaces meanwhile.
+normal_use(make(compress_observations=True))
+memory = make()
+native, graph, session = normal_use(memory)
 elements = memory.get_transition_elements()
-
-# Normal use: eagerly, in a session, with Python adding meanwhile.
-for _ in range(20):
-  batch = native_ops.sample(native, elements)
-  indices = batch[7].numpy()
-  expected = memory.sample_transition_batch(indices=indices)
-  for got, want in zip(batch, expected):
-    assert got.numpy().tobytes() == want.tobytes()
-  native_ops.set_priority(native, batch[7], tf.fill([8], 2.0))
-  native_ops.transitions_at(native, elements, batch[7])
-  native_ops.get_priority(native, batch[7])
-  native_ops.total_priority(native)
-graph = tf.Graph()
-with graph.as_default():
-  sample = native_ops.sample(native, elements)
-  update = native_ops.set_priority(native, sample[7], tf.fill([8], 0.5))
-  session = tf.compat.v1.Session()
-stop = threading.Event()
-
-
-def add():
-  while not stop.is_set():
-    fill(memory, 1)
-
-
-adder = threading.Thread(target=add)
-adder.start()
-for _ in range(200):
-  session.run([sample, update])
-stop.set()
-adder.join()
-memory.sum_tree.check_invariants()
 
 # Bad input: errors, nothing written.
 IAE = tf.errors.InvalidArgumentError

@@ -390,6 +390,29 @@ class ResidentBytesTest(absltest.TestCase):
     batch = memory.sample_transition_batch()  # The pool keeps its buffer.
     self.assertGreater(memory.nbytes, idle + 2 * batch[0].nbytes)
 
+  def test_nbytes_counts_what_a_pending_save_keeps(self):
+    for compress in (False, True):
+      with self.subTest(compress=compress):
+        memory = prb.OutOfGraphPrioritizedReplayBuffer(
+            (84, 84), 4, 400, batch_size=32, compress_observations=compress)
+        rng = np.random.default_rng(0)
+        frames = rng.integers(0, 4, (50, 84, 84), dtype=np.uint8)
+        for t in range(500):
+          memory.add(frames[t % 50], 0, 0.0, False, priority=None)
+        idle = memory.nbytes
+        with memory._lock:  # pylint: disable=protected-access
+          saving = memory.save(fixtures.temp_dir(self), 0, background=True)
+          for t in range(200):  # Half the memory replaced.
+            memory.add(frames[t % 50], 0, 0.0, False, priority=None)
+          during = memory.nbytes
+        saving.result(timeout=fixtures.DEADLINE_S)
+        # Uncompressed: the 200 frames kept for the save (7 KB each);
+        # compressed: the blocks they replaced (a quarter of the frames'
+        # bytes or so). Back to where it was once the save is written.
+        self.assertGreater(during - idle,
+                           (200 * 84 * 84) if not compress else idle / 8)
+        self.assertLess(abs(memory.nbytes - idle), idle / 20)
+
 
 class CheckpointTest(parameterized.TestCase):
 

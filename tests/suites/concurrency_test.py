@@ -1,7 +1,8 @@
 """Stress test: sampling, priority updates and adds on several threads.
 
 As TensorFlow's threads run the ops while the agent adds; every invariant
-must hold after (docs/reliability.md).
+must hold after (docs/reliability.md), and a background save taken meanwhile
+holds the memory as it was when called.
 """
 
 import threading
@@ -11,16 +12,37 @@ from absl.testing import parameterized
 import numpy as np
 
 from dopamine_per.replay_memory import prioritized_replay_buffer
+from tests.support import fixtures
+from tests.support import replay_cases
 
 _CAPACITY = 500
 _ADDS = 3000
 
 
-def _memory(kernels):
+def _memory(kernels, compress=False):
   return prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer(
       observation_shape=(8, 8), stack_size=4, replay_capacity=_CAPACITY,
       batch_size=32, update_horizon=3, max_sample_attempts=100000,
-      kernels=kernels)
+      kernels=kernels, compress_observations=compress)
+
+
+def _run_concurrently(steps, stop, errors):
+  """Starts a thread per step, each running it until `stop` (or an error,
+  appended to `errors`, which sets `stop`); returns the threads."""
+  def guarded(step):
+    def run():
+      try:
+        while not stop.is_set():
+          step()
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+        stop.set()
+    return run
+
+  threads = [threading.Thread(target=guarded(step)) for step in steps]
+  for thread in threads:
+    thread.start()
+  return threads
 
 
 class ConcurrencyTest(parameterized.TestCase):
@@ -36,16 +58,6 @@ class ConcurrencyTest(parameterized.TestCase):
     stop = threading.Event()
     errors = []
 
-    def guarded(work):
-      def run():
-        try:
-          while not stop.is_set():
-            work()
-        except Exception as e:  # pylint: disable=broad-except
-          errors.append(e)
-          stop.set()
-      return run
-
     def sample():
       batch = memory.sample_transition_batch()
       indices, priorities = batch[7], batch[-1]
@@ -58,10 +70,7 @@ class ConcurrencyTest(parameterized.TestCase):
       memory.set_priority(indices, np.random.random(64) * 3)
       memory.get_priority(indices)
 
-    threads = [threading.Thread(target=guarded(sample)) for _ in range(2)]
-    threads.append(threading.Thread(target=guarded(update)))
-    for thread in threads:
-      thread.start()
+    threads = _run_concurrently([sample, sample, update], stop, errors)
     try:
       for i in range(200, 200 + _ADDS):
         memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), None)
@@ -79,6 +88,52 @@ class ConcurrencyTest(parameterized.TestCase):
     last = (int(memory.add_count) - 1) % _CAPACITY
     np.testing.assert_array_equal(memory._store['observation'][last],
                                   frames[newest])
+
+  @parameterized.parameters(False, True)
+  def test_background_saves_amid_concurrent_use_hold_their_moment(
+      self, compress):
+    memory = _memory('native', compress)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (100, 8, 8), dtype=np.uint8)
+    for i in range(200):
+      memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), 1.0)
+    stop, errors = threading.Event(), []
+
+    def update():
+      indices = np.random.randint(0, _CAPACITY, 64)
+      memory.set_priority(indices, np.random.random(64) * 3)
+
+    count = iter(range(200, 10 ** 9))
+
+    def add():
+      i = next(count)
+      memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), None)
+
+    threads = _run_concurrently(
+        [memory.sample_transition_batch, memory.sample_transition_batch,
+         update, add], stop, errors)
+    directory = fixtures.temp_dir(self)
+    expected = []
+    try:
+      for iteration in range(4):
+        # The moment a save is called: under both locks, nothing moves.
+        with memory._lock, memory._priority_lock:  # pylint: disable=protected-access
+          expected.append(replay_cases.snapshot(memory))
+          future = memory.save(directory, iteration, background=True)
+        future.result(timeout=fixtures.DEADLINE_S)
+    finally:
+      stop.set()
+      for thread in threads:
+        thread.join()
+    self.assertEqual(errors, [])
+    memory.sum_tree.check_invariants()
+    for iteration in range(4):
+      restored = _memory('native', compress)
+      restored.load(directory, iteration)
+      restored.sum_tree.check_invariants()
+      replay_cases.assert_same_snapshot(self, expected[iteration],
+                                        replay_cases.snapshot(restored))
+    self.assertGreater(int(memory.add_count), expected[-1]['add_count'])
 
 
 if __name__ == '__main__':

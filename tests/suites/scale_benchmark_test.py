@@ -1,9 +1,11 @@
 """Smoke tests for benchmarks/scale_benchmark.py (the `scale` section).
 
-The derived figures, the extrapolation to 2**20 and the targets' verdicts
-are computed from fake measurements whose answers are known; a tiny run of
-every implementation (capacity 2**10, 300 frames of Pong, each memory in
-its own process) gives every figure the table prints.
+The derived figures (benchmarks/scale_figures.py), the extrapolation to
+2**20 and the targets' verdicts are computed from fake measurements whose
+answers are known; a tiny run of every implementation (capacity 2**10, 300
+frames of Pong, each memory in its own process, then their staged training
+steps in one more) gives every figure the table prints, the headline table
+(benchmarks/scale_summary.py), the plot, and RESULTS.md's pointer to it.
 """
 
 import importlib
@@ -11,12 +13,29 @@ import os
 import tempfile
 
 from absl.testing import absltest
+from matplotlib import image as image_lib
+import numpy as np
 
 from benchmarks import scale_benchmark as benchmark
+from benchmarks import scale_figures
+from benchmarks import scale_step
+from benchmarks import scale_summary
+from benchmarks import staging_benchmark
 
 benchmarks_main = importlib.import_module('benchmarks.__main__')
 
 CAPACITY = 2**19
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def fake_steps(ratio=0.9, reference_ms=2.0):
+  """`scale_step.measure_steps`' dict: ours compressed `ratio` x ours."""
+  return {'capacity': CAPACITY, 'layers': 3,
+          'step_ms': {'ours_compressed': [ratio * reference_ms] * 3,
+                      'ours': [reference_ms, 3 * reference_ms,
+                               reference_ms / 2]},
+          'train_ms': [1.0] * 3, 'fill_s': {}, 'load_average': ('1', '1'),
+          'seconds': 5.0}
 
 
 def fake_figures(resident_per=7000, nbytes_per=7100, cycle_us=400.0,
@@ -59,7 +78,8 @@ def verdicts(rows):
 class DerivedFiguresTest(absltest.TestCase):
 
   def test_medians_and_extrapolation(self):
-    derived = benchmark.derive(fake_figures())
+    derived = scale_figures.derive(fake_figures(), 'ours_compressed',
+                                   fake_steps(ratio=0.75))
     self.assertEqual(derived['resident_per'], 7000)
     self.assertEqual(derived['add_fill'], 20.0)
     self.assertEqual(derived['add_wrapped'], 15.0)
@@ -70,7 +90,10 @@ class DerivedFiguresTest(absltest.TestCase):
     self.assertEqual(derived['checkpoint'], 170.0)
     self.assertEqual(derived['incremental_share'], 100.0)
     self.assertEqual(derived['load'], 4.0)
-    at_target = benchmark.extrapolate(derived, CAPACITY)
+    # The staged steps: medians, and the ratio of medians to ours'.
+    self.assertEqual(derived['step'], 1.5)
+    self.assertEqual(derived['step_ratio'], 0.75)
+    at_target = scale_figures.extrapolate(derived, CAPACITY)
     # Bytes and whole-memory times double from 2**19 to 2**20 ...
     for key in ('resident', 'nbytes', 'stall', 'save', 'checkpoint',
                 'retained', 'incremental', 'load'):
@@ -78,35 +101,41 @@ class DerivedFiguresTest(absltest.TestCase):
     self.assertAlmostEqual(at_target['resident'], 7000 * 2**20 / 2**20)
     # ... per-operation times and ratios do not.
     for key in ('resident_per', 'add_fill', 'add_wrapped', 'cycle', 'floor',
-                'floor_ratio', 'incremental_share'):
+                'floor_ratio', 'incremental_share', 'step', 'step_ratio'):
       self.assertEqual(at_target[key], derived[key], msg=key)
-    self.assertEqual(set(at_target), {key for key, *_ in benchmark.METRICS})
+    self.assertEqual(set(at_target),
+                     {key for key, *_ in scale_figures.METRICS})
 
   def test_no_equivalent_is_none(self):
-    derived = benchmark.derive(fake_figures(nbytes_per=None, saves=False))
+    derived = scale_figures.derive(fake_figures(nbytes_per=None, saves=False),
+                                   'cpprb', fake_steps())
     for key in ('nbytes', 'stall', 'save', 'checkpoint', 'retained',
-                'incremental', 'incremental_share', 'load'):
+                'incremental', 'incremental_share', 'load', 'step',
+                'step_ratio'):
       self.assertIsNone(derived[key], key)
-    self.assertIsNone(benchmark.extrapolate(derived, CAPACITY)['save'])
+    self.assertIsNone(scale_figures.extrapolate(derived, CAPACITY)['save'])
+    # Steps not measured at all: None for ours too.
+    self.assertIsNone(scale_figures.derive(fake_figures())['step'])
 
   def test_targets_follow_the_numbers(self):
-    def at_target(**changes):
-      return benchmark.extrapolate(
-          benchmark.derive(fake_figures(**changes)), CAPACITY)
+    def at_target(name='ours_compressed', step_ratio=0.9, **changes):
+      return scale_figures.extrapolate(scale_figures.derive(
+          fake_figures(**changes), name, fake_steps(step_ratio)), CAPACITY)
 
     # Compressed: every target met (at 2**20: 1.4 GiB, 80 ms, 2%, 120 MB,
-    # a save faster than ours', 8 s, 4x the floor).
+    # a save faster than ours', 8 s, 4x the floor, a staged step 0.9x).
     good = at_target(resident_per=1400, stall_s=0.04, written_bytes=1.2e6,
                      checkpoint_bytes=60e6, save_s=5.0, load_s=4.0,
                      cycle_us=800.0)
-    uncompressed = at_target()
-    table = verdicts(benchmark.evaluate_targets(
+    uncompressed = at_target('ours')
+    table = verdicts(scale_figures.evaluate_targets(
         {'ours_compressed': good, 'ours': uncompressed}))
-    self.assertLen(table, 7)
+    self.assertLen(table, 8)
     self.assertTrue(all(v['ours_compressed'] for v in table.values()), table)
-    # Ours: 6.7 GiB, 100 ms, 100%, 340 MB, itself the reference, 8 s, 2x.
+    # Ours: 6.7 GiB, 100 ms, 100%, 340 MB, itself the reference, 8 s, 2x,
+    # itself the reference.
     self.assertEqual([v['ours'] for v in table.values()],
-                     [False, True, False, False, None, True, True])
+                     [False, True, False, False, None, True, True, None])
     # Each figure past its threshold flips its verdict alone.
     for change, title in [
         (dict(resident_per=1600), 'resident ≤ 1.5 GiB'),
@@ -117,13 +146,15 @@ class DerivedFiguresTest(absltest.TestCase):
         (dict(save_s=25.0), 'save faster than ours uncompressed'),
         (dict(load_s=6.0), 'load ≤ 10 s'),
         (dict(cycle_us=1100.0), 'sample + set_priority ≤ 5x the copy floor'),
+        (dict(step_ratio=1.1),
+         'staged graph training step ≤ 1x ours uncompressed'),
     ]:
       with self.subTest(title=title):
         arguments = dict(resident_per=1400, stall_s=0.04,
                          written_bytes=1.2e6, checkpoint_bytes=60e6,
                          save_s=5.0, load_s=4.0, cycle_us=800.0)
         arguments.update(change)
-        table = verdicts(benchmark.evaluate_targets(
+        table = verdicts(scale_figures.evaluate_targets(
             {'ours_compressed': at_target(**arguments),
              'ours': uncompressed}))
         self.assertEqual([t for t, v in table.items()
@@ -135,12 +166,12 @@ class DerivedFiguresTest(absltest.TestCase):
         'B': {'ours_compressed': fake_figures(nbytes_per=1500),
               'dopamine': fake_figures(nbytes_per=None)},
         'C': {'ours_compressed': fake_figures(nbytes_per=1200)}}}
-    self.assertEqual(benchmark.least_compressible(results), 'B')
+    self.assertEqual(scale_figures.least_compressible(results), 'B')
     # Without the compressed memory: the largest checkpoint of ours.
     results = {'games': {
         'A': {'ours': fake_figures(checkpoint_bytes=300e6)},
         'B': {'ours': fake_figures(checkpoint_bytes=200e6)}}}
-    self.assertEqual(benchmark.least_compressible(results), 'A')
+    self.assertEqual(scale_figures.least_compressible(results), 'A')
 
   def test_bytes_written(self):
     with tempfile.TemporaryDirectory() as directory:
@@ -176,7 +207,7 @@ class SectionTest(absltest.TestCase):
           games=('Pong',), peer_games=('Pong',), capacity=2**10,
           frame_count=300, rounds=2, saves=3, adds_between_saves=200,
           load_repeats=2, load_budget_seconds=60.0, cache_dir=cache_dir,
-          add_burst=100, burst_seconds=0.005)
+          add_burst=100, burst_seconds=0.005, step_rounds=2, step_steps=3)
     memories = results['games']['Pong']
     self.assertEqual(list(memories), list(benchmark.IMPLEMENTATIONS))
     for name, figures in memories.items():
@@ -202,6 +233,14 @@ class SectionTest(absltest.TestCase):
                              max(figures['save_s']))
     self.assertLess(memories['ours_compressed']['nbytes'],
                     memories['ours']['nbytes'] / 3)
+    # The staged steps: every memory but cpprb's, timed each round.
+    steps = results['steps']['Pong']
+    self.assertEqual(list(steps['step_ms']), list(scale_step.IMPLEMENTATIONS))
+    for name, times in steps['step_ms'].items():
+      self.assertLen(times, 2, name)
+      self.assertGreater(min(times), 0, name)
+    self.assertGreater(min(steps['train_ms']), 0)
+    self.assertGreaterEqual(steps['layers'], 1)
     report = benchmark.format_section(results)
     self.assertTrue(report.startswith(
         '## Atari at scale: memory, sampling and checkpoints (issue 33)\n'))
@@ -215,6 +254,97 @@ class SectionTest(absltest.TestCase):
     self.assertRegex(report, r'\| resident ≤ 1.5 GiB \| -?[0-9.]+ GiB '
                      r'\((met|NOT met)\) \| [0-9.]+ GiB \(NOT met\) \|')
     self.assertIn('(reference)', report)
+    # The staged step: ms for all but cpprb, the ratio 1 for ours itself.
+    self.assertRegex(report, r'\| graph training step, staged \(median\) '
+                     r'\(ms\) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| n/a \|')
+    self.assertRegex(report, r'\| that / ours uncompressed \(x\) \| '
+                     r'[0-9.]+ \| 1.00 \| [0-9.]+ \| n/a \|')
+    self.assertRegex(report, r'\| staged graph training step ≤ 1x ours '
+                     r'uncompressed \| [0-9.]+x \((met|NOT met)\) \| '
+                     r'1.00x \(reference\) \|')
+    self.assertIn('| bytes on disk for the 3 retained checkpoints (MB) |',
+                  report)
+    self._check_headline(report)
+    self._check_plot(results)
+
+  def _check_headline(self, report):
+    """The headline table, and RESULTS.md's pointer quoting it."""
+    headline = scale_summary.extract_headline(report)
+    self.assertIsNotNone(headline)
+    self.assertTrue(headline.startswith(
+        '### Headline at 2**20 (Pong, extrapolated)\n\n| figure (at 2**20) | '
+        'ours, compressed | ours | Dopamine TF | cpprb | target |'), headline)
+    self.assertLen(headline.splitlines(), 4 + len(scale_summary.FIGURES))
+    self.assertRegex(headline, r'\| resident after filling \(GiB\) \| '
+                     r'(-?[0-9.]+ \| ){4}≤ 1.5 GiB \|')
+    self.assertRegex(headline, r'\| staged step / ours uncompressed \(x\) \| '
+                     r'[0-9.]+ \| 1.00 \| [0-9.]+ \| n/a \| ≤ 1x \|')
+    with tempfile.TemporaryDirectory() as directory:
+      scale_md = os.path.join(directory, 'SCALE.md')
+      missing = scale_summary.results_pointer(scale_md)
+      self.assertIn('has no headline table yet', missing)
+      with open(scale_md, 'w', encoding='utf-8') as f:
+        f.write('# Scale\n\n' + report)
+      unplotted = scale_summary.results_pointer(scale_md)
+      with open(os.path.join(directory, 'scale.png'), 'wb') as f:
+        f.write(PNG_SIGNATURE)
+      pointer = scale_summary.results_pointer(scale_md)
+    self.assertTrue(pointer.startswith(
+        '## Atari at scale (opt-in section `scale`, issue 33)\n'))
+    self.assertIn('[SCALE.md](SCALE.md)', pointer)
+    self.assertIn(headline, pointer)
+    # The plot is linked only where it is.
+    self.assertIn('[scale.png](scale.png)', pointer)
+    self.assertNotIn('scale.png', unplotted)
+
+  def _check_plot(self, results):
+    with tempfile.TemporaryDirectory() as directory:
+      path = os.path.join(directory, 'scale.png')
+      self.assertEqual(benchmark.write_plot(results, path), 'Pong')
+      with open(path, 'rb') as f:
+        self.assertEqual(f.read(8), PNG_SIGNATURE)
+      pixels = image_lib.imread(path)
+    self.assertEqual(pixels.shape[:2],
+                     (scale_summary.HEIGHT_PX, scale_summary.WIDTH_PX))
+    # Not blank: bars, text and target lines in several colours.
+    self.assertGreater(len(np.unique(pixels.reshape(-1, pixels.shape[2]),
+                                     axis=0)), 10)
+
+
+class ResultsPointerTest(absltest.TestCase):
+
+  def test_every_run_without_scale_points_to_scale_md(self):
+    document = benchmarks_main.run(
+        benchmarks_main.DEFAULT_SETTINGS._replace(sections=()))
+    self.assertIn('\n## Atari at scale (opt-in section `scale`, issue 33)\n',
+                  document)
+    self.assertEqual(os.path.basename(benchmarks_main.SCALE_RESULTS),
+                     'SCALE.md')
+
+  def test_results_md_points_to_scale_md(self):
+    with open(benchmarks_main.DEFAULT_OUTPUT, encoding='utf-8') as f:
+      results = f.read()
+    self.assertIn('\n## Atari at scale (opt-in section `scale`, issue 33)\n',
+                  results)
+    self.assertIn('[SCALE.md](SCALE.md)', results)
+    # The headline quoted is SCALE.md's, as it is now.
+    with open(benchmarks_main.SCALE_RESULTS, encoding='utf-8') as f:
+      headline = scale_summary.extract_headline(f.read())
+    self.assertIsNotNone(headline)
+    self.assertEqual(scale_summary.extract_headline(results), headline)
+
+
+class StepGraphTest(absltest.TestCase):
+
+  def test_compressed_memory(self):
+    """`compress_observations` reaches the memory StepGraph builds."""
+    for compress in (False, True):
+      graph = staging_benchmark.StepGraph(
+          True, 1, 2**10, 100, compress_observations=compress)
+      frames = graph.replay.memory._store['observation']  # pylint: disable=protected-access
+      self.assertEqual(not isinstance(frames, np.ndarray), compress)
+      self.assertGreater(graph.time(graph.step, 3), 0)
+      graph.session.close()
 
 
 if __name__ == '__main__':

@@ -8,7 +8,7 @@ memory's: its sum tree, as Dopamine pickles it (or, in a chunked
 checkpoint, as `chunk_checkpoint` stores it, checked by `check`).
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, BinaryIO, Callable, Dict, Optional
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import gzip_files
@@ -55,6 +55,16 @@ class CheckpointExtension(object):
     """
     raise NotImplementedError
 
+  def leaves(self, memory: Any) -> Any:
+    """A 'sum_tree' extension's state as a chunked checkpoint stores it
+    (`chunk_checkpoint.sum_tree_part`: the leaf level and its maximum)."""
+    raise NotImplementedError
+
+  def writer(self, memory: Any) -> Callable[[BinaryIO], None]:
+    """A 'sum_tree' extension's writer of Dopamine's file, as the memory is
+    now (what it copies now is all a background save's snapshot pays)."""
+    raise NotImplementedError
+
   def check(self, memory: Any, state: Any, where: str) -> Any:
     """Validates a state of format 'sum_tree' read from a chunked
     checkpoint (`chunk_checkpoint`); returns what `commit` installs.
@@ -80,6 +90,22 @@ class _SumTreeExtension(CheckpointExtension):
 
   def value(self, memory: Any) -> Dict[str, Any]:
     return memory.get_sum_tree_state()
+
+  def leaves(self, memory: Any) -> Dict[str, Any]:
+    """`value` with the leaf level alone: what a chunked checkpoint
+    stores (the inner levels cost a save's snapshot as much again)."""
+    return memory.get_sum_tree_state(leaves_only=True)
+
+  def writer(self, memory: Any) -> Callable[[BinaryIO], None]:
+    """The function writing Dopamine's file of the tree as it is now: the
+    leaves copied now, the inner levels and the pickle made when it is
+    called (by a background save's thread, not in its snapshot)."""
+    state = self.leaves(memory)
+
+    def write(f: BinaryIO) -> None:
+      full = dict(state, nodes=sum_tree.levels_of(state['nodes'][-1]))
+      gzip_files.dopamine_sum_tree_gz_writer(full)(f)
+    return write
 
   def read(self, memory: Any, path: str,
            expected: Optional[atomic_files.FileDigest]) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ layout and saving are `memory_checkpoint`'s; how each file is read is
 
 import collections
 import numbers
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Set
 
 from absl import logging
 import numpy as np
@@ -26,7 +26,8 @@ from dopamine_per.replay_memory.checkpoint import chunk_checkpoint
 from dopamine_per.replay_memory.memory import sampling
 from dopamine_per.replay_memory.memory import validation
 
-__all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'replaced', 'install']
+__all__ = ['STATE_FORMAT_VERSION', 'Layout', 'read', 'state_files',
+           'replaced', 'install']
 
 # The dopamine_per state's format version: what `memory_checkpoint` writes,
 # and the only one `read` accepts.
@@ -269,6 +270,20 @@ def _read_attribute(memory: Any, path: str, file_format: str,
           '{}: an attribute must be plain data, found {}.'.format(
               path, problem))
   return value
+
+
+def state_files(path: str, fallback: Set[str]) -> Set[str]:
+  """The file names the dopamine_per state at `path` records: which format
+  a checkpoint is in, before `read` reads it. `fallback` if the state is
+  missing or unreadable (`read` then says why)."""
+  limits = safe_pickle.PickleLimits(max_bytes=1 << 24, max_elements=1 << 20,
+                                    max_depth=16)
+  try:
+    state = gzip_files.load_pickle_gz(path, limits=limits)
+  except (atomic_files.CheckpointError, OSError, ValueError):
+    return fallback
+  files = state.get('files') if isinstance(state, dict) else None
+  return set(files) if isinstance(files, dict) else fallback
 
 
 def _read_extra_state(layout: Layout, path: str,

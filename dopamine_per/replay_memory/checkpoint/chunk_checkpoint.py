@@ -39,18 +39,23 @@ from dopamine_per.file_io import safe_pickle
 from dopamine_per.replay_memory.memory import frame_blocks
 
 __all__ = ['INDEX_NAME', 'PACK_NAME', 'FILES', 'FORMAT_VERSION',
-           'ARRAY_CHUNK_BYTES', 'GROUP_BLOCKS', 'ZSTD_LEVEL', 'Part',
-           'Saver', 'compressed', 'parts', 'value', 'as_stored', 'read',
-           'prune_packs']
+           'ARRAY_CHUNK_BYTES', 'LARGE_ROW_CHUNK_BYTES', 'GROUP_BLOCKS',
+           'ZSTD_LEVEL', 'ARRAY', 'FRAMES', 'Part', 'frames_part', 'array_part', 'sum_tree_part',
+           'parts', 'sum_tree_state', 'compressed', 'as_stored', 'Saver',
+           'value', 'dopamine_layout', 'read', 'read_chunks', 'frames_kind',
+           'array_from', 'frames_from', 'prune_packs', 'check_resave']
 
 INDEX_NAME = 'chunk_index'
 PACK_NAME = 'chunk_pack'
 # (name, format) of the two files, as memory_checkpoint's layout lists them.
 FILES = [(INDEX_NAME, 'npy'), (PACK_NAME, 'npy')]
 FORMAT_VERSION = 2
-# Bytes per chunk of an array other than frames, and frame blocks per chunk
-# (about 1 MiB of LZ4 bytes on Atari: docs/compression.md).
+# Bytes per chunk of an array other than frames (of rows of 1 KiB or more:
+# LARGE_ROW_CHUNK_BYTES; zstd-3 packs raw Atari frames 30x in 64 KiB, 63x
+# in 1 MiB), and frame blocks per chunk (about 1 MiB of LZ4 bytes on Atari:
+# docs/compression.md).
 ARRAY_CHUNK_BYTES = 64 << 10
+LARGE_ROW_CHUNK_BYTES = 1 << 20
 GROUP_BLOCKS = 512
 ZSTD_LEVEL = 3
 # The most bytes a chunk may hold, compressed or not (a bomb's bound).
@@ -115,7 +120,7 @@ class Part(object):
     return self._chunk(i)
 
 
-def _frames_part(name: str, frames: frame_blocks.CompressedFrames) -> Part:
+def frames_part(name: str, frames: frame_blocks.CompressedFrames) -> Part:
   """`frames` (a copy no one writes to) in chunks of GROUP_BLOCKS blocks:
   their sizes (uint32) then their payloads, the open block compressed."""
   unit = GROUP_BLOCKS
@@ -128,11 +133,12 @@ def _frames_part(name: str, frames: frame_blocks.CompressedFrames) -> Part:
   return Part(name, -(-frames.blocks // unit), chunk, FRAMES, unit)
 
 
-def _array_part(name: str, size: int, stream: Callable[[], Any]) -> Part:
+def array_part(name: str, size: int, stream: Callable[[], Any],
+               unit: Optional[int] = None) -> Part:
   """An array of `size` bytes read out once, at the first chunk asked
   for, from `stream` (an iterator of arrays, in order), and cut into
-  ARRAY_CHUNK_BYTES."""
-  data, unit = [], ARRAY_CHUNK_BYTES
+  chunks of `unit` bytes (default ARRAY_CHUNK_BYTES)."""
+  data, unit = [], unit or ARRAY_CHUNK_BYTES
 
   def chunk(i: int) -> bytes:
     if not data:
@@ -142,10 +148,13 @@ def _array_part(name: str, size: int, stream: Callable[[], Any]) -> Part:
   return Part(name, -(-size // unit), chunk, ARRAY, unit)
 
 
-def _sum_tree_stream(state: Dict[str, Any]) -> List[np.ndarray]:
-  """A sum tree state's stream: its leaves, then max_recorded_priority."""
-  return [np.asarray(state['nodes'][-1], '<f8'),
-          np.array([state['max_recorded_priority']], '<f8')]
+def sum_tree_part(state: Dict[str, Any]) -> Part:
+  """A sum tree state's part: its leaves, then max_recorded_priority (a
+  load recomputes the inner nodes)."""
+  return array_part(
+      'sum_tree', 8 * (len(state['nodes'][-1]) + 1),
+      lambda: [np.asarray(state['nodes'][-1], '<f8'),
+               np.array([state['max_recorded_priority']], '<f8')])
 
 
 def parts(memory: Any, store_chunks: Callable[[str], Any],
@@ -163,14 +172,14 @@ def parts(memory: Any, store_chunks: Callable[[str], Any],
   for element, size in _store_sizes(memory):
     copy = frames(element.name)
     if copy is not None:
-      out.append(_frames_part(element.name, copy))
+      out.append(frames_part(element.name, copy))
       continue
-    out.append(_array_part(element.name, size,
-                           lambda e=element.name: store_chunks(e)))
+    large = size >= 1024 * memory.replay_capacity  # Rows of 1 KiB or more.
+    out.append(array_part(element.name, size,
+                          lambda e=element.name: store_chunks(e),
+                          LARGE_ROW_CHUNK_BYTES if large else None))
   if sum_tree_state is not None:
-    out.append(_array_part('sum_tree',
-                           8 * (len(sum_tree_state['nodes'][-1]) + 1),
-                           lambda: _sum_tree_stream(sum_tree_state)))
+    out.append(sum_tree_part(sum_tree_state))
   return out
 
 
@@ -247,9 +256,7 @@ class Saver(object):
     """{file name: writer} of the index and the pack."""
     def writer(which: int) -> Callable[[BinaryIO], None]:
       def write(f: BinaryIO) -> None:
-        if not self._packed:
-          self._packed.append(self._pack())
-        index, pack = self._packed[0]
+        index, pack = self.packed()
         array, name, level = ((index, INDEX_NAME, 1) if which == 0 else
                               (pack, PACK_NAME, 0))
         gzip_files.npy_gz_writer(array, name, level=level)(f)
@@ -257,7 +264,7 @@ class Saver(object):
     return {INDEX_NAME: writer(0), PACK_NAME: writer(1)}
 
   def packed(self) -> Tuple[np.ndarray, np.ndarray]:
-    """(index, pack) as the files hold them."""
+    """(index, pack) as the files hold them, packed at the first call."""
     if not self._packed:
       self._packed.append(self._pack())
     return self._packed[0]
@@ -327,16 +334,20 @@ def value(memory: Any, name: str) -> np.ndarray:
   try:
     saver = Saver(parts(
         memory, lambda e: storage.chunks(e, ARRAY_CHUNK_BYTES),
-        storage.frames, _sum_tree_state(memory)))
+        storage.frames, sum_tree_state(memory)))
     index, pack = saver.packed()
   finally:
     storage.release()
   return index if name == INDEX_NAME else pack
 
 
-def _sum_tree_state(memory: Any) -> Optional[Dict[str, Any]]:
-  getter = getattr(memory, 'get_sum_tree_state', None)
-  return None if getter is None else getter()
+def sum_tree_state(memory: Any) -> Optional[Dict[str, Any]]:
+  """The state of `memory`'s sum tree as a chunked checkpoint stores it
+  (its 'sum_tree' extension's `leaves`), or None if it has none."""
+  trees = [extension.leaves(memory)
+           for extension in memory.checkpoint_extensions
+           if extension.file_format == 'sum_tree']
+  return trees[0] if trees else None
 
 
 # ------------------------------------------------------------------- read
@@ -354,8 +365,7 @@ class _Index(object):
     self.parts = parts_
 
 
-# The most chunks part i of kind k may have, and its length in the kind's
-# units (None: k is not its kind).
+# Part i's length in units of kind k (None: k is not its kind).
 Bound = Callable[[int, int], Optional[int]]
 
 
@@ -501,7 +511,7 @@ def _path(checkpoint_dir: str, name: str, iteration: int) -> str:
 def read(memory: Any, path_of: Callable[..., str],
          digest_of: Callable[[str], Optional[atomic_files.FileDigest]],
          iteration: int, sum_tree: bool) -> Dict[str, Any]:
-  """Reads and checks a checkpoint's chunks.
+  """Reads and checks a memory's chunked checkpoint.
 
   Args:
     memory: the memory being loaded.
@@ -519,31 +529,61 @@ def read(memory: Any, path_of: Callable[..., str],
       bounds, or a block does not decode to its frames.
   """
   specs = _specs(memory, sum_tree)
+  out = {'store': {}, 'sum_tree': None}
+  parts_ = read_chunks(path_of, digest_of, iteration,
+                       [kinds for _, kinds in specs])
+  for (name, kinds), (kind, unit, raws) in zip(specs, parts_):
+    with atomic_files.refusing('{} (array {})'.format(
+        path_of(INDEX_NAME, iteration), name)):
+      value_ = kinds[kind][2](raws, unit)
+    if name == 'sum_tree':
+      out['sum_tree'] = value_
+    else:
+      out['store'][name] = value_
+  return out
+
+
+def read_chunks(path_of: Callable[..., str],
+                digest_of: Callable[[str], Optional[atomic_files.FileDigest]],
+                iteration: int, kinds: List[Dict[int, Tuple[Any, ...]]]
+               ) -> List[Tuple[int, int, List[bytes]]]:
+  """Reads a chunked checkpoint's parts, each chunk checked.
+
+  Args:
+    path_of: (file name, iteration) -> its path.
+    digest_of: file name -> the digest the state file records, or None.
+    iteration: the checkpoint's iteration.
+    kinds: per part, {kind it may be: (its length in the kind's units, the
+      most bytes it may hold, ...)}.
+
+  Returns:
+    Per part: (kind, unit, its chunks' contents).
+
+  Raises:
+    atomic_files.CheckpointError: If a file is corrupt or a size out of
+      bounds.
+  """
   index = _read_index(
       path_of(INDEX_NAME, iteration), digest_of(INDEX_NAME), iteration,
-      len(specs), lambda i, kind: (specs[i][1].get(kind) or (None,))[0])
+      len(kinds), lambda i, kind: (kinds[i].get(kind) or (None,))[0])
   # Without a digest (no state file), a pack is bounded by the bytes it
   # could take to hold every array (zstd expands by at most 1/128 + a bit).
-  most = 2 * sum(max(kind[1] for kind in kinds.values())
-                 for _, kinds in specs) + (1 << 20)
+  most = 2 * sum(max(kind[1] for kind in part.values())
+                 for part in kinds) + (1 << 20)
   packs = [_read_pack(path_of(PACK_NAME, pack),
                       digest or digest_of(PACK_NAME), most)
            for pack, digest in index.packs]
   decompressor = _zstd().ZstdDecompressor()
-  out = {'store': {}, 'sum_tree': None}
-  for (name, kinds), (kind, unit), part in zip(specs, index.kinds,
-                                               index.parts):
-    _, most, decode = kinds[kind]
+  out = []
+  for i, ((kind, unit), part) in enumerate(zip(index.kinds, index.parts)):
     with atomic_files.refusing('{} (array {})'.format(
-        path_of(INDEX_NAME, iteration), name)):
+        path_of(INDEX_NAME, iteration), i)):
       raws = [_unpack(decompressor, packs[ref.pack], ref, digest)
               for ref, digest in part]
-      if sum(len(raw) for raw in raws) > most:
-        raise _corrupt('array {} holds more than {} bytes', name, most)
-      if name == 'sum_tree':
-        out['sum_tree'] = decode(raws, unit)
-      else:
-        out['store'][name] = decode(raws, unit)
+      if sum(len(raw) for raw in raws) > kinds[i][kind][1]:
+        raise _corrupt('array {} holds more than {} bytes', i,
+                       kinds[i][kind][1])
+    out.append((kind, unit, raws))
   return out
 
 
@@ -559,14 +599,12 @@ def _specs(memory: Any, sum_tree: bool) -> List[Tuple[str, _Spec]]:
     shape = (memory.replay_capacity,) + tuple(element.shape)
     kinds = {ARRAY: (size, size,
                      lambda raws, _, s=shape, e=element: as_stored(
-                         memory, e, _array(raws, s, e.type)))}
+                         memory, e, array_from(raws, s, e.type)))}
     if element.name == 'observation':
       frames = frame_blocks.CompressedFrames(
           memory.replay_capacity, tuple(element.shape), element.type)
-      kinds[FRAMES] = (frames.blocks,
-                       frames.blocks * (4 + _largest_block(frames)),
-                       lambda raws, unit, f=frames: _frames(memory, f, raws,
-                                                            unit))
+      kinds[FRAMES] = frames_kind(
+          frames, lambda f: f if compressed(memory) else np.asarray(f))
     specs.append((element.name, kinds))
   if sum_tree:
     leaves = 1 << max(memory.replay_capacity - 1, 0).bit_length()
@@ -574,6 +612,31 @@ def _specs(memory: Any, sum_tree: bool) -> List[Tuple[str, _Spec]]:
     specs.append(('sum_tree', {ARRAY: (size, size,
                                        lambda raws, _: _tree(raws, leaves))}))
   return specs
+
+
+def frames_kind(frames: frame_blocks.CompressedFrames,
+                then: Callable[[frame_blocks.CompressedFrames], Any]
+               ) -> Tuple[int, int, Callable[[List[bytes], int], Any]]:
+  """How frames read as blocks into `frames` (empty): (blocks, most
+  bytes, decoder giving `then(frames)` once they are adopted)."""
+  return (frames.blocks, frames.blocks * (4 + _largest_block(frames)),
+          lambda raws, unit: then(frames_from(frames, raws, unit)))
+
+
+def dopamine_layout(memory: Any, files: List[str]) -> Dict[str, Any]:
+  """What converting a chunked checkpoint of `memory` to Dopamine's files
+  needs (`convert`): those files' names in order (`files`), each storage
+  array's name, dtype and shape, and the sum tree's leaves (or None).
+  Plain data, for the dopamine_per state."""
+  trees = [e for e in memory.checkpoint_extensions
+           if e.file_format == 'sum_tree']
+  return {'files': list(files),
+          'arrays': [(e.name, np.dtype(e.type).str,
+                      (memory.replay_capacity,) + tuple(e.shape))
+                     for e in memory.get_storage_signature()],
+          'sum_tree_leaves': (
+              1 << max(memory.replay_capacity - 1, 0).bit_length()
+              if trees else None)}
 
 
 def _largest_block(frames: frame_blocks.CompressedFrames) -> int:
@@ -610,8 +673,9 @@ def _unpack(decompressor: Any, pack: np.ndarray, ref: _Ref,
   return raw
 
 
-def _array(raws: List[bytes], shape: Tuple[int, ...], dtype: Any
-          ) -> np.ndarray:
+def array_from(raws: List[bytes], shape: Tuple[int, ...], dtype: Any
+              ) -> np.ndarray:
+  """An array of `shape` and `dtype` from its chunks (a writable copy)."""
   data = b''.join(raws)
   expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
   if len(data) != expected:
@@ -620,15 +684,16 @@ def _array(raws: List[bytes], shape: Tuple[int, ...], dtype: Any
 
 
 def _tree(raws: List[bytes], leaves: int) -> Dict[str, Any]:
-  values = _array(raws, (leaves + 1,), '<f8')
+  """A sum tree state (leaves only, as `set_state` reads) from its part."""
+  values = array_from(raws, (leaves + 1,), '<f8')
   return {'nodes': [values[:leaves].astype(np.float64)],
           'max_recorded_priority': float(values[leaves])}
 
 
-def _frames(memory: Any, frames: frame_blocks.CompressedFrames,
-            raws: List[bytes], unit: int) -> Any:
-  """The frames from their chunks of `unit` blocks (counted by
-  `_parse_index`), each block checked to decode."""
+def frames_from(frames: frame_blocks.CompressedFrames, raws: List[bytes],
+                unit: int) -> frame_blocks.CompressedFrames:
+  """`frames` (empty), its blocks adopted from their chunks of `unit`
+  blocks (counted by `_parse_index`), each checked to decode."""
   largest = _largest_block(frames)
   payloads = []
   for group, raw in enumerate(raws):
@@ -646,36 +711,46 @@ def _frames(memory: Any, frames: frame_blocks.CompressedFrames,
         raise _corrupt('block {} does not decode to its frames', block)
       payloads.append(payload)
   frames.adopt(payloads)
-  return frames if compressed(memory) else np.asarray(frames)
+  return frames
 
 
 # ---------------------------------------------------------------- pruning
 
 
+def _named_packs(checkpoint_dir: str, iteration: int) -> Optional[List[int]]:
+  """The packs checkpoint `iteration`'s index names (its own first), or
+  None if it has no index (Dopamine's files).
+
+  Raises:
+    atomic_files.CheckpointError, OSError, ValueError: If the index cannot
+      be read.
+  """
+  path = _path(checkpoint_dir, INDEX_NAME, iteration)
+  if not atomic_files.exists(path):
+    return None
+  with atomic_files.refusing(path):
+    index = gzip_files.load_npy_gz(path, dtype=np.int64, max_bytes=64 << 20)
+    packs = int(index[2]) if index.ndim == 1 and len(index) > 2 else 0
+    rows = index[_HEADER:_HEADER + _PACK_FIELDS * packs]
+    return rows.reshape(-1, _PACK_FIELDS)[:, 0].tolist()
+
+
 def prune_packs(checkpoint_dir: str, complete: List[int]) -> None:
   """Deletes the packs no complete checkpoint names.
 
-  A pack is kept while its own checkpoint is complete or a complete
-  checkpoint's index names it; if an index cannot be read, every pack is
-  kept.
+  A pack is kept while the index of a complete checkpoint names it (its
+  own checkpoint's names it first); if an index cannot be read, every pack
+  is kept.
 
   Args:
     checkpoint_dir: str, a memory's checkpoint directory, with no save
       committed but unfinished (journals rolled forward).
     complete: the iterations of its complete checkpoints.
   """
-  named = set(complete)
+  named = set()
   for iteration in complete:
-    path = _path(checkpoint_dir, INDEX_NAME, iteration)
-    if not atomic_files.exists(path):
-      continue  # A checkpoint in Dopamine's format.
     try:
-      with atomic_files.refusing(path):
-        index = gzip_files.load_npy_gz(path, dtype=np.int64,
-                                       max_bytes=64 << 20)
-        packs = int(index[2]) if index.ndim == 1 and len(index) > 2 else 0
-        rows = index[_HEADER:_HEADER + _PACK_FIELDS * packs]
-        named.update(rows.reshape(-1, _PACK_FIELDS)[:, 0].tolist())
+      named.update(_named_packs(checkpoint_dir, iteration) or [])
     except (atomic_files.CheckpointError, OSError, ValueError) as e:
       logging.warning('Keeping every pack in %s: %s', checkpoint_dir, e)
       return
@@ -683,3 +758,24 @@ def prune_packs(checkpoint_dir: str, complete: List[int]) -> None:
     match = _PACK_PATTERN.match(name)
     if match and int(match.group(1)) not in named:
       atomic_files.remove_if_exists(os.path.join(checkpoint_dir, name))
+
+
+def check_resave(checkpoint_dir: str, iteration: int,
+                 complete: List[int]) -> None:
+  """Refuses to save checkpoint `iteration` again where a later complete
+  checkpoint names its pack: replacing the pack would break that one.
+
+  Raises:
+    atomic_files.CheckpointError: naming the checkpoint in the way.
+  """
+  for later in sorted(i for i in complete if i > iteration):
+    try:
+      named = _named_packs(checkpoint_dir, later) or []
+    except (atomic_files.CheckpointError, OSError, ValueError):
+      continue  # Unreadable already: nothing of it to keep.
+    if iteration in named:
+      raise atomic_files.CheckpointError(
+          'Cannot save checkpoint {} again in {}: checkpoint {} holds chunks '
+          'of its pack, which the save would replace. Save under another '
+          'number, or delete the checkpoints after {} first. Nothing was '
+          'written.'.format(iteration, checkpoint_dir, later, iteration))

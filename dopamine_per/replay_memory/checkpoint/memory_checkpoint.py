@@ -48,6 +48,10 @@ DOPAMINE_PER_STATE_NAME = 'dopamine_per_state'
 # (JSON, no ``.gz``), from the commit point until every file is in place.
 JOURNAL_NAME = 'dopamine_per_journal'
 
+# A memory's checkpoint formats (its `checkpoint_format`): Dopamine's
+# files, or the arrays and sum tree in chunks (`chunk_checkpoint`).
+FORMATS = ('dopamine', 'chunks')
+
 # File names of state files and journals; group 1 is the iteration number.
 _STATE_PATTERN = re.compile(r'^{}_ckpt\.(\d+)\.gz$'.format(
     re.escape(DOPAMINE_PER_STATE_NAME)))
@@ -64,6 +68,21 @@ FileSpec = Tuple[str, str]
 # memory's.
 CheckpointExtension = checkpoint_extension.CheckpointExtension
 SUM_TREE = checkpoint_extension.SUM_TREE
+
+
+def check_format(checkpoint_format: Optional[str], compressed: bool) -> str:
+  """A memory's `checkpoint_format` argument, checked: one of FORMATS;
+  None: 'chunks' for a memory of compressed frames, else 'dopamine'.
+
+  Raises:
+    ValueError: naming the argument and the value, if it is another.
+  """
+  if checkpoint_format is None:
+    return 'chunks' if compressed else 'dopamine'
+  if checkpoint_format not in FORMATS:
+    raise ValueError('checkpoint_format must be one of {}, got {!r}'.format(
+        FORMATS, checkpoint_format))
+  return checkpoint_format
 
 
 def latest_checkpoint_iteration(checkpoint_dir: str) -> Optional[int]:
@@ -161,7 +180,7 @@ def _layout(memory: Any, chunked: Optional[bool] = None) -> List[FileSpec]:
   arrays and sum tree in chunks if `chunked` (`chunk_checkpoint`; None: if
   the memory compresses its frames), else in Dopamine's files."""
   if chunked is None:
-    chunked = chunk_checkpoint.compressed(memory)
+    chunked = memory.checkpoint_format == 'chunks'
   layout = (list(chunk_checkpoint.FILES) if chunked else
             [(STORE_FILENAME_PREFIX + e.name, 'npy')
              for e in memory.get_storage_signature()])
@@ -169,13 +188,9 @@ def _layout(memory: Any, chunked: Optional[bool] = None) -> List[FileSpec]:
              ('episode_end_indices', 'pickle')]
   layout += [(extension.name, extension.file_format)
              for extension in memory.checkpoint_extensions
-             if not (chunked and chunked_tree(extension))]
+             # A chunked checkpoint holds the sum tree in its chunks.
+             if not (chunked and extension.file_format == 'sum_tree')]
   return layout
-
-
-def chunked_tree(extension: Any) -> bool:
-  """Whether a chunked checkpoint holds `extension` in its chunks."""
-  return extension.file_format == 'sum_tree'
 
 
 def _attribute_files(memory: Any) -> List[FileSpec]:
@@ -274,6 +289,9 @@ def _extra_state(memory: Any) -> Dict[str, Any]:
       # The native ops' generator: a resumed run's samples continue.
       'sampler_state': (None if memory.native is None else
                         memory.native.sampler_state()),
+      # What converting between the formats needs (`convert`).
+      'dopamine_layout': chunk_checkpoint.dopamine_layout(
+          memory, [name for name, _ in checkpoint_files(memory, False)]),
   }
 
 
@@ -285,12 +303,14 @@ def _target(name: str, iteration_number: Any) -> str:
 def _writer(memory: Any, name: str, file_format: str
            ) -> Callable[[BinaryIO], None]:
   """The function writing checkpoint file `name` (see `gzip_files`), as
-  the memory is now: it holds a copy of the value or its pickle."""
+  the memory is now: it holds a copy of the value or its pickle (the sum
+  tree's: its leaves, `_SumTreeExtension.writer`)."""
+  if file_format == 'sum_tree':
+    return next(extension.writer(memory) for extension in
+                memory.checkpoint_extensions if extension.name == name)
   value = _value(memory, name)
   if file_format == 'npy':
     return gzip_files.npy_gz_writer(np.array(value), name)
-  if file_format == 'sum_tree':
-    return gzip_files.dopamine_sum_tree_gz_writer(value)
   return gzip_files.pickle_gz_writer(value)
 
 
@@ -392,12 +412,10 @@ def take_snapshot(memory: Any, lock: Any = None) -> SaveSnapshot:
   writers, saver, chunked = [], None, {}
   try:
     if checkpoint_files(memory)[0] in chunk_checkpoint.FILES:
-      trees = [extension.value(memory) for extension in
-               memory.checkpoint_extensions if chunked_tree(extension)]
       saver = chunk_checkpoint.Saver(chunk_checkpoint.parts(
           memory, lambda e: storage.chunks(
               e, chunk_checkpoint.ARRAY_CHUNK_BYTES),
-          storage.frames, trees[0] if trees else None))
+          storage.frames, chunk_checkpoint.sum_tree_state(memory)))
       chunked = saver.writers()
     for name, file_format in checkpoint_files(memory):
       if name in chunked:
@@ -430,6 +448,8 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
   """
   roll_forward(checkpoint_dir)
   if snapshot.saver is not None:
+    chunk_checkpoint.check_resave(checkpoint_dir, iteration_number,
+                                  _complete(checkpoint_dir))
     earlier = [i for i in _complete(checkpoint_dir) if i < iteration_number]
     snapshot.saver.bind(checkpoint_dir, iteration_number,
                         max(earlier) if earlier else None)
@@ -442,7 +462,7 @@ def stage(snapshot: SaveSnapshot, checkpoint_dir: str,
     # Last, so renamed last: it marks the checkpoint complete.
     state = dict(snapshot.state, files=digests)
     staging.write(_target(DOPAMINE_PER_STATE_NAME, iteration_number),
-                  gzip_files.pickle_gz_writer(state))
+                  gzip_files.pickle_gz_writer(state, memo=False))
   except BaseException:
     staging.abort()
     raise
@@ -584,9 +604,16 @@ def _clean_up(memory: Any, checkpoint_dir: str, iteration_number: int,
   if names is None:
     names = [DOPAMINE_PER_STATE_NAME] + [
         name for name, _ in checkpoint_files(memory)]
-  names = list(names) + sorted(  # Frames of a stale checkpoint's format.
+  # The files of the other format: a stale checkpoint's, and this one's
+  # from before (its pack aside: `prune_packs` decides).
+  other = sorted(
       {name for name, _ in _layout(memory, True) + _layout(memory, False)} -
-      set(names))
+      set(names) - {chunk_checkpoint.PACK_NAME})
+  for name in other:
+    atomic_files.remove_if_exists(gzip_files.checkpoint_filename(
+        checkpoint_dir, name, iteration_number))
+  names = list(names) + other + [chunk_checkpoint.PACK_NAME] * (
+      chunk_checkpoint.PACK_NAME not in names)
   _collect_garbage(memory, checkpoint_dir, operator.index(iteration_number),
                    names)
   chunk_checkpoint.prune_packs(checkpoint_dir, _complete(checkpoint_dir))
@@ -700,8 +727,11 @@ def load(memory: Any, checkpoint_dir: str, suffix: Any,
       return journal.path_of(checkpoint_dir, target)
     return gzip_files.checkpoint_filename(checkpoint_dir, name, iteration)
 
-  # The arrays in Dopamine's files or in chunks, whichever it holds.
-  blocks = atomic_files.exists(path_of(chunk_checkpoint.INDEX_NAME))
+  # The arrays in Dopamine's files or in chunks, as the state file says.
+  index = chunk_checkpoint.INDEX_NAME
+  blocks = index in checkpoint_reading.state_files(
+      path_of(DOPAMINE_PER_STATE_NAME),
+      {index} if atomic_files.exists(path_of(index)) else set())
   missing_episode_ends = False
   for name, _ in checkpoint_files(memory, blocks):
     if atomic_files.exists(path_of(name)):

@@ -97,7 +97,8 @@ class WrappedReplayBufferBase(object):
       compress_observations: bool, the memory stores its frames compressed
         (the memory's argument; ignored with `wrapped_memory`).
       **memory_kwargs: further keyword arguments for the memory's constructor
-        (e.g. `checkpoint_duration`, `keep_every`, `rng`).
+        (e.g. `checkpoint_duration`, `keep_every`, `rng`,
+        `checkpoint_format`).
 
     Raises:
       ValueError: If update_horizon is not positive, or the capacity does

@@ -103,6 +103,13 @@ class CompressedFrames(object):
             self.addresses.nbytes + self.sizes.nbytes +
             sys.getsizeof(self._payloads))
 
+  def held_apart(self, other: 'CompressedFrames') -> int:
+    """The bytes this copy holds that `other` (what it was copied from)
+    does not: its open block, and its stored blocks `other` replaced."""
+    apart = (self.addresses != other.addresses) & (self.sizes > 0)
+    return (self.open_frames.nbytes + int(self.sizes[apart].sum()) +
+            _PAYLOAD_OVERHEAD * int(apart.sum()))
+
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     del copy  # Always a new array.
     frames = np.empty(self.shape, self.dtype)

@@ -212,7 +212,7 @@ def check_stack_indices(index: Any, add_count: int, replay_capacity: int
 
 def slot_range(array: np.ndarray, start_index: int, end_index: int,
                add_count: int, replay_capacity: int) -> np.ndarray:
-  """`get_range` of a memory with these counters (see there).
+  """`get_range` of a memory with these counters.
 
   Args:
     array: np.ndarray with the capacity as first dimension.
@@ -220,7 +220,13 @@ def slot_range(array: np.ndarray, start_index: int, end_index: int,
     end_index: int, exclusive end slot (may exceed the capacity: it wraps).
 
   Returns:
-    ``array[start_index:end_index]``, wrapped around the end.
+    ``array[start_index:end_index]``, wrapped around the end: an array of
+    shape [end_index - start_index, ...].
+
+  Raises:
+    dopamine_per.errors.ArgumentError: (a ValueError and an AssertionError,
+      as Dopamine asserts) If the range is empty or malformed, or reaches
+      slots not written yet.
   """
   if end_index <= start_index:
     raise errors.ArgumentError('end_index must be larger than start_index')

@@ -93,7 +93,8 @@ class CircularStorage(object):
 
   @property
   def resident_nbytes(self) -> int:
-    """The bytes of the arrays and episode ends that memory backs now.
+    """The bytes of the arrays and episode ends that memory backs now, and
+    what pending snapshots keep (`StorageSnapshot.held_bytes`).
 
     A large array (see `zeros`) is backed only up to the slots written or
     populated ahead of the cursor, so a memory filling up counts only
@@ -102,7 +103,8 @@ class CircularStorage(object):
     written = min(int(self.counters[0]), self.capacity)
     backed = min(self.capacity, max(written, self._populated))
     return (self.nbytes - self._lazy_stride * (self.capacity - backed) +
-            self.episode_end.nbytes + self.counters.nbytes)
+            self.episode_end.nbytes + self.counters.nbytes +
+            sum(snapshot.held_bytes for snapshot in self._snapshots))
 
   def write(self, values: Sequence[Any], ends_episode: bool) -> int:
     """Writes one checked transition at the cursor and advances it.
@@ -190,6 +192,7 @@ class StorageSnapshot(object):
 
   def __init__(self, arrays: Dict[str, np.ndarray], lock: Any,
                detach: Callable[['StorageSnapshot'], None]):
+    self._live = arrays
     self._arrays = dict(arrays)
     # Compressed frames are copied whole (`CompressedFrames.copy`, which
     # shares their blocks): nothing of theirs to keep or lock.
@@ -210,6 +213,15 @@ class StorageSnapshot(object):
     """Element `name` as taken if it is compressed frames (a copy no one
     writes to), else None."""
     return self._arrays[name] if name in self._copied else None
+
+  @property
+  def held_bytes(self) -> int:
+    """The bytes it keeps that the storage no longer holds: the rows kept,
+    and its frames' blocks replaced since (and their open block)."""
+    kept = sum(row.nbytes for rows in self._kept.values()
+               for row in rows.values())
+    return kept + sum(self._arrays[name].held_apart(self._live[name])
+                      for name in self._copied)
 
   @property
   def kept_rows(self) -> int:

@@ -14,11 +14,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "batch.h"
 
 namespace dopamine_per {
 
@@ -199,6 +202,94 @@ class BatchQueue {
   std::vector<int64_t> update_indices_;
   std::vector<double> update_priorities_;
 };
+
+// FillShippedStates of `part`'s rows into `states` and `next_states`, from
+// its blocks, frames of `frame_bytes` (items of `item` bytes).
+inline bool DecodePart(const StatePart& part, int64_t frame_bytes,
+                       int64_t item, int64_t stack, uint8_t* states,
+                       uint8_t* next_states) {
+  const ShippedBlocks& blocks = *part.blocks;
+  std::vector<uint64_t> addresses(blocks.numbers.size());
+  const uint8_t* next = blocks.payload.data();
+  for (size_t j = 0; j < addresses.size(); ++j) {
+    addresses[j] =
+        blocks.sizes[j] == 0 ? 0 : reinterpret_cast<uintptr_t>(next);
+    next += blocks.sizes[j];
+  }
+  FrameStore store;
+  store.capacity = blocks.capacity;
+  store.frame_bytes = frame_bytes;
+  store.block_frames = blocks.block_frames;
+  store.addresses = addresses.data();
+  store.sizes = blocks.sizes.data();
+  store.open_block = &blocks.open_block;
+  store.open_frames = blocks.open_frames.data();
+  store.numbers = blocks.numbers.data();
+  store.listed = static_cast<int64_t>(blocks.numbers.size());
+  return FillShippedStates(store, frame_bytes / item, item, stack,
+                           part.ends.data(), part.next_ends.data(),
+                           static_cast<int64_t>(part.rows.size()), states,
+                           next_states);
+}
+
+// Fills the states of every part of `batch` into `states` and
+// `next_states` (`rows` rows of `row_bytes`: `stack` frames each, of items
+// of `item` bytes, frames last), in place where a part's rows are
+// consecutive. Every row must be exactly one part's. "" if filled, else
+// what is wrong; *decoded false if a block is missing or does not decode.
+inline std::string FillQueuedStates(const ReadyBatch& batch, int64_t rows,
+                                    int64_t row_bytes, int64_t stack,
+                                    int64_t item, uint8_t* states,
+                                    uint8_t* next_states, bool* decoded) {
+  const int64_t frame_bytes = row_bytes / stack;
+  if (frame_bytes <= 0 || frame_bytes * stack != row_bytes) {
+    return "unusable state outputs";
+  }
+  std::vector<uint8_t> covered(rows, 0);
+  for (const StatePart& part : batch.parts) {
+    const ShippedBlocks& blocks = *part.blocks;
+    if (blocks.open_block >= 0 &&
+        static_cast<int64_t>(blocks.open_frames.size()) !=
+            blocks.block_frames * frame_bytes) {
+      return "shipped open frames do not fit the state outputs";
+    }
+    const int64_t count = static_cast<int64_t>(part.rows.size());
+    bool consecutive = true;
+    for (int64_t i = 0; i < count; ++i) {
+      if (part.rows[i] >= rows || covered[part.rows[i]]) {
+        return "a queued batch fills row " + std::to_string(part.rows[i]) +
+               " twice or past " + std::to_string(rows);
+      }
+      covered[part.rows[i]] = 1;
+      consecutive = consecutive && part.rows[i] == part.rows[0] + i;
+    }
+    if (count == 0) continue;
+    std::vector<uint8_t> scratch;
+    uint8_t* to = states + part.rows[0] * row_bytes;
+    uint8_t* next_to = next_states + part.rows[0] * row_bytes;
+    if (!consecutive) {
+      scratch.resize(2 * count * row_bytes);
+      to = scratch.data();
+      next_to = to + count * row_bytes;
+    }
+    if (!DecodePart(part, frame_bytes, item, stack, to, next_to)) {
+      *decoded = false;
+      return "a shipped frame block does not decode or is missing";
+    }
+    for (int64_t i = 0; !consecutive && i < count; ++i) {
+      std::memcpy(states + part.rows[i] * row_bytes, to + i * row_bytes,
+                  row_bytes);
+      std::memcpy(next_states + part.rows[i] * row_bytes,
+                  next_to + i * row_bytes, row_bytes);
+    }
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    if (!covered[row]) {
+      return "a queued batch lacks the states of row " + std::to_string(row);
+    }
+  }
+  return "";
+}
 
 // The queue registered as `id` with `token` (replay_core.cc), or nullptr:
 // *foreign as FindMemory's.

@@ -573,90 +573,22 @@ class DequeueBatchOp : public OpKernel {
   }
 
   // Fills the rows of every part of `batch` into `states`, `next_states`
-  // ([batch, *frame, stack] each); every row must be some part's.
+  // ([batch, *frame, stack] each) with FillQueuedStates.
   void FillParts(OpKernelContext* context, const ReadyBatch& batch,
                  Tensor* states, Tensor* next_states) {
     const int64_t rows = states->dim_size(0);
     const int64_t stack = states->dim_size(states->dims() - 1);
     const int64_t item = ::tensorflow::DataTypeSize(states->dtype());
-    const int64_t row_bytes = rows > 0 ? states->TotalBytes() / rows : 0;
-    const int64_t frame_bytes = stack > 0 ? row_bytes / stack : 0;
-    OP_REQUIRES(context, item > 0 && frame_bytes > 0 &&
+    OP_REQUIRES(context, rows > 0 && stack > 0 && item > 0 &&
                              states->shape() == next_states->shape(),
                 errors::InvalidArgument("unusable state outputs"));
-    std::vector<uint8_t> covered(rows, 0);
-    auto* out = static_cast<uint8_t*>(states->data());
-    auto* next_out = static_cast<uint8_t*>(next_states->data());
-    for (const StatePart& part : batch.parts) {
-      const ShippedBlocks& blocks = *part.blocks;
-      OP_REQUIRES(context,
-                  blocks.open_block < 0 ||
-                      static_cast<int64_t>(blocks.open_frames.size()) ==
-                          blocks.block_frames * frame_bytes,
-                  errors::InvalidArgument("shipped open frames do not fit "
-                                          "the state outputs"));
-      const int64_t count = static_cast<int64_t>(part.rows.size());
-      bool consecutive = true;
-      for (int64_t i = 0; i < count; ++i) {
-        OP_REQUIRES(context, part.rows[i] < rows && !covered[part.rows[i]],
-                    errors::InvalidArgument("a queued batch fills row ",
-                                            part.rows[i], " twice or past ",
-                                            rows));
-        covered[part.rows[i]] = 1;
-        consecutive = consecutive && part.rows[i] == part.rows[0] + i;
-      }
-      if (count == 0) continue;
-      std::vector<uint8_t> scratch;
-      uint8_t* to = out + part.rows[0] * row_bytes;
-      uint8_t* next_to = next_out + part.rows[0] * row_bytes;
-      if (!consecutive) {
-        scratch.resize(2 * count * row_bytes);
-        to = scratch.data();
-        next_to = to + count * row_bytes;
-      }
-      OP_REQUIRES(context, Decode(blocks, frame_bytes, item, stack, part,
-                                  to, next_to),
-                  errors::DataLoss("a shipped frame block does not decode "
-                                   "or is missing"));
-      for (int64_t i = 0; !consecutive && i < count; ++i) {
-        std::memcpy(out + part.rows[i] * row_bytes, to + i * row_bytes,
-                    row_bytes);
-        std::memcpy(next_out + part.rows[i] * row_bytes,
-                    next_to + i * row_bytes, row_bytes);
-      }
-    }
-    for (int64_t row = 0; row < rows; ++row) {
-      OP_REQUIRES(context, covered[row],
-                  errors::InvalidArgument("a queued batch lacks the states "
-                                          "of row ", row));
-    }
-  }
-
-  // FillShippedStates of `part`'s rows into `states` and `next_states`.
-  static bool Decode(const ShippedBlocks& blocks, int64_t frame_bytes,
-                     int64_t item, int64_t stack, const StatePart& part,
-                     uint8_t* states, uint8_t* next_states) {
-    std::vector<uint64_t> addresses(blocks.numbers.size());
-    const uint8_t* next = blocks.payload.data();
-    for (size_t j = 0; j < addresses.size(); ++j) {
-      addresses[j] =
-          blocks.sizes[j] == 0 ? 0 : reinterpret_cast<uintptr_t>(next);
-      next += blocks.sizes[j];
-    }
-    FrameStore store;
-    store.capacity = blocks.capacity;
-    store.frame_bytes = frame_bytes;
-    store.block_frames = blocks.block_frames;
-    store.addresses = addresses.data();
-    store.sizes = blocks.sizes.data();
-    store.open_block = &blocks.open_block;
-    store.open_frames = blocks.open_frames.data();
-    store.numbers = blocks.numbers.data();
-    store.listed = static_cast<int64_t>(blocks.numbers.size());
-    return FillShippedStates(store, frame_bytes / item, item, stack,
-                             part.ends.data(), part.next_ends.data(),
-                             static_cast<int64_t>(part.rows.size()), states,
-                             next_states);
+    bool decoded = true;
+    const std::string error = FillQueuedStates(
+        batch, rows, states->TotalBytes() / rows, stack, item,
+        static_cast<uint8_t*>(states->data()),
+        static_cast<uint8_t*>(next_states->data()), &decoded);
+    OP_REQUIRES(context, decoded, errors::DataLoss(error));
+    OP_REQUIRES(context, error.empty(), errors::InvalidArgument(error));
   }
 
   int64_t queue_id_;

@@ -19,9 +19,9 @@ as in benchmarks/timing.py, times:
    64) gives its add rate.
 2. **Staged learner step**: `_train_step()` of configs/apex_cartpole.gin's
    Rainbow learner (B=128, staging, training every step) over its 2-shard
-   memory with the config's fetch-ahead (`prefetch`, `batches_per_call`)
-   and without it, and over the agent's single in-process memory, all
-   holding the same CartPole transitions.
+   memory with and without the config's fetch-ahead (native queue), with
+   it through `tf.numpy_function`, and over the agent's single in-process
+   memory, all holding the same CartPole transitions.
 3. **Actors**: total environment steps per second of 1 and 2 Ape-X `Actor`s
    (Ray actors acting with configs/rainbow_cartpole.gin's network on
    CartPole-v1, writing to a 2-shard memory), against the single-process
@@ -214,8 +214,9 @@ def _add(writer: Any, stream: _Stream) -> Callable[[], None]:
 
 
 # Memories of the staged learner step: the agent's own single memory, and
-# apex_cartpole.gin's sharded memory without and with its fetch-ahead.
-STEP_MEMORIES = (SINGLE, 'no fetch-ahead', 'fetch-ahead')
+# apex_cartpole.gin's sharded memory without and with its fetch-ahead (the
+# dequeue op), and with it through tf.numpy_function (no native ops).
+STEP_MEMORIES = (SINGLE, 'no fetch-ahead', 'fetch-ahead', 'py_func')
 
 
 def _agent_stream(stream: _Stream) -> Callable[[int], Tuple[Any, ...]]:
@@ -252,6 +253,7 @@ def _learner(memory: str, capacity: int, stream: _Stream) -> Any:
       SINGLE: ['WrappedPrioritizedReplayBuffer.wrapped_memory = None'],
       'no fetch-ahead': ['ShardedPrioritizedReplayBuffer.prefetch = 0'],
       'fetch-ahead': [],
+      'py_func': ['WrappedPrioritizedReplayBuffer.use_native_ops = False'],
   }[memory]
   gin.parse_config_files_and_bindings([_APEX_CARTPOLE_GIN], bindings + [
       f'ShardedPrioritizedReplayBuffer.num_cpus_per_shard = {_CPUS_PER_SHARD}',
@@ -644,7 +646,8 @@ def _step_lines(results: Mapping[str, Any]) -> List[str]:
   steps = results['steps']
   prefetch, per_call = steps['fetch-ahead settings']
   headers = ['learner step, ms', SINGLE, '2 shards, no fetch-ahead',
-             f'2 shards, fetch-ahead ({prefetch}, {per_call} per call)']
+             f'2 shards, fetch-ahead ({prefetch}, {per_call} per call)',
+             '2 shards, fetch-ahead, tf.numpy_function']
   single = steps[SINGLE]
   rows = [['Rainbow, apex_cartpole.gin'] + [
       f'{steps[name]:.3f} ({steps[name] / single:.2f}x)'
@@ -744,7 +747,9 @@ def format_section(results: Mapping[str, Any]) -> str:
       '`RainbowAgent` training on every step, B=128, staging on) over its '
       'sharded memory (2 shards) with the fetch-ahead the config sets '
       '(`prefetch`, `batches_per_call`) and without it (`prefetch=0`: '
-      'every batch is drawn when asked for), and over the single in-process '
+      'every batch is drawn when asked for), both through the native '
+      'batch queue, with the fetch-ahead through `tf.numpy_function` '
+      '(`use_native_ops=False`), and over the single in-process '
       'memory; every memory holds the same '
       f'{common.log2_name(results["capacity"])} CartPole transitions. '
       'Median milliseconds per `_train_step()` (its session: the '

@@ -2,11 +2,13 @@
 """A shard's batch with its frames still compressed (issue 33, item 4).
 
 A shard whose memory stores compressed frames (`frame_blocks`) answers a
-batch with `pack_batch`: every element but the two states, and in place
-of the states a `ShippedFrames`, the stored LZ4 blocks that the batch's
-stacks read, as they are stored (no decoding or compressing on the
-shard), the open block raw, and where each stack ends. The learner fills
-the states from it with `fill_states`: in native code
+batch with `pack_batch`, the memory's ``sample_transition_batch(...,
+ship_frames=True)``: every element but the two states, and in place of
+the states a `ShippedFrames` (replay_memory/memory/shipped_frames.py),
+the stored LZ4 blocks that the batch's stacks read, as they are stored
+(no decoding or compressing on the shard), the open block raw, and where
+each stack ends. The learner fills the states from it with `fill_states`:
+in native code
 (`fill_shipped_states` of the extension: batch.h's FillStates over the
 shipped blocks), or with NumPy where the extension does not build. Why
 blocks rather than the batch's frames compressed anew, and the bytes:
@@ -21,111 +23,28 @@ import numpy as np
 
 from dopamine_per.native import build
 from dopamine_per.native import extension
-from dopamine_per.replay_memory.memory import batch_plan
 from dopamine_per.replay_memory.memory import frame_blocks
-from dopamine_per.replay_memory.memory import sampling
+from dopamine_per.replay_memory.memory import shipped_frames
 
 __all__ = ['ShippedFrames', 'fill_states', 'pack_batch', 'ships_frames',
            'unpacked_states']
 
 
-class ShippedFrames(object):
-  """The frames of a batch's states, as a shard stores them.
-
-  Attributes:
-    capacity: int, the shard memory's slots.
-    block_frames: int, slots per block.
-    stack: int, frames per state.
-    frame_shape: tuple, one frame's shape; dtype: its np.dtype.
-    numbers: int64 [n], the stored or empty blocks the stacks read,
-      increasing (the open block aside).
-    sizes: int64 [n], each block's LZ4 bytes (0: never stored, zeros).
-    payload: uint8 [sum(sizes)], the blocks' LZ4 bytes, in order.
-    open_block: int, the open block if the stacks read it, else -1.
-    open_frames: [block_frames, *frame_shape], its frames (zeros if none).
-    ends, next_ends: int64 [batch], the slots each state and next state
-      end at.
-  """
-
-  def __init__(self, frames: Any, stack: int, ends: np.ndarray,
-               next_ends: np.ndarray):
-    """Takes what the stacks ending at `ends` and `next_ends` read.
-
-    Args:
-      frames: frame_blocks.CompressedFrames, the memory's frames.
-      stack: int, frames per state.
-      ends, next_ends: int64 arrays [batch] of slots.
-    """
-    self.capacity, self.block_frames = len(frames), frames.block_frames
-    self.stack, self.frame_shape = int(stack), tuple(frames.shape[1:])
-    self.dtype = frames.dtype
-    self.ends = np.ascontiguousarray(ends, dtype=np.int64)
-    self.next_ends = np.ascontiguousarray(next_ends, dtype=np.int64)
-    read = (np.concatenate([self.ends, self.next_ends])[:, None] +
-            np.arange(1 - self.stack, 1)) % self.capacity
-    blocks = np.unique(read // self.block_frames)
-    open_block = int(frames.open_block[0])
-    self.open_block = open_block if open_block in blocks else -1
-    self.open_frames = (frames.open_frames.copy() if self.open_block >= 0
-                        else np.zeros_like(frames.open_frames))
-    self.numbers = blocks[blocks != open_block].astype(np.int64)
-    self.sizes = frames.sizes[self.numbers].astype(np.int64)
-    self.payload = np.frombuffer(b''.join(
-        frames.payload(int(k)) or b'' for k in self.numbers), np.uint8)
-
-  @property
-  def nbytes(self) -> int:
-    """The bytes of its arrays: what it costs on the wire, besides ~1 KB
-    of pickled attributes."""
-    return sum(array.nbytes for array in (
-        self.numbers, self.sizes, self.payload, self.open_frames, self.ends,
-        self.next_ends))
-
-  def state_shape(self) -> Tuple[int, ...]:
-    """One state's shape: the frame's, then the stack."""
-    return self.frame_shape + (self.stack,)
+# The class of a batch's shipped frames (replay_memory/memory's).
+ShippedFrames = shipped_frames.ShippedFrames
 
 
 def ships_frames(memory: Any) -> bool:
   """Whether `memory`'s batches go as `pack_batch`es: its frames are
   compressed blocks."""
-  return isinstance(memory.storage.arrays['observation'],
-                    frame_blocks.CompressedFrames)
+  return shipped_frames.compressed(memory.storage)
 
 
 def pack_batch(memory: Any, slots: Any) -> Tuple[Any, ...]:
-  """A memory's batch at `slots`, its states as one `ShippedFrames`.
-
-  The memory's `sample_transition_batch(indices=slots)`, but at the
-  position of ``state`` a ShippedFrames (for both states) and None at
-  ``next_state``'s; no frame is decoded. Uses the memory's own plan and
-  kernels (private to it, in this package): the other elements are
-  exactly the memory's.
-
-  Args:
-    memory: an OutOfGraph(Prioritized)ReplayBuffer with compressed frames.
-    slots: 1-D sequence of valid slots.
-
-  Raises:
-    ValueError: As `sample_transition_batch(indices=slots)`.
-  """
-  # pylint: disable=protected-access
-  with memory._lock:
-    slots = sampling.check_sample_indices(slots, memory._valid_mask,
-                                          memory._invalid_reason)
-    plan = memory._batch_plan(len(slots), states=False)
-    rest = iter(memory._gather(slots, plan))
-    arrays = memory.storage.arrays
-    next_slots = memory._kernels.trajectories(
-        slots, memory.replay_capacity, arrays['terminal'], arrays['reward'],
-        memory.discounts)[0]
-    shipped = ShippedFrames(arrays['observation'], memory.stack_size, slots,
-                            next_slots)
-  # pylint: enable=protected-access
-  layout = memory.get_transition_elements(len(slots))
-  return tuple(shipped if e.name == 'state' else
-               None if e.name == 'next_state' else next(rest)
-               for e in layout)
+  """A memory's batch at `slots`, its states as one `ShippedFrames`:
+  ``memory.sample_transition_batch(indices=slots, ship_frames=True)``
+  (see there; raises as it does)."""
+  return memory.sample_transition_batch(indices=slots, ship_frames=True)
 
 
 def fill_states(shipped: ShippedFrames, states: np.ndarray,

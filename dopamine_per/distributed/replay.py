@@ -23,8 +23,10 @@ import gin
 import numpy as np
 import ray
 
+from dopamine_per.native import batch_queue
 from dopamine_per.distributed import frame_shipping
 from dopamine_per.distributed import locking
+from dopamine_per.distributed import native_feed
 from dopamine_per.distributed import placement
 from dopamine_per.distributed import prefetch as prefetch_lib
 from dopamine_per.distributed import shard as shard_lib
@@ -223,9 +225,11 @@ class ShardedPrioritizedReplayBuffer(object):
         self.num_shards, self.shard_capacity, self._call_each)
     self._writer0 = self.writer(0)
     self._prefetcher = None
+    self._feeder = None
+    self._prefetch_depth = -(-prefetch // self._batches_per_call)
     if prefetch:
       self._prefetcher = prefetch_lib.BatchPrefetcher(
-          self._sample_ahead, -(-prefetch // self._batches_per_call),
+          self._sample_ahead, self._prefetch_depth,
           name='sharded_replay_prefetch')
     self._wait_for_shards(start_timeout_s, num_cpus_per_shard)
 
@@ -295,6 +299,7 @@ class ShardedPrioritizedReplayBuffer(object):
   @locking.synchronized('_priority_lock')
   def _wait_for_priorities(self) -> None:
     """Sends the queued priority updates and waits for all in flight."""
+    self._take_native_priorities()
     for k in list(self._queued_priorities):
       self._send_priorities(k)
     pending, self._pending_priorities = self._pending_priorities, {}
@@ -305,6 +310,7 @@ class ShardedPrioritizedReplayBuffer(object):
   def _take_queued(self, shard: int
                   ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Empties a shard's queue: (slots, priorities) in order, or Nones."""
+    self._take_native_priorities()
     queued = self._queued_priorities.pop(shard, None)
     if not queued:
       return None, None
@@ -596,19 +602,52 @@ class ShardedPrioritizedReplayBuffer(object):
   def _assemble(self, batch_size: int, indices: np.ndarray,
                 pieces: List[Tuple[np.ndarray, Tuple[Any, ...]]]
                ) -> Tuple[np.ndarray, ...]:
-    """Puts the shards' batches back in the batch's order."""
-    elements = self.get_transition_elements(batch_size)
-    out = [np.empty(e.shape, dtype=e.type) for e in elements]
-    for positions, batch in pieces:
-      for array, values in zip(out, batch):
-        if isinstance(values, frame_shipping.ShippedFrames):
-          _fill_shipped(values, positions, *self._state_arrays(out))
-        elif values is not None:  # None: a next state shipped with it.
-          array[positions] = values
-    for array, element in zip(out, elements):
-      if element.name == 'indices':
-        array[:] = indices
+    """Puts the shards' batches back in the batch's order, states filled."""
+    out, shipped = native_feed.place_pieces(
+        self.get_transition_elements(batch_size), indices, pieces)
+    for frames, positions in shipped:
+      _fill_shipped(frames, positions, *self._state_arrays(out))
     return tuple(out)
+
+  @locking.synchronized('_lock')
+  def _draw_ready(self, batches: int, fresh: bool
+                 ) -> List[native_feed.Ready]:
+    """`batches` default-size batches for the native queue (its feeder)."""
+    batch_size = self._batch_size
+    indices, pieces = self._draw(batch_size, True, batches, fresh=fresh)
+    return native_feed.ready_batches(
+        self.get_transition_elements(batch_size * batches), batch_size,
+        batches, indices, pieces)
+
+  def native_batch_queue(self) -> batch_queue.BatchQueue:
+    """The native queue the learner's dequeue op samples from.
+
+    Made, with its feeding thread (`native_feed.NativeFeeder`), on the
+    first call; the thread samples once an op waits on the queue. With
+    `prefetch`, it then keeps ceil(prefetch / batches_per_call) draws of
+    `batches_per_call` default-size batches queued, as the fetch-ahead;
+    without, it draws one batch per op, over masses asked for then. The
+    priority updates `native_ops.queue_priorities` leaves in the queue are
+    taken, in order with `set_priority`'s, before each draw or read. See
+    docs/distributed.md#the-native-batch-queue.
+
+    Raises:
+      dopamine_per.native.build.NativeBuildError: If the core library
+        cannot be built.
+      RuntimeError: If the memory is closed.
+    """
+    with self._lock:
+      self._check_open()
+      if self._feeder is None:
+        ahead = self._prefetch_depth > 0
+        queue = batch_queue.BatchQueue(
+            max(1, self._prefetch_depth) * self._batches_per_call)
+        self._feeder = native_feed.NativeFeeder(
+            functools.partial(self._draw_ready,
+                              self._batches_per_call if ahead else 1,
+                              not ahead), queue, ahead)
+      self._feeder.start()
+      return self._feeder.queue
 
   def _state_arrays(self, out: List[np.ndarray]
                    ) -> Tuple[np.ndarray, np.ndarray]:
@@ -649,13 +688,28 @@ class ShardedPrioritizedReplayBuffer(object):
               np.shape(priorities), indices.shape))
     priorities = validation.check_priorities(
         priorities, indices.shape, 'priorities', np.float32).ravel()
-    indices = indices.ravel().astype(np.int64)
+    self._take_native_priorities()  # Queued before this call.
+    self._queue_priorities(indices.ravel().astype(np.int64), priorities)
+
+  @locking.synchronized('_priority_lock')
+  def _queue_priorities(self, indices: np.ndarray,
+                        priorities: np.ndarray) -> None:
+    """Queues checked updates (global indices) by shard."""
     for k, where in self._split(indices).items():
       queued = self._queued_priorities.setdefault(k, [])
       queued.append((indices[where] - k * self.shard_capacity,
                      priorities[where]))
       if len(queued) >= _MAX_QUEUED_UPDATES:
         self._send_priorities(k)
+
+  @locking.synchronized('_priority_lock')
+  def _take_native_priorities(self) -> None:
+    """Queues the updates the native priority op left in the batch queue
+    (`native_ops.queue_priorities`), in their order."""
+    if self._feeder is not None:
+      indices, priorities = self._feeder.queue.take_priorities()
+      if len(indices):
+        self._queue_priorities(indices, priorities)
 
   @locking.synchronized('_lock')
   def get_priority(self, indices: Any) -> np.ndarray:
@@ -719,12 +773,16 @@ class ShardedPrioritizedReplayBuffer(object):
     self._masses = None
     if self._prefetcher is not None:
       self._prefetcher.discard()  # Batches of the memory before the load.
+    if self._feeder is not None:
+      self._feeder.discard()
 
   def close(self) -> None:
     """Stops prefetching, flushes stream 0, kills the shards (idempotent)."""
+    # Before taking the lock: their threads may be waiting for it.
     if self._prefetcher is not None:
-      # Before taking the lock: the prefetcher's thread may be waiting for it.
       self._prefetcher.close()
+    if self._feeder is not None:
+      self._feeder.close()
     self._close_shards()
 
   @locking.synchronized('_lock')

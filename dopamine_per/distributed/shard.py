@@ -17,7 +17,6 @@ from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
 
 import numpy as np
 
-from dopamine_per.distributed import frame_shipping
 from dopamine_per.file_io import atomic_files
 from dopamine_per.file_io import transaction
 from dopamine_per.replay_memory import prioritized_replay_buffer
@@ -250,10 +249,9 @@ class ReplayShard(object):
 
   def _transitions(self, slots: np.ndarray) -> Tuple[Any, ...]:
     """`sample_transition_batch(indices=slots)`; with compressed frames,
-    its states left compressed (`frame_shipping.pack_batch`)."""
-    if frame_shipping.ships_frames(self.memory):
-      return frame_shipping.pack_batch(self.memory, slots)
-    return self.memory.sample_transition_batch(indices=slots)
+    its states left compressed (`ship_frames`: a ShippedFrames)."""
+    return self.memory.sample_transition_batch(indices=slots,
+                                               ship_frames=True)
 
   # ----------------------------------------------------------- priorities
 

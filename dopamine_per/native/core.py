@@ -28,6 +28,25 @@ _SIGNATURES = {
     'per_memory_sampler_state': (_I, [_P, ctypes.c_char_p, _I]),
     'per_memory_set_sampler_state': (ctypes.c_int,
                                      [_P, ctypes.c_char_p, ctypes.c_int]),
+    # Batch queues (batch_queue.py).
+    'per_queue_create': (_I, [ctypes.POINTER(_P), ctypes.c_uint64, _I]),
+    'per_queue_destroy': (None, [_I, _P]),
+    'per_queue_release': (None, [_P]),
+    'per_queue_count': (_I, []),
+    'per_queue_push': (ctypes.c_int, [_P, _P, _I, _D]),
+    'per_queue_clear': (_I, [_P]),
+    'per_queue_close': (None, [_P]),
+    'per_queue_size': (_I, [_P]),
+    'per_queue_generation': (_I, [_P]),
+    'per_queue_wait_wanted': (ctypes.c_int, [_P, _D]),
+    'per_queue_pending_priorities': (_I, [_P]),
+    'per_queue_take_priorities': (_I, [_P, _P, _P, _I]),
+    'per_batch_create': (_P, [_I, ctypes.c_int, ctypes.c_char_p]),
+    'per_batch_release': (None, [_P]),
+    'per_batch_set_element': (ctypes.c_int, [_P, _I, _P, _I]),
+    'per_blocks_create': (_P, [_P, _I, _P, _P, _I, _I, _P, _I, _I, _I]),
+    'per_blocks_release': (None, [_P]),
+    'per_batch_add_part': (ctypes.c_int, [_P, _P, _P, _P, _P, _I, _I]),
 }
 
 

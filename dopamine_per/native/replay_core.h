@@ -8,6 +8,7 @@
 #define DOPAMINE_PER_NATIVE_REPLAY_CORE_H_
 
 #include "batch.h"
+#include "batch_queue.h"
 #include "frames.h"
 #include "lz4_block.h"
 #include "memory.h"

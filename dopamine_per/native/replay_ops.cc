@@ -1,5 +1,6 @@
 // TensorFlow ops on a registered replay memory: sample a batch, gather the
-// transitions at given slots, set and get priorities, read the total. Each
+// transitions at given slots, set and get priorities, read the total; and
+// the op taking a sharded memory's ready batch off its queue. Each
 // op finds its memory in the core library's registry and works under the
 // memory's locks, Python's. Bad input is an InvalidArgument error naming
 // it, and changes nothing; a memory that cannot be sampled is a
@@ -239,12 +240,50 @@ const char* PriorityDtypeName(double smallest) {
 // The error for a priority that is neither 0 nor in [m.smallest,
 // m.largest]: the very text of `set_priority`'s ValueError
 // (validation._range_error), so that both paths say the same.
-absl::Status PriorityOutOfRange(const Memory& m, double value) {
+absl::Status PriorityOutOfRange(double smallest, double largest,
+                                double value) {
   return errors::InvalidArgument(
       "priorities should be nonnegative and finite: 0 or in [",
-      PythonRepr(m.smallest), ", ", PythonRepr(m.largest),
-      "] (the positive range of ", PriorityDtypeName(m.smallest), "). Got ",
+      PythonRepr(smallest), ", ", PythonRepr(largest),
+      "] (the positive range of ", PriorityDtypeName(smallest), "). Got ",
       PythonRepr(value));
+}
+
+// Reads a priority update's inputs 0 (indices, an array) and 1 (priorities
+// of its shape, or a scalar), checked against [0, capacity) and [smallest,
+// largest] (or 0). Call with subnormals kept (see SetPriorityOp).
+absl::Status ReadPriorityUpdate(OpKernelContext* context, int64_t capacity,
+                                double smallest, double largest,
+                                std::vector<int64_t>* indices,
+                                std::vector<double>* values) {
+  const Tensor& indices_tensor = context->input(0);
+  const Tensor& priorities_tensor = context->input(1);
+  if (priorities_tensor.shape() != indices_tensor.shape() &&
+      priorities_tensor.dims() != 0) {
+    return errors::InvalidArgument(
+        "priorities of shape ", priorities_tensor.shape().DebugString(),
+        " do not match indices of shape ",
+        indices_tensor.shape().DebugString(), "; nothing was written");
+  }
+  if (indices_tensor.dims() < 1) {
+    return errors::InvalidArgument(
+        "indices must be an array, not a scalar (as set_priority's)");
+  }
+  *indices = IndicesOf(indices_tensor);
+  values->resize(indices->size());
+  for (size_t i = 0; i < values->size(); ++i) {
+    const size_t j = priorities_tensor.dims() == 0 ? 0 : i;
+    (*values)[i] = priorities_tensor.dtype() == ::tensorflow::DT_FLOAT
+                       ? priorities_tensor.flat<float>()(j)
+                       : priorities_tensor.flat<double>()(j);
+  }
+  TF_RETURN_IF_ERROR(CheckRange(*indices, capacity));
+  for (const double value : *values) {
+    if (value != 0.0 && !(value >= smallest && value <= largest)) {
+      return PriorityOutOfRange(smallest, largest, value);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Writes the priorities at `indices` (valid leaves) to `out` as float32,
@@ -431,6 +470,197 @@ REGISTER_KERNEL_BUILDER(
     Name("DopaminePerTransitionsAt").Device(::tensorflow::DEVICE_CPU),
     TransitionsOp);
 
+// ----------------------------------------------------------- batch queue
+
+REGISTER_OP("DopaminePerDequeueBatch")
+    .Attr("queue_id: int")
+    .Attr("queue_token: int")
+    .Attr("state_outputs: list(int)")
+    .Attr("timeout_s: float")
+    .Attr("Tout: list(type)")
+    .Attr("output_shapes: list(shape)")
+    .Output("transition: Tout")
+    .SetIsStateful()
+    .SetShapeFn(OutputShapesFromAttr)
+    .Doc("Takes a ready batch off a dopamine_per batch queue.");
+
+// Takes the oldest batch of a registered BatchQueue (waiting up to
+// timeout_s for one) into its outputs; fills the states (outputs
+// state_outputs[0] and [1]) of rows whose shard shipped compressed blocks
+// by decoding those (FillShippedStates). A queued error is raised as is.
+class DequeueBatchOp : public OpKernel {
+ public:
+  explicit DequeueBatchOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("queue_id", &queue_id_));
+    int64_t token = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("queue_token", &token));
+    queue_token_ = static_cast<uint64_t>(token);
+    OP_REQUIRES_OK(context, context->GetAttr("state_outputs", &states_));
+    OP_REQUIRES_OK(context, context->GetAttr("timeout_s", &timeout_s_));
+    OP_REQUIRES_OK(context, context->GetAttr("Tout", &types_));
+    std::vector<PartialTensorShape> shapes;
+    OP_REQUIRES_OK(context, context->GetAttr("output_shapes", &shapes));
+    OP_REQUIRES(context, shapes.size() == types_.size() && states_.size() == 2,
+                errors::InvalidArgument("output_shapes and Tout differ in "
+                                        "length, or state_outputs is not 2"));
+    for (const PartialTensorShape& partial : shapes) {
+      TensorShape shape;
+      OP_REQUIRES(context, partial.AsTensorShape(&shape) && shape.dims() >= 1,
+                  errors::InvalidArgument("output_shapes must be fully known "
+                                          "with a batch dimension, got ",
+                                          partial.DebugString()));
+      shapes_.push_back(shape);
+    }
+    for (const int64_t state : states_) {
+      OP_REQUIRES(context,
+                  state >= -1 && state < static_cast<int64_t>(shapes_.size()),
+                  errors::InvalidArgument("state_outputs out of range"));
+    }
+  }
+
+  void Compute(OpKernelContext* context) override {
+    bool foreign = false;
+    std::shared_ptr<BatchQueue> queue =
+        FindQueue(queue_id_, queue_token_, &foreign);
+    OP_REQUIRES(context, !foreign,
+                errors::InvalidArgument(
+                    "dopamine_per batch queue ", queue_id_, " of this op is "
+                    "not in this process: build the replay ops anew"));
+    OP_REQUIRES(context, queue != nullptr, Closed());
+    PopStatus status;
+    std::unique_ptr<ReadyBatch> batch = queue->Pop(timeout_s_, &status);
+    OP_REQUIRES(context, status != PopStatus::kClosed, Closed());
+    OP_REQUIRES(context, status != PopStatus::kTimedOut,
+                absl::DeadlineExceededError(absl::StrCat(
+                    "no replay batch was ready within ", timeout_s_,
+                    " s (the sharded memory's fetch-ahead thread did not "
+                    "deliver)")));
+    OP_REQUIRES(context, batch->error_code == 0,
+                absl::Status(static_cast<absl::StatusCode>(batch->error_code),
+                             batch->error));
+    OP_REQUIRES(context, batch->elements.size() == shapes_.size(),
+                errors::InvalidArgument("a queued batch has ",
+                                        batch->elements.size(),
+                                        " elements, the op ", shapes_.size()));
+    std::vector<Tensor*> outputs(shapes_.size(), nullptr);
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      OP_REQUIRES_OK(context,
+                     context->allocate_output(i, shapes_[i], &outputs[i]));
+      const std::vector<uint8_t>& bytes = batch->elements[i];
+      if (bytes.empty() && IsState(i) && !batch->parts.empty()) continue;
+      OP_REQUIRES(context, bytes.size() == outputs[i]->TotalBytes(),
+                  errors::InvalidArgument(
+                      "element ", i, " of a queued batch has ", bytes.size(),
+                      " bytes, the op's output ", outputs[i]->TotalBytes()));
+      std::memcpy(outputs[i]->data(), bytes.data(), bytes.size());
+    }
+    if (batch->parts.empty()) return;
+    OP_REQUIRES(context, states_[0] >= 0 && states_[1] >= 0,
+                errors::InvalidArgument("a queued batch ships states, but the "
+                                        "op has no state outputs"));
+    FillParts(context, *batch, outputs[states_[0]], outputs[states_[1]]);
+  }
+
+ private:
+  static absl::Status Closed() {
+    return errors::FailedPrecondition(
+        "the sharded replay memory's batch queue is closed");
+  }
+
+  bool IsState(size_t i) const {
+    return static_cast<int64_t>(i) == states_[0] ||
+           static_cast<int64_t>(i) == states_[1];
+  }
+
+  // Fills the rows of every part of `batch` into `states`, `next_states`
+  // ([batch, *frame, stack] each) with FillQueuedStates.
+  void FillParts(OpKernelContext* context, const ReadyBatch& batch,
+                 Tensor* states, Tensor* next_states) {
+    const int64_t rows = states->dim_size(0);
+    const int64_t stack = states->dim_size(states->dims() - 1);
+    const int64_t item = ::tensorflow::DataTypeSize(states->dtype());
+    OP_REQUIRES(context, rows > 0 && stack > 0 && item > 0 &&
+                             states->shape() == next_states->shape(),
+                errors::InvalidArgument("unusable state outputs"));
+    bool decoded = true;
+    const std::string error = FillQueuedStates(
+        batch, rows, states->TotalBytes() / rows, stack, item,
+        static_cast<uint8_t*>(states->data()),
+        static_cast<uint8_t*>(next_states->data()), &decoded);
+    OP_REQUIRES(context, decoded, errors::DataLoss(error));
+    OP_REQUIRES(context, error.empty(), errors::InvalidArgument(error));
+  }
+
+  int64_t queue_id_;
+  uint64_t queue_token_;
+  std::vector<int64_t> states_;
+  float timeout_s_;
+  std::vector<DataType> types_;
+  std::vector<TensorShape> shapes_;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerDequeueBatch").Device(::tensorflow::DEVICE_CPU),
+    DequeueBatchOp);
+
+REGISTER_OP("DopaminePerQueuePriorities")
+    .Input("indices: Tindices")
+    .Input("priorities: Tpriorities")
+    .Attr("queue_id: int")
+    .Attr("queue_token: int")
+    .Attr("capacity: int >= 1")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("Tpriorities: {float, double}")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Queues priority updates of a dopamine_per sharded memory.");
+
+// Checks a priority update of a sharded memory of `capacity` global slots
+// (float32 priorities, as its set_priority) and appends it to its batch
+// queue's updates, which the memory sends with its next draw.
+class QueuePrioritiesOp : public OpKernel {
+ public:
+  explicit QueuePrioritiesOp(OpKernelConstruction* context)
+      : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("queue_id", &queue_id_));
+    int64_t token = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("queue_token", &token));
+    queue_token_ = static_cast<uint64_t>(token);
+    OP_REQUIRES_OK(context, context->GetAttr("capacity", &capacity_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
+    std::vector<int64_t> indices;
+    std::vector<double> values;
+    // float32's bounds as validation.priority_bounds gives them: the
+    // largest as NumPy prints it, which rounds to float32's largest.
+    OP_REQUIRES_OK(context, ReadPriorityUpdate(
+                                context, capacity_,
+                                std::numeric_limits<float>::denorm_min(),
+                                3.4028235e38, &indices, &values));
+    bool foreign = false;
+    std::shared_ptr<BatchQueue> queue =
+        FindQueue(queue_id_, queue_token_, &foreign);
+    OP_REQUIRES(context, queue != nullptr && !foreign,
+                errors::FailedPrecondition(
+                    "the sharded replay memory's batch queue ", queue_id_,
+                    " is closed or not in this process"));
+    OP_REQUIRES(context, queue->AddPriorities(indices, values),
+                errors::FailedPrecondition(
+                    "the sharded replay memory's batch queue is closed"));
+  }
+
+ private:
+  int64_t queue_id_;
+  uint64_t queue_token_;
+  int64_t capacity_;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerQueuePriorities").Device(::tensorflow::DEVICE_CPU),
+    QueuePrioritiesOp);
+
 // ------------------------------------------------------------- priorities
 
 class SetPriorityOp : public MemoryOp {
@@ -443,40 +673,16 @@ class SetPriorityOp : public MemoryOp {
     // and a float64 subnormal (below float32's range) would compare equal
     // to 0 and be written. Priorities are read and checked as they are.
     ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
-    const Tensor& indices_tensor = context->input(0);
-    const Tensor& priorities_tensor = context->input(1);
-    OP_REQUIRES(context,
-                priorities_tensor.shape() == indices_tensor.shape() ||
-                    priorities_tensor.dims() == 0,
-                errors::InvalidArgument(
-                    "priorities of shape ",
-                    priorities_tensor.shape().DebugString(),
-                    " do not match indices of shape ",
-                    indices_tensor.shape().DebugString(),
-                    "; nothing was written"));
-    OP_REQUIRES(context, indices_tensor.dims() >= 1,
-                errors::InvalidArgument(
-                    "indices must be an array, not a scalar (as "
-                    "set_priority's)"));
-    const std::vector<int64_t> indices = IndicesOf(indices_tensor);
-    std::vector<double> values(indices.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      const size_t j = priorities_tensor.dims() == 0 ? 0 : i;
-      values[i] = priorities_tensor.dtype() == ::tensorflow::DT_FLOAT
-                      ? priorities_tensor.flat<float>()(j)
-                      : priorities_tensor.flat<double>()(j);
-    }
     std::shared_ptr<Memory> memory = Find(context);
     if (memory == nullptr) return;
     std::lock_guard<std::timed_mutex> lock(memory->tree_mutex);
     if (!Usable(context, *memory, true)) return;
     Memory& m = *memory;
-    OP_REQUIRES_OK(context, CheckRange(indices, m.capacity));
-    for (const double value : values) {
-      OP_REQUIRES(context,
-                  value == 0.0 || (value >= m.smallest && value <= m.largest),
-                  PriorityOutOfRange(m, value));
-    }
+    std::vector<int64_t> indices;
+    std::vector<double> values;
+    OP_REQUIRES_OK(context, ReadPriorityUpdate(context, m.capacity,
+                                               m.smallest, m.largest,
+                                               &indices, &values));
     if (indices.empty()) return;
     double written_max = 0.0;
     m.tree_scalars[0] = WriteLeaves(m.tree, indices.data(), values.data(),

@@ -32,6 +32,7 @@ from dopamine_per.replay_memory.kernels import choice
 from dopamine_per.replay_memory.memory import add_checks
 from dopamine_per.replay_memory.memory import batch_plan
 from dopamine_per.replay_memory.memory import sampling
+from dopamine_per.replay_memory.memory import shipped_frames
 from dopamine_per.replay_memory.memory import storage
 from dopamine_per.replay_memory.memory import validation
 
@@ -198,7 +199,7 @@ class OutOfGraphReplayBuffer(object):
     # The native sampler, or None; False until decided (_native_sampler).
     self._sampler = False
     # Batch plans by batch size (see _batch_plan).
-    self._batch_plans = {}
+    self._batch_plans = batch_plan.PlanCache()
     # Memory for sampled batches, reused once the caller has dropped them.
     self._stack_buffers = storage.BufferPool()
     self._checkpoints = checkpoints.Checkpoints(self._lock)
@@ -208,12 +209,8 @@ class OutOfGraphReplayBuffer(object):
 
   def _prepare_add(self) -> None:
     """Precomputes the per-argument checks and padding values of `add`."""
-    signature = self.get_add_args_signature()
-    self._add_specs = [add_checks.AddSpec(e.name, e.shape, e.type)
-                       for e in signature]
-    self._padding_values = [
-        np.zeros(spec.shape, dtype=spec.dtype) if spec.shape else
-        spec.dtype.type(0) for spec in self._add_specs]
+    self._add_specs, self._padding_values = add_checks.specs_and_padding(
+        self.get_add_args_signature())
     # A subclass's override of Dopamine's `_check_add_types` hook, or None.
     overridden = (type(self)._check_add_types is not
                   OutOfGraphReplayBuffer._check_add_types)
@@ -571,7 +568,8 @@ class OutOfGraphReplayBuffer(object):
       return self._sample_indices(batch_size)
 
   def sample_transition_batch(self, batch_size: Optional[int] = None,
-                              indices: Any = None) -> Tuple[np.ndarray, ...]:
+                              indices: Any = None, ship_frames: bool = False
+                             ) -> Tuple[Any, ...]:
     """Returns a batch of transitions.
 
     Elements follow `get_transition_elements`. ``reward`` is the n-step
@@ -585,9 +583,13 @@ class OutOfGraphReplayBuffer(object):
       batch_size: int, or None for the buffer's batch size (or the number of
         `indices` when given).
       indices: None to sample, or a sequence of valid slots.
+      ship_frames: bool; if the frames are stored compressed, the batch's
+        states stay the blocks they read (`shipped_frames.shipped_batch`:
+        a ShippedFrames at ``state``, None at ``next_state``), nothing
+        decoded; a memory of raw frames returns its usual batch.
 
     Returns:
-      tuple of np.ndarray, one per transition element.
+      tuple of np.ndarray, one per transition element (see ship_frames).
 
     Raises:
       ValueError: If an index is not an integer, out of range or not a valid
@@ -598,10 +600,11 @@ class OutOfGraphReplayBuffer(object):
     """
     if indices is None and batch_size is not None:
       batch_size = validation.check_int('batch_size', batch_size, 1)
+    ship_frames = ship_frames and shipped_frames.compressed(self._storage)
     with self._lock:
       if indices is None:
         batch_size = self._batch_size if batch_size is None else batch_size
-        batch = self._native_batch(batch_size)
+        batch = None if ship_frames else self._native_batch(batch_size)
         if batch is not None:
           return batch
         indices = self._sample_indices(batch_size)
@@ -609,6 +612,10 @@ class OutOfGraphReplayBuffer(object):
         indices = sampling.check_sample_indices(indices, self._valid_mask,
                                                 self._invalid_reason)
         batch_size = sampling.batch_size_of(indices, batch_size)
+      if ship_frames:  # The states left compressed.
+        return shipped_frames.shipped_batch(
+            self, indices, self._kernels.trajectories,
+            self._gather(indices, self._batch_plan(batch_size, False)))
       return self._gather(indices, self._batch_plan(batch_size))
 
   def _draw_generator(self, count: int) -> Tuple[Any, bool]:
@@ -642,21 +649,12 @@ class OutOfGraphReplayBuffer(object):
 
   def _batch_plan(self, batch_size: int, states: bool = True
                  ) -> batch_plan.BatchPlan:
-    """A batch's plan, without states unless `states`; 16 are cached."""
+    """A batch's plan, without states unless `states` (`PlanCache`)."""
     plan = self._batch_plans.get((batch_size, states))
-    if plan is None:
-      if len(self._batch_plans) >= 16:
-        del self._batch_plans[next(iter(self._batch_plans))]
-      rows = batch_plan.storage_rows(list(self._storage.arrays))
-      rows.update(self._row_elements())
-      plan = self._batch_plans[batch_size, states] = batch_plan.BatchPlan([
-          e for e in self.get_transition_elements(batch_size)
-          if states or e.name not in batch_plan.STATES], rows)
-      sampler = self._native_sampler()
-      if sampler is not None and not plan.own:
-        plan.codes = sampler.batch_codes(native_memory_lib.element_codes(
-            plan.elements, sampler.storage_names))
-    return plan
+    return plan if plan is not None else self._batch_plans.make(
+        batch_size, states, self.get_transition_elements(batch_size),
+        list(self._storage.arrays), self._row_elements(),
+        self._native_sampler())
 
   def _row_elements(self) -> batch_plan.RowElements:
     """Batch elements that are rows of a `_row_sources` array beyond the

@@ -32,9 +32,7 @@ def tearDownModule():  # pylint: disable=invalid-name
 
 def _frame(stream: int, step: int) -> np.ndarray:
   """A frame unlike its neighbours': its stream, step and a gradient."""
-  image = np.arange(np.prod(_SHAPE), dtype=np.uint8).reshape(_SHAPE)
-  image[0, 0], image[0, 1] = stream, step % 256
-  return image + np.uint8(step % 7)
+  return sharded_memories.stream_frame(_SHAPE, stream, step)
 
 
 def _write(memories, stream: int, steps: int) -> None:
@@ -54,13 +52,6 @@ def _stored_blocks(memory):
   return ray.get([handle.stored_frame_blocks.remote()
                   for handle in memory.shard_handles],
                  timeout=fixtures.DEADLINE_S)
-
-
-def _assert_batches_equal(test, first, second):
-  test.assertEqual(len(first), len(second))
-  for a, b in zip(first, second):
-    test.assertEqual(a.dtype, b.dtype)
-    np.testing.assert_array_equal(a, b)
 
 
 class CompressedShardsTest(absltest.TestCase):
@@ -100,12 +91,12 @@ class CompressedShardsTest(absltest.TestCase):
     self.assertTrue(all(count and count >= 5 for count in blocks), blocks)
     indices = plain.sample_index_batch(64)
     self.assertGreater(len(np.unique(indices // 30)), 1)  # Both shards.
-    _assert_batches_equal(
+    sharded_memories.assert_batches_equal(
         self, compressed.sample_transition_batch(indices=indices),
         plain.sample_transition_batch(indices=indices))
     # In any order: a shard's rows of the batch scattered.
     shuffled = np.random.default_rng(0).permutation(indices)
-    _assert_batches_equal(
+    sharded_memories.assert_batches_equal(
         self, compressed.sample_transition_batch(indices=shuffled),
         plain.sample_transition_batch(indices=shuffled))
     # The shards ship their frames compressed: the blocks the stacks read.
@@ -120,7 +111,7 @@ class CompressedShardsTest(absltest.TestCase):
     batch = sharded_memories.as_dict(
         compressed, compressed.sample_transition_batch())
     self.assertTrue(batch['state'].any())
-    _assert_batches_equal(
+    sharded_memories.assert_batches_equal(
         self, plain.sample_transition_batch(indices=batch['indices']),
         compressed.sample_transition_batch(indices=batch['indices']))
 
@@ -146,14 +137,14 @@ class CompressedShardsTest(absltest.TestCase):
     np.testing.assert_array_equal(restored.get_priority(everything),
                                   plain.get_priority(everything))
     indices = plain.sample_index_batch(48)
-    _assert_batches_equal(
+    sharded_memories.assert_batches_equal(
         self, restored.sample_transition_batch(indices=indices),
         plain.sample_transition_batch(indices=indices))
     # Adds go on after the load, in the restored blocks (through a new
     # stream: unfinished episodes are not saved).
     _write([plain, restored], 3, 12)
     indices = plain.sample_index_batch(48)
-    _assert_batches_equal(
+    sharded_memories.assert_batches_equal(
         self, restored.sample_transition_batch(indices=indices),
         plain.sample_transition_batch(indices=indices))
 

@@ -387,7 +387,10 @@ class RainbowFromShardedMemoryTest(absltest.TestCase):
     for _ in range(10):  # The learner's loop: no acting.
       agent._train_step()
     self.assertEqual(agent.training_steps, 10)
-    self.assertGreaterEqual(memory._prefetcher.batches_sampled, 10)
+    # Through the native queue's op, fed by the fetch-ahead's draws.
+    self.assertIn('DopaminePerDequeueBatch',
+                  {op.type for op in agent._sess.graph.get_operations()})
+    self.assertGreaterEqual(memory._feeder.batches_pushed, 10)
     updated = memory.get_priority(every)
     # Losses replaced the initial priority 1 of the trained transitions.
     self.assertGreater(np.sum((updated != 1.0) & (updated != 0.0)), 8)

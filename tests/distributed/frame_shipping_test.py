@@ -67,6 +67,35 @@ class FrameShippingTest(parameterized.TestCase):
     # Fewer bytes than the states, though each block goes whole.
     self.assertLess(shipped.nbytes, want_states[0].nbytes)
 
+  def test_ship_frames_is_the_memorys_public_way(self):
+    plain, compressed = _filled(260)
+    names = [e.name for e in plain.get_transition_elements()]
+    # Sampled (no indices): the draws' states shipped, the rest as sampled.
+    shipped = compressed.sample_transition_batch(ship_frames=True)
+    self.assertIsInstance(shipped[names.index('state')],
+                          frame_shipping.ShippedFrames)
+    indices = shipped[names.index('indices')]
+    expected = plain.sample_transition_batch(indices=indices)
+    for name, got, want in zip(names, shipped, expected):
+      if name not in ('state', 'next_state'):
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    states = frame_shipping.unpacked_states(shipped[names.index('state')])
+    np.testing.assert_array_equal(states[0], expected[names.index('state')])
+    np.testing.assert_array_equal(states[1],
+                                  expected[names.index('next_state')])
+    # Raw frames: the usual batch; off by default.
+    slots = _valid(plain, 9)
+    for got, want in zip(
+        plain.sample_transition_batch(indices=slots, ship_frames=True),
+        plain.sample_transition_batch(indices=slots)):
+      np.testing.assert_array_equal(got, want)
+    self.assertNotIsInstance(
+        compressed.sample_transition_batch(indices=slots)[0],
+        frame_shipping.ShippedFrames)
+    with self.assertRaisesRegex(ValueError, 'not a valid transition'):
+      compressed.sample_transition_batch(
+          indices=[compressed.cursor()], ship_frames=True)
+
   def test_open_block_goes_raw_and_stored_ones_as_stored(self):
     plain, compressed = _filled(70)
     frames = compressed.storage.arrays['observation']

@@ -2,8 +2,9 @@
 
 Runs, in a Python with libasan preloaded and the sanitized libraries
 loaded, normal sampling, priority updates while Python adds (frames stored
-raw, and compressed), and every bad
-input of native_ops_test's BadInputTest; and, in another, the LZ4 codec's
+raw, and compressed), every bad input of native_ops_test's BadInputTest,
+and a batch queue's batches, shipped states, priority updates, errors and
+closing; and, in another, the LZ4 codec's
 round trips and seeded fuzz (tests/native/lz4_cases.py) through the
 sanitized extension module: no sanitizer report, exit 0.
 
@@ -168,6 +169,52 @@ closed.native_memory().close()
 for i in range(12):
   closed.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0)
 assert len(closed.sample_transition_batch()[0]) == 2
+
+# The batch queue: arrays and shipped states (rows scattered), errors,
+# stale and dropped batches, a full queue, closing while an op waits.
+from dopamine_per.native import batch_queue
+shipping = Prioritized((6, 5), 4, 30, 6, update_horizon=3,
+                       compress_observations=True)
+for i in range(41):
+  shipping.add(rng.integers(0, 9, (6, 5), dtype=np.uint8), 0, 1.0,
+               i % 9 == 8, 1.0)
+slots = shipping.sample_index_batch(6)
+expected = shipping.sample_transition_batch(indices=slots)
+batch = shipping.sample_transition_batch(indices=slots, ship_frames=True)
+frames = batch[0]  # The state's position; next_state's is None.
+arrays = [None if a is None or a is frames else a for a in batch]
+blocks = batch_queue.Blocks(frames)
+order = np.array([5, 0, 3, 1, 4, 2])
+queue = batch_queue.BatchQueue(1)
+elements = shipping.get_transition_elements(6)
+assert queue.push(batch_queue.ReadyBatch(arrays, [(
+    blocks, order, frames.ends[order], frames.next_ends[order])]),
+                  queue.generation, 0.0)
+assert not queue.push(batch_queue.ReadyBatch(arrays, []), queue.generation,
+                      0.01)
+got = [t.numpy() for t in native_ops.dequeue(queue, elements)]
+for a, b in zip(got, expected):
+  np.testing.assert_array_equal(a, b)
+queue.push_error(batch_queue.INVALID_ARGUMENT, 'bad', queue.generation)
+refused(IAE, lambda: native_ops.dequeue(queue, elements))
+assert queue.push(batch_queue.ReadyBatch(arrays, []), queue.generation - 1,
+                  0.0) is None
+waiter = threading.Thread(target=lambda: refused(
+    FPE, lambda: native_ops.dequeue(queue, elements, timeout_s=30.0)))
+waiter.start()
+assert queue.wait_wanted(30.0)
+native_ops.queue_priorities(queue, 30, np.array([4, 9, 4]),
+                            np.array([1.0, 0.0, 2.0], np.float32))
+refused(IAE, lambda: native_ops.queue_priorities(queue, 30, [30], [1.0]))
+taken = queue.take_priorities()
+assert taken[0].tolist() == [4, 9, 4] and taken[1].tolist() == [1, 0, 2]
+assert len(queue.take_priorities()[0]) == 0
+queue.close()
+waiter.join()
+count = batch_queue.queue_count()
+del queue, blocks
+gc.collect()
+assert batch_queue.queue_count() == count - 1, 'the queue outlived its owner'
 print('sanitized ops: OK')
 '''
 

@@ -258,7 +258,7 @@ class CommandTest(absltest.TestCase):
                          r'[0-9,]+ \([0-9.]+x\)){{3}} \|'.format(
                              shape, batch_size))
     self.assertRegex(document, r'\| Rainbow, apex_cartpole.gin( \| [0-9.]+ '
-                     r'\([0-9.]+x\)){3} \|')
+                     r'\([0-9.]+x\)){4} \|')
     self.assertRegex(document, r'a learner step on the sharded memory takes '
                      r'at most 1.2x .*: [0-9.]+x \((met|NOT met)\)')
     self.assertRegex(document, r'\| 2 actors \| [0-9,]+ \| [0-9,]+ \| '

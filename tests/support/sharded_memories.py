@@ -13,7 +13,8 @@ import numpy as np
 
 from dopamine_per.distributed import replay
 
-__all__ = ['small_memory', 'write_episodes', 'as_dict']
+__all__ = ['small_memory', 'write_episodes', 'as_dict', 'assert_batches_equal',
+           'stream_frame']
 
 
 def small_memory(num_shards: int = 2, replay_capacity: int = 48,
@@ -51,3 +52,25 @@ def write_episodes(writer, stream: int, steps: int, episode_length: int,
 def as_dict(memory, batch: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
   """`batch`, a sampled transition batch of `memory`, by element name."""
   return dict(zip([e.name for e in memory.get_transition_elements()], batch))
+
+
+def assert_batches_equal(test_case, first: Sequence[Any],
+                         second: Sequence[Any]) -> None:
+  """Asserts two batches hold equal arrays of equal dtypes, in order."""
+  test_case.assertEqual(len(first), len(second))
+  for a, b in zip(first, second):
+    test_case.assertEqual(np.asarray(a).dtype, np.asarray(b).dtype)
+    np.testing.assert_array_equal(a, b)
+
+
+def stream_frame(shape: Sequence[int], stream: int, step: int,
+                 mark: Optional[int] = None) -> np.ndarray:
+  """A uint8 frame of `shape` unlike its neighbours': a gradient shifted
+  by the step, pixel (0, 0) the stream, (0, 1) the step, (1, 0) `mark`
+  (if given)."""
+  image = np.arange(np.prod(shape), dtype=np.uint8).reshape(shape)
+  image[0, 0], image[0, 1] = stream, step % 256
+  image += np.uint8(step % 7)
+  if mark is not None:
+    image[1, 0] = mark
+  return image

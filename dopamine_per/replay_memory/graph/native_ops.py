@@ -22,13 +22,17 @@ from dopamine_per.native import build
 from dopamine_per.native import core
 from dopamine_per.native import native_memory
 
-__all__ = ['FALLBACK_WARNING', 'binding', 'get_priority', 'load',
+__all__ = ['DEQUEUE_TIMEOUT_S', 'FALLBACK_WARNING', 'binding', 'dequeue',
+           'get_priority', 'load', 'queue_binding', 'queue_priorities',
            'sample', 'set_priority', 'total_priority', 'transitions_at']
 
 # The warning logged (once per reason) when the Python ops are used instead.
 FALLBACK_WARNING = ('dopamine_per: the replay memory samples through '
                     'tf.numpy_function (Python, under the GIL), not the '
                     'native ops: %s. use_native_ops=False silences this.')
+
+# Seconds the dequeue op waits for a ready batch.
+DEQUEUE_TIMEOUT_S = 300.0
 
 _lock = threading.Lock()
 _ops = None
@@ -67,6 +71,9 @@ def binding(memory: Any, use_native_ops: bool
   """
   if not use_native_ops:
     return None
+  if (getattr(memory, 'native_memory', None) is None and
+      getattr(memory, 'native_batch_queue', None) is not None):
+    return None  # A sharded memory: it samples through `dequeue`.
   try:
     load()
     register = getattr(memory, 'native_memory', None)
@@ -80,6 +87,71 @@ def binding(memory: Any, use_native_ops: bool
       _warned.add(reason)
       logging.warning(FALLBACK_WARNING, reason)
     return None
+
+
+def queue_binding(memory: Any, use_native_ops: bool) -> Any:
+  """A sharded memory's native batch queue (`native_batch_queue()`), or
+  None for the Python ops (also logged once where the ops do not build).
+
+  Args:
+    memory: a replay memory; only one with `native_batch_queue` has one.
+    use_native_ops: bool, False for the Python ops.
+  """
+  make = getattr(memory, 'native_batch_queue', None)
+  if not use_native_ops or make is None:
+    return None
+  try:
+    load()
+    return make()
+  except build.NativeBuildError as e:
+    if str(e) not in _warned:
+      _warned.add(str(e))
+      logging.warning(FALLBACK_WARNING, e)
+    return None
+
+
+def dequeue(queue: Any, elements: Sequence[Any],
+            timeout_s: float = DEQUEUE_TIMEOUT_S,
+            name: Optional[str] = None) -> List[tf.Tensor]:
+  """An op taking the oldest ready batch off a `batch_queue.BatchQueue`.
+
+  It waits up to `timeout_s` for one (then DeadlineExceededError), raises
+  a queued sampling error as its TensorFlow error, and fails with
+  FailedPreconditionError once the queue is closed.
+
+  Args:
+    queue: the memory's BatchQueue.
+    elements: list of ReplayElement, the batch's layout.
+    timeout_s: float, seconds to wait for a batch.
+    name: the op's name.
+
+  Returns:
+    list of tf.Tensor, one per element, with its static shape.
+  """
+  names = [element.name for element in elements]
+  token = queue.token - 2**64 if queue.token >= 2**63 else queue.token
+  return load().dopamine_per_dequeue_batch(
+      queue_id=queue.id, queue_token=token,
+      state_outputs=[names.index(n) if n in names else -1
+                     for n in ('state', 'next_state')],
+      timeout_s=float(timeout_s),
+      Tout=[tf.as_dtype(element.type) for element in elements],
+      output_shapes=[tf.TensorShape(element.shape) for element in elements],
+      name=name)
+
+
+def queue_priorities(queue: Any, capacity: int, indices: Any,
+                     priorities: Any, name: Optional[str] = None
+                    ) -> Optional[tf.Operation]:
+  """An op queueing priority updates of a sharded memory of `capacity`
+  global slots in its batch `queue`: checked as its `set_priority`
+  checks them (InvalidArgumentError, nothing queued), sent with its next
+  draw."""
+  token = queue.token - 2**64 if queue.token >= 2**63 else queue.token
+  op = load().dopamine_per_queue_priorities(
+      indices=indices, priorities=priorities, queue_id=queue.id,
+      queue_token=token, capacity=int(capacity), name=name)
+  return op if isinstance(op, tf.Operation) else None
 
 
 def _memory_attrs(native: native_memory.NativeMemory) -> dict:

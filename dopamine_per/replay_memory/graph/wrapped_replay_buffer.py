@@ -133,8 +133,10 @@ class WrappedReplayBufferBase(object):
           compress_observations=compress_observations, **memory_kwargs)
     self.memory = wrapped_memory
     self._use_native_ops = use_native_ops
-    # The memory's registration with the native ops, or None.
+    # The memory's registration with the native ops, or None; a sharded
+    # memory's native batch queue, or None.
     self._native = None
+    self._queue = None
     self.create_sampling_ops(use_staging)
 
   def add(self, observation, action, reward, terminal, *args, **kwargs):
@@ -153,8 +155,9 @@ class WrappedReplayBufferBase(object):
     """
     side = tensorflow_side()
     self._native = side.native_binding(self.memory, self._use_native_ops)
+    self._queue = side.queue_binding(self.memory, self._use_native_ops)
     tensors, self._staging_area = side.sampling_ops(self.memory, use_staging,
-                                                    self._native)
+                                                    self._native, self._queue)
     self.unpack_transition(tensors, self.memory.get_transition_elements())
 
   def unpack_transition(self, transition_tensors, transition_type) -> None:
@@ -208,7 +211,7 @@ class WrappedPrioritizedReplayBufferBase(WrappedReplayBufferBase):
       tf.errors.InvalidArgumentError naming the bad value and writes nothing.
     """
     return tensorflow_side().set_priority_op(self.memory, indices, priorities,
-                                             self._native)
+                                             self._native, self._queue)
 
   def tf_get_priority(self, indices) -> 'tf.Tensor':
     """Returns a float32 tensor of shape [n]: the priorities at `indices`.

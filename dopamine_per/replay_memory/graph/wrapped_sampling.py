@@ -21,10 +21,12 @@ from dopamine_per.replay_memory.graph import native_ops
 from dopamine_per.replay_memory.memory import validation
 
 __all__ = ['dataset', 'get_priority_tensor', 'native_binding',
-           'sampling_ops', 'set_priority_op']
+           'queue_binding', 'sampling_ops', 'set_priority_op']
 
 # The memory's registration with the native ops, or None (Python ops).
 native_binding = native_ops.binding
+# A sharded memory's native batch queue, or None.
+queue_binding = native_ops.queue_binding
 
 # Transition elements a training step feeds its networks first; with staging
 # they do not wait for the next batch to be staged (see `sampling_ops`).
@@ -65,12 +67,13 @@ def _numpy_function(func: Callable[..., Any], inp: Sequence[Any],
   return result
 
 
-def sampling_ops(memory: Any, use_staging: bool, native: Any = None
-                ) -> Tuple[List[tf.Tensor], Optional[Any]]:
+def sampling_ops(memory: Any, use_staging: bool, native: Any = None,
+                 queue: Any = None) -> Tuple[List[tf.Tensor], Optional[Any]]:
   """Builds the ops that sample batches of `memory` in graph mode.
 
   Without staging, the transition tensors are the outputs of one op that
-  samples a batch: the native op with `native`, else a `tf.numpy_function`.
+  samples a batch: the native op with `native`, the op taking a ready
+  batch off a sharded memory's native `queue`, else a `tf.numpy_function`.
 
   With staging, a `StagingArea` in the session holds the next batch. A run
   takes the staged batch (or samples one, when none is staged) and then
@@ -84,6 +87,7 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None
     memory: an out-of-graph replay memory.
     use_staging: bool, prefetch the next batch while the graph trains.
     native: the memory's `native_binding`, or None.
+    queue: a sharded memory's `queue_binding`, or None.
 
   Returns:
     (list of tf.Tensor in `memory.get_transition_elements()` order, with
@@ -93,17 +97,18 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None
   with tf.name_scope('sample_replay'), tf.device('/cpu:*'):
     if not use_staging:
       return _sampling_op(memory, elements, 'replay_sample_py_func',
-                          native), None
+                          native, queue), None
     area = data_flow_ops.StagingArea(
         [tf.as_dtype(e.type) for e in elements],
         shapes=[e.shape for e in elements])
     batch = tf.cond(area.size() > 0, area.get,
                     lambda: _sampling_op(memory, elements,
-                                         'replay_sample_py_func', native))
+                                         'replay_sample_py_func', native,
+                                         queue))
     batch = batch if isinstance(batch, (list, tuple)) else [batch]
     with tf.control_dependencies(batch):  # The area holds one batch at most.
       stage = area.put(_sampling_op(memory, elements, 'replay_stage_py_func',
-                                    native),
+                                    native, queue),
                        name='stage_next_batch')
     tensors = []
     for tensor, element in zip(batch, elements):
@@ -115,14 +120,17 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None
 
 
 def _sampling_op(memory: Any, elements: Sequence[Any], name: str,
-                 native: Any) -> List[tf.Tensor]:
+                 native: Any, queue: Any = None) -> List[tf.Tensor]:
   """An op sampling one batch, its outputs' static shapes set.
 
-  The native op with `native` (named `name` without its '_py_func'), else
-  a py_func.
+  The native op with `native`, the dequeue op with `queue` (named `name`
+  without its '_py_func'), else a py_func.
   """
-  if native is not None:
+  if native is not None or queue is not None:
     _keep_alive(memory)
+    if queue is not None:
+      return native_ops.dequeue(queue, elements,
+                                name=name.replace('_py_func', ''))
     return native_ops.sample(native, elements,
                              name=name.replace('_py_func', ''))
   tensors = _numpy_function(
@@ -151,7 +159,7 @@ def _native_priorities(priorities: Any) -> tf.Tensor:
 
 
 def set_priority_op(memory: Any, indices: Any, priorities: Any,
-                    native: Any = None) -> tf.Operation:
+                    native: Any = None, queue: Any = None) -> tf.Operation:
   """Returns an op setting `priorities` at `indices` in a prioritized memory.
 
   Args:
@@ -159,11 +167,18 @@ def set_priority_op(memory: Any, indices: Any, priorities: Any,
     indices: int tensor of shape [n], memory indices.
     priorities: float tensor of shape [n].
     native: the memory's `native_binding`, or None.
+    queue: a sharded memory's `queue_binding`, or None.
 
   Returns:
-    A tf.Operation: the native op, or a py_func running
-    `memory.set_priority`.
+    A tf.Operation: the native op (with `queue`, the one queueing the
+    update for the shards), or a py_func running `memory.set_priority`.
   """
+  if queue is not None:
+    _keep_alive(memory)
+    return native_ops.queue_priorities(
+        queue, memory.replay_capacity, _native_indices(indices),
+        _native_priorities(priorities),
+        name='prioritized_replay_set_priority')
   if native is not None:
     _keep_alive(memory)
     return native_ops.set_priority(native, _native_indices(indices),

@@ -18,7 +18,7 @@ import numpy as np
 from dopamine_per import errors
 
 __all__ = ['AddSpec', 'check_extra', 'check_shape', 'check_value',
-           'check_values', 'native_byte_order']
+           'check_values', 'native_byte_order', 'specs_and_padding']
 
 # Result of checking whether values of one dtype may be stored in another:
 # always, if every value is in the target's range (integers into integers),
@@ -365,3 +365,15 @@ def _check_scalar_cast(spec: AddSpec, value: Any) -> None:
       'add(): argument {!r} = {} ({}) cannot be stored as {} without losing '
       'information.'.format(spec.name, errors.describe(value),
                             type(value).__name__, spec.dtype))
+
+
+def specs_and_padding(signature: Sequence[Any]
+                     ) -> Tuple[List[AddSpec], List[Any]]:
+  """`add`'s per-argument checks and padding values (zeros), in order.
+
+  Args:
+    signature: the memory's `get_add_args_signature()` (ReplayElements).
+  """
+  specs = [AddSpec(e.name, e.shape, e.type) for e in signature]
+  return specs, [np.zeros(spec.shape, dtype=spec.dtype) if spec.shape else
+                 spec.dtype.type(0) for spec in specs]

@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dopamine_per.native import native_memory
 from dopamine_per.replay_memory.memory import storage
 
-__all__ = ['BatchPlan', 'RowElements', 'STATES', 'storage_rows']
+__all__ = ['BatchPlan', 'PlanCache', 'RowElements', 'STATES', 'storage_rows']
 
 # Element name -> (source name, at_next): the element holds, per
 # transition, the source array's row at its slot or at its next slot.
@@ -123,3 +124,38 @@ def storage_rows(storage_names: Sequence[str]) -> Dict[str, Tuple[str, bool]]:
   rows['next_action'] = ('action', True)
   rows['next_reward'] = ('reward', True)
   return rows
+
+
+class PlanCache(dict):
+  """A memory's batch plans by (batch size, with states): the newest 16.
+
+  A plan is looked up with `get` (a dict's, no Python call on the sampling
+  path) and made by `make` when missing.
+  """
+
+  _SIZE = 16
+
+  def make(self, batch_size: int, states: bool, elements: Sequence[Any],
+           storage_names: Sequence[str], row_elements: RowElements,
+           sampler: Any) -> BatchPlan:
+    """Makes, caches and returns the plan of a batch of `batch_size`.
+
+    Args:
+      batch_size: int, the batch's size.
+      states: bool, whether the batch holds the states.
+      elements: the memory's `get_transition_elements(batch_size)`.
+      storage_names: the names of the memory's storage arrays.
+      row_elements: the memory's row elements beyond the storage's.
+      sampler: the memory's native sampler, or None; a plan it can fill
+        whole gets its element codes.
+    """
+    if len(self) >= self._SIZE:
+      del self[next(iter(self))]
+    rows = storage_rows(storage_names)
+    rows.update(row_elements)
+    plan = self[batch_size, states] = BatchPlan(
+        [e for e in elements if states or e.name not in STATES], rows)
+    if sampler is not None and not plan.own:
+      plan.codes = sampler.batch_codes(native_memory.element_codes(
+          plan.elements, sampler.storage_names))
+    return plan

@@ -355,7 +355,9 @@ class CheckpointFormatTest(parameterized.TestCase):
       frame_cases.memories(True, checkpoint_format=value)
 
   def test_the_wrapped_memory_takes_it_from_gin(self):
+    # The module named: Dopamine's class of the same name may be registered.
     gin.parse_config(
+        'dopamine_per.replay_memory.prioritized_replay_buffer.'
         "WrappedPrioritizedReplayBuffer.checkpoint_format = 'chunks'")
     self.addCleanup(gin.clear_config)
     with tf.Graph().as_default():

@@ -5,6 +5,7 @@ must hold after (docs/reliability.md), and a background save taken meanwhile
 holds the memory as it was when called.
 """
 
+import contextlib
 import threading
 
 from absl.testing import absltest
@@ -26,9 +27,12 @@ def _memory(kernels, compress=False):
       kernels=kernels, compress_observations=compress)
 
 
-def _run_concurrently(steps, stop, errors):
-  """Starts a thread per step, each running it until `stop` (or an error,
-  appended to `errors`, which sets `stop`); returns the threads."""
+@contextlib.contextmanager
+def _running(test, steps):
+  """Runs each of `steps` in a loop on a thread of its own while the
+  `with` body runs; then stops and joins them, and asserts none raised."""
+  stop, errors = threading.Event(), []
+
   def guarded(step):
     def run():
       try:
@@ -42,7 +46,13 @@ def _run_concurrently(steps, stop, errors):
   threads = [threading.Thread(target=guarded(step)) for step in steps]
   for thread in threads:
     thread.start()
-  return threads
+  try:
+    yield
+  finally:
+    stop.set()
+    for thread in threads:
+      thread.join()
+  test.assertEqual(errors, [])
 
 
 class ConcurrencyTest(parameterized.TestCase):
@@ -55,8 +65,6 @@ class ConcurrencyTest(parameterized.TestCase):
     frames = rng.integers(0, 256, (100, 8, 8), dtype=np.uint8)
     for i in range(200):
       memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), 1.0)
-    stop = threading.Event()
-    errors = []
 
     def sample():
       batch = memory.sample_transition_batch()
@@ -70,15 +78,9 @@ class ConcurrencyTest(parameterized.TestCase):
       memory.set_priority(indices, np.random.random(64) * 3)
       memory.get_priority(indices)
 
-    threads = _run_concurrently([sample, sample, update], stop, errors)
-    try:
+    with _running(self, [sample, sample, update]):
       for i in range(200, 200 + _ADDS):
         memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), None)
-    finally:
-      stop.set()
-      for thread in threads:
-        thread.join()
-    self.assertEqual(errors, [])
     memory.sum_tree.check_invariants()
     # Each add wrote 1 transition, plus 3 zero-padding ones per episode.
     episodes = sum(1 for i in range(200 + _ADDS) if i % 50 == 0)
@@ -97,7 +99,6 @@ class ConcurrencyTest(parameterized.TestCase):
     frames = rng.integers(0, 256, (100, 8, 8), dtype=np.uint8)
     for i in range(200):
       memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), 1.0)
-    stop, errors = threading.Event(), []
 
     def update():
       indices = np.random.randint(0, _CAPACITY, 64)
@@ -109,23 +110,16 @@ class ConcurrencyTest(parameterized.TestCase):
       i = next(count)
       memory.add(frames[i % 100], i % 4, 1.0, int(i % 50 == 49), None)
 
-    threads = _run_concurrently(
-        [memory.sample_transition_batch, memory.sample_transition_batch,
-         update, add], stop, errors)
     directory = fixtures.temp_dir(self)
     expected = []
-    try:
+    with _running(self, [memory.sample_transition_batch,
+                         memory.sample_transition_batch, update, add]):
       for iteration in range(4):
         # The moment a save is called: under both locks, nothing moves.
         with memory._lock, memory._priority_lock:  # pylint: disable=protected-access
           expected.append(replay_cases.snapshot(memory))
           future = memory.save(directory, iteration, background=True)
         future.result(timeout=fixtures.DEADLINE_S)
-    finally:
-      stop.set()
-      for thread in threads:
-        thread.join()
-    self.assertEqual(errors, [])
     memory.sum_tree.check_invariants()
     for iteration in range(4):
       restored = _memory('native', compress)

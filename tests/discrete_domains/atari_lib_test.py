@@ -170,8 +170,9 @@ class PongTest(absltest.TestCase):
     self.assertEqual(checkpointer.get_latest_checkpoint_number(checkpoint_dir),
                      0)
     files = os.listdir(checkpoint_dir)
-    for expected in ('ckpt.0', 'tf_ckpt-0.index', 'sum_tree_ckpt.0.gz',
-                     '$store$_observation_ckpt.0.gz'):
+    # rainbow.gin compresses the frames: the memory saves in chunks.
+    for expected in ('ckpt.0', 'tf_ckpt-0.index', 'chunk_index_ckpt.0.gz',
+                     'chunk_pack_ckpt.0.gz'):
       self.assertIn(expected, files)
     agent = runner._agent
     self.assertGreaterEqual(agent.training_steps, 300)

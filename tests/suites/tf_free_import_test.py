@@ -133,10 +133,16 @@ class TensorFlowFreeImportTest(absltest.TestCase):
 
           def __getattr__(self, name):
             def build(memory, *args):
-              # The last argument: use_native_ops, or the native binding.
-              calls.append((name, type(memory).__name__, args[-1]))
+              # The last argument: use_native_ops, or the native binding;
+              # for the ops a sharded memory's queue serves, the binding
+              # and the queue (None: not a sharded memory).
+              queued = name in ('sampling_ops', 'set_priority_op')
+              calls.append((name, type(memory).__name__,
+                            tuple(args[-2:]) if queued else args[-1]))
               if name == 'native_binding':
                 return 'binding' if args[-1] else None
+              if name == 'queue_binding':
+                return None
               elements = memory.get_transition_elements()
               return [element.name for element in elements], None
             return build
@@ -154,10 +160,13 @@ class TensorFlowFreeImportTest(absltest.TestCase):
         plain_name, prioritized_name = (
             'OutOfGraphReplayBuffer', 'OutOfGraphPrioritizedReplayBuffer')
         assert calls == [('native_binding', plain_name, False),
-                         ('sampling_ops', plain_name, None),
+                         ('queue_binding', plain_name, False),
+                         ('sampling_ops', plain_name, (None, None)),
                          ('native_binding', prioritized_name, True),
-                         ('sampling_ops', prioritized_name, 'binding'),
-                         ('set_priority_op', prioritized_name, 'binding'),
+                         ('queue_binding', prioritized_name, True),
+                         ('sampling_ops', prioritized_name, ('binding', None)),
+                         ('set_priority_op', prioritized_name,
+                          ('binding', None)),
                          ('get_priority_tensor', prioritized_name, 'binding'),
                          ('dataset', plain_name, True),
                          ('dataset', prioritized_name, False)], calls

@@ -133,8 +133,11 @@ class TrainTest(parameterized.TestCase):
     self.assertNotEqual(result.returncode, 0)
     self.assertIn(message, result.stderr)
 
-  def _wait_for_training(self, process, terminal, stderr, iteration):
-    """Returns once `process` shows training in `iteration` or a later one.
+  def _wait_for_training(self, process, terminal, stderr, iteration,
+                         checkpoint_dir):
+    """Returns once `process` shows training in `iteration` or a later one
+    and checkpoint `iteration - 1` is complete in `checkpoint_dir` (the
+    Runner commits it in the background, while the next iteration runs).
 
     Its stdout is the pseudo-terminal whose master side is `terminal`; its
     stderr, shown if it exits first, the file `stderr`.
@@ -143,7 +146,9 @@ class TrainTest(parameterized.TestCase):
     shown = ''
     while True:
       for match in _TRAINING.finditer(shown):
-        if int(match.group(1)) >= iteration and int(match.group(2)) > 0:
+        if (int(match.group(1)) >= iteration and int(match.group(2)) > 0 and
+            checkpointer.get_latest_checkpoint_number(checkpoint_dir) >=
+            iteration - 1):
           return
       if process.poll() is not None:
         stderr.seek(0)
@@ -176,7 +181,7 @@ class TrainTest(parameterized.TestCase):
       os.close(trainer_terminal)
     try:
       # Killed without warning while it trains, after checkpoint 2.
-      self._wait_for_training(process, terminal, stderr, 3)
+      self._wait_for_training(process, terminal, stderr, 3, checkpoint_dir)
       process.send_signal(signal.SIGKILL)
       process.wait(timeout=60)
     finally:

@@ -563,7 +563,11 @@ def format_section(results: Mapping[str, Any]) -> str:
                    f'{steps["load_average"][0]} to '
                    f'{steps["load_average"][1]}, '
                    f'{scale_step.describe_network(steps)}, '
-                   f'{len(steps["train_ms"])} rounds')
+                   f'{len(steps["train_ms"])} rounds'
+                   + ''.join(f'; {pairs}' for pairs in
+                             [scale_step.describe_pairs(steps,
+                                                        'ours_compressed')]
+                             if pairs))
     lines.append('')
     rows = []
     for key, label, unit, _ in scale_figures.METRICS:

@@ -55,7 +55,7 @@ from benchmarks import staging_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import timing  # pylint: disable=g-import-not-at-top
 
 __all__ = ['DEFAULT_NETWORK', 'IMPLEMENTATIONS', 'REFERENCE', 'derive_step',
-           'describe', 'describe_network', 'measure_steps']
+           'describe', 'describe_network', 'describe_pairs', 'measure_steps']
 
 # The memories whose staged step can be measured, in the section's order.
 IMPLEMENTATIONS = ('ours_compressed', 'ours', 'dopamine')
@@ -179,6 +179,26 @@ def derive_step(measured: Optional[Mapping[str, Any]], name: str
     return {'step': None, 'step_ratio': None}
   step, reference = timing.median(ms[name]), timing.median(ms[REFERENCE])
   return {'step': step, 'step_ratio': step / reference if reference else None}
+
+
+def describe_pairs(measured: Mapping[str, Any], name: str) -> str:
+  """`name`'s step against `REFERENCE`'s round by round, in words.
+
+  A round times every memory's step once, interleaved, so the ratio of two
+  steps in one round is freer of the machine's drift than the ratio of
+  their medians: the median of those ratios, and in how many rounds
+  `name`'s step was the slower ('' if either was not measured).
+  """
+  ms = measured.get('step_ms', {})
+  if name not in ms or REFERENCE not in ms:
+    return ''
+  ratios = [a / b for a, b in zip(ms[name], ms[REFERENCE]) if b > 0]
+  if not ratios:
+    return ''
+  slower = sum(ratio > 1 for ratio in ratios)
+  return (f'{name} / {REFERENCE} round by round: median '
+          f'{timing.median(ratios):.3f}x, slower in {slower} of '
+          f'{len(ratios)} rounds')
 
 
 def describe_network(measured: Mapping[str, Any]) -> str:

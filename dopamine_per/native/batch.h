@@ -41,28 +41,37 @@ inline FrameStore StoreOf(const BatchSource& s) {
 }
 
 // Fills the states and next states of `count` slots walked into
-// `next_slots` (either output null to skip it), decoding the compressed
-// blocks they read first. False if a block does not decode (the outputs
-// then hold anything).
+// `next_slots` (either output null to skip it, its slots not read).
+// Compressed frames are decoded a transition at a time, just before its
+// two states are filled from them. False if a block does not decode (the
+// outputs then hold anything).
 inline bool FillStates(const BatchSource& s, const int64_t* slots,
                        const int64_t* next_slots, int64_t count,
                        uint8_t* states, uint8_t* next_states) {
   const FrameStore store = StoreOf(s);
   FrameReader frames(store);
-  if (store.raw == nullptr) {
-    std::vector<int64_t> read;
-    for (const int64_t* ends : {states ? slots : nullptr,
-                                next_states ? next_slots : nullptr}) {
-      for (int64_t b = 0; ends != nullptr && b < count; ++b) {
-        for (int64_t k = 0; k < s.stack; ++k) read.push_back(ends[b] - k);
-      }
+  if (store.raw != nullptr) {
+    TransitionStates(frames, s.pixels, s.item, s.stack, slots, next_slots,
+                     count, states, next_states);
+    return true;
+  }
+  const int64_t state_bytes = s.pixels * s.item * s.stack;
+  std::vector<int64_t> read;
+  for (int64_t b = 0; b < count; ++b) {
+    read.clear();
+    for (int64_t k = 0; k < s.stack; ++k) {
+      if (states != nullptr) read.push_back(slots[b] - k);
+      if (next_states != nullptr) read.push_back(next_slots[b] - k);
     }
     if (!frames.Decode(read.data(), static_cast<int64_t>(read.size()))) {
       return false;
     }
+    TransitionStates(
+        frames, s.pixels, s.item, s.stack, states ? slots + b : nullptr,
+        next_states ? next_slots + b : nullptr, 1,
+        states ? states + b * state_bytes : nullptr,
+        next_states ? next_states + b * state_bytes : nullptr);
   }
-  TransitionStates(frames, s.pixels, s.item, s.stack, slots, next_slots,
-                   count, states, next_states);
   return true;
 }
 

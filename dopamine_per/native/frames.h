@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -162,27 +163,42 @@ struct FrameStore {
   }
 };
 
-// The frames of one batch: `Decode` the blocks holding its slots, then
-// `At` gives any of those slots' frames (for raw frames, any slot's).
+// The frames of a batch, or of a part of it: `Decode` the blocks holding
+// some slots, then `At` gives any of those slots' frames (for raw frames,
+// any slot's). Decoding again reuses the buffers: a batch is best read a
+// transition at a time, each decoded just before its frames are read,
+// while they are still in cache.
 class FrameReader {
  public:
   explicit FrameReader(const FrameStore& store) : store_(store) {}
 
   // Decodes the stored blocks holding the `count` slots at `slots` (any
-  // integers, taken modulo the capacity). False if a block does not
-  // decode to its frames (then nothing may be read).
+  // integers, taken modulo the capacity), each only as far as the last of
+  // those slots (LZ4 decodes a block from its start). False if a block
+  // does not decode to its frames (then nothing may be read).
   bool Decode(const int64_t* slots, int64_t count) {
     if (store_.raw != nullptr) return true;
-    const int64_t per = store_.block_frames;
-    blocks_.clear();
+    const int64_t per = store_.block_frames, bytes = store_.frame_bytes;
+    reach_.clear();  // (block, frames of it read)
     for (int64_t i = 0; i < count; ++i) {
-      blocks_.push_back(Mod(slots[i], store_.capacity) / per);
+      const int64_t slot = Mod(slots[i], store_.capacity);
+      reach_.emplace_back(slot / per, slot % per + 1);
     }
-    std::sort(blocks_.begin(), blocks_.end());
-    blocks_.erase(std::unique(blocks_.begin(), blocks_.end()),
-                  blocks_.end());
-    const int64_t block_bytes = per * store_.frame_bytes;
-    decoded_.assign(blocks_.size() * block_bytes + block_bytes, 0);
+    std::sort(reach_.begin(), reach_.end());
+    blocks_.clear();
+    for (size_t i = 0; i < reach_.size(); ++i) {
+      if (i + 1 < reach_.size() && reach_[i + 1].first == reach_[i].first) {
+        continue;  // The block's last pair reaches furthest.
+      }
+      blocks_.push_back(reach_[i].first);
+      reach_[blocks_.size() - 1].second = reach_[i].second;
+    }
+    const int64_t block_bytes = per * bytes;
+    const size_t needed = blocks_.size() * block_bytes;
+    if (decoded_.size() < needed) decoded_.resize(needed);
+    if (static_cast<int64_t>(zeros_.size()) != block_bytes) {
+      zeros_.assign(block_bytes, 0);
+    }
     empty_.assign(blocks_.size(), 0);
     open_ = *store_.open_block;
     for (size_t j = 0; j < blocks_.size(); ++j) {
@@ -193,11 +209,11 @@ class FrameReader {
       empty_[j] = store_.addresses[entry] == 0;
       if (empty_[j]) continue;  // Never stored: zeros.
       const int64_t frames = std::min(per, store_.capacity - k * per);
-      if (!Lz4Decompress(reinterpret_cast<const uint8_t*>(
-                             static_cast<uintptr_t>(store_.addresses[entry])),
-                         store_.sizes[entry],
-                         decoded_.data() + j * block_bytes,
-                         frames * store_.frame_bytes)) {
+      if (!Lz4DecompressPrefix(
+              reinterpret_cast<const uint8_t*>(
+                  static_cast<uintptr_t>(store_.addresses[entry])),
+              store_.sizes[entry], decoded_.data() + j * block_bytes,
+              frames * bytes, std::min(reach_[j].second, frames) * bytes)) {
         return false;
       }
     }
@@ -214,18 +230,18 @@ class FrameReader {
     if (k == open_) return store_.open_frames + offset;
     const size_t j = std::lower_bound(blocks_.begin(), blocks_.end(), k) -
                      blocks_.begin();
-    if (empty_[j]) {  // The zeros after the decoded blocks.
-      return decoded_.data() + blocks_.size() * per * store_.frame_bytes;
-    }
+    if (empty_[j]) return zeros_.data();
     return decoded_.data() + j * per * store_.frame_bytes + offset;
   }
 
  private:
   const FrameStore& store_;
   int64_t open_ = -1;
+  std::vector<std::pair<int64_t, int64_t>> reach_;
   std::vector<int64_t> blocks_;   // the blocks decoded, sorted
   std::vector<uint8_t> empty_;    // whether each was never stored
-  std::vector<uint8_t> decoded_;  // their frames, then one block of zeros
+  std::vector<uint8_t> decoded_;  // their frames (each as far as read)
+  std::vector<uint8_t> zeros_;    // a block never stored
 };
 
 // Fills states[b] and next_states[b] ([pixels * stack] items of `item`

@@ -375,14 +375,20 @@ inline int64_t Lz4Compress(const uint8_t* src, int64_t size, uint8_t* dst,
 }
 
 // Decodes the LZ4 block of `src_size` bytes at `src` into the `dst_size`
-// bytes at `dst`. True only if the block is well formed (end rules
-// included, no offset of 0 or before `dst`) and decodes to exactly
-// `dst_size` bytes using exactly `src_size`; else false, `dst` holding
-// anything. Never reads or writes outside the two buffers.
-inline bool Lz4Decompress(const uint8_t* src, int64_t src_size, uint8_t* dst,
-                          int64_t dst_size) {
+// bytes at `dst`, or only its first `needed` bytes or more (0 <= `needed`
+// <= `dst_size`; the sequences after them are not read, so a block's
+// frames need not all be decoded to read its first ones). True only if the
+// block is well formed (end rules included, no offset of 0 or before
+// `dst`) and decodes to exactly `dst_size` bytes using exactly `src_size`,
+// as far as it was read; else false, `dst` holding anything. Never reads
+// or writes outside the two buffers.
+inline bool Lz4DecompressPrefix(const uint8_t* src, int64_t src_size,
+                                uint8_t* dst, int64_t dst_size,
+                                int64_t needed) {
   using lz4_internal::kNibbleMax;
-  if (src_size <= 0 || dst_size < 0) return false;
+  if (src_size <= 0 || dst_size < 0 || needed < 0 || needed > dst_size) {
+    return false;
+  }
   const uint8_t* ip = src;
   const uint8_t* const iend = src + src_size;
   uint8_t* op = dst;
@@ -447,8 +453,16 @@ inline bool Lz4Decompress(const uint8_t* src, int64_t src_size, uint8_t* dst,
                               room - static_cast<int64_t>(length));
       op += length;
     }
+    // A match ends 5 bytes or more before the end: only a prefix stops here.
+    if (op - dst >= needed) return true;
     if (ip >= iend) return false;  // No last sequence.
   }
+}
+
+// Lz4DecompressPrefix of all `dst_size` bytes: the whole block checked.
+inline bool Lz4Decompress(const uint8_t* src, int64_t src_size, uint8_t* dst,
+                          int64_t dst_size) {
+  return Lz4DecompressPrefix(src, src_size, dst, dst_size, dst_size);
 }
 
 }  // namespace dopamine_per

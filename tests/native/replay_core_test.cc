@@ -1082,6 +1082,42 @@ void TestLz4Refusals() {
   }
 }
 
+// A prefix decode writes the block's first `needed` bytes or more, as the
+// whole decode does, and stops there: a block cut after them still gives
+// them (the rest is not read), and is refused when all of it is asked.
+void TestLz4Prefixes() {
+  const Bytes data = Lz4Inputs()[31];  // Frame-like, 4 frames of 7056.
+  const int64_t size = static_cast<int64_t>(data.size());
+  for (const int level : {1, 9}) {
+    const Bytes block = Lz4Compressed(data, level);
+    for (const int64_t needed : {int64_t{0}, int64_t{1}, int64_t{7056},
+                                 int64_t{14112}, int64_t{21168}, size}) {
+      Bytes out(size, 0xA5);
+      CHECK(dopamine_per::Lz4DecompressPrefix(
+          block.data(), block.size(), out.data(), size, needed));
+      CHECK(std::equal(data.begin(), data.begin() + needed, out.begin()));
+    }
+    // The first frame's sequences end before the block does: the shortest
+    // cut that gives the frame is shorter than the block.
+    Bytes out(size, 0xA5);
+    size_t shortest = 1;
+    while (shortest < block.size() &&
+           !dopamine_per::Lz4DecompressPrefix(block.data(), shortest,
+                                              out.data(), size, 7056)) {
+      ++shortest;
+    }
+    CHECK(shortest < block.size() / 2);
+    CHECK(std::equal(data.begin(), data.begin() + 7056, out.begin()));
+    const Bytes cut(block.begin(), block.begin() + shortest);
+    CHECK(!dopamine_per::Lz4DecompressPrefix(cut.data(), cut.size(),
+                                             out.data(), size, size));
+    CHECK(!dopamine_per::Lz4DecompressPrefix(block.data(), block.size(),
+                                             out.data(), size, size + 1));
+    CHECK(!dopamine_per::Lz4DecompressPrefix(block.data(), block.size(),
+                                             out.data(), size, -1));
+  }
+}
+
 // Frame stacks read through compressed blocks (FrameReader) equal those of
 // the raw frames: stored blocks (a short last one included), the open
 // block, a block never stored (zeros), stacks wrapping around; a block
@@ -1126,6 +1162,23 @@ void TestCompressedFrameStacks() {
                                  next_states.data());
   CHECK(states == ReferenceStacks(raw, capacity, pixels, 1, stack, ends));
   CHECK(next_states == ReferenceStacks(raw, capacity, pixels, 1, stack, next));
+  // FillStates decodes a transition at a time: the same stacks, and the
+  // states alone when the next states are not asked.
+  dopamine_per::BatchSource source{};
+  source.capacity = capacity;
+  source.pixels = pixels;
+  source.item = 1;
+  source.stack = stack;
+  source.blocks = store;
+  std::vector<uint8_t> filled(states.size(), 0xAB), next_filled = filled;
+  CHECK(dopamine_per::FillStates(source, ends.data(), next.data(), rows,
+                                 filled.data(), next_filled.data()));
+  CHECK(filled == states);
+  CHECK(next_filled == next_states);
+  std::vector<uint8_t> alone(states.size(), 0xAB);
+  CHECK(dopamine_per::FillStates(source, ends.data(), nullptr, rows,
+                                 alone.data(), nullptr));
+  CHECK(alone == states);
   // A stored block one byte short does not decode.
   sizes[0] -= 1;
   dopamine_per::FrameReader corrupt(store);
@@ -1153,6 +1206,7 @@ int main() {
   TestLz4RoundTrips();
   TestLz4OverlappingMatches();
   TestLz4Refusals();
+  TestLz4Prefixes();
   if (failures > 0) {
     std::printf("%d of %d checks failed\n", failures, checks);
     return 1;

@@ -107,6 +107,15 @@ class DerivedFiguresTest(absltest.TestCase):
     self.assertEqual(set(at_target),
                      {key for key, *_ in scale_figures.METRICS})
 
+  def test_round_by_round(self):
+    # Rounds 1.8/2, 1.8/6, 1.8/1: ratios 0.9, 0.3, 1.8; slower in one.
+    self.assertEqual(
+        scale_step.describe_pairs(fake_steps(ratio=0.9), 'ours_compressed'),
+        'ours_compressed / ours round by round: median 0.900x, slower in 1 '
+        'of 3 rounds')
+    self.assertEqual(scale_step.describe_pairs(fake_steps(), 'dopamine'), '')
+    self.assertEqual(scale_step.describe_pairs({}, 'ours_compressed'), '')
+
   def test_no_equivalent_is_none(self):
     derived = scale_figures.derive(fake_figures(nbytes_per=None, saves=False),
                                    'cpprb', fake_steps())

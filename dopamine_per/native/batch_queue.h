@@ -203,16 +203,15 @@ class BatchQueue {
   std::vector<double> update_priorities_;
 };
 
-// FillShippedStates of `part`'s rows into `states` and `next_states`, from
-// its blocks, frames of `frame_bytes` (items of `item` bytes).
-inline bool DecodePart(const StatePart& part, int64_t frame_bytes,
-                       int64_t item, int64_t stack, uint8_t* states,
-                       uint8_t* next_states) {
-  const ShippedBlocks& blocks = *part.blocks;
-  std::vector<uint64_t> addresses(blocks.numbers.size());
+// Where `blocks`' frames (of `frame_bytes`) are, as FillShippedStates
+// reads them: `*addresses`, which it fills, must outlive the store.
+inline FrameStore ShippedStore(const ShippedBlocks& blocks,
+                               int64_t frame_bytes,
+                               std::vector<uint64_t>* addresses) {
+  addresses->resize(blocks.numbers.size());
   const uint8_t* next = blocks.payload.data();
-  for (size_t j = 0; j < addresses.size(); ++j) {
-    addresses[j] =
+  for (size_t j = 0; j < addresses->size(); ++j) {
+    (*addresses)[j] =
         blocks.sizes[j] == 0 ? 0 : reinterpret_cast<uintptr_t>(next);
     next += blocks.sizes[j];
   }
@@ -220,12 +219,22 @@ inline bool DecodePart(const StatePart& part, int64_t frame_bytes,
   store.capacity = blocks.capacity;
   store.frame_bytes = frame_bytes;
   store.block_frames = blocks.block_frames;
-  store.addresses = addresses.data();
+  store.addresses = addresses->data();
   store.sizes = blocks.sizes.data();
   store.open_block = &blocks.open_block;
   store.open_frames = blocks.open_frames.data();
   store.numbers = blocks.numbers.data();
   store.listed = static_cast<int64_t>(blocks.numbers.size());
+  return store;
+}
+
+// FillShippedStates of `part`'s rows into `states` and `next_states`, from
+// its blocks, frames of `frame_bytes` (items of `item` bytes).
+inline bool DecodePart(const StatePart& part, int64_t frame_bytes,
+                       int64_t item, int64_t stack, uint8_t* states,
+                       uint8_t* next_states) {
+  std::vector<uint64_t> addresses;
+  const FrameStore store = ShippedStore(*part.blocks, frame_bytes, &addresses);
   return FillShippedStates(store, frame_bytes / item, item, stack,
                            part.ends.data(), part.next_ends.data(),
                            static_cast<int64_t>(part.rows.size()), states,

@@ -54,20 +54,28 @@ absl::Status DataLoss(const Pieces&... pieces) {
 
 }  // namespace errors
 
-absl::Status OutputShapesFromAttr(InferenceContext* c) {
+// The outputs' shapes: the attribute output_shapes', then `scalars`
+// scalars.
+absl::Status ShapesFromAttr(InferenceContext* c, int scalars) {
   std::vector<PartialTensorShape> shapes;
   TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
-  if (static_cast<int>(shapes.size()) != c->num_outputs()) {
+  const int given = static_cast<int>(shapes.size());
+  if (given + scalars != c->num_outputs()) {
     return errors::InvalidArgument("output_shapes has ", shapes.size(),
-                                   " shapes for ", c->num_outputs(),
+                                   " shapes for ", c->num_outputs() - scalars,
                                    " outputs");
   }
-  for (int i = 0; i < c->num_outputs(); ++i) {
+  for (int i = 0; i < given; ++i) {
     ::tensorflow::shape_inference::ShapeHandle shape;
     TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[i], &shape));
     c->set_output(i, shape);
   }
+  for (int i = given; i < c->num_outputs(); ++i) c->set_output(i, c->Scalar());
   return absl::OkStatus();
+}
+
+absl::Status OutputShapesFromAttr(InferenceContext* c) {
+  return ShapesFromAttr(c, 0);
 }
 
 REGISTER_OP("DopaminePerSampleTransitions")
@@ -77,10 +85,29 @@ REGISTER_OP("DopaminePerSampleTransitions")
     .Attr("elements: list(string)")
     .Attr("Tout: list(type)")
     .Attr("output_shapes: list(shape)")
+    .Attr("defer_states: bool = false")
     .Output("transition: Tout")
+    .Output("ticket: int64")
     .SetIsStateful()
-    .SetShapeFn(OutputShapesFromAttr)
-    .Doc("Samples a batch of a dopamine_per replay memory.");
+    .SetShapeFn([](InferenceContext* c) { return ShapesFromAttr(c, 1); })
+    .Doc("Samples a batch of a dopamine_per replay memory. With "
+         "defer_states (to stage the batch), compressed states are decoded "
+         "later: `ticket` (0 if none) is then awaited by "
+         "DopaminePerAwaitStates before they are read (deferred_states.h).");
+
+REGISTER_OP("DopaminePerAwaitStates")
+    .Input("ticket: int64")
+    .Input("states: T")
+    .Attr("T: list(type)")
+    .Output("filled: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 1; i < c->num_inputs(); ++i) {
+        c->set_output(i - 1, c->input(i));
+      }
+      return absl::OkStatus();
+    })
+    .Doc("The states of a staged dopamine_per batch, once decoded.");
 
 REGISTER_OP("DopaminePerTransitionsAt")
     .Input("indices: Tindices")
@@ -301,6 +328,10 @@ void PrioritiesAsFloat(const Memory& m, const int64_t* indices,
 
 // ------------------------------------------------------------ transitions
 
+// The error of a batch whose compressed frames do not decode.
+constexpr char kUndecodable[] =
+    "a compressed frame block of the replay memory does not decode";
+
 class TransitionsOp : public MemoryOp {
  public:
   explicit TransitionsOp(OpKernelConstruction* context) : MemoryOp(context) {
@@ -341,6 +372,8 @@ class TransitionsOp : public MemoryOp {
     sampling_ = !context->HasAttr("Tindices");
     if (sampling_) {
       OP_REQUIRES_OK(context, context->GetAttr("batch_size", &batch_size_));
+      OP_REQUIRES_OK(context,
+                     context->GetAttr("defer_states", &defer_states_));
       for (size_t i = 0; i < batches_.size(); ++i) {
         OP_REQUIRES(context, batches_[i] < 0 || batches_[i] == batch_size_,
                     errors::InvalidArgument(
@@ -445,12 +478,48 @@ class TransitionsOp : public MemoryOp {
     ::tensorflow::port::ScopedDontFlushDenormal keep_subnormals;
     const BatchSource source = SourceOf(m);
     const Walked walked = Walk(source, indices.data(), count);
+    // Compressed states to stage are decoded later (deferred_states.h).
+    const bool defer = defer_states_ && source.frames == nullptr;
     OP_REQUIRES(context,
                 FillBatch(source, indices.data(), count, walked,
                           outputs.data(),
-                          static_cast<int64_t>(outputs.size()), kWholeBatch),
-                errors::DataLoss("a compressed frame block of the replay "
-                                 "memory does not decode"));
+                          static_cast<int64_t>(outputs.size()),
+                          defer ? kScalarPart | kRowPart : kWholeBatch),
+                errors::DataLoss(kUndecodable));
+    if (!sampling_) return;
+    Tensor* ticket = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(
+                                static_cast<int>(codes_.size()),
+                                TensorShape({}), &ticket));
+    ticket->scalar<int64_t>()() =
+        defer ? Defer(context, source, indices, walked, outputs) : 0;
+  }
+
+  // Leaves the batch's states to DeferredDecoder, with copies of the
+  // blocks they read: their ticket (0 if the batch has no states).
+  int64_t Defer(OpKernelContext* context, const BatchSource& source,
+                const std::vector<int64_t>& indices, const Walked& walked,
+                const std::vector<BatchOutput>& outputs) {
+    uint8_t* states = nullptr;
+    uint8_t* next_states = nullptr;
+    auto held = std::make_shared<std::vector<Tensor>>();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].kind == Fill::kState) {
+        states = outputs[i].out;
+      } else if (outputs[i].kind == Fill::kNextState) {
+        next_states = outputs[i].out;
+      } else {
+        continue;
+      }
+      held->push_back(*context->mutable_output(static_cast<int>(i)));
+    }
+    if (held->empty()) return 0;
+    const int64_t count = static_cast<int64_t>(indices.size());
+    return DeferredDecoder::Get().Submit(std::make_shared<DeferredStates>(
+        CopyBlocks(StoreOf(source), source.stack, indices.data(),
+                   walked.next.data(), count),
+        indices, walked.next, source.pixels, source.item, source.stack,
+        states, next_states, held));
   }
 
   std::vector<std::string> elements_;
@@ -460,6 +529,7 @@ class TransitionsOp : public MemoryOp {
   std::vector<TensorShape> rows_;
   std::vector<int64_t> batches_;
   bool sampling_ = true;
+  bool defer_states_ = false;
   int64_t batch_size_ = 0;
 };
 
@@ -469,6 +539,38 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("DopaminePerTransitionsAt").Device(::tensorflow::DEVICE_CPU),
     TransitionsOp);
+
+// The states of a staged batch (the inputs after the ticket), passed on
+// once its deferred decode is done: the rows the background thread has
+// not claimed are decoded here.
+class AwaitStatesOp : public OpKernel {
+ public:
+  explicit AwaitStatesOp(OpKernelConstruction* context)
+      : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& ticket = context->input(0);
+    OP_REQUIRES(context, ticket.dims() == 0,
+                errors::InvalidArgument("ticket must be a scalar, got shape ",
+                                        ticket.shape().DebugString()));
+    const int64_t value = ticket.scalar<int64_t>()();
+    if (value != 0) {
+      std::shared_ptr<DeferredStates> job;
+      OP_REQUIRES(context, DeferredDecoder::Get().Take(value, &job),
+                  errors::InvalidArgument("ticket ", value, " names no "
+                                          "staged batch of this process"));
+      OP_REQUIRES(context, job == nullptr || job->Finish(),
+                  errors::DataLoss(kUndecodable));
+    }
+    for (int i = 1; i < context->num_inputs(); ++i) {
+      context->set_output(i - 1, context->input(i));
+    }
+  }
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("DopaminePerAwaitStates").Device(::tensorflow::DEVICE_CPU),
+    AwaitStatesOp);
 
 // ----------------------------------------------------------- batch queue
 

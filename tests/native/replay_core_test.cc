@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -1179,10 +1180,52 @@ void TestCompressedFrameStacks() {
   CHECK(dopamine_per::FillStates(source, ends.data(), nullptr, rows,
                                  alone.data(), nullptr));
   CHECK(alone == states);
-  // A stored block one byte short does not decode.
+  // Decoded later (deferred_states.h), from copies of the blocks: by
+  // Finish alone (no background thread) or with a second thread claiming
+  // rows too; the outputs' owner is let go once every row is filled.
+  auto deferred = [&](std::vector<uint8_t>* late,
+                      std::vector<uint8_t>* next_late,
+                      std::shared_ptr<void> owner) {
+    return std::make_shared<dopamine_per::DeferredStates>(
+        dopamine_per::CopyBlocks(store, stack, ends.data(), next.data(), rows),
+        ends, next, pixels, 1, stack, late->data(), next_late->data(),
+        std::move(owner));
+  };
+  for (const bool two_threads : {false, true}) {
+    std::vector<uint8_t> late(states.size(), 0xAB), next_late = late;
+    auto owner = std::make_shared<int>(0);
+    const std::weak_ptr<int> watch = owner;
+    const auto job = deferred(&late, &next_late, std::move(owner));
+    CHECK(!watch.expired());
+    std::thread helper;
+    if (two_threads) helper = std::thread([job] { job->Work(); });
+    CHECK(job->Finish());
+    if (helper.joinable()) helper.join();
+    CHECK(late == states);
+    CHECK(next_late == next_states);
+    CHECK(watch.expired());
+    CHECK(job->Succeeded());
+  }
+  // Tickets: a batch submitted is taken once, then known but gone; none
+  // is 0 or past the last.
+  dopamine_per::DeferredDecoder& decoder = dopamine_per::DeferredDecoder::Get();
+  std::vector<uint8_t> late(states.size(), 0xAB), next_late = late;
+  const int64_t ticket =
+      decoder.Submit(deferred(&late, &next_late, nullptr));
+  std::shared_ptr<dopamine_per::DeferredStates> taken;
+  CHECK(ticket >= 1);
+  CHECK(decoder.Take(ticket, &taken));
+  CHECK(taken != nullptr && taken->Finish());
+  CHECK(late == states);
+  CHECK(decoder.Take(ticket, &taken));
+  CHECK(taken == nullptr);
+  CHECK(!decoder.Take(0, &taken));
+  CHECK(!decoder.Take(ticket + 1, &taken));
+  // A stored block one byte short does not decode, now or later.
   sizes[0] -= 1;
   dopamine_per::FrameReader corrupt(store);
   CHECK(!corrupt.Decode(read.data(), static_cast<int64_t>(read.size())));
+  CHECK(!deferred(&late, &next_late, nullptr)->Finish());
 }
 
 }  // namespace

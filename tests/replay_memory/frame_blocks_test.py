@@ -211,6 +211,62 @@ class CompressedMemoryTest(parameterized.TestCase):
         with self.assertRaisesRegex(tf.errors.DataLossError, 'not decode'):
           session.run(wrapped.states)
 
+  def test_staged_batches_decoded_later_equal_the_uncompressed_memorys(
+      self):
+    # With staging, the compressed states are decoded after the batch is
+    # staged (native/deferred_states.h): in the background or by the op
+    # awaiting them. Runs that add between them (a block closing, the
+    # cursor moving past sampled slots) still give the batches sampled.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    plain, compressed = frame_cases.memories(True)
+    frame_cases.add((plain, compressed), 150)
+    runs = {}
+    for name, memory in (('plain', plain), ('compressed', compressed)):
+      graph = tf.Graph()
+      with graph.as_default():
+        wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+            observation_shape=frame_cases.SHAPE, stack_size=4,
+            replay_capacity=frame_cases.CAPACITY, batch_size=16,
+            update_horizon=3, use_staging=True, wrapped_memory=memory)
+        op_types = {op.type for op in graph.get_operations()}
+        self.assertIn('DopaminePerAwaitStates', op_types)
+        update = wrapped.tf_set_priority(
+            wrapped.indices, tf.cast(wrapped.indices % 7, tf.float32) + 1.0)
+        runs[name] = []
+        with tf.compat.v1.Session(graph=graph) as session:
+          for step in range(12):
+            batch, _ = session.run([wrapped.transition, update])
+            runs[name].append(batch)
+            frame_cases.add((memory,), 3, seed=step)
+    for plain_batch, compressed_batch in zip(runs['plain'],
+                                             runs['compressed']):
+      for key, want in plain_batch.items():
+        np.testing.assert_array_equal(compressed_batch[key], want, key)
+
+  def test_a_corrupt_block_fails_the_run_that_awaits_it(self):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    graph = tf.Graph()
+    with graph.as_default():
+      wrapped = prioritized_replay_buffer.WrappedPrioritizedReplayBuffer(
+          observation_shape=frame_cases.SHAPE, stack_size=4,
+          replay_capacity=101, batch_size=8, update_horizon=3,
+          use_staging=True, compress_observations=True)
+      frame_cases.add((wrapped.memory,), 120)
+      with tf.compat.v1.Session(graph=graph) as session:
+        # Stages a batch of sound blocks (a run reading only the states
+        # stages nothing).
+        session.run([wrapped.states, wrapped.indices])
+        frames = wrapped.memory.storage.arrays['observation']
+        for block in range(frames.blocks):
+          if frames.payload(block) is not None:
+            frames._set_payload(block, b'\x00' * 5)  # pylint: disable=protected-access
+        # The staged batch was copied whole: it is still read; the one
+        # staged now from the corrupt blocks fails the run taking it.
+        state, indices = session.run([wrapped.states, wrapped.indices])
+        self.assertEqual(state.shape, (8,) + frame_cases.SHAPE + (4,))
+        with self.assertRaisesRegex(tf.errors.DataLossError, 'not decode'):
+          session.run(wrapped.states)
+
   def test_a_corrupt_block_is_refused_out_of_the_graph(self):
     _, compressed = frame_cases.memories(False)
     frame_cases.add((compressed,), 150)

@@ -182,9 +182,13 @@ class SamplingOpsTest(GraphTestCase):
     replay = self.wrapper(prioritized=prioritized, use_staging=staging)
     _fill(replay, 90)
     types = {op.type for op in self.graph.get_operations()}
+    # Staged, the native op also hands a ticket to the op awaiting the
+    # states it leaves to decode (native/deferred_states.h).
     self.assertEqual(('DopaminePerSampleTransitions' in types,
                       'PyFunc' in types),
                      (self.use_native_ops, not self.use_native_ops))
+    self.assertEqual('DopaminePerAwaitStates' in types,
+                     self.use_native_ops and staging)
     for _ in range(3):
       batch = self.session.run(replay.transition)
       _assert_is_memorys_batch(replay.memory, batch)

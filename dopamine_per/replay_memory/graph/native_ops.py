@@ -13,7 +13,7 @@ them (`jit_compile=True` fails naming the op).
 """
 
 import threading
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -181,9 +181,36 @@ def sample(native: native_memory.NativeMemory, elements: Sequence[Any],
   Returns:
     list of tf.Tensor, one per element, with its static shape.
   """
-  return load().dopamine_per_sample_transitions(
+  tensors, _ = load().dopamine_per_sample_transitions(
       batch_size=elements[0].shape[0], name=name,
       **_transition_attrs(native, elements))
+  return list(tensors)
+
+
+def stage(native: native_memory.NativeMemory, elements: Sequence[Any],
+          name: Optional[str] = None) -> Tuple[List[tf.Tensor], tf.Tensor]:
+  """An op sampling a batch to stage, as `sample`, and the batch's ticket.
+
+  A memory with compressed frames leaves the states to be decoded later
+  (native/deferred_states.h): they may be read only through
+  `await_states` with the ticket (an int64 scalar; 0 when nothing is
+  left to decode).
+  """
+  tensors, ticket = load().dopamine_per_sample_transitions(
+      batch_size=elements[0].shape[0], defer_states=True, name=name,
+      **_transition_attrs(native, elements))
+  return list(tensors), ticket
+
+
+def await_states(ticket: tf.Tensor, states: Sequence[tf.Tensor],
+                 name: Optional[str] = None) -> List[tf.Tensor]:
+  """`states` (a staged batch's state tensors) once `ticket`'s deferred
+  decode is done, the rows not yet decoded decoded by this op."""
+  filled = load().dopamine_per_await_states(ticket=ticket, states=states,
+                                            name=name)
+  for tensor, state in zip(filled, states):
+    tensor.set_shape(state.shape)
+  return list(filled)
 
 
 def transitions_at(native: native_memory.NativeMemory,

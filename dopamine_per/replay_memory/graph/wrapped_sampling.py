@@ -98,18 +98,27 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None,
     if not use_staging:
       return _sampling_op(memory, elements, 'replay_sample_py_func',
                           native, queue), None
+    # The native op stages a ticket too: the states it left to decode
+    # (native/deferred_states.h), awaited when the batch is taken.
+    deferred = native is not None and queue is None
     area = data_flow_ops.StagingArea(
-        [tf.as_dtype(e.type) for e in elements],
-        shapes=[e.shape for e in elements])
+        [tf.as_dtype(e.type) for e in elements] + [tf.int64] * deferred,
+        shapes=[e.shape for e in elements] + [[]] * deferred)
+
+    def sample(name):
+      if deferred:
+        tensors, ticket = native_ops.stage(native, elements, name=name)
+        return tensors + [ticket]
+      return _sampling_op(memory, elements, name + '_py_func', native, queue)
+
     batch = tf.cond(area.size() > 0, area.get,
-                    lambda: _sampling_op(memory, elements,
-                                         'replay_sample_py_func', native,
-                                         queue))
-    batch = batch if isinstance(batch, (list, tuple)) else [batch]
+                    lambda: sample('replay_sample'))
+    batch = list(batch) if isinstance(batch, (list, tuple)) else [batch]
     with tf.control_dependencies(batch):  # The area holds one batch at most.
-      stage = area.put(_sampling_op(memory, elements, 'replay_stage_py_func',
-                                    native, queue),
-                       name='stage_next_batch')
+      stage = area.put(sample('replay_stage'), name='stage_next_batch')
+    if deferred:
+      _keep_alive(memory)
+      batch = _awaited(batch[:-1], batch[-1], elements)
     tensors = []
     for tensor, element in zip(batch, elements):
       if element.name not in _NETWORK_INPUTS:
@@ -117,6 +126,20 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None,
           tensor = tf.identity(tensor, name=element.name)
       tensors.append(tensor)
     return tensors, area
+
+
+def _awaited(batch: List[tf.Tensor], ticket: tf.Tensor,
+             elements: Sequence[Any]) -> List[tf.Tensor]:
+  """`batch` with its states passed through the op awaiting `ticket`."""
+  at = [i for i, e in enumerate(elements) if e.name in _NETWORK_INPUTS]
+  if not at:
+    return batch
+  filled = native_ops.await_states(ticket, [batch[i] for i in at],
+                                   name='await_states')
+  batch = list(batch)
+  for i, tensor in zip(at, filled):
+    batch[i] = tensor
+  return batch
 
 
 def _sampling_op(memory: Any, elements: Sequence[Any], name: str,

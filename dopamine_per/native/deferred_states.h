@@ -26,6 +26,8 @@
 #include <vector>
 
 #if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -175,8 +177,8 @@ class DeferredDecoder {
       it = it->second->Succeeded() ? jobs_.erase(it) : std::next(it);
     }
     queue_.push_back(std::move(job));
-    if (!started_) {
-      started_ = true;
+    if (worker_process_ != ProcessId()) {  // None yet, or not after a fork.
+      worker_process_ = ProcessId();
       std::thread(&DeferredDecoder::Run, this).detach();
     }
     wake_.notify_one();
@@ -203,10 +205,26 @@ class DeferredDecoder {
 
   DeferredDecoder() = default;
 
+  // This process's id (a forked child has the parent's decoder, not its
+  // thread); 1 where it is not asked.
+  static int64_t ProcessId() {
+#if defined(__linux__)
+    return static_cast<int64_t>(getpid());
+#else
+    return 1;
+#endif
+  }
+
   void Run() {
 #if defined(__linux__)
-    // This thread only (Linux's per-thread nice): the lowest priority.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    // This thread only: SCHED_IDLE, run only on a core nothing else wants,
+    // and preempted at once by any other thread that wakes there (a nice
+    // value alone leaves it the core for a while).
+    sched_param param{};
+    param.sched_priority = 0;
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0) {
+      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    }
 #endif
     for (;;) {
       std::shared_ptr<DeferredStates> job;
@@ -225,7 +243,7 @@ class DeferredDecoder {
   std::deque<std::shared_ptr<DeferredStates>> queue_;
   std::map<int64_t, std::shared_ptr<DeferredStates>> jobs_;
   int64_t next_ticket_ = 1;
-  bool started_ = false;
+  int64_t worker_process_ = 0;  // Where the thread was started (0: not).
 };
 
 }  // namespace dopamine_per

@@ -1,14 +1,14 @@
 // States decoded after their batch is staged. With staging, the sample op
-// of a memory with compressed frames (replay_ops.cc's staged op) copies
-// the LZ4 blocks its batch reads, under the memory's lock, and leaves them
-// to be decoded into its state outputs later: by a background thread of
-// the lowest priority, which runs when a core would otherwise be idle (the
-// training's serial stretches, the agent's steps between runs), and,
-// for whatever rows that thread has not reached, by the op that hands the
-// staged states to the networks (the await op) at the next run. The states
-// are those an immediate decode gives (the blocks are copied as they were
-// sampled), and a starved thread delays a batch by no more than its own
-// decode at most.
+// of a memory with compressed frames (DopaminePerSampleTransitions with
+// defer_states, replay_ops.cc) copies the LZ4 blocks its batch reads,
+// under the memory's lock, and leaves them to be decoded into its state
+// outputs later: by a background thread of the lowest priority, which runs
+// when a core would otherwise be idle (the training's serial stretches,
+// the agent's steps between runs), and, for whatever rows that thread has
+// not reached, by the op that hands the staged states to the networks
+// (DopaminePerAwaitStates) at the next run. The states are those an
+// immediate decode gives (the blocks are copied as they were sampled), and
+// a starved thread delays a batch by at most the batch's own decode.
 
 #ifndef DOPAMINE_PER_NATIVE_DEFERRED_STATES_H_
 #define DOPAMINE_PER_NATIVE_DEFERRED_STATES_H_

@@ -81,7 +81,10 @@ def sampling_ops(memory: Any, use_staging: bool, native: Any = None,
   and `next_state` come straight from the area, the other elements are
   released once the next batch is staged, so the sampling overlaps with
   the networks' work on the states. A run that reads nothing but the
-  states stages nothing.
+  states stages nothing. Through the native op, compressed states are
+  decoded after the batch is staged (native/deferred_states.h): the area
+  also holds the batch's ticket, and the states pass through the op that
+  awaits it.
 
   Args:
     memory: an out-of-graph replay memory.

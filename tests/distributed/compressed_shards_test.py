@@ -14,12 +14,11 @@ from tests.support import fixtures
 from tests.support import ray_util
 from tests.support import sharded_memories
 
-# Frames of 6x5 uint8, stacks of 4, 3-step returns: 2 shards of 30 slots
-# (7 blocks of 4 frames, the last one short).
-_SHAPE = (6, 5)
+# sharded_memories' frame memories: 2 shards of 30 slots (7 blocks of 4
+# frames, the last one short).
+_SHAPE = sharded_memories.FRAME_SHAPE
 _CAPACITY = 60
-_ARGS = dict(observation_shape=_SHAPE, observation_dtype=np.uint8,
-             stack_size=4, update_horizon=3, gamma=0.9)
+_ARGS = sharded_memories.FRAME_ARGS
 
 
 def setUpModule():  # pylint: disable=invalid-name

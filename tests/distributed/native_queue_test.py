@@ -25,10 +25,8 @@ from tests.support import fixtures
 from tests.support import ray_util
 from tests.support import sharded_memories
 
-# Frames of 6x5 uint8, stacks of 4, 3-step returns.
-_SHAPE = (6, 5)
-_FRAMES = dict(observation_shape=_SHAPE, observation_dtype=np.uint8,
-               stack_size=4, update_horizon=3, gamma=0.9)
+_SHAPE = sharded_memories.FRAME_SHAPE
+_FRAMES = sharded_memories.FRAME_ARGS
 
 
 def setUpModule():  # pylint: disable=invalid-name

@@ -13,8 +13,16 @@ import numpy as np
 
 from dopamine_per.distributed import replay
 
-__all__ = ['small_memory', 'write_episodes', 'as_dict', 'assert_batches_equal',
+__all__ = ['FRAME_SHAPE', 'FRAME_ARGS', 'small_memory', 'write_episodes', 'as_dict', 'assert_batches_equal',
            'stream_frame']
+
+
+# Frame memories of the shipping tests: 6x5 uint8 frames, stacks of 4,
+# 3-step returns; a frame of stream s and step t is stream_frame(FRAME_SHAPE,
+# s, t).
+FRAME_SHAPE = (6, 5)
+FRAME_ARGS = dict(observation_shape=FRAME_SHAPE, observation_dtype=np.uint8,
+                  stack_size=4, update_horizon=3, gamma=0.9)
 
 
 def small_memory(num_shards: int = 2, replay_capacity: int = 48,

@@ -87,6 +87,15 @@ class _BuildPyWithConfigs(build_py.build_py):
 # a fifth of the speed).
 _COMPRESS = ['lz4>=4.0', 'zstandard>=0.22']
 
+# The 'jax' extra (issue 34): dopamine_per.jax.replay_memory, Dopamine
+# JAX's replay API on our core. Its batches are flax PyTreeNodes (flax) that
+# JAX agents map over (jax); Dopamine JAX's checkpoints are orbax
+# directories of msgpack (orbax-checkpoint, msgpack), which the importer
+# reads, and their compressed elements are snappy (python-snappy); its
+# default, compress=True, stores frames as the 'compress' extra does.
+_JAX = ['jax>=0.4.30', 'flax>=0.8', 'orbax-checkpoint>=0.5', 'msgpack>=1.0',
+        'python-snappy>=0.7'] + _COMPRESS
+
 
 setuptools.setup(
     name='dopamine_per',
@@ -164,7 +173,9 @@ setuptools.setup(
             # pull in JAX, Flax, gym and more that it does not need for
             # dopamine.tf.replay_memory, so scripts/test.sh installs it with
             # `pip install --no-deps`.
-        ],
+            # The JAX replay memory's tests (the 'jax' extra) compare it with
+            # Dopamine JAX's, which needs the same packages.
+        ] + _JAX,
         'gym': [
             # Classic-control environments (CartPole, Acrobot, ...) for
             # dopamine_per.discrete_domains.gym_lib and the CartPole configs.
@@ -188,6 +199,7 @@ setuptools.setup(
             # 6.9 at 1M transitions): the 'compress' extra's packages.
         ] + _COMPRESS,
         'compress': _COMPRESS,
+        'jax': _JAX,
         'distributed': [
             # dopamine_per.distributed shards the prioritized memory over Ray
             # actors (Ape-X, Horgan et al., 2018): Ray starts and places the

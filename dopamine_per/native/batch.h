@@ -40,39 +40,55 @@ inline FrameStore StoreOf(const BatchSource& s) {
   return store;
 }
 
-// Fills the states and next states of `count` slots walked into
-// `next_slots` (either output null to skip it, its slots not read).
+// Fills the states and next states of `count` transitions, the stacks
+// `bounds` gives (either output null to skip it, its bounds not read).
 // Compressed frames are decoded a transition at a time, just before its
 // two states are filled from them. False if a block does not decode (the
 // outputs then hold anything).
-inline bool FillStates(const BatchSource& s, const int64_t* slots,
-                       const int64_t* next_slots, int64_t count,
-                       uint8_t* states, uint8_t* next_states) {
+inline bool FillStates(const BatchSource& s, const StackBounds& bounds,
+                       int64_t count, uint8_t* states, uint8_t* next_states) {
   const FrameStore store = StoreOf(s);
   FrameReader frames(store);
   if (store.raw != nullptr) {
-    TransitionStates(frames, s.pixels, s.item, s.stack, slots, next_slots,
-                     count, states, next_states);
+    TransitionStates(frames, s.pixels, s.item, s.stack, bounds, count, states,
+                     next_states);
     return true;
   }
   const int64_t state_bytes = s.pixels * s.item * s.stack;
   std::vector<int64_t> read;
+  // The frames of a stack ending at ends[b], from firsts[b] on.
+  auto read_stack = [&](const int64_t* ends, const int64_t* firsts,
+                        int64_t b) {
+    for (int64_t k = 0; k < s.stack; ++k) {
+      if (firsts == nullptr || ends[b] - k >= firsts[b]) {
+        read.push_back(ends[b] - k);
+      }
+    }
+  };
   for (int64_t b = 0; b < count; ++b) {
     read.clear();
-    for (int64_t k = 0; k < s.stack; ++k) {
-      if (states != nullptr) read.push_back(slots[b] - k);
-      if (next_states != nullptr) read.push_back(next_slots[b] - k);
+    if (states != nullptr) read_stack(bounds.ends, bounds.firsts, b);
+    if (next_states != nullptr) {
+      read_stack(bounds.next_ends, bounds.next_firsts, b);
     }
     if (!frames.Decode(read.data(), static_cast<int64_t>(read.size()))) {
       return false;
     }
-    TransitionStates(
-        frames, s.pixels, s.item, s.stack, states ? slots + b : nullptr,
-        next_states ? next_slots + b : nullptr, 1,
-        states ? states + b * state_bytes : nullptr,
-        next_states ? next_states + b * state_bytes : nullptr);
+    TransitionStates(frames, s.pixels, s.item, s.stack, bounds.From(b), 1,
+                     states ? states + b * state_bytes : nullptr,
+                     next_states ? next_states + b * state_bytes : nullptr);
   }
   return true;
+}
+
+// FillStates over the slots `ends` and `next_ends` (no zeroed frames).
+inline bool FillStates(const BatchSource& s, const int64_t* ends,
+                       const int64_t* next_ends, int64_t count,
+                       uint8_t* states, uint8_t* next_states) {
+  StackBounds bounds;
+  bounds.ends = ends;
+  bounds.next_ends = next_ends;
+  return FillStates(s, bounds, count, states, next_states);
 }
 
 // FillStates of frames shipped without their memory: `store` (not raw)

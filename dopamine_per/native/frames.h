@@ -170,7 +170,11 @@ struct FrameStore {
 // while they are still in cache.
 class FrameReader {
  public:
-  explicit FrameReader(const FrameStore& store) : store_(store) {}
+  explicit FrameReader(const FrameStore& store)
+      : store_(store), zero_frame_(store.frame_bytes, 0) {}
+
+  // A frame of zeros: a stack's frames from before its first.
+  const uint8_t* Zeros() const { return zero_frame_.data(); }
 
   // Decodes the stored blocks holding the `count` slots at `slots` (any
   // integers, taken modulo the capacity), each only as far as the last of
@@ -242,37 +246,58 @@ class FrameReader {
   std::vector<uint8_t> empty_;    // whether each was never stored
   std::vector<uint8_t> decoded_;  // their frames (each as far as read)
   std::vector<uint8_t> zeros_;    // a block never stored
+  std::vector<uint8_t> zero_frame_;
+};
+
+// Where a batch's stacks end and begin: state b is the `stack` frames
+// ending at ends[b], those before firsts[b] zeros (firsts null: none); its
+// next state likewise, at next_ends[b] and next_firsts[b].
+struct StackBounds {
+  const int64_t* ends = nullptr;
+  const int64_t* next_ends = nullptr;
+  const int64_t* firsts = nullptr;
+  const int64_t* next_firsts = nullptr;
+
+  // The bounds of rows [b, count) alone.
+  StackBounds From(int64_t b) const {
+    auto at = [b](const int64_t* p) { return p == nullptr ? p : p + b; };
+    return {at(ends), at(next_ends), at(firsts), at(next_firsts)};
+  }
 };
 
 // Fills states[b] and next_states[b] ([pixels * stack] items of `item`
-// bytes each, frames last) with the `stack` frames ending at ends[b] and
-// at next_ends[b], b < count, wrapping around the capacity, read through
-// `frames` (decoded for them): each state with its next state, which
-// shares its frames while they are cached. A null output is skipped, its
-// ends not read.
+// bytes each, frames last) with the stacks `bounds` gives, b < count,
+// wrapping around the capacity, read through `frames` (decoded for them):
+// each state with its next state, which shares its frames while they are
+// cached. A null output is skipped, its bounds not read.
 inline void TransitionStates(const FrameReader& frames, int64_t pixels,
                              int64_t item, int64_t stack,
-                             const int64_t* ends, const int64_t* next_ends,
-                             int64_t count, uint8_t* states,
-                             uint8_t* next_states) {
+                             const StackBounds& bounds, int64_t count,
+                             uint8_t* states, uint8_t* next_states) {
   const int64_t frame_bytes = pixels * item, state_bytes = frame_bytes * stack;
   // The outputs given, in the order they are filled: fill i is output
   // i % given of row i / given.
   const int64_t* ends_of[2];
+  const int64_t* firsts_of[2];
   uint8_t* outs[2];
   int64_t given = 0;
   if (states != nullptr) {
-    ends_of[given] = ends;
+    ends_of[given] = bounds.ends;
+    firsts_of[given] = bounds.firsts;
     outs[given++] = states;
   }
   if (next_states != nullptr) {
-    ends_of[given] = next_ends;
+    ends_of[given] = bounds.next_ends;
+    firsts_of[given] = bounds.next_firsts;
     outs[given++] = next_states;
   }
   auto frames_of = [&](int64_t i, const uint8_t** sources) {
     const int64_t end = ends_of[i % given][i / given];
+    const int64_t* firsts = firsts_of[i % given];
+    const int64_t first = firsts == nullptr ? end - stack : firsts[i / given];
     for (int64_t k = 0; k < stack; ++k) {
-      sources[k] = frames.At(end - stack + 1 + k);
+      const int64_t slot = end - stack + 1 + k;
+      sources[k] = slot < first ? frames.Zeros() : frames.At(slot);
     }
   };
   auto target_of = [&](int64_t i) {
@@ -300,8 +325,11 @@ inline void TransitionStates(const uint8_t* frames, int64_t capacity,
   store.raw = frames;
   store.capacity = capacity;
   store.frame_bytes = pixels * item;
-  TransitionStates(FrameReader(store), pixels, item, stack, ends, next_ends,
-                   count, states, next_states);
+  StackBounds bounds;
+  bounds.ends = ends;
+  bounds.next_ends = next_ends;
+  TransitionStates(FrameReader(store), pixels, item, stack, bounds, count,
+                   states, next_states);
 }
 
 }  // namespace dopamine_per

@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "batch_queue.h"
+#include "binary_sum_tree.h"
 #include "deferred_states.h"
 #include "frames.h"
 #include "lz4_block.h"

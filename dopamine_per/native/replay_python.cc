@@ -1075,15 +1075,14 @@ PyObject* Lz4DecompressPy(PyObject*, PyObject* const* args,
 
 // ------------------------------------------- frames shipped by a shard
 
-// The int64 array argument `index` of fill_shipped_states, 1-D, its values
-// in [low, high) and, if `increasing`, strictly increasing; false with
+// The int64 array argument `index` of `function`, 1-D, its values in
+// [low, high) and, if `increasing`, strictly increasing; false with
 // TypeError or ValueError set otherwise.
-bool TakeShippedInts(PyObject* object, int index, int64_t low, int64_t high,
-                     bool increasing, Array* out) {
+bool TakeInts(PyObject* object, const char* function, int index, int64_t low,
+              int64_t high, bool increasing, Array* out) {
   if (!out->Take(object, 1) || !out->IsInt64()) {
-    PyErr_Format(PyExc_TypeError,
-                 "fill_shipped_states: argument %d must be a 1-D int64 array",
-                 index);
+    PyErr_Format(PyExc_TypeError, "%s: argument %d must be a 1-D int64 array",
+                 function, index);
     return false;
   }
   const int64_t* values = out->data<int64_t>();
@@ -1091,9 +1090,9 @@ bool TakeShippedInts(PyObject* object, int index, int64_t low, int64_t high,
     if (values[i] < low || values[i] >= high ||
         (increasing && i > 0 && values[i] <= values[i - 1])) {
       PyErr_Format(PyExc_ValueError,
-                   "fill_shipped_states: argument %d holds %lld at %lld, "
-                   "outside [%lld, %lld)%s",
-                   index, static_cast<long long>(values[i]),
+                   "%s: argument %d holds %lld at %lld, outside [%lld, "
+                   "%lld)%s",
+                   function, index, static_cast<long long>(values[i]),
                    static_cast<long long>(i), static_cast<long long>(low),
                    static_cast<long long>(high),
                    increasing ? " or out of order" : "");
@@ -1101,6 +1100,12 @@ bool TakeShippedInts(PyObject* object, int index, int64_t low, int64_t high,
     }
   }
   return true;
+}
+
+bool TakeShippedInts(PyObject* object, int index, int64_t low, int64_t high,
+                     bool increasing, Array* out) {
+  return TakeInts(object, "fill_shipped_states", index, low, high,
+                  increasing, out);
 }
 
 // fill_shipped_states(payload, numbers, sizes, open_block, open_frames,
@@ -1197,6 +1202,208 @@ PyObject* FillShippedStatesPy(PyObject*, PyObject* const* args,
   return Done();
 }
 
+// ------------------------------------ Dopamine JAX's memory (issue 34)
+
+// The tree arguments of binary_tree_set and binary_tree_query: `nodes`
+// float64 [2**depth - 1] (writable if asked), `first_leaf` its first
+// leaf, 2**(depth - 1) - 1; false with TypeError or ValueError set.
+bool TakeBinaryTree(PyObject* nodes_object, PyObject* first_object,
+                    const char* function, bool writable, Array* nodes,
+                    int64_t* first_leaf) {
+  if (!nodes->Take(nodes_object, 1, writable) || !nodes->IsDouble()) {
+    PyErr_Format(PyExc_TypeError, "%s: nodes must be a 1-D%s float64 array",
+                 function, writable ? " writable" : "");
+    return false;
+  }
+  if (!TakeBoundedInt(first_object, function, "first_leaf", 0,
+                      nodes->length() - 1, first_leaf)) {
+    return false;
+  }
+  if (2 * *first_leaf + 1 != nodes->length()) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: %lld nodes are no complete binary tree with its first "
+                 "leaf at %lld",
+                 function, static_cast<long long>(nodes->length()),
+                 static_cast<long long>(*first_leaf));
+    return false;
+  }
+  return true;
+}
+
+// binary_tree_set(nodes, first_leaf, leaves, values): sets the leaves
+// (int64 offsets from first_leaf) to the float64 values as Dopamine JAX's
+// SumTree.set does (binary_sum_tree.h). True; TypeError or ValueError
+// (nothing written) for arguments that do not fit.
+PyObject* BinaryTreeSetPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("binary_tree_set", nargs, 4)) return nullptr;
+  Array nodes, leaves, values;
+  int64_t first_leaf;
+  if (!TakeBinaryTree(args[0], args[1], "binary_tree_set", true, &nodes,
+                      &first_leaf) ||
+      !TakeInts(args[2], "binary_tree_set", 2, 0, first_leaf + 1, false,
+                &leaves)) {
+    return nullptr;
+  }
+  if (!values.Take(args[3], 1) || !values.IsDouble() ||
+      values.length() != leaves.length()) {
+    PyErr_SetString(PyExc_TypeError,
+                    "binary_tree_set: values must be a 1-D float64 array as "
+                    "long as leaves");
+    return nullptr;
+  }
+  BinaryTreeSet(nodes.data<double>(), first_leaf, leaves.data<int64_t>(),
+                values.data<double>(), leaves.length());
+  return Done();
+}
+
+// binary_tree_query(nodes, first_leaf, targets, out): out (int64,
+// writable) the leaves where the float64 targets' descents end, as
+// Dopamine JAX's SumTree.query. True; TypeError for arguments that do not
+// fit.
+PyObject* BinaryTreeQueryPy(PyObject*, PyObject* const* args,
+                            Py_ssize_t nargs) {
+  if (!CheckArguments("binary_tree_query", nargs, 4)) return nullptr;
+  Array nodes, targets, out;
+  int64_t first_leaf;
+  if (!TakeBinaryTree(args[0], args[1], "binary_tree_query", false, &nodes,
+                      &first_leaf)) {
+    return nullptr;
+  }
+  if (!targets.Take(args[2], 1) || !targets.IsDouble() ||
+      !out.Take(args[3], 1, true) || !out.IsInt64() ||
+      out.length() != targets.length()) {
+    PyErr_SetString(PyExc_TypeError,
+                    "binary_tree_query: targets must be a 1-D float64 array "
+                    "and out a writable int64 array as long");
+    return nullptr;
+  }
+  BinaryTreeQuery(nodes.data<double>(), first_leaf, targets.data<double>(),
+                  targets.length(), out.data<int64_t>());
+  return Done();
+}
+
+// The frames of fill_stacks: raw (`frames`, C-contiguous, its first axis
+// the capacity), or with `frames` None the blocks of
+// frame_blocks.CompressedFrames (`addresses`, `sizes`, `open_block`,
+// `open_frames`) of `block_frames` slots. False with TypeError or
+// ValueError set if they do not fit.
+bool TakeStackFrames(PyObject* const* args, Array* raw, Array* addresses,
+                     Array* sizes, Array* open_frames, int64_t* open_block,
+                     FrameStore* store) {
+  const char* function = "fill_stacks";
+  int64_t capacity, per;
+  if (!TakeBoundedInt(args[1], function, "capacity", 1, int64_t{1} << 40,
+                      &capacity) ||
+      !TakeBoundedInt(args[2], function, "block_frames", 1, 1 << 16, &per)) {
+    return false;
+  }
+  store->capacity = capacity;
+  if (args[0] != Py_None) {
+    if (!raw->TakeBytes(args[0]) || raw->bytes() % capacity != 0) {
+      PyErr_SetString(PyExc_TypeError,
+                      "fill_stacks: frames must be a C-contiguous array of "
+                      "capacity frames");
+      return false;
+    }
+    store->raw = raw->data<uint8_t>();
+    store->frame_bytes = raw->bytes() / capacity;
+    return true;
+  }
+  const int64_t blocks = (capacity + per - 1) / per;
+  if (!addresses->Take(args[3], 1) || !addresses->Is(kUnsigned, 8) ||
+      addresses->length() != blocks ||
+      !TakeInts(args[4], function, 4, 0, kMaxCodecBytes, false, sizes) ||
+      sizes->length() != blocks ||
+      !TakeBoundedInt(args[5], function, "open_block", -1, blocks - 1,
+                      open_block) ||
+      !TakeCodecInput(args[6], function, "open_frames", open_frames) ||
+      open_frames->bytes() % per != 0) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError,
+                      "fill_stacks: the block tables do not fit the capacity "
+                      "and block_frames");
+    }
+    return false;
+  }
+  store->block_frames = per;
+  store->frame_bytes = open_frames->bytes() / per;
+  store->addresses = addresses->data<uint64_t>();
+  store->sizes = sizes->data<int64_t>();
+  store->open_block = open_block;
+  store->open_frames = open_frames->data<uint8_t>();
+  return true;
+}
+
+// fill_stacks(frames, capacity, block_frames, addresses, sizes, open_block,
+// open_frames, stack, ends, firsts, next_ends, next_firsts, states,
+// next_states): fills `states` and `next_states` (writable, C-contiguous,
+// len(ends) rows of `stack` frames each, frames last) with the stacks
+// ending at the int64 rows `ends` and `next_ends` (taken modulo the
+// capacity), their frames before `firsts` and `next_firsts` zeros. The
+// caller holds the memory's lock (the blocks' addresses are read as they
+// are). True; TypeError or ValueError for arguments that do not fit
+// (nothing read), ValueError if a block does not decode.
+PyObject* FillStacksPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!CheckArguments("fill_stacks", nargs, 14)) return nullptr;
+  Array raw, addresses, sizes, open_frames, states, next_states;
+  Array ends, firsts, next_ends, next_firsts;
+  int64_t open_block = -1, stack;
+  FrameStore store;
+  constexpr int64_t kMaxRow = int64_t{1} << 62;
+  if (!TakeStackFrames(args, &raw, &addresses, &sizes, &open_frames,
+                       &open_block, &store) ||
+      !TakeBoundedInt(args[7], "fill_stacks", "stack", 1, 1 << 16, &stack) ||
+      !TakeInts(args[8], "fill_stacks", 8, 0, kMaxRow, false, &ends) ||
+      !TakeInts(args[9], "fill_stacks", 9, 0, kMaxRow, false, &firsts) ||
+      !TakeInts(args[10], "fill_stacks", 10, 0, kMaxRow, false, &next_ends) ||
+      !TakeInts(args[11], "fill_stacks", 11, 0, kMaxRow, false,
+                &next_firsts)) {
+    return nullptr;
+  }
+  const int64_t count = ends.length();
+  const bool fit =
+      states.Take(args[12], -1, true) && next_states.Take(args[13], -1, true) &&
+      firsts.length() == count && next_ends.length() == count &&
+      next_firsts.length() == count && states.length() == count &&
+      next_states.length() == count &&
+      states.itemsize() == next_states.itemsize() &&
+      states.bytes() == count * stack * store.frame_bytes &&
+      next_states.bytes() == states.bytes() &&
+      store.frame_bytes % states.itemsize() == 0;
+  if (!fit) {
+    PyErr_SetString(PyExc_ValueError,
+                    "fill_stacks: the outputs, ends and firsts do not fit "
+                    "together and the frames");
+    return nullptr;
+  }
+  if (count == 0) return Done();
+  BatchSource source{};
+  source.frames = store.raw;
+  source.capacity = store.capacity;
+  source.item = states.itemsize();
+  source.pixels = store.frame_bytes / source.item;
+  source.stack = stack;
+  source.blocks = store;
+  StackBounds bounds;
+  bounds.ends = ends.data<int64_t>();
+  bounds.next_ends = next_ends.data<int64_t>();
+  bounds.firsts = firsts.data<int64_t>();
+  bounds.next_firsts = next_firsts.data<int64_t>();
+  bool filled;
+  {
+    WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil);
+    filled = FillStates(source, bounds, count, states.data<uint8_t>(),
+                        next_states.data<uint8_t>());
+  }
+  if (!filled) {
+    PyErr_SetString(PyExc_ValueError,
+                    "fill_stacks: a compressed block the states read does "
+                    "not decode (the memory's frames are corrupt)");
+    return nullptr;
+  }
+  return Done();
+}
+
 #define DOPAMINE_PER_METHOD(name, function, doc)                         \
   {                                                                      \
     name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(    \
@@ -1240,6 +1447,17 @@ PyMethodDef methods[] = {
                         "fill_shipped_states(payload, numbers, sizes, "
                         "open_block, open_frames, ends, next_ends, capacity, "
                         "block_frames, stack, states, next_states) -> True"),
+    DOPAMINE_PER_METHOD("binary_tree_set", BinaryTreeSetPy,
+                        "binary_tree_set(nodes, first_leaf, leaves, values) "
+                        "-> True"),
+    DOPAMINE_PER_METHOD("binary_tree_query", BinaryTreeQueryPy,
+                        "binary_tree_query(nodes, first_leaf, targets, out) "
+                        "-> True"),
+    DOPAMINE_PER_METHOD("fill_stacks", FillStacksPy,
+                        "fill_stacks(frames, capacity, block_frames, "
+                        "addresses, sizes, open_block, open_frames, stack, "
+                        "ends, firsts, next_ends, next_firsts, states, "
+                        "next_states) -> True"),
     DOPAMINE_PER_METHOD("lz4_compress", Lz4CompressPy,
                         "lz4_compress(src, level=9) -> bytes: one LZ4 block"),
     DOPAMINE_PER_METHOD("lz4_decompress", Lz4DecompressPy,

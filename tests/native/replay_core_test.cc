@@ -736,16 +736,23 @@ void TestRandomDraws() {
 // The states of the frames ending at each of `ends` (wrapping around
 // capacity), one after the other: item k of pixel p of a state is frame
 // k's pixel p.
+// The stacks ending at `ends`, each frame before firsts[b] zeros (none
+// if `firsts` is empty).
 std::vector<uint8_t> ReferenceStacks(const std::vector<uint8_t>& frames,
                                      int64_t capacity, int64_t pixels,
                                      int64_t item, int64_t stack,
-                                     const std::vector<int64_t>& ends) {
+                                     const std::vector<int64_t>& ends,
+                                     const std::vector<int64_t>& firsts = {}) {
   std::vector<uint8_t> states;
-  for (const int64_t end : ends) {
+  for (size_t b = 0; b < ends.size(); ++b) {
     for (int64_t p = 0; p < pixels; ++p) {
       for (int64_t k = 0; k < stack; ++k) {
-        const int64_t frame =
-            ((end - stack + 1 + k) % capacity + capacity) % capacity;
+        const int64_t slot = ends[b] - stack + 1 + k;
+        if (!firsts.empty() && slot < firsts[b]) {
+          states.insert(states.end(), item, 0);
+          continue;
+        }
+        const int64_t frame = (slot % capacity + capacity) % capacity;
         const auto first = frames.begin() + (frame * pixels + p) * item;
         states.insert(states.end(), first, first + item);
       }
@@ -1158,9 +1165,11 @@ void TestCompressedFrameStacks() {
   CHECK(reader.Decode(read.data(), static_cast<int64_t>(read.size())));
   std::vector<uint8_t> states(rows * pixels * stack, 0xAB);
   std::vector<uint8_t> next_states(states.size(), 0xAB);
-  dopamine_per::TransitionStates(reader, pixels, 1, stack, ends.data(),
-                                 next.data(), rows, states.data(),
-                                 next_states.data());
+  dopamine_per::StackBounds bounds;
+  bounds.ends = ends.data();
+  bounds.next_ends = next.data();
+  dopamine_per::TransitionStates(reader, pixels, 1, stack, bounds, rows,
+                                 states.data(), next_states.data());
   CHECK(states == ReferenceStacks(raw, capacity, pixels, 1, stack, ends));
   CHECK(next_states == ReferenceStacks(raw, capacity, pixels, 1, stack, next));
   // FillStates decodes a transition at a time: the same stacks, and the
@@ -1180,6 +1189,22 @@ void TestCompressedFrameStacks() {
   CHECK(dopamine_per::FillStates(source, ends.data(), nullptr, rows,
                                  alone.data(), nullptr));
   CHECK(alone == states);
+  // Frames before a stack's first are zeros (their slots not decoded):
+  // firsts past the ends of some stacks, at them, or before them.
+  std::vector<int64_t> firsts, next_firsts;
+  for (int64_t b = 0; b < rows; ++b) {
+    firsts.push_back(ends[b] - b % (stack + 2) + 1);
+    next_firsts.push_back(next[b] - (b + 1) % (stack + 2) + 1);
+  }
+  bounds.firsts = firsts.data();
+  bounds.next_firsts = next_firsts.data();
+  std::vector<uint8_t> cut(states.size(), 0xAB), next_cut = cut;
+  CHECK(dopamine_per::FillStates(source, bounds, rows, cut.data(),
+                                 next_cut.data()));
+  CHECK(cut == ReferenceStacks(raw, capacity, pixels, 1, stack, ends, firsts));
+  CHECK(next_cut ==
+        ReferenceStacks(raw, capacity, pixels, 1, stack, next, next_firsts));
+  bounds.firsts = bounds.next_firsts = nullptr;
   // Decoded later (deferred_states.h), from copies of the blocks: by
   // Finish alone (no background thread) or with a second thread claiming
   // rows too; the outputs' owner is let go once every row is filled.

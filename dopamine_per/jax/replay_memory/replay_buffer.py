@@ -1,0 +1,221 @@
+# coding=utf-8
+"""Dopamine JAX's `ReplayBuffer` on dopamine_per's native core (issue 34).
+
+The same constructor, methods and batches as
+`dopamine.jax.replay_memory.replay_buffer.ReplayBuffer`: elements keyed by
+`add_count`, the oldest evicted past `max_capacity`, sampled through the
+sampling distribution. With Dopamine's `TransitionAccumulator` (ours), each
+step's frame is stored once and elements as arrays of their fields
+(`transition_store`), states stacked at sample time by the native sampler;
+`compress=True` keeps the frames in LZ4 blocks instead of snappy-packing
+each element's two states. Any other accumulator's elements are stored as
+it yields them (packed if `compress`), as Dopamine stores them.
+"""
+
+import collections
+import collections.abc
+import threading
+from typing import Any, Iterator, Optional
+
+import gin
+import numpy as np
+
+from dopamine_per.jax.replay_memory import accumulator as accumulators
+from dopamine_per.jax.replay_memory import elements
+from dopamine_per.jax.replay_memory import samplers
+from dopamine_per.jax.replay_memory import transition_store
+
+__all__ = ['ReplayBuffer']
+
+ReplayItemID = elements.ReplayItemID
+# The accumulator whose steps the store takes directly (a subclass that
+# overrides `accumulate` is asked for elements instead).
+_SPANS = accumulators.TransitionAccumulator
+
+
+def _takes_spans(accumulator: Any) -> bool:
+  kind = type(accumulator)
+  return (issubclass(kind, _SPANS) and
+          kind.accumulate is _SPANS.accumulate)
+
+
+class _StoredElements(collections.abc.Mapping):
+  """Read-only key -> element view of a memory's stored elements (what
+  Dopamine's `_memory` dict holds), oldest first."""
+
+  def __init__(self, memory: 'ReplayBuffer') -> None:
+    self._memory = memory
+
+  def __getitem__(self, key: Any) -> elements.ReplayElement:
+    return self._memory.element(key)
+
+  def __iter__(self) -> Iterator[int]:
+    return iter(self._memory.stored_keys())
+
+  def __len__(self) -> int:
+    return len(self._memory.stored_keys())
+
+
+@gin.configurable
+class ReplayBuffer(object):
+  """A FIFO memory of replay elements, sampled by its sampling
+  distribution.
+
+  Attributes:
+    add_count: int, how many elements were ever stored (the next key).
+  """
+
+  def __init__(self, transition_accumulator: Any,
+               sampling_distribution: samplers.SamplingDistribution, *,
+               batch_size: int, max_capacity: int,
+               checkpoint_duration: int = 4, compress: bool = True):
+    if checkpoint_duration < 1:
+      raise ValueError(
+          f'Invalid checkpoint_duration: {checkpoint_duration}')
+    if not isinstance(max_capacity, (int, np.integer)) or max_capacity < 1:
+      raise ValueError(f'Invalid max_capacity: {max_capacity!r}, must be a '
+                       'positive int.')
+    self.add_count = 0
+    self._max_capacity = int(max_capacity)
+    self._compress = compress
+    self._batch_size = batch_size
+    self._checkpoint_duration = checkpoint_duration
+    self._transition_accumulator = transition_accumulator
+    self._sampling_distribution = sampling_distribution
+    self._lock = threading.RLock()
+    self._store: Optional[transition_store.TransitionStore] = None
+    self._elements: Optional[collections.OrderedDict] = None
+    if _takes_spans(transition_accumulator):
+      self._store = transition_store.TransitionStore(
+          self._max_capacity, transition_accumulator.stack_size,
+          transition_accumulator.update_horizon, compress)
+    else:
+      self._elements = collections.OrderedDict()
+
+  # ------------------------------------------------------------- stored
+
+  @property
+  def _memory(self) -> collections.abc.Mapping:
+    """The stored elements by key, oldest first (read-only with our
+    accumulator: each element is stacked when read)."""
+    if self._elements is not None:
+      return self._elements
+    return _StoredElements(self)
+
+  def stored_keys(self) -> range:
+    """The keys held, oldest first."""
+    if self._elements is not None:
+      return list(self._elements.keys())
+    held = min(self.add_count, self._max_capacity)
+    return range(self.add_count - held, self.add_count)
+
+  def element(self, key: int) -> elements.ReplayElement:
+    """The element stored under `key`; KeyError if none is."""
+    with self._lock:
+      if self._elements is not None:
+        return self._elements[key]
+      if key not in self.stored_keys():
+        raise KeyError(key)
+      return self._store.element(int(key) % self._max_capacity)
+
+  @property
+  def nbytes(self) -> int:
+    """The bytes the stored elements hold (frames, fields; not the
+    sampler's)."""
+    return self._store.nbytes if self._store is not None else 0
+
+  # ---------------------------------------------------------------- add
+
+  def add(self, transition: elements.TransitionElement,
+          **kwargs: Any) -> None:
+    """Adds one step; stores the elements it completes (each given to the
+    sampling distribution with `kwargs`, e.g. `priority=`), evicting the
+    oldest past `max_capacity`."""
+    with self._lock:
+      if self._store is None:
+        for element in self._transition_accumulator.accumulate(transition):
+          if self._compress:
+            element = element.pack()
+          self._keep(element, kwargs)
+        return
+      self._add_step(transition, kwargs)
+
+  def _add_step(self, transition: elements.TransitionElement,
+                kwargs: Any) -> None:
+    store, steps = self._store, self._transition_accumulator
+    frame = store.check_step(transition)
+    step = steps.steps
+    keep_from = step - steps.held_steps
+    if self.add_count:
+      oldest_key = self.add_count - min(self.add_count, self._max_capacity)
+      keep_from = min(keep_from, store.oldest_read(
+          oldest_key % self._max_capacity))
+    store.write_frame(step, frame, keep_from)
+    for span in steps.accumulate_spans(transition):
+      scalars = store.check_span(span)
+      store.put(self.add_count % self._max_capacity, span, scalars)
+      self._keep(None, kwargs)
+
+  def _keep(self, element: Any, kwargs: Any) -> None:
+    """Gives the next key to the sampler (and `element` to the generic
+    store), then evicts the oldest past the capacity."""
+    key = ReplayItemID(self.add_count)
+    if self._elements is not None:
+      self._elements[key] = element
+    self._sampling_distribution.add(key, **kwargs)
+    self.add_count += 1
+    if self.add_count > self._max_capacity:
+      oldest = self.add_count - self._max_capacity - 1
+      if self._elements is not None:
+        oldest, _ = self._elements.popitem(last=False)
+      self._sampling_distribution.remove(ReplayItemID(oldest))
+
+  # ------------------------------------------------------------- sample
+
+  def sample(self, size: Optional[int] = None, *,
+             with_sample_metadata: bool = False) -> Any:
+    """A batch of `size` elements (default `batch_size`), stacked, and with
+    `with_sample_metadata` the sampler's metadata (keys, probabilities).
+
+    Raises:
+      ValueError: If nothing was stored, or `size` < 1.
+      KeyError: If the sampler gives a key not held.
+    """
+    if self.add_count < 1:
+      raise ValueError('No samples in replay buffer!')
+    if size is None:
+      size = self._batch_size
+    if size < 1:
+      raise ValueError(f'Invalid size: {size}, size must be >= 1.')
+    with self._lock:
+      metadata = self._sampling_distribution.sample(size)
+      batch = self._gather(np.asarray(metadata.keys))
+    return (batch, metadata) if with_sample_metadata else batch
+
+  def _gather(self, keys: np.ndarray) -> Any:
+    if self._elements is not None:
+      import jax  # pylint: disable=g-import-not-at-top
+      picked = [self._elements[int(key)] for key in keys]
+      if self._compress:
+        picked = [element.unpack() for element in picked]
+      return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *picked)
+    keys = keys.astype(np.int64)
+    held = min(self.add_count, self._max_capacity)
+    stale = (keys < self.add_count - held) | (keys >= self.add_count)
+    if stale.any():
+      raise KeyError(int(keys[stale][0]))
+    return self._store.batch(keys % self._max_capacity)
+
+  def update(self, keys: Any, **kwargs: Any) -> None:
+    """Passes `keys` and `kwargs` (e.g. `priorities=`) to the sampler."""
+    with self._lock:
+      self._sampling_distribution.update(keys, **kwargs)
+
+  def clear(self) -> None:
+    """Forgets every element, the episode so far and the sampler's keys."""
+    with self._lock:
+      self.add_count = 0
+      if self._elements is not None:
+        self._elements.clear()
+      self._transition_accumulator.clear()
+      self._sampling_distribution.clear()

@@ -8,8 +8,10 @@ evictions, frames raw and compressed, and episodes short enough that the
 frame ring must grow.
 """
 
+import os
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -18,14 +20,18 @@ from dopamine.jax.replay_memory import elements as their_elements
 from dopamine.jax.replay_memory import replay_buffer as their_buffer
 from dopamine.jax.replay_memory import samplers as their_samplers
 from dopamine.jax.replay_memory import sum_tree as their_sum_tree
+import msgpack
 import numpy as np
 
 from dopamine_per import errors
+from dopamine_per.file_io import atomic_files
 from dopamine_per.jax.replay_memory import accumulator
 from dopamine_per.jax.replay_memory import elements
 from dopamine_per.jax.replay_memory import replay_buffer
+from dopamine_per.jax.replay_memory import replay_checkpoint
 from dopamine_per.jax.replay_memory import samplers
 from dopamine_per.jax.replay_memory import sum_tree
+from tests.support import fixtures
 
 _FIELDS = ('state', 'action', 'reward', 'next_state', 'is_terminal',
            'episode_end')
@@ -219,6 +225,116 @@ class CheckedAddTest(absltest.TestCase):
     memory.add(elements.TransitionElement(np.zeros(3), 1, 0.0, False))
     with self.assertRaisesRegex(ValueError, 'Invalid size: 0'):
       memory.sample(0)
+
+
+def _steps(seed, count, shape=(3, 2), ends=0.1):
+  """`count` random steps: (observation, action, reward, terminal, end)."""
+  rng = np.random.default_rng(seed)
+  for _ in range(count):
+    terminal = bool(rng.random() < ends)
+    yield (rng.integers(0, 255, shape).astype(np.uint8),
+           int(rng.integers(4)), float(rng.normal()), terminal,
+           terminal or bool(rng.random() < ends / 2))
+
+
+class CheckpointTest(parameterized.TestCase):
+
+  @parameterized.product(prioritized=(False, True), compress=(False, True))
+  def test_resumed_memory_samples_as_the_uninterrupted_one(self, prioritized,
+                                                           compress):
+    directory = fixtures.temp_dir(self)
+    uninterrupted = _memory(_OURS, 40, 4, 3, prioritized, compress)
+    saved = _memory(_OURS, 40, 4, 3, prioritized, compress)
+    steps = list(_steps(11, 300))
+    for memory in (uninterrupted, saved):
+      for step in steps[:150]:
+        memory.add(elements.TransitionElement(*step), priority=1.0)
+      memory.sample()
+    saved.save(directory, 3)
+    # A fresh memory, its sampler seeded otherwise: the checkpoint brings
+    # the saved one's keys, generator, tree, episode so far and frames.
+    resumed = _memory(_OURS, 40, 4, 3, prioritized, compress)
+    resumed._sampling_distribution._rng = np.random.default_rng(99)
+    resumed.load(directory, 3)
+    self.assertEqual(resumed.add_count, uninterrupted.add_count)
+    for i, step in enumerate(steps[150:]):
+      for memory in (uninterrupted, resumed):
+        memory.add(elements.TransitionElement(*step), priority=0.5 + i % 3)
+      if i % 5 == 0:
+        expected, their_metadata = uninterrupted.sample(
+            with_sample_metadata=True)
+        batch, metadata = resumed.sample(with_sample_metadata=True)
+        _assert_batches_equal(self, expected, batch)
+        np.testing.assert_array_equal(metadata.keys, their_metadata.keys)
+    self.assertGreater(uninterrupted.add_count, 80)  # Past two laps.
+
+  def test_layout_and_garbage_collection_are_dopamines(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 40, 4, 3, False, True)
+    memory._checkpoint_duration = 3
+    steps = _steps(4, 100)
+    for iteration in range(6):
+      for _ in range(10):
+        memory.add(elements.TransitionElement(*next(steps)))
+      memory.save(directory, iteration)
+    self.assertCountEqual(os.listdir(directory), ['3', '4', '5'])
+    path = os.path.join(directory, '5', 'replay', 'checkpoint.msgpack')
+    with open(path, 'rb') as f:
+      state = msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
+    self.assertEqual(state['add_count'], memory.add_count)
+    memory.load(directory, 4)
+    self.assertLess(memory.add_count, state['add_count'])
+
+  def test_damaged_or_missing_checkpoints_are_refused_unchanged(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 40, 2, 1, True, True)
+    for step in _steps(5, 60):
+      memory.add(elements.TransitionElement(*step), priority=2.0)
+    memory.save(directory, 1)
+    for step in _steps(6, 7):
+      memory.add(elements.TransitionElement(*step), priority=3.0)
+    before = memory.to_state_dict()
+    with self.assertRaises(FileNotFoundError):
+      memory.load(directory, 2)
+    replay = os.path.join(directory, '1', 'replay')
+    frames = [name for name in os.listdir(replay) if name.startswith('frames')]
+    self.assertLen(frames, 1)
+    with open(os.path.join(replay, frames[0]), 'r+b') as f:
+      f.seek(10)
+      f.write(b'\xff')
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
+                                'not the one saved'):
+      memory.load(directory, 1)
+    with open(os.path.join(replay, 'checkpoint.msgpack'), 'wb') as f:
+      f.write(msgpack.packb({'add_count': 3, 'format': 'other'}))
+    with self.assertRaises(atomic_files.CorruptCheckpointError):
+      memory.load(directory, 1)
+    after = memory.to_state_dict()
+    self.assertEqual(after['add_count'], before['add_count'])
+    self.assertEqual(after['frames_bytes'], before['frames_bytes'])
+
+  def test_a_save_that_fails_leaves_the_iterations_checkpoint(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 40, 2, 1, False, False)
+    for step in _steps(7, 30):
+      memory.add(elements.TransitionElement(*step))
+    memory.save(directory, 1)
+    saved_count = memory.add_count
+    for step in _steps(8, 10):
+      memory.add(elements.TransitionElement(*step))
+    with mock.patch.object(atomic_files, 'atomic_write',
+                           side_effect=OSError('disk full')):
+      with self.assertRaisesRegex(OSError, 'disk full'):
+        memory.save(directory, 1)
+    memory.load(directory, 1)
+    self.assertEqual(memory.add_count, saved_count)
+
+  def test_arrays_of_objects_are_refused(self):
+    crafted = msgpack.packb({'__array__': ['|O', [1], b'\0' * 8]})
+    with self.assertRaisesRegex(ValueError, 'dtype object'):
+      replay_checkpoint.decode(crafted)
+    with self.assertRaisesRegex(TypeError, 'cannot save'):
+      replay_checkpoint.encode({'a': object()})
 
 
 def _run_python(script):

@@ -11,7 +11,7 @@ would be overwritten (episodes so short that the elements span more rows
 than it holds).
 """
 
-from typing import Any, Tuple
+from typing import Any, Callable, Tuple
 
 import numpy as np
 
@@ -88,24 +88,104 @@ class FrameRing(object):
   def grow(self, rows: int, oldest: int, newest: int) -> None:
     """Holds `rows` steps from now on, keeping steps [oldest, newest]."""
     rows = _ring_rows(rows)
-    old, old_rows = self._frames, self.rows
-    new = self._new_frames(rows)
-    steps = np.arange(oldest, newest + 1, dtype=np.int64)
     if not self.compressed:
-      new[steps % rows] = old[steps % old_rows]
-    else:
-      per = frame_blocks.BLOCK_FRAMES
-      payloads = [None] * new.blocks
-      open_block = int(old.open_block[0])
-      rewrite = []
-      for block in range(oldest // per, newest // per + 1):
-        source = block % old.blocks
-        if source == open_block or old.payload(source) is None:
-          rewrite.extend(range(max(block * per, oldest),
-                               min((block + 1) * per, newest + 1)))
-        else:
-          payloads[block % new.blocks] = old.payload(source)
-      new.adopt(payloads)
-      for step in rewrite:
-        new[step % rows] = old[step % old_rows]
+      new = self._new_frames(rows)
+      steps = np.arange(oldest, newest + 1, dtype=np.int64)
+      new[steps % rows] = self._frames[steps % self.rows]
+      self._frames, self.rows = new, rows
+      return
+    chunks = []
+    sizes = self.export(oldest, newest, chunks.append)
+    self.restore(rows, oldest, newest, sizes, memoryview(b''.join(chunks)))
+
+  def export(self, oldest: int, newest: int,
+             write: Callable[[bytes], Any]) -> np.ndarray:
+    """Writes steps [oldest, newest]' frames (oldest <= newest) through
+    `write`, as `restore` reads them back.
+
+    Raw frames are written in step order. Compressed ones go a block at a
+    time (the blocks of BLOCK_FRAMES consecutive steps from a multiple of
+    it): a stored block's LZ4 bytes as they are, the open block's held
+    steps raw.
+
+    Returns:
+      int64 array, for a compressed ring the bytes written per block (-1:
+      raw frames); empty for a raw ring.
+    """
+    if not self.compressed:
+      steps = np.arange(oldest, newest + 1, dtype=np.int64)
+      write(np.ascontiguousarray(self._frames[steps % self.rows]).tobytes())
+      return np.zeros(0, np.int64)
+    per, frames = frame_blocks.BLOCK_FRAMES, self._frames
+    first, last = oldest // per, newest // per
+    sizes = np.empty(last - first + 1, np.int64)
+    for block in range(first, last + 1):
+      slot = block % frames.blocks
+      payload = frames.payload(slot)
+      if payload is None or slot == int(frames.open_block[0]):
+        sizes[block - first] = -1
+        held = self._held(block, oldest, newest)
+        write(np.ascontiguousarray(self.frames(held)).tobytes())
+      else:
+        sizes[block - first] = len(payload)
+        write(payload)
+    return sizes
+
+  def restore(self, rows: int, oldest: int, newest: int, sizes: np.ndarray,
+              data: memoryview) -> None:
+    """Replaces the frames with `export`'s, holding `rows` steps.
+
+    Raises:
+      ValueError: If `data` and `sizes` do not fit the steps, or a block
+        does not decode to its frames (nothing replaced).
+    """
+    rows = _ring_rows(rows)
+    frame_bytes = int(np.prod(self.frame_shape, dtype=np.int64) *
+                      self.dtype.itemsize)
+    new = self._new_frames(rows)
+    if not self.compressed:
+      steps = np.arange(oldest, newest + 1, dtype=np.int64)
+      if len(data) != len(steps) * frame_bytes:
+        raise ValueError('the frames hold {} bytes, not {} steps of {}'
+                         .format(len(data), len(steps), frame_bytes))
+      new[steps % rows] = np.frombuffer(data, self.dtype).reshape(
+          (len(steps),) + self.frame_shape)
+      self._frames, self.rows = new, rows
+      return
+    per = frame_blocks.BLOCK_FRAMES
+    first = oldest // per
+    if len(sizes) != newest // per - first + 1:
+      raise ValueError('{} block sizes for steps [{}, {}]'.format(
+          len(sizes), oldest, newest))
+    payloads, raw, at = [None] * new.blocks, [], 0
+    for j, size in enumerate(sizes.tolist()):
+      block = first + j
+      if size < 0:
+        held = self._held(block, oldest, newest)
+        size = len(held) * frame_bytes
+        raw.append((held, data[at:at + size]))
+      else:
+        payload = bytes(data[at:at + size])
+        if not new.decodes(block % new.blocks, payload):
+          raise ValueError('frame block {} does not decode'.format(block))
+        payloads[block % new.blocks] = payload
+      at += size
+      if at > len(data):
+        raise ValueError('the frames end before block {}'.format(block))
+    if at != len(data):
+      raise ValueError('the frames hold {} bytes past their blocks'.format(
+          len(data) - at))
+    new.adopt(payloads)
+    for held, frames in raw:
+      values = np.frombuffer(frames, self.dtype).reshape(
+          (len(held),) + self.frame_shape)
+      for step, frame in zip(held.tolist(), values):
+        new[step % rows] = frame
     self._frames, self.rows = new, rows
+
+  @staticmethod
+  def _held(block: int, oldest: int, newest: int) -> np.ndarray:
+    """The steps of block `block` within [oldest, newest]."""
+    per = frame_blocks.BLOCK_FRAMES
+    return np.arange(max(block * per, oldest),
+                     min((block + 1) * per, newest + 1), dtype=np.int64)

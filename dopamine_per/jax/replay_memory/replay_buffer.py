@@ -15,13 +15,15 @@ it yields them (packed if `compress`), as Dopamine stores them.
 import collections
 import collections.abc
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import gin
 import numpy as np
 
 from dopamine_per.jax.replay_memory import accumulator as accumulators
+from dopamine_per.file_io import atomic_files
 from dopamine_per.jax.replay_memory import elements
+from dopamine_per.jax.replay_memory import replay_checkpoint
 from dopamine_per.jax.replay_memory import samplers
 from dopamine_per.jax.replay_memory import transition_store
 
@@ -144,17 +146,20 @@ class ReplayBuffer(object):
                 kwargs: Any) -> None:
     store, steps = self._store, self._transition_accumulator
     frame = store.check_step(transition)
-    step = steps.steps
-    keep_from = step - steps.held_steps
-    if self.add_count:
-      oldest_key = self.add_count - min(self.add_count, self._max_capacity)
-      keep_from = min(keep_from, store.oldest_read(
-          oldest_key % self._max_capacity))
-    store.write_frame(step, frame, keep_from)
+    store.write_frame(steps.steps, frame, self._oldest_read())
     for span in steps.accumulate_spans(transition):
       scalars = store.check_span(span)
       store.put(self.add_count % self._max_capacity, span, scalars)
       self._keep(None, kwargs)
+
+  def _oldest_read(self) -> int:
+    """The oldest step whose frame a held element or one to come reads."""
+    steps = self._transition_accumulator
+    oldest = steps.steps - steps.held_steps
+    if self.add_count:
+      key = self.add_count - min(self.add_count, self._max_capacity)
+      oldest = min(oldest, self._store.oldest_read(key % self._max_capacity))
+    return oldest
 
   def _keep(self, element: Any, kwargs: Any) -> None:
     """Gives the next key to the sampler (and `element` to the generic
@@ -219,3 +224,117 @@ class ReplayBuffer(object):
         self._elements.clear()
       self._transition_accumulator.clear()
       self._sampling_distribution.clear()
+
+  # -------------------------------------------------------- checkpoints
+
+  def _state(self, write: Callable[[bytes], Any]) -> Dict[str, Any]:
+    """The memory's state (its frames written through `write`)."""
+    state = {
+        'add_count': self.add_count,
+        'max_capacity': self._max_capacity,
+        'transition_accumulator':
+            self._transition_accumulator.to_state_dict(),
+        'sampling_distribution': self._sampling_distribution.to_state_dict(),
+    }
+    if self._store is not None:
+      state['memory'] = self._store.state(
+          self._oldest_read(), self._transition_accumulator.steps - 1, write)
+    else:
+      state['memory'] = {'keys': list(self._elements.keys()),
+                         'values': [_fields(element)
+                                    for element in self._elements.values()]}
+    return state
+
+  def _install(self, state: Dict[str, Any], frames: memoryview) -> None:
+    """Takes a state `_state` gave; nothing changes if it does not fit.
+
+    Raises:
+      atomic_files.CorruptCheckpointError: If it does not fit this memory.
+    """
+    steps, sampler = self._transition_accumulator, self._sampling_distribution
+    before = (steps.to_state_dict(), sampler.to_state_dict())
+    try:
+      if int(state['max_capacity']) != self._max_capacity:
+        raise ValueError('saved with max_capacity={}, this memory has '
+                         '{}'.format(state['max_capacity'],
+                                     self._max_capacity))
+      add_count = int(state['add_count'])
+      memory = state['memory']
+      steps.from_state_dict(state['transition_accumulator'])
+      sampler.from_state_dict(state['sampling_distribution'])
+      if self._store is not None:
+        self._store.restore(memory, frames)
+      else:
+        restored = collections.OrderedDict(
+            (int(key), _element(fields, self._compress))
+            for key, fields in zip(memory['keys'], memory['values']))
+        self._elements = restored
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+      steps.from_state_dict(before[0])
+      sampler.from_state_dict(before[1])
+      raise atomic_files.CorruptCheckpointError(
+          'the replay checkpoint does not fit this memory: {}'.format(
+              e)) from e
+    self.add_count = add_count
+
+  def to_state_dict(self) -> Dict[str, Any]:
+    """The memory's state as plain data and arrays (its frames as bytes
+    under 'frames_bytes')."""
+    with self._lock:
+      chunks = []
+      state = self._state(chunks.append)
+    state['frames_bytes'] = b''.join(chunks)
+    return state
+
+  def from_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    """Takes what `to_state_dict` gave."""
+    with self._lock:
+      self._install(state_dict,
+                    memoryview(state_dict.get('frames_bytes', b'')))
+
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Writes the memory to `checkpoint_dir/<iteration_number>/replay/`
+    (`replay_checkpoint`), then deletes all but the newest
+    `checkpoint_duration` iterations' replay folders."""
+    with self._lock:
+      replay_checkpoint.save(checkpoint_dir, iteration_number, self._state)
+    replay_checkpoint.prune(checkpoint_dir, self._checkpoint_duration)
+
+  def load(self, checkpoint_dir: str, iteration_number: int) -> None:
+    """Restores what `save` wrote for `iteration_number`.
+
+    Raises:
+      FileNotFoundError: If there is no such checkpoint (what Dopamine's
+        agents catch; an `atomic_files.CheckpointNotFoundError`).
+      atomic_files.CorruptCheckpointError: If it is damaged or does not
+        fit this memory (nothing changed).
+    """
+    state, frames = replay_checkpoint.load(checkpoint_dir, iteration_number)
+    with self._lock:
+      self._install(state, frames)
+
+
+_ELEMENT_KINDS = {'replay_element': elements.ReplayElement,
+                  'transition': elements.TransitionElement}
+
+
+def _fields(element: Any) -> Dict[str, Any]:
+  """An element of another accumulator as plain data (unpacked)."""
+  if isinstance(element, elements.ReplayElement):
+    if element.is_compressed:
+      element = element.unpack()
+    return {'kind': 'replay_element',
+            'fields': [getattr(element, name) for name in
+                       ('state', 'action', 'reward', 'next_state',
+                        'is_terminal', 'episode_end')]}
+  if isinstance(element, elements.TransitionElement):
+    return {'kind': 'transition', 'fields': list(element)}
+  raise TypeError('cannot save a stored {} (only ReplayElement and '
+                  'TransitionElement)'.format(type(element).__name__))
+
+
+def _element(fields: Dict[str, Any], compress: bool) -> Any:
+  element = _ELEMENT_KINDS[fields['kind']](*fields['fields'])
+  if compress and isinstance(element, elements.ReplayElement):
+    element = element.pack()
+  return element

@@ -126,8 +126,11 @@ class SumTree(object):
     self._nodes.fill(0.0)
 
   def to_state_dict(self) -> Dict[str, Any]:
-    """{'nodes': the tree's float64 array}, as Dopamine's."""
-    return {'nodes': self._nodes}
+    """{'nodes': the tree's float64 array}, as Dopamine's, and its
+    max_recorded_priority (which Dopamine's does not keep: a resumed run
+    gives new transitions the priority an uninterrupted one would)."""
+    return {'nodes': self._nodes,
+            'max_recorded_priority': float(self.max_recorded_priority)}
 
   def from_state_dict(self, state_dict: Dict[str, Any]) -> None:
     """Takes the nodes of a tree of the same capacity.
@@ -145,3 +148,5 @@ class SumTree(object):
       raise errors.ArgumentError(
           "state_dict['nodes'] holds a negative or non-finite sum")
     self._nodes = nodes
+    if 'max_recorded_priority' in state_dict:
+      self.max_recorded_priority = float(state_dict['max_recorded_priority'])

@@ -11,7 +11,7 @@ checks them (`add_checks`): an observation of another shape, or a value
 that the dtype fixed by the first one cannot hold exactly, is refused.
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -155,3 +155,71 @@ class TransitionStore(object):
                             for name in ('state', 'action', 'reward',
                                          'next_state', 'is_terminal',
                                          'episode_end')})
+
+  # --------------------------------------------------------- checkpoints
+
+  def state(self, oldest: int, newest: int,
+            write: Callable[[bytes], Any]) -> Dict[str, Any]:
+    """The store's state, its frames of steps [oldest, newest] written
+    through `write` (`frame_ring.FrameRing.export`): plain data and
+    arrays."""
+    state = {'ends': self._ends, 'next_ends': self._next_ends,
+             'firsts': self._firsts, 'columns': dict(self._columns)}
+    if self._observation is not None:
+      state['observation'] = {'shape': list(self._observation.shape),
+                              'dtype': self._observation.dtype.str}
+    if self._ring is not None and oldest <= newest:
+      state['frames'] = {'oldest': oldest, 'newest': newest,
+                         'sizes': self._ring.export(oldest, newest, write)}
+    return state
+
+  def restore(self, state: Dict[str, Any], frames: memoryview) -> None:
+    """Takes what `state` gave (its frames' bytes in `frames`).
+
+    Raises:
+      ValueError: If it does not fit this store (nothing changed).
+    """
+    arrays = {}
+    for name in ('ends', 'next_ends', 'firsts'):
+      arrays[name] = _column(state[name], np.int64, self.capacity, name)
+    columns = {name: _column(column, None, self.capacity, name)
+               for name, column in dict(state['columns']).items()}
+    if set(columns) - set(_SCALARS):
+      raise ValueError('unknown element fields {}'.format(
+          sorted(set(columns) - set(_SCALARS))))
+    observation, ring = None, None
+    if 'observation' in state:
+      dtype = np.dtype(state['observation']['dtype'])
+      if dtype.kind not in 'biuf':
+        raise ValueError('frames of dtype {} are not numeric'.format(dtype))
+      observation = add_checks.AddSpec(
+          'observation', tuple(int(n) for n in state['observation']['shape']),
+          dtype)
+    if 'frames' in state:
+      if observation is None:
+        raise ValueError('frames without an observation shape')
+      held = state['frames']
+      oldest, newest = int(held['oldest']), int(held['newest'])
+      if not 0 <= oldest <= newest or newest - oldest > 64 * self._ring_rows:
+        raise ValueError('frames of steps [{}, {}]'.format(oldest, newest))
+      ring = frame_ring.FrameRing(1, observation.shape, observation.dtype,
+                                  self._compress)
+      ring.restore(max(self._ring_rows, newest - oldest + 1 + _RING_SLACK),
+                   oldest, newest, np.asarray(held['sizes'], np.int64),
+                   frames)
+    self._ends, self._next_ends = arrays['ends'], arrays['next_ends']
+    self._firsts = arrays['firsts']
+    self._columns = columns
+    self._specs = {name: add_checks.AddSpec(name, (), column.dtype)
+                   for name, column in columns.items()}
+    self._observation, self._ring = observation, ring
+
+
+def _column(values: Any, dtype: Any, length: int, name: str) -> np.ndarray:
+  """A saved column as an array of `length` (of `dtype` if given)."""
+  array = np.array(values, dtype=dtype)
+  if array.shape != (length,) or array.dtype.kind not in 'biuf':
+    raise ValueError('element field {} has shape {} and dtype {}, expected '
+                     '{} numbers'.format(name, array.shape, array.dtype,
+                                         length))
+  return array

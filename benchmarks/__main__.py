@@ -48,6 +48,11 @@ method), and two more when asked for:
    a plot of them (--scale_plot). Its measured results live in
    benchmarks/SCALE.md; without it, the document ends with a pointer there
    and SCALE.md's headline table (scale_summary.results_pointer).
+8. `jax` (benchmarks/jax_benchmark.py, needs the `jax` extra, ale-py and
+   Dopamine JAX; not in the default run: about 10 minutes): Dopamine JAX's
+   replay API, ours against Dopamine JAX's memory (compressed and raw),
+   Atari-shaped at capacity 2**17: add, sample(32), update(32), resident
+   memory (and at 2**20), save and load times and bytes (issue 34).
 
 Each section prints its tables (medians, ratios to each peer, and its
 issue's targets with whether they are met); with every section run, the
@@ -72,6 +77,7 @@ if __package__ in (None, ''):  # Run as a script: see benchmarks/common.py.
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import compression_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import distributed_benchmark  # pylint: disable=g-import-not-at-top
+from benchmarks import jax_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import native_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import replay_benchmark  # pylint: disable=g-import-not-at-top
 from benchmarks import scale_benchmark  # pylint: disable=g-import-not-at-top
@@ -84,11 +90,12 @@ __all__ = ['SECTIONS', 'Settings', 'DEFAULT_SETTINGS', 'describe_packages',
            'run']
 
 SECTIONS = ('sum_tree', 'replay', 'tf', 'distributed', 'native',
-            'compression', 'scale')
+            'compression', 'scale', 'jax')
 # The sections run without --sections: all but `compression`, which plays
-# Atari for its frames (and whose results live in docs/compression.md), and
-# `scale`, which takes about 40 minutes.
-DEFAULT_SECTIONS = SECTIONS[:-2]
+# Atari for its frames (and whose results live in docs/compression.md),
+# `scale`, which takes about 40 minutes, and `jax`, which needs the `jax`
+# extra.
+DEFAULT_SECTIONS = SECTIONS[:-3]
 DEFAULT_OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'RESULTS.md')
 # The scale section's own results, which RESULTS.md points to.
@@ -139,6 +146,9 @@ Settings = collections.namedtuple('Settings', [
     'scale_capacity',
     'scale_frames',
     'scale_plot',
+    # Dopamine JAX's replay API (issue 34).
+    'jax_capacity',
+    'jax_rounds',
 ])
 
 DEFAULT_SETTINGS = Settings(
@@ -178,6 +188,8 @@ DEFAULT_SETTINGS = Settings(
     scale_capacity=2**19,
     scale_frames=20000,
     scale_plot='',
+    jax_capacity=2**17,
+    jax_rounds=30,
 )
 
 _FLAGS = flags.FLAGS
@@ -271,6 +283,11 @@ def define_flags():
   flags.DEFINE_string('scale_plot', d.scale_plot,
                       'PNG the scale section draws its key figures at 2**20 '
                       'into (e.g. benchmarks/scale.png); empty: none.')
+  flags.DEFINE_integer('jax_capacity_log2',
+                       d.jax_capacity.bit_length() - 1,
+                       'Capacity of the jax section\'s memories, 2**this.')
+  flags.DEFINE_integer('jax_rounds', d.jax_rounds,
+                       'Rounds of the jax section\'s sample and update.')
 
 
 def _settings_from_flags():
@@ -313,13 +330,15 @@ def _settings_from_flags():
       scale_peer_games=tuple(options.scale_peer_games),
       scale_capacity=2**options.scale_capacity_log2,
       scale_frames=options.scale_frames,
-      scale_plot=options.scale_plot)
+      scale_plot=options.scale_plot,
+      jax_capacity=2**options.jax_capacity_log2,
+      jax_rounds=options.jax_rounds)
 
 
 def describe_packages():
   """Returns 'name version' of the packages the benchmarks compare."""
   versions = []
-  for name in ('tensorflow', 'dopamine-rl', 'cpprb'):
+  for name in ('tensorflow', 'dopamine-rl', 'cpprb', 'jax'):
     try:
       versions.append(f'{name} {importlib.metadata.version(name)}')
     except importlib.metadata.PackageNotFoundError:
@@ -400,6 +419,12 @@ def run(settings=DEFAULT_SETTINGS, progress=None):
       scale_benchmark.write_plot(results, settings.scale_plot)
   else:
     sections.append(scale_summary.results_pointer(SCALE_RESULTS))
+  if 'jax' in settings.sections:
+    results = jax_benchmark.run_section(
+        settings.jax_capacity, settings.scale_frames, settings.jax_rounds,
+        settings.seed, settings.compression_cache_dir, progress=progress)
+    sections.append(jax_benchmark.format_section(results,
+                                                 settings.jax_capacity))
   machine = common.describe_machine()
   machine['packages'] = describe_packages()
   machine['load average'] = (

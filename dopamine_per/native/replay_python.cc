@@ -1232,15 +1232,32 @@ bool TakeBinaryTree(PyObject* nodes_object, PyObject* first_object,
 
 // binary_tree_set(nodes, first_leaf, leaves, values): sets the leaves
 // (int64 offsets from first_leaf) to the float64 values as Dopamine JAX's
-// SumTree.set does (binary_sum_tree.h). True; TypeError or ValueError
+// SumTree.set does (binary_sum_tree.h); or one leaf, an int, to a float
+// (an add's, without making arrays). True; TypeError or ValueError
 // (nothing written) for arguments that do not fit.
 PyObject* BinaryTreeSetPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!CheckArguments("binary_tree_set", nargs, 4)) return nullptr;
   Array nodes, leaves, values;
-  int64_t first_leaf;
+  int64_t first_leaf, leaf;
   if (!TakeBinaryTree(args[0], args[1], "binary_tree_set", true, &nodes,
-                      &first_leaf) ||
-      !TakeInts(args[2], "binary_tree_set", 2, 0, first_leaf + 1, false,
+                      &first_leaf)) {
+    return nullptr;
+  }
+  if (PyLong_Check(args[2])) {
+    double value;
+    if (!TakeBoundedInt(args[2], "binary_tree_set", "leaves", 0, first_leaf,
+                        &leaf)) {
+      return nullptr;
+    }
+    if (!PyFloat_Check(args[3]) || !Double(args[3], &value)) {
+      PyErr_SetString(PyExc_TypeError,
+                      "binary_tree_set: one leaf's value must be a float");
+      return nullptr;
+    }
+    BinaryTreeSet(nodes.data<double>(), first_leaf, &leaf, &value, 1);
+    return Done();
+  }
+  if (!TakeInts(args[2], "binary_tree_set", 2, 0, first_leaf + 1, false,
                 &leaves)) {
     return nullptr;
   }

@@ -148,8 +148,8 @@ class ReplayBuffer(object):
     frame = store.check_step(transition)
     store.write_frame(steps.steps, frame, self._oldest_read())
     for span in steps.accumulate_spans(transition):
-      scalars = store.check_span(span)
-      store.put(self.add_count % self._max_capacity, span, scalars)
+      reward = store.check_span(span)
+      store.put(self.add_count % self._max_capacity, span, reward)
       self._keep(None, kwargs)
 
   def _oldest_read(self) -> int:

@@ -75,6 +75,14 @@ class SumTree(object):
         infinite; nothing is written.
       errors.InvalidIndexError: If an index is outside the leaves.
     """
+    if type(indices) is int and type(values) is float:  # An add's.
+      if (0 <= indices < self.leaves and values >= 0.0 and
+          values != math.inf):
+        if values > self.max_recorded_priority:
+          self.max_recorded_priority = values
+        self._native.binary_tree_set(self._nodes, self._first_leaf_offset,
+                                     indices, values)
+        return
     leaves = self._leaf_indices(indices)
     numbers = _as_array(values, np.float64, 'values')
     if leaves.shape != numbers.shape:

@@ -120,19 +120,23 @@ class TransitionStore(object):
           transition.reward))
     return frame
 
-  def check_span(self, span: accumulator.ElementSpan) -> list:
-    """`span`'s scalars as they will be stored (the first return fixes the
-    reward's dtype); ValueError (naming the field) if one cannot be."""
-    return [self._checked(name, getattr(span, name)) for name in _SCALARS]
+  def check_span(self, span: accumulator.ElementSpan) -> Any:
+    """`span`'s return as it will be stored (the first fixes its dtype);
+    ValueError if it cannot be. Its action and terminal flag are a step's,
+    which `check_step` checked."""
+    return self._checked('reward', span.reward)
 
   def put(self, slot: int, span: accumulator.ElementSpan,
-          scalars: list) -> None:
-    """Stores the element `span` describes (scalars from `check_span`)."""
+          reward: Any) -> None:
+    """Stores the element `span` describes (its return from
+    `check_span`)."""
     self._ends[slot] = span.end
     self._next_ends[slot] = span.next_end
     self._firsts[slot] = span.first
-    for name, value in zip(_SCALARS, scalars):
-      self._columns[name][slot] = value
+    columns = self._columns
+    columns['action'][slot] = span.action
+    columns['reward'][slot] = reward
+    columns['is_terminal'][slot] = span.is_terminal
 
   def batch(self, slots: np.ndarray) -> elements.ReplayElement:
     """The elements at `slots`, stacked (states frames last)."""

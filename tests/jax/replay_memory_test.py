@@ -337,6 +337,71 @@ class CheckpointTest(parameterized.TestCase):
       replay_checkpoint.encode({'a': object()})
 
 
+class DopamineImportTest(parameterized.TestCase):
+
+  @parameterized.product(their_compress=(False, True),
+                         our_compress=(False, True), prioritized=(False, True))
+  def test_dopamine_checkpoint_loads_as_the_memory_it_saved(
+      self, their_compress, our_compress, prioritized):
+    directory = fixtures.temp_dir(self)
+    theirs = _memory(_THEIRS, 60, 4, 3, prioritized, their_compress)
+    steps = list(_steps(21, 300, ends=0.08))
+    for step in steps[:200]:
+      theirs.add(their_elements.TransitionElement(*step), priority=1.5)
+    theirs.sample()
+    theirs.save(directory, 5)
+    theirs._make_checkpoint_manager(directory).wait_until_finished()
+    ours = _memory(_OURS, 60, 4, 3, prioritized, our_compress)
+    with self.assertRaises(atomic_files.CorruptCheckpointError):
+      ours.load(directory, 5)  # Not our format: only when asked for.
+    ours.load(directory, 5, from_dopamine=True)
+    self.assertEqual(ours.add_count, theirs.add_count)
+    for key in theirs._memory:
+      element = theirs._memory[key]
+      if element.is_compressed:
+        element = element.unpack()
+      _assert_batches_equal(self, element, ours._memory[key])
+    # Frames about once: the elements, the episode so far, a few more.
+    self.assertLess(ours._transition_accumulator.steps, 60 + 40)
+    for i, step in enumerate(steps[200:]):
+      theirs.add(their_elements.TransitionElement(*step), priority=1.0)
+      ours.add(elements.TransitionElement(*step), priority=1.0)
+      if i % 10 == 0:
+        expected, their_metadata = theirs.sample(with_sample_metadata=True)
+        batch, metadata = ours.sample(with_sample_metadata=True)
+        np.testing.assert_array_equal(metadata.keys, their_metadata.keys)
+        _assert_batches_equal(self, expected, batch)
+
+  def test_pickles_are_never_loaded_and_objects_refused(self):
+    directory = fixtures.temp_dir(self)
+    theirs = _memory(_THEIRS, 20, 2, 1, False, False)
+    for step in _steps(3, 30):
+      theirs.add(their_elements.TransitionElement(*step))
+    theirs.save(directory, 1)
+    theirs._make_checkpoint_manager(directory).wait_until_finished()
+    path = os.path.join(directory, '1', 'replay', 'checkpoint.msgpack')
+    with open(path, 'rb') as f:
+      state = msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
+    marker = os.path.join(directory, 'pickle_ran')
+    # A pickle that would create `marker` when loaded.
+    state['memory']['treedef'] = (
+        b'cbuiltins\nopen\n(' + repr(marker).encode() + b"\nS'w'\ntR.")
+    with open(path, 'wb') as f:
+      f.write(msgpack.packb(state, use_bin_type=True))
+    ours = _memory(_OURS, 20, 2, 1, False, False)
+    ours.load(directory, 1, from_dopamine=True)
+    self.assertFalse(os.path.exists(marker))
+    self.assertEqual(ours.add_count, theirs.add_count)
+    state['memory']['values'][0][1] = {'dtype': "'|O'", 'shape': [],
+                                       'data': b'\0' * 8}
+    with open(path, 'wb') as f:
+      f.write(msgpack.packb(state, use_bin_type=True))
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
+                                'dtype'):
+      _memory(_OURS, 20, 2, 1, False, False).load(directory, 1,
+                                                  from_dopamine=True)
+
+
 def _run_python(script):
   return subprocess.run([sys.executable, '-c', script], capture_output=True,
                         text=True, timeout=300, check=False)

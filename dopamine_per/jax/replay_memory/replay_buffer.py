@@ -22,6 +22,7 @@ import numpy as np
 
 from dopamine_per.jax.replay_memory import accumulator as accumulators
 from dopamine_per.file_io import atomic_files
+from dopamine_per.jax.replay_memory import dopamine_import
 from dopamine_per.jax.replay_memory import elements
 from dopamine_per.jax.replay_memory import replay_checkpoint
 from dopamine_per.jax.replay_memory import samplers
@@ -300,8 +301,15 @@ class ReplayBuffer(object):
       replay_checkpoint.save(checkpoint_dir, iteration_number, self._state)
     replay_checkpoint.prune(checkpoint_dir, self._checkpoint_duration)
 
-  def load(self, checkpoint_dir: str, iteration_number: int) -> None:
+  def load(self, checkpoint_dir: str, iteration_number: int, *,
+           from_dopamine: bool = False) -> None:
     """Restores what `save` wrote for `iteration_number`.
+
+    Args:
+      checkpoint_dir: the folder `save` was given.
+      iteration_number: the iteration saved.
+      from_dopamine: read a checkpoint Dopamine JAX's `ReplayBuffer.save`
+        wrote instead (`dopamine_import`: its pickles are never loaded).
 
     Raises:
       FileNotFoundError: If there is no such checkpoint (what Dopamine's
@@ -309,7 +317,25 @@ class ReplayBuffer(object):
       atomic_files.CorruptCheckpointError: If it is damaged or does not
         fit this memory (nothing changed).
     """
-    state, frames = replay_checkpoint.load(checkpoint_dir, iteration_number)
+    if not from_dopamine:
+      state, frames = replay_checkpoint.load(checkpoint_dir,
+                                             iteration_number)
+    else:
+      dopamine = dopamine_import.read(checkpoint_dir, iteration_number)
+      try:
+        if self._store is not None:
+          state, frames = dopamine_import.convert(
+              dopamine, self._max_capacity,
+              self._transition_accumulator.stack_size, self._compress)
+        else:
+          state = dopamine_import.convert_elements(dopamine,
+                                                   self._max_capacity)
+          frames = memoryview(b'')
+      except (KeyError, ValueError, TypeError, IndexError) as e:
+        raise atomic_files.CorruptCheckpointError(
+            'the Dopamine checkpoint of iteration {} in {} does not fit '
+            'this memory: {}'.format(iteration_number, checkpoint_dir,
+                                     e)) from e
     with self._lock:
       self._install(state, frames)
 

@@ -8,9 +8,12 @@ evictions, frames raw and compressed, and episodes short enough that the
 frame ring must grow.
 """
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -277,7 +280,8 @@ class CheckpointTest(parameterized.TestCase):
       for _ in range(10):
         memory.add(elements.TransitionElement(*next(steps)))
       memory.save(directory, iteration)
-    self.assertCountEqual(os.listdir(directory), ['3', '4', '5'])
+    self.assertCountEqual(os.listdir(directory),
+                          ['3', '4', '5', replay_checkpoint.PACK_DIR])
     path = os.path.join(directory, '5', 'replay', 'checkpoint.msgpack')
     with open(path, 'rb') as f:
       state = msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
@@ -297,9 +301,9 @@ class CheckpointTest(parameterized.TestCase):
     with self.assertRaises(FileNotFoundError):
       memory.load(directory, 2)
     replay = os.path.join(directory, '1', 'replay')
-    frames = [name for name in os.listdir(replay) if name.startswith('frames')]
-    self.assertLen(frames, 1)
-    with open(os.path.join(replay, frames[0]), 'r+b') as f:
+    packs = os.path.join(directory, replay_checkpoint.PACK_DIR)
+    self.assertLen(os.listdir(packs), 1)
+    with open(os.path.join(packs, os.listdir(packs)[0]), 'r+b') as f:
       f.seek(10)
       f.write(b'\xff')
     with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
@@ -311,7 +315,7 @@ class CheckpointTest(parameterized.TestCase):
       memory.load(directory, 1)
     after = memory.to_state_dict()
     self.assertEqual(after['add_count'], before['add_count'])
-    self.assertEqual(after['frames_bytes'], before['frames_bytes'])
+    self.assertEqual(after['frame_parts'], before['frame_parts'])
 
   def test_a_save_that_fails_leaves_the_iterations_checkpoint(self):
     directory = fixtures.temp_dir(self)
@@ -328,6 +332,84 @@ class CheckpointTest(parameterized.TestCase):
         memory.save(directory, 1)
     memory.load(directory, 1)
     self.assertEqual(memory.add_count, saved_count)
+
+  def test_saves_write_only_new_frames_and_prune_unnamed_packs(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 2000, 4, 3, True, True)
+    memory._checkpoint_duration = 2
+    steps = _steps(9, 5000, shape=(16, 16), ends=0.002)
+    packs = os.path.join(directory, replay_checkpoint.PACK_DIR)
+    written = []
+    for iteration in range(4):
+      for _ in range(2000 if iteration == 0 else 50):
+        memory.add(elements.TransitionElement(*next(steps)), priority=1.0)
+      before = {name: os.path.getsize(os.path.join(packs, name))
+                for name in atomic_files.list_directory(packs)}
+      memory.save(directory, iteration)
+      after = {name: os.path.getsize(os.path.join(packs, name))
+               for name in os.listdir(packs)}
+      written.append(sum(size for name, size in after.items()
+                         if name not in before))
+    # 50 new steps of 2,000: a few percent of a full save's bytes.
+    for size in written[1:]:
+      self.assertLess(size, 0.06 * written[0])
+    # Only the packs the two kept checkpoints name remain, and they load.
+    named = set()
+    for iteration in (2, 3):
+      with open(os.path.join(directory, str(iteration), 'replay',
+                             replay_checkpoint.PACKS_NAME)) as f:
+        named.update(json.load(f))
+    self.assertCountEqual(os.listdir(packs), named)
+    for iteration in (2, 3):
+      _memory(_OURS, 2000, 4, 3, True, True).load(directory, iteration)
+
+  def test_background_save_holds_the_memory_as_it_was(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 300, 4, 3, True, True)
+    steps = _steps(12, 1000, ends=0.02)
+    for _ in range(400):
+      memory.add(elements.TransitionElement(*next(steps)), priority=1.0)
+    expected = memory.to_state_dict()
+    started = threading.Event()
+    real_save = replay_checkpoint.save
+
+    def slow_save(*args):
+      started.set()
+      time.sleep(0.3)  # Adds, samples and updates go on meanwhile.
+      return real_save(*args)
+
+    with mock.patch.object(replay_checkpoint, 'save', slow_save):
+      future = memory.save(directory, 7, background=True)
+      self.assertTrue(started.wait(10))
+      for _ in range(300):
+        memory.add(elements.TransitionElement(*next(steps)), priority=2.0)
+      _, metadata = memory.sample(with_sample_metadata=True)
+      memory.update(metadata.keys, priorities=np.full(6, 3.0))
+      self.assertFalse(future.done())
+      self.assertIsNone(future.result(timeout=30))
+    loaded = _memory(_OURS, 300, 4, 3, True, True)
+    loaded.load(directory, 7)
+    self.assertEqual(loaded.add_count, expected['add_count'])
+    np.testing.assert_array_equal(
+        loaded._sampling_distribution._sum_tree._nodes,
+        expected['sampling_distribution']['sum_tree']['nodes'])
+    reference = _memory(_OURS, 300, 4, 3, True, True)
+    reference.from_state_dict(expected)
+    for key in reference._memory:
+      _assert_batches_equal(self, reference._memory[key], loaded._memory[key])
+
+  def test_a_failed_background_save_raises_from_its_future(self):
+    directory = fixtures.temp_dir(self)
+    memory = _memory(_OURS, 40, 2, 1, False, True)
+    for step in _steps(13, 60):
+      memory.add(elements.TransitionElement(*step))
+    with mock.patch.object(atomic_files, 'atomic_write',
+                           side_effect=OSError('disk full')):
+      future = memory.save(directory, 1, background=True)
+      with self.assertRaisesRegex(OSError, 'disk full'):
+        future.result(timeout=30)
+    with self.assertRaises(FileNotFoundError):
+      memory.load(directory, 1)
 
   def test_arrays_of_objects_are_refused(self):
     crafted = msgpack.packb({'__array__': ['|O', [1], b'\0' * 8]})

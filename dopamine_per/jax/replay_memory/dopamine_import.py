@@ -27,7 +27,7 @@ import numpy as np
 
 from dopamine_per.file_io import atomic_files
 from dopamine_per.jax.replay_memory import elements
-from dopamine_per.replay_memory.memory import frame_blocks
+from dopamine_per.jax.replay_memory import frame_ring
 
 __all__ = ['read', 'convert', 'convert_elements']
 
@@ -180,8 +180,8 @@ def _element_leaves(values: Any) -> List[List[Any]]:
   return values
 
 
-def convert(dopamine: Dict[str, Any], max_capacity: int, stack_size: int,
-            compress: bool) -> Tuple[Dict[str, Any], memoryview]:
+def convert(dopamine: Dict[str, Any], max_capacity: int, stack_size: int
+            ) -> Tuple[Dict[str, Any], List[frame_ring.FramePart]]:
   """Our `ReplayBuffer`'s state (and frames) from Dopamine's `read`.
 
   Raises:
@@ -231,13 +231,13 @@ def convert(dopamine: Dict[str, Any], max_capacity: int, stack_size: int,
         columns[name] = np.zeros(max_capacity, np.asarray(value).dtype)
       columns[name][slot] = value
   return _state(dopamine, rows, ends, next_ends, firsts, columns,
-                max_capacity, compress)
+                max_capacity)
 
 
 def _state(dopamine: Dict[str, Any], rows: _Rows, ends: np.ndarray,
            next_ends: np.ndarray, firsts: np.ndarray,
-           columns: Dict[str, Any], max_capacity: int,
-           compress: bool) -> Tuple[Dict[str, Any], memoryview]:
+           columns: Dict[str, Any], max_capacity: int
+           ) -> Tuple[Dict[str, Any], List[frame_ring.FramePart]]:
   """Our state: the rows, then the episode so far's observations."""
   steps = []
   for leaves in dopamine['transition_accumulator']['trajectory']:
@@ -251,15 +251,13 @@ def _state(dopamine: Dict[str, Any], rows: _Rows, ends: np.ndarray,
   frames = np.stack(rows.frames) if rows.frames else None
   memory = {'ends': ends, 'next_ends': next_ends, 'firsts': firsts,
             'columns': columns}
-  data = b''
+  parts = []
   if frames is not None:
     memory['observation'] = {'shape': list(frames.shape[1:]),
                              'dtype': frames.dtype.str}
-    blocks = newest // frame_blocks.BLOCK_FRAMES + 1
-    memory['frames'] = {
-        'oldest': 0, 'newest': newest,
-        'sizes': np.full(blocks if compress else 0, -1, np.int64)}
-    data = frames.tobytes()
+    memory['frames'] = {'oldest': 0, 'newest': newest}
+    parts = [frame_ring.FramePart(frame_ring.PartKey(False, 0, newest),
+                                  frames.tobytes())]
   sampler = dict(dopamine['sampling_distribution'])
   return {
       'add_count': int(dopamine['add_count']),
@@ -268,7 +266,7 @@ def _state(dopamine: Dict[str, Any], rows: _Rows, ends: np.ndarray,
                                  'steps': newest + 1},
       'sampling_distribution': sampler,
       'memory': memory,
-  }, memoryview(data)
+  }, parts
 
 
 def convert_elements(dopamine: Dict[str, Any], max_capacity: int

@@ -11,14 +11,31 @@ would be overwritten (episodes so short that the elements span more rows
 than it holds).
 """
 
-from typing import Any, Callable, Tuple
+from typing import Any, Container, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
 from dopamine_per.native import extension
 from dopamine_per.replay_memory.memory import frame_blocks
 
-__all__ = ['FrameRing']
+__all__ = ['FrameRing', 'PartKey', 'FramePart', 'RAW_PART_STEPS']
+
+# Steps per part of a raw ring's frames in a checkpoint.
+RAW_PART_STEPS = 256
+
+
+class PartKey(NamedTuple):
+  """A part of a ring's frames: an LZ4 block's bytes (`compressed`) or raw
+  frames, of steps [first, last]. Its frames never change."""
+  compressed: bool
+  first: int
+  last: int
+
+
+class FramePart(NamedTuple):
+  """A part's key and its bytes (None: saved already, not copied)."""
+  key: PartKey
+  data: Any
 
 
 def _ring_rows(rows: int) -> int:
@@ -94,98 +111,100 @@ class FrameRing(object):
       new[steps % rows] = self._frames[steps % self.rows]
       self._frames, self.rows = new, rows
       return
-    chunks = []
-    sizes = self.export(oldest, newest, chunks.append)
-    self.restore(rows, oldest, newest, sizes, memoryview(b''.join(chunks)))
+    self.restore(rows, oldest, newest, self.parts(oldest, newest))
 
-  def export(self, oldest: int, newest: int,
-             write: Callable[[bytes], Any]) -> np.ndarray:
-    """Writes steps [oldest, newest]' frames (oldest <= newest) through
-    `write`, as `restore` reads them back.
+  def parts(self, oldest: int, newest: int,
+            known: Container[PartKey] = ()) -> List[FramePart]:
+    """Steps [oldest, newest]'s frames (oldest <= newest) as parts, in
+    step order, which `restore` reads back.
 
-    Raw frames are written in step order. Compressed ones go a block at a
-    time (the blocks of BLOCK_FRAMES consecutive steps from a multiple of
-    it): a stored block's LZ4 bytes as they are, the open block's held
-    steps raw.
-
-    Returns:
-      int64 array, for a compressed ring the bytes written per block (-1:
-      raw frames); empty for a raw ring.
+    A compressed ring's stored block is one part, its LZ4 bytes as they
+    are (all its steps, even some before `oldest`); the open block's held
+    steps are a raw part. A raw ring's parts are RAW_PART_STEPS steps from
+    a multiple of it. A part's frames never change (steps are written
+    once), so one whose key is in `known` (saved already) gets no data.
     """
+    parts = []
+
+    def add(compressed: bool, first: int, last: int, data: Any) -> None:
+      key = PartKey(compressed, first, last)
+      parts.append(FramePart(key, None if key in known else data()))
+
     if not self.compressed:
-      steps = np.arange(oldest, newest + 1, dtype=np.int64)
-      write(np.ascontiguousarray(self._frames[steps % self.rows]).tobytes())
-      return np.zeros(0, np.int64)
+      for group in range(oldest // RAW_PART_STEPS,
+                         newest // RAW_PART_STEPS + 1):
+        held = _held(group, RAW_PART_STEPS, oldest, newest)
+        add(False, int(held[0]), int(held[-1]),
+            lambda held=held: self.frames(held).tobytes())
+      return parts
     per, frames = frame_blocks.BLOCK_FRAMES, self._frames
-    first, last = oldest // per, newest // per
-    sizes = np.empty(last - first + 1, np.int64)
-    for block in range(first, last + 1):
+    for block in range(oldest // per, newest // per + 1):
       slot = block % frames.blocks
       payload = frames.payload(slot)
       if payload is None or slot == int(frames.open_block[0]):
-        sizes[block - first] = -1
-        held = self._held(block, oldest, newest)
-        write(np.ascontiguousarray(self.frames(held)).tobytes())
+        held = _held(block, per, oldest, newest)
+        add(False, int(held[0]), int(held[-1]),
+            lambda held=held: self.frames(held).tobytes())
       else:
-        sizes[block - first] = len(payload)
-        write(payload)
-    return sizes
+        add(True, block * per, block * per + per - 1,
+            lambda payload=payload: payload)
+    return parts
 
-  def restore(self, rows: int, oldest: int, newest: int, sizes: np.ndarray,
-              data: memoryview) -> None:
-    """Replaces the frames with `export`'s, holding `rows` steps.
+  def restore(self, rows: int, oldest: int, newest: int,
+              parts: Sequence[FramePart]) -> None:
+    """Replaces the frames with `parts`' (each with its data), holding
+    `rows` steps.
 
     Raises:
-      ValueError: If `data` and `sizes` do not fit the steps, or a block
-        does not decode to its frames (nothing replaced).
+      ValueError: If the parts do not cover steps [oldest, newest] in
+        order, a raw part's bytes are not its frames', or a block does not
+        decode to its frames (nothing replaced).
     """
     rows = _ring_rows(rows)
+    per = frame_blocks.BLOCK_FRAMES
     frame_bytes = int(np.prod(self.frame_shape, dtype=np.int64) *
                       self.dtype.itemsize)
     new = self._new_frames(rows)
-    if not self.compressed:
-      steps = np.arange(oldest, newest + 1, dtype=np.int64)
-      if len(data) != len(steps) * frame_bytes:
-        raise ValueError('the frames hold {} bytes, not {} steps of {}'
-                         .format(len(data), len(steps), frame_bytes))
-      new[steps % rows] = np.frombuffer(data, self.dtype).reshape(
-          (len(steps),) + self.frame_shape)
-      self._frames, self.rows = new, rows
-      return
-    per = frame_blocks.BLOCK_FRAMES
-    first = oldest // per
-    if len(sizes) != newest // per - first + 1:
-      raise ValueError('{} block sizes for steps [{}, {}]'.format(
-          len(sizes), oldest, newest))
-    payloads, raw, at = [None] * new.blocks, [], 0
-    for j, size in enumerate(sizes.tolist()):
-      block = first + j
-      if size < 0:
-        held = self._held(block, oldest, newest)
-        size = len(held) * frame_bytes
-        raw.append((held, data[at:at + size]))
+    payloads = [None] * (new.blocks if self.compressed else 0)
+    raw, expected = [], oldest
+    for (compressed, first, last), data in parts:
+      if (data is None or first > expected or last < expected or
+          (not compressed and first != expected)):
+        raise ValueError('frame part [{}, {}] does not follow step {}'.format(
+            first, last, expected - 1))
+      if compressed:
+        if not self.compressed or first % per or last != first + per - 1:
+          raise ValueError('no frame block holds steps [{}, {}]'.format(
+              first, last))
+        payload = bytes(data)
+        if not new.decodes((first // per) % new.blocks, payload):
+          raise ValueError('frame block {} does not decode'.format(
+              first // per))
+        payloads[(first // per) % new.blocks] = payload
       else:
-        payload = bytes(data[at:at + size])
-        if not new.decodes(block % new.blocks, payload):
-          raise ValueError('frame block {} does not decode'.format(block))
-        payloads[block % new.blocks] = payload
-      at += size
-      if at > len(data):
-        raise ValueError('the frames end before block {}'.format(block))
-    if at != len(data):
-      raise ValueError('the frames hold {} bytes past their blocks'.format(
-          len(data) - at))
-    new.adopt(payloads)
-    for held, frames in raw:
-      values = np.frombuffer(frames, self.dtype).reshape(
-          (len(held),) + self.frame_shape)
-      for step, frame in zip(held.tolist(), values):
+        if len(data) != (last - first + 1) * frame_bytes:
+          raise ValueError('frame part [{}, {}] holds {} bytes'.format(
+              first, last, len(data)))
+        raw.append((first, last, data))
+      expected = last + 1
+    if expected <= newest:
+      raise ValueError('the frame parts end at step {}, not {}'.format(
+          expected - 1, newest))
+    if self.compressed:
+      new.adopt(payloads)
+    for first, last, data in raw:
+      values = np.frombuffer(data, self.dtype).reshape(
+          (last - first + 1,) + self.frame_shape)
+      if not self.compressed:
+        new[np.arange(first, last + 1) % rows] = values
+        continue
+      for step, frame in zip(range(first, last + 1), values):
         new[step % rows] = frame
     self._frames, self.rows = new, rows
 
-  @staticmethod
-  def _held(block: int, oldest: int, newest: int) -> np.ndarray:
-    """The steps of block `block` within [oldest, newest]."""
-    per = frame_blocks.BLOCK_FRAMES
-    return np.arange(max(block * per, oldest),
-                     min((block + 1) * per, newest + 1), dtype=np.int64)
+
+def _held(unit: int, size: int, oldest: int, newest: int) -> np.ndarray:
+  """The steps of unit `unit` (of `size` steps from a multiple of it)
+  within [oldest, newest]."""
+  return np.arange(max(unit * size, oldest),
+                   min((unit + 1) * size, newest + 1), dtype=np.int64)

@@ -14,7 +14,7 @@ removed one's position.
 """
 
 import collections.abc
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -78,6 +78,16 @@ class KeyPositions(object):
       return False
     return True
 
+  def pairs(self) -> Tuple[np.ndarray, np.ndarray]:
+    """Every key with a position, and that position: two int64 arrays."""
+    used = np.flatnonzero(self._cell_used)
+    spilled_keys = np.fromiter(self._spilled.keys(), np.int64,
+                               len(self._spilled))
+    spilled_positions = np.fromiter(self._spilled.values(), np.int64,
+                                    len(self._spilled))
+    return (np.concatenate([self._cell_keys[used], spilled_keys]),
+            np.concatenate([self._cell_positions[used], spilled_positions]))
+
   def items(self) -> Iterator:
     """(key, position) pairs, in no particular order."""
     used = np.flatnonzero(self._cell_used)
@@ -123,16 +133,30 @@ class KeyPositions(object):
     self._cell_used[:] = False
     self._spilled.clear()
 
-  def load(self, keys: Any, positions: Dict[int, int]) -> None:
+  def load(self, keys: Any, positions: Any) -> None:
     """Replaces the content with `keys` by position and `positions` by key
-    (as `state` gives them)."""
+    (a mapping, or the two arrays `pairs` gives).
+
+    Raises:
+      ValueError: If a position is outside the keys (nothing changed).
+    """
     keys = np.asarray(keys, np.int64).reshape(-1)
+    if isinstance(positions, tuple):
+      mapped, places = (np.asarray(a, np.int64).reshape(-1)
+                        for a in positions)
+    else:
+      mapped = np.fromiter(positions.keys(), np.int64, len(positions))
+      places = np.fromiter(positions.values(), np.int64, len(positions))
+    if (len(mapped) != len(places) or
+        ((places < 0) | (places >= len(keys))).any() or
+        (keys[places] != mapped).any()):
+      raise ValueError('the positions by key do not match the keys')
     self.clear()
     if len(keys) > len(self._keys):
       self._keys = np.empty(len(keys), np.int64)
     self._keys[:len(keys)] = keys
     self.size = len(keys)
-    self._rebuild(list(positions.items()))
+    self._rebuild(zip(mapped.tolist(), places.tolist()))
 
   def _map(self, key: int, position: int) -> None:
     cell = key & (len(self._cell_keys) - 1)

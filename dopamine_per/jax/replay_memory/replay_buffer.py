@@ -14,8 +14,10 @@ it yields them (packed if `compress`), as Dopamine stores them.
 
 import collections
 import collections.abc
+from concurrent import futures
+import os
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import gin
 import numpy as np
@@ -24,6 +26,7 @@ from dopamine_per.jax.replay_memory import accumulator as accumulators
 from dopamine_per.file_io import atomic_files
 from dopamine_per.jax.replay_memory import dopamine_import
 from dopamine_per.jax.replay_memory import elements
+from dopamine_per.jax.replay_memory import frame_ring
 from dopamine_per.jax.replay_memory import replay_checkpoint
 from dopamine_per.jax.replay_memory import samplers
 from dopamine_per.jax.replay_memory import transition_store
@@ -87,6 +90,11 @@ class ReplayBuffer(object):
     self._sampling_distribution = sampling_distribution
     self._lock = threading.RLock()
     self._store: Optional[transition_store.TransitionStore] = None
+    # The last checkpoint saved or loaded: (its folder, where its frame
+    # parts are), and the background save still writing.
+    self._saved: Tuple[Optional[str], Any] = (None, {})
+    self._saver: Optional[futures.ThreadPoolExecutor] = None
+    self._pending: Optional[futures.Future] = None
     self._elements: Optional[collections.OrderedDict] = None
     if _takes_spans(transition_accumulator):
       self._store = transition_store.TransitionStore(
@@ -228,8 +236,9 @@ class ReplayBuffer(object):
 
   # -------------------------------------------------------- checkpoints
 
-  def _state(self, write: Callable[[bytes], Any]) -> Dict[str, Any]:
-    """The memory's state (its frames written through `write`)."""
+  def _snapshot(self, known: Any = ()) -> Tuple[Dict[str, Any], List[Any]]:
+    """The memory's state, copied (plain data and arrays), and its frames'
+    parts (those in `known` without data)."""
     state = {
         'add_count': self.add_count,
         'max_capacity': self._max_capacity,
@@ -237,17 +246,19 @@ class ReplayBuffer(object):
             self._transition_accumulator.to_state_dict(),
         'sampling_distribution': self._sampling_distribution.to_state_dict(),
     }
+    parts = []
     if self._store is not None:
-      state['memory'] = self._store.state(
-          self._oldest_read(), self._transition_accumulator.steps - 1, write)
+      state['memory'], parts = self._store.state(
+          self._oldest_read(), self._transition_accumulator.steps - 1, known)
     else:
       state['memory'] = {'keys': list(self._elements.keys()),
                          'values': [_fields(element)
                                     for element in self._elements.values()]}
-    return state
+    return state, parts
 
-  def _install(self, state: Dict[str, Any], frames: memoryview) -> None:
-    """Takes a state `_state` gave; nothing changes if it does not fit.
+  def _install(self, state: Dict[str, Any], parts: List[Any]) -> None:
+    """Takes a state `_snapshot` gave (its parts with data); nothing
+    changes if it does not fit.
 
     Raises:
       atomic_files.CorruptCheckpointError: If it does not fit this memory.
@@ -264,12 +275,11 @@ class ReplayBuffer(object):
       steps.from_state_dict(state['transition_accumulator'])
       sampler.from_state_dict(state['sampling_distribution'])
       if self._store is not None:
-        self._store.restore(memory, frames)
+        self._store.restore(memory, parts)
       else:
-        restored = collections.OrderedDict(
+        self._elements = collections.OrderedDict(
             (int(key), _element(fields, self._compress))
             for key, fields in zip(memory['keys'], memory['values']))
-        self._elements = restored
     except (KeyError, ValueError, TypeError, AttributeError) as e:
       steps.from_state_dict(before[0])
       sampler.from_state_dict(before[1])
@@ -279,27 +289,70 @@ class ReplayBuffer(object):
     self.add_count = add_count
 
   def to_state_dict(self) -> Dict[str, Any]:
-    """The memory's state as plain data and arrays (its frames as bytes
-    under 'frames_bytes')."""
+    """The memory's state as plain data and arrays (its frames under
+    'frame_parts': [LZ4 block?, first step, last step, bytes] each)."""
     with self._lock:
-      chunks = []
-      state = self._state(chunks.append)
-    state['frames_bytes'] = b''.join(chunks)
+      state, parts = self._snapshot()
+    state['frame_parts'] = [[key.compressed, key.first, key.last,
+                             bytes(data)] for key, data in parts]
     return state
 
   def from_state_dict(self, state_dict: Dict[str, Any]) -> None:
     """Takes what `to_state_dict` gave."""
+    parts = [frame_ring.FramePart(
+        frame_ring.PartKey(bool(compressed), int(first), int(last)), data)
+             for compressed, first, last, data in state_dict.get(
+                 'frame_parts', [])]
     with self._lock:
-      self._install(state_dict,
-                    memoryview(state_dict.get('frames_bytes', b'')))
+      self._install(state_dict, parts)
 
-  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+  def save(self, checkpoint_dir: str, iteration_number: int, *,
+           background: bool = False) -> Optional[futures.Future]:
     """Writes the memory to `checkpoint_dir/<iteration_number>/replay/`
-    (`replay_checkpoint`), then deletes all but the newest
-    `checkpoint_duration` iterations' replay folders."""
+    (`replay_checkpoint`: its frames in packs shared with the checkpoints
+    before, only the parts they lack written), then deletes all but the
+    newest `checkpoint_duration` iterations' checkpoints.
+
+    Args:
+      checkpoint_dir: the run's checkpoint folder.
+      iteration_number: the iteration.
+      background: return once the memory's state is copied (the element
+        arrays, the sampler, and the frames not saved before: with
+        compressed frames, the new blocks' bytes), leaving the files to a
+        thread; adds, samples and updates go on meanwhile.
+
+    Returns:
+      With `background`, a `concurrent.futures.Future` whose `result()`
+      waits for the checkpoint and raises what its writing raised; else
+      None, the checkpoint written.
+    """
+    self.wait_for_save()
+    directory = os.fspath(checkpoint_dir)
+    known = self._saved[1] if self._saved[0] == directory else {}
     with self._lock:
-      replay_checkpoint.save(checkpoint_dir, iteration_number, self._state)
-    replay_checkpoint.prune(checkpoint_dir, self._checkpoint_duration)
+      state, parts = self._snapshot(known)
+
+    def write() -> None:
+      index = replay_checkpoint.save(directory, iteration_number, state,
+                                     parts, known)
+      self._saved = (directory, index)
+      replay_checkpoint.prune(directory, self._checkpoint_duration)
+
+    if not background:
+      write()
+      return None
+    if self._saver is None:
+      self._saver = futures.ThreadPoolExecutor(
+          1, thread_name_prefix='replay_save')
+    self._pending = self._saver.submit(write)
+    return self._pending
+
+  def wait_for_save(self) -> None:
+    """Waits for a background save still writing (its error is raised by
+    its Future, not here)."""
+    pending = self._pending
+    if pending is not None:
+      futures.wait([pending])
 
   def load(self, checkpoint_dir: str, iteration_number: int, *,
            from_dopamine: bool = False) -> None:
@@ -317,27 +370,31 @@ class ReplayBuffer(object):
       atomic_files.CorruptCheckpointError: If it is damaged or does not
         fit this memory (nothing changed).
     """
+    self.wait_for_save()
+    directory, index = os.fspath(checkpoint_dir), {}
     if not from_dopamine:
-      state, frames = replay_checkpoint.load(checkpoint_dir,
-                                             iteration_number)
+      state, parts, index = replay_checkpoint.load(directory,
+                                                   iteration_number)
     else:
-      dopamine = dopamine_import.read(checkpoint_dir, iteration_number)
-      try:
-        if self._store is not None:
-          state, frames = dopamine_import.convert(
-              dopamine, self._max_capacity,
-              self._transition_accumulator.stack_size, self._compress)
-        else:
-          state = dopamine_import.convert_elements(dopamine,
-                                                   self._max_capacity)
-          frames = memoryview(b'')
-      except (KeyError, ValueError, TypeError, IndexError) as e:
-        raise atomic_files.CorruptCheckpointError(
-            'the Dopamine checkpoint of iteration {} in {} does not fit '
-            'this memory: {}'.format(iteration_number, checkpoint_dir,
-                                     e)) from e
+      state, parts = self._from_dopamine(directory, iteration_number)
     with self._lock:
-      self._install(state, frames)
+      self._install(state, parts)
+      self._saved = (directory, index)
+
+  def _from_dopamine(self, directory: str, iteration_number: int
+                     ) -> Tuple[Dict[str, Any], List[Any]]:
+    dopamine = dopamine_import.read(directory, iteration_number)
+    try:
+      if self._store is not None:
+        return dopamine_import.convert(
+            dopamine, self._max_capacity,
+            self._transition_accumulator.stack_size)
+      return dopamine_import.convert_elements(dopamine,
+                                              self._max_capacity), []
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+      raise atomic_files.CorruptCheckpointError(
+          'the Dopamine checkpoint of iteration {} in {} does not fit this '
+          'memory: {}'.format(iteration_number, directory, e)) from e
 
 
 _ELEMENT_KINDS = {'replay_element': elements.ReplayElement,

@@ -6,39 +6,52 @@
 - `checkpoint.msgpack`: the memory's state as msgpack (maps, lists,
   numbers, strings, bytes; arrays as their dtype, shape and bytes; no
   pickle, so loading runs no code), with `add_count` at the top as
-  Dopamine's has it, and the name, size and SHA-256 of the frames file;
-- `frames-<digest>.bin`: the frames the stored elements read
-  (`frame_ring.FrameRing.export`).
+  Dopamine's has it, and where each part of its frames is: a pack, an
+  offset and a size;
+- `frame_packs.json`: the packs it names, for the clean-up.
 
-The frames file is written first, under a name of its own, then the state
-file atomically: a crash leaves the previous checkpoint of the iteration
-whole, and a load checks the frames against the digest the state names.
-Of the iterations, the newest `checkpoint_duration` keep their `replay`
-folder, as Dopamine's garbage collection does.
+The frames (`frame_ring.FrameRing.parts`: LZ4 blocks and runs of raw
+frames, none of which ever changes) live in packs shared by the
+checkpoints, `<checkpoint_dir>/replay_frames/pack-<digest>.bin`: a save
+writes one pack of the parts the previous checkpoint did not hold and
+names the others where they are, so a save after 10,000 new steps writes
+about their frames. The pack is written first, then the list, then the
+state file atomically: a crash leaves every checkpoint whole. A load
+checks each pack against the SHA-256 the state gives. Of the iterations,
+the newest `checkpoint_duration` keep their `replay` folder, as Dopamine's
+garbage collection does; a pack is deleted once no kept one names it.
 """
 
 import hashlib
+import json
 import os
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from dopamine_per.file_io import atomic_files
+from dopamine_per.jax.replay_memory import frame_ring
 
-__all__ = ['STATE_NAME', 'FORMAT', 'encode', 'decode', 'save', 'load',
-           'prune']
+__all__ = ['STATE_NAME', 'PACKS_NAME', 'PACK_DIR', 'FORMAT', 'Index',
+           'encode', 'decode', 'save', 'load', 'prune']
 
 STATE_NAME = 'checkpoint.msgpack'
-FORMAT = 'dopamine_per.jax.replay_memory/1'
-_FRAMES_PREFIX = 'frames-'
-_FRAMES_SUFFIX = '.bin'
+PACKS_NAME = 'frame_packs.json'
+PACK_DIR = 'replay_frames'
+FORMAT = 'dopamine_per.jax.replay_memory/2'
+_PACK_PREFIX = 'pack-'
+_PACK_SUFFIX = '.bin'
 # The largest state file read (the arrays besides the frames of 2**24
-# elements fit), and frames file.
+# elements fit), and pack.
 _MAX_STATE_BYTES = 2 << 30
-_MAX_FRAMES_BYTES = 1 << 40
+_MAX_PACK_BYTES = 1 << 40
 # A map of more int keys than this is kept as two arrays.
 _INT_MAP_MIN = 64
 _INT64 = (-2**63, 2**63 - 1)
+
+# Where each saved frame part is: key -> (pack name, offset, size, the
+# pack's size and SHA-256).
+Index = Dict[frame_ring.PartKey, Tuple[str, int, int, int, str]]
 
 
 def _msgpack() -> Any:
@@ -136,48 +149,94 @@ def _replay_dir(checkpoint_dir: Any, iteration: int) -> str:
                       'replay')
 
 
-def save(checkpoint_dir: Any, iteration: int,
-         make_state: Callable[[Callable[[bytes], Any]], Dict[str, Any]]
-         ) -> str:
-  """Writes a checkpoint: the state `make_state` returns (plain data for
-  `encode`, with 'add_count'), having written the frames through the
-  callable it is given. Returns the `replay` folder."""
+def _pack_dir(checkpoint_dir: Any) -> str:
+  return os.path.join(os.fspath(checkpoint_dir), PACK_DIR)
+
+
+def _write_pack(directory: str, parts: Sequence[frame_ring.FramePart]
+                ) -> Tuple[str, int, str, Dict[frame_ring.PartKey, int]]:
+  """Writes the parts with data into a new pack: (its name, size, SHA-256,
+  and each part's offset)."""
+  digest, offsets, at = hashlib.sha256(), {}, 0
+  for part in parts:
+    if part.data is not None:
+      digest.update(part.data)
+      offsets[part.key] = at
+      at += len(part.data)
+  name = _PACK_PREFIX + digest.hexdigest()[:32] + _PACK_SUFFIX
+  path = os.path.join(directory, name)
+  if not atomic_files.exists(path) or os.path.getsize(path) != at:
+
+    def write(f: Any) -> None:
+      for part in parts:
+        if part.data is not None:
+          f.write(part.data)
+
+    atomic_files.atomic_write(path, write)
+  return name, at, digest.hexdigest(), offsets
+
+
+def save(checkpoint_dir: Any, iteration: int, state: Dict[str, Any],
+         parts: Sequence[frame_ring.FramePart], known: Index) -> Index:
+  """Writes a checkpoint of `state` (plain data for `encode`, with
+  'add_count') and its frames' `parts` (those without data are in `known`,
+  saved before). Returns where every part now is."""
   directory = _replay_dir(checkpoint_dir, iteration)
+  packs_dir = _pack_dir(checkpoint_dir)
   atomic_files.make_directories(directory)
-  digest = hashlib.sha256()
-  size, made = [0], []
-
-  def write(f: Any) -> None:
-    def chunk(data: bytes) -> None:
-      digest.update(data)
-      size[0] += len(data)
-      f.write(data)
-    made.append(make_state(chunk))
-
-  staged = atomic_files.stage_write(os.path.join(directory, 'frames'),
-                                    write)
-  frames_name = _FRAMES_PREFIX + digest.hexdigest()[:32] + _FRAMES_SUFFIX
-  atomic_files.replace(staged.path, os.path.join(directory, frames_name))
-  record = dict(made[0], format=FORMAT, frames={
-      'name': frames_name, 'size': size[0], 'sha256': digest.hexdigest()})
+  atomic_files.make_directories(packs_dir)
+  name, size, sha256, offsets = _write_pack(packs_dir, parts)
+  packs: Dict[str, Tuple[int, int, str]] = {}  # name -> (row, size, sha)
+  table = np.zeros((len(parts), 6), np.int64)
+  index: Index = {}
+  for row, part in enumerate(parts):
+    if part.data is not None:
+      where = (name, offsets[part.key], len(part.data), size, sha256)
+    else:
+      where = known[part.key]
+      if not atomic_files.exists(os.path.join(packs_dir, where[0])):
+        raise atomic_files.CorruptCheckpointError(
+            '{}: an earlier frames pack is gone'.format(where[0]))
+    if where[0] not in packs:
+      packs[where[0]] = (len(packs), where[3], where[4])
+    index[part.key] = where
+    table[row] = (int(part.key.compressed), part.key.first, part.key.last,
+                  packs[where[0]][0], where[1], where[2])
+  records = [[pack, pack_size, digest]
+             for pack, (_, pack_size, digest) in packs.items()]
+  record = dict(state, format=FORMAT,
+                frames=dict(state.get('frames', {}), packs=records,
+                            parts=table))
   packed = _msgpack().packb(encode(record), use_bin_type=True)
+  # The list names the packs of the state it replaces too until that state
+  # is replaced, so that a clean-up in between keeps them.
+  lists = os.path.join(directory, PACKS_NAME)
+  atomic_files.write_json(lists, sorted(set(packs) | set(_named(lists))))
   atomic_files.atomic_write(os.path.join(directory, STATE_NAME),
                             lambda f: f.write(packed))
-  for name in atomic_files.list_directory(directory):
-    if name.startswith(_FRAMES_PREFIX) and name != frames_name:
-      atomic_files.remove_if_exists(os.path.join(directory, name))
-  return directory
+  atomic_files.write_json(lists, sorted(packs))
+  return index
 
 
-def load(checkpoint_dir: Any, iteration: int) -> Tuple[Dict[str, Any],
-                                                     memoryview]:
-  """The state and the frames' bytes of a checkpoint `save` wrote.
+def _named(path: str) -> List[str]:
+  """The packs a list names ([] if it is missing or unreadable)."""
+  try:
+    names = atomic_files.read_json(path, 1 << 24, 'frame pack list')
+  except (FileNotFoundError, atomic_files.CheckpointError):
+    return []
+  return [str(name) for name in names] if isinstance(names, list) else []
+
+
+def load(checkpoint_dir: Any, iteration: int
+         ) -> Tuple[Dict[str, Any], List[frame_ring.FramePart], Index]:
+  """The state, the frame parts (with their bytes) and where they are, of
+  a checkpoint `save` wrote.
 
   Raises:
     atomic_files.CheckpointNotFoundError: If there is none (a
       FileNotFoundError, which Dopamine's agents catch).
     atomic_files.CorruptCheckpointError: If it is not one `save` wrote
-      whole (another format, a frames file of other bytes, ...).
+      whole (another format, a pack of other bytes, parts outside it...).
   """
   directory = _replay_dir(checkpoint_dir, iteration)
   path = os.path.join(directory, STATE_NAME)
@@ -190,31 +249,51 @@ def load(checkpoint_dir: Any, iteration: int) -> Tuple[Dict[str, Any],
                                           'replay checkpoint'))
     if not isinstance(state, dict) or state.get('format') != FORMAT:
       raise ValueError('not a {} checkpoint'.format(FORMAT))
-    frames = state['frames']
-    name, size = str(frames['name']), int(frames['size'])
-    if (os.path.basename(name) != name or
-        not name.startswith(_FRAMES_PREFIX) or
-        not 0 <= size <= _MAX_FRAMES_BYTES):
-      raise ValueError('frames file {!r} of {} bytes'.format(name, size))
-    data = atomic_files.read_file(os.path.join(directory, name), size,
-                                  'frames file')
-    if (len(data) != size or
-        hashlib.sha256(data).hexdigest() != frames['sha256']):
-      raise ValueError('the frames file {} is not the one saved'.format(name))
+    parts, index = _read_parts(_pack_dir(checkpoint_dir), state['frames'])
   except FileNotFoundError as e:
     raise atomic_files.CorruptCheckpointError('{}: {}'.format(
         path, e)) from e
-  except (ValueError, KeyError, TypeError) as e:
+  except (ValueError, KeyError, TypeError, IndexError) as e:
     if isinstance(e, atomic_files.CheckpointError):
       raise
     raise atomic_files.CorruptCheckpointError('{}: {}'.format(
         path, e)) from e
-  return state, memoryview(data)
+  return state, parts, index
+
+
+def _read_parts(packs_dir: str, frames: Dict[str, Any]
+                ) -> Tuple[List[frame_ring.FramePart], Index]:
+  """The parts `frames` names, read from their packs (each checked)."""
+  data = []
+  for name, size, sha256 in frames['packs']:
+    name, size = str(name), int(size)
+    if (os.path.basename(name) != name or
+        not name.startswith(_PACK_PREFIX) or
+        not 0 <= size <= _MAX_PACK_BYTES):
+      raise ValueError('frames pack {!r} of {} bytes'.format(name, size))
+    content = atomic_files.read_file(os.path.join(packs_dir, name), size,
+                                     'frames pack')
+    if len(content) != size or hashlib.sha256(content).hexdigest() != sha256:
+      raise ValueError('the frames pack {} is not the one saved'.format(name))
+    data.append((name, size, str(sha256), memoryview(content)))
+  table = np.asarray(frames['parts'], np.int64).reshape(-1, 6)
+  parts, index = [], {}
+  for compressed, first, last, pack, offset, size in table.tolist():
+    if not 0 <= pack < len(data) or offset < 0 or size < 0:
+      raise ValueError('a frame part outside its packs')
+    name, pack_size, sha256, content = data[pack]
+    if offset + size > pack_size:
+      raise ValueError('a frame part past the end of {}'.format(name))
+    key = frame_ring.PartKey(bool(compressed), first, last)
+    parts.append(frame_ring.FramePart(key, content[offset:offset + size]))
+    index[key] = (name, offset, size, pack_size, sha256)
+  return parts, index
 
 
 def prune(checkpoint_dir: Any, keep: int) -> None:
   """Deletes the `replay` folders of all but the newest `keep` iterations
-  (and the iteration's folder, if that leaves it empty)."""
+  (and the iteration's folder, if that leaves it empty), then the packs
+  no kept checkpoint names."""
   checkpoint_dir = os.fspath(checkpoint_dir)
   iterations = sorted(
       int(name) for name in atomic_files.list_directory(checkpoint_dir)
@@ -230,3 +309,13 @@ def prune(checkpoint_dir: Any, keep: int) -> None:
     parent = os.path.dirname(directory)
     if not atomic_files.list_directory(parent):
       os.rmdir(parent)
+  named = set()
+  for iteration in iterations[-keep:] if keep else []:
+    path = os.path.join(_replay_dir(checkpoint_dir, iteration), PACKS_NAME)
+    if not atomic_files.exists(path):
+      return  # A kept checkpoint whose packs are unknown: keep them all.
+    named.update(_named(path))
+  packs_dir = _pack_dir(checkpoint_dir)
+  for name in atomic_files.list_directory(packs_dir):
+    if name not in named:
+      atomic_files.remove_if_exists(os.path.join(packs_dir, name))

@@ -127,17 +127,25 @@ class UniformSamplingDistribution(object):
 
   def to_state_dict(self) -> Dict[str, Any]:
     """The keys by position, the positions by key and the Generator's
-    state (Dopamine's keys; arrays and a dict of ints)."""
+    state, under Dopamine's names (the positions by key as two arrays,
+    {'keys', 'positions'}, not a dict of a Python int per key)."""
+    keys, positions = self._keys.pairs()
     return {
         'key_by_index': self._keys.keys.copy(),
-        'index_by_key': dict(self._keys.items()),
+        'index_by_key': {'keys': keys, 'positions': positions},
         'rng_state': self._rng.bit_generator.state,
     }
 
   def from_state_dict(self, state_dict: Dict[str, Any]) -> None:
-    self._keys.load(state_dict['key_by_index'],
-                    dict(state_dict['index_by_key']))
-    self._rng.bit_generator.state = state_dict['rng_state']
+    """Takes what `to_state_dict` gave, or Dopamine's (a dict of positions
+    by key); ValueError if they do not match, nothing changed."""
+    positions = state_dict['index_by_key']
+    if set(positions) == {'keys', 'positions'}:
+      positions = (positions['keys'], positions['positions'])
+    probe = type(self._rng.bit_generator)()  # Checks the state first.
+    probe.state = state_dict['rng_state']
+    self._keys.load(state_dict['key_by_index'], positions)
+    self._rng.bit_generator.state = probe.state
 
 
 @gin.configurable

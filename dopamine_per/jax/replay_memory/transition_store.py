@@ -11,7 +11,7 @@ checks them (`add_checks`): an observation of another shape, or a value
 that the dtype fixed by the first one cannot hold exactly, is refused.
 """
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -162,23 +162,27 @@ class TransitionStore(object):
 
   # --------------------------------------------------------- checkpoints
 
-  def state(self, oldest: int, newest: int,
-            write: Callable[[bytes], Any]) -> Dict[str, Any]:
-    """The store's state, its frames of steps [oldest, newest] written
-    through `write` (`frame_ring.FrameRing.export`): plain data and
-    arrays."""
-    state = {'ends': self._ends, 'next_ends': self._next_ends,
-             'firsts': self._firsts, 'columns': dict(self._columns)}
+  def state(self, oldest: int, newest: int, known: Any = ()
+            ) -> Tuple[Dict[str, Any], List[frame_ring.FramePart]]:
+    """The store's state (plain data and arrays, copied) and its frames of
+    steps [oldest, newest] as parts (`frame_ring.FrameRing.parts`; those
+    in `known` without data)."""
+    state = {'ends': self._ends.copy(), 'next_ends': self._next_ends.copy(),
+             'firsts': self._firsts.copy(),
+             'columns': {name: column.copy()
+                         for name, column in self._columns.items()}}
+    parts = []
     if self._observation is not None:
       state['observation'] = {'shape': list(self._observation.shape),
                               'dtype': self._observation.dtype.str}
     if self._ring is not None and oldest <= newest:
-      state['frames'] = {'oldest': oldest, 'newest': newest,
-                         'sizes': self._ring.export(oldest, newest, write)}
-    return state
+      state['frames'] = {'oldest': oldest, 'newest': newest}
+      parts = self._ring.parts(oldest, newest, known)
+    return state, parts
 
-  def restore(self, state: Dict[str, Any], frames: memoryview) -> None:
-    """Takes what `state` gave (its frames' bytes in `frames`).
+  def restore(self, state: Dict[str, Any],
+              parts: List[frame_ring.FramePart]) -> None:
+    """Takes what `state` gave (with every part's data).
 
     Raises:
       ValueError: If it does not fit this store (nothing changed).
@@ -209,8 +213,7 @@ class TransitionStore(object):
       ring = frame_ring.FrameRing(1, observation.shape, observation.dtype,
                                   self._compress)
       ring.restore(max(self._ring_rows, newest - oldest + 1 + _RING_SLACK),
-                   oldest, newest, np.asarray(held['sizes'], np.int64),
-                   frames)
+                   oldest, newest, parts)
     self._ends, self._next_ends = arrays['ends'], arrays['next_ends']
     self._firsts = arrays['firsts']
     self._columns = columns

@@ -1,8 +1,8 @@
-"""The NumPy side of the replay memories runs without TensorFlow.
+"""The NumPy side of the replay memories runs without TensorFlow and JAX.
 
 The out-of-graph memories (and so `file_io`) import, fill and sample, and
-gin binds the `Wrapped*` classes, with `tensorflow` never in `sys.modules`,
-each in a fresh interpreter.
+gin binds the `Wrapped*` classes, with `tensorflow` (and `jax`, `flax`)
+never in `sys.modules`, each in a fresh interpreter.
 """
 
 import textwrap
@@ -19,11 +19,12 @@ from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory import sum_tree
 """
 
-# Every snippet ends with it, unless it imports TensorFlow on purpose.
+# Every snippet ends with it, unless it imports TensorFlow on purpose. JAX
+# and flax (the 'jax' extra, dopamine_per.jax) stay out of the core too.
 _ASSERT_NO_TF = """
 loaded = sorted(name for name in sys.modules
-                if name.split('.')[0] == 'tensorflow')
-assert not loaded, 'TensorFlow was imported: {}'.format(loaded[:5])
+                if name.split('.')[0] in ('tensorflow', 'jax', 'flax'))
+assert not loaded, 'TensorFlow or JAX was imported: {}'.format(loaded[:5])
 """
 
 

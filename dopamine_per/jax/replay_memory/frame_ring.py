@@ -196,7 +196,7 @@ class FrameRing(object):
       values = np.frombuffer(data, self.dtype).reshape(
           (last - first + 1,) + self.frame_shape)
       if not self.compressed:
-        new[np.arange(first, last + 1) % rows] = values
+        _write_wrapping(new, first % rows, values)
         continue
       for step, frame in zip(range(first, last + 1), values):
         new[step % rows] = frame
@@ -208,3 +208,10 @@ def _held(unit: int, size: int, oldest: int, newest: int) -> np.ndarray:
   within [oldest, newest]."""
   return np.arange(max(unit * size, oldest),
                    min((unit + 1) * size, newest + 1), dtype=np.int64)
+
+
+def _write_wrapping(frames: np.ndarray, slot: int, values: np.ndarray) -> None:
+  """frames[slot:] = values, wrapping around (two copies, no gather)."""
+  head = min(len(values), len(frames) - slot)
+  frames[slot:slot + head] = values[:head]
+  frames[:len(values) - head] = values[head:]

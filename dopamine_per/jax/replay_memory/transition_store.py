@@ -101,6 +101,16 @@ class TransitionStore(object):
             name, value))
       spec = self._specs[name] = add_checks.AddSpec(name, (), dtype)
       self._columns[name] = np.zeros(self.capacity, dtype)
+    kind = type(value)
+    # What agents pass, checked without NumPy: a bool into bools, an int
+    # within an integer column's range, a float into float64.
+    if kind is bool and spec.dtype.kind == 'b':
+      return value
+    if kind is int and spec.low is not None and (
+        spec.low <= value <= spec.high):
+      return value
+    if kind is float and spec.dtype == np.float64:
+      return value
     return add_checks.check_value(spec, value)
 
   def check_step(self, transition: elements.TransitionElement) -> np.ndarray:
@@ -114,10 +124,12 @@ class TransitionStore(object):
     frame = self.check_observation(transition.observation)
     self._checked('action', transition.action)
     self._checked('is_terminal', transition.is_terminal)
-    reward = np.asarray(transition.reward)
-    if reward.ndim or reward.dtype.kind not in 'biuf':
-      raise ValueError('add(): reward must be a real number, got {!r}'.format(
-          transition.reward))
+    reward = transition.reward
+    if type(reward) is not float:
+      reward = np.asarray(reward)
+      if reward.ndim or reward.dtype.kind not in 'biuf':
+        raise ValueError('add(): reward must be a real number, got '
+                         '{!r}'.format(transition.reward))
     return frame
 
   def check_span(self, span: accumulator.ElementSpan) -> Any:

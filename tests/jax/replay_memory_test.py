@@ -300,6 +300,10 @@ class CheckpointTest(parameterized.TestCase):
     before = memory.to_state_dict()
     with self.assertRaises(FileNotFoundError):
       memory.load(directory, 2)
+    # Another stack size: its stacks would read frames never saved.
+    with self.assertRaisesRegex(atomic_files.CorruptCheckpointError,
+                                'stack_size=2'):
+      _memory(_OURS, 40, 3, 1, True, True).load(directory, 1)
     replay = os.path.join(directory, '1', 'replay')
     packs = os.path.join(directory, replay_checkpoint.PACK_DIR)
     self.assertLen(os.listdir(packs), 1)

@@ -231,12 +231,12 @@ def convert(dopamine: Dict[str, Any], max_capacity: int, stack_size: int
         columns[name] = np.zeros(max_capacity, np.asarray(value).dtype)
       columns[name][slot] = value
   return _state(dopamine, rows, ends, next_ends, firsts, columns,
-                max_capacity)
+                max_capacity, stack_size)
 
 
 def _state(dopamine: Dict[str, Any], rows: _Rows, ends: np.ndarray,
            next_ends: np.ndarray, firsts: np.ndarray,
-           columns: Dict[str, Any], max_capacity: int
+           columns: Dict[str, Any], max_capacity: int, stack_size: int
            ) -> Tuple[Dict[str, Any], List[frame_ring.FramePart]]:
   """Our state: the rows, then the episode so far's observations."""
   steps = []
@@ -262,6 +262,7 @@ def _state(dopamine: Dict[str, Any], rows: _Rows, ends: np.ndarray,
   return {
       'add_count': int(dopamine['add_count']),
       'max_capacity': max_capacity,
+      'stack_size': stack_size,
       'transition_accumulator': {'trajectory': steps,
                                  'steps': newest + 1},
       'sampling_distribution': sampler,

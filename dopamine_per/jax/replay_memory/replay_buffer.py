@@ -248,6 +248,7 @@ class ReplayBuffer(object):
     }
     parts = []
     if self._store is not None:
+      state['stack_size'] = self._store.stack_size
       state['memory'], parts = self._store.state(
           self._oldest_read(), self._transition_accumulator.steps - 1, known)
     else:
@@ -270,6 +271,10 @@ class ReplayBuffer(object):
         raise ValueError('saved with max_capacity={}, this memory has '
                          '{}'.format(state['max_capacity'],
                                      self._max_capacity))
+      stack = int(state.get('stack_size', 0))
+      if self._store is not None and stack != self._store.stack_size:
+        raise ValueError('saved with stack_size={}, this memory stacks {} '
+                         'frames'.format(stack, self._store.stack_size))
       add_count = int(state['add_count'])
       memory = state['memory']
       steps.from_state_dict(state['transition_accumulator'])

@@ -115,6 +115,22 @@ def _save(memory, implementation, directory):
     memory._make_checkpoint_manager(directory).wait_until_finished()  # pylint: disable=protected-access
 
 
+def _time_sample_and_update(memory, rounds, seed):
+  """Medians of sample(32) and update(32) on `memory`, interleaved."""
+  rng = np.random.default_rng(seed)
+  keys = [memory.sample(with_sample_metadata=True)[1].keys
+          for _ in range(16)]
+  priorities = rng.random((16, _BATCH))
+  cases = {
+      'sample_us': timing.Case(memory.sample),
+      'update_us': timing.Case(timing.rotating(
+          list(zip(keys, priorities)),
+          lambda k, p: memory.update(k, priorities=p))),
+  }
+  samples = timing.run_interleaved(cases, rounds, 0.05, rng)
+  return {key: timing.median(times) for key, times in samples.items()}
+
+
 def measure(name, capacity, frame_count, rounds, seed, cache_dir,
             progress=None):
   """Fills memory `name` (of MEMORIES) in this process; its figures."""
@@ -138,18 +154,7 @@ def measure(name, capacity, frame_count, rounds, seed, cache_dir,
     if progress and len(adds) % 20 == 0:
       progress(f'{name}: {memory.add_count} elements')
   resident = (replay_benchmark.status_kib('VmRSS') - baseline) * 1024
-  rng = np.random.default_rng(seed)
-  keys = [memory.sample(with_sample_metadata=True)[1].keys
-          for _ in range(16)]
-  priorities = rng.random((16, _BATCH))
-  cases = {
-      'sample_us': timing.Case(memory.sample),
-      'update_us': timing.Case(timing.rotating(
-          list(zip(keys, priorities)),
-          lambda k, p: memory.update(k, priorities=p))),
-  }
-  samples = timing.run_interleaved(cases, rounds, 0.05, rng)
-  results = {key: timing.median(times) for key, times in samples.items()}
+  results = _time_sample_and_update(memory, rounds, seed)
   directory = tempfile.mkdtemp(prefix='jax_benchmark_')
   try:
     start = time.perf_counter()

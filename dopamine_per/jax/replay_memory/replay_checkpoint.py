@@ -23,7 +23,6 @@ garbage collection does; a pack is deleted once no kept one names it.
 """
 
 import hashlib
-import json
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 

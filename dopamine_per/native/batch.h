@@ -49,6 +49,9 @@ inline bool FillStates(const BatchSource& s, const StackBounds& bounds,
                        int64_t count, uint8_t* states, uint8_t* next_states) {
   const FrameStore store = StoreOf(s);
   FrameReader frames(store);
+  if (bounds.firsts != nullptr || bounds.next_firsts != nullptr) {
+    frames.KeepZeros();
+  }
   if (store.raw != nullptr) {
     TransitionStates(frames, s.pixels, s.item, s.stack, bounds, count, states,
                      next_states);

@@ -170,10 +170,11 @@ struct FrameStore {
 // while they are still in cache.
 class FrameReader {
  public:
-  explicit FrameReader(const FrameStore& store)
-      : store_(store), zero_frame_(store.frame_bytes, 0) {}
+  explicit FrameReader(const FrameStore& store) : store_(store) {}
 
-  // A frame of zeros: a stack's frames from before its first.
+  // Makes Zeros() a frame of zeros: a stack's frames from before its
+  // first. Only batches with firsts ask for it.
+  void KeepZeros() { zero_frame_.assign(store_.frame_bytes, 0); }
   const uint8_t* Zeros() const { return zero_frame_.data(); }
 
   // Decodes the stored blocks holding the `count` slots at `slots` (any
@@ -269,7 +270,8 @@ struct StackBounds {
 // bytes each, frames last) with the stacks `bounds` gives, b < count,
 // wrapping around the capacity, read through `frames` (decoded for them):
 // each state with its next state, which shares its frames while they are
-// cached. A null output is skipped, its bounds not read.
+// cached. A null output is skipped, its bounds not read. Bounds with
+// firsts need `frames.KeepZeros()` first.
 inline void TransitionStates(const FrameReader& frames, int64_t pixels,
                              int64_t item, int64_t stack,
                              const StackBounds& bounds, int64_t count,

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -230,6 +229,13 @@ class CheckedAddTest(absltest.TestCase):
       memory.sample(0)
 
 
+def _fill(memory, modules, seed, count, **kwargs):
+  """Adds `count` of `_steps(seed, ...)` to `memory` (of `modules`)."""
+  for step in _steps(seed, count):
+    memory.add(modules[3].TransitionElement(*step), **kwargs)
+  return memory
+
+
 def _steps(seed, count, shape=(3, 2), ends=0.1):
   """`count` random steps: (observation, action, reward, terminal, end)."""
   rng = np.random.default_rng(seed)
@@ -323,13 +329,10 @@ class CheckpointTest(parameterized.TestCase):
 
   def test_a_save_that_fails_leaves_the_iterations_checkpoint(self):
     directory = fixtures.temp_dir(self)
-    memory = _memory(_OURS, 40, 2, 1, False, False)
-    for step in _steps(7, 30):
-      memory.add(elements.TransitionElement(*step))
+    memory = _fill(_memory(_OURS, 40, 2, 1, False, False), _OURS, 7, 30)
     memory.save(directory, 1)
     saved_count = memory.add_count
-    for step in _steps(8, 10):
-      memory.add(elements.TransitionElement(*step))
+    _fill(memory, _OURS, 8, 10)
     with mock.patch.object(atomic_files, 'atomic_write',
                            side_effect=OSError('disk full')):
       with self.assertRaisesRegex(OSError, 'disk full'):
@@ -374,15 +377,15 @@ class CheckpointTest(parameterized.TestCase):
     for _ in range(400):
       memory.add(elements.TransitionElement(*next(steps)), priority=1.0)
     expected = memory.to_state_dict()
-    started = threading.Event()
+    started, resume = threading.Event(), threading.Event()
     real_save = replay_checkpoint.save
 
-    def slow_save(*args):
+    def held_save(*args):
       started.set()
-      time.sleep(0.3)  # Adds, samples and updates go on meanwhile.
+      resume.wait(30)  # Adds, samples and updates go on meanwhile.
       return real_save(*args)
 
-    with mock.patch.object(replay_checkpoint, 'save', slow_save):
+    with mock.patch.object(replay_checkpoint, 'save', held_save):
       future = memory.save(directory, 7, background=True)
       self.assertTrue(started.wait(10))
       for _ in range(300):
@@ -390,6 +393,7 @@ class CheckpointTest(parameterized.TestCase):
       _, metadata = memory.sample(with_sample_metadata=True)
       memory.update(metadata.keys, priorities=np.full(6, 3.0))
       self.assertFalse(future.done())
+      resume.set()
       self.assertIsNone(future.result(timeout=30))
     loaded = _memory(_OURS, 300, 4, 3, True, True)
     loaded.load(directory, 7)
@@ -460,9 +464,7 @@ class DopamineImportTest(parameterized.TestCase):
 
   def test_pickles_are_never_loaded_and_objects_refused(self):
     directory = fixtures.temp_dir(self)
-    theirs = _memory(_THEIRS, 20, 2, 1, False, False)
-    for step in _steps(3, 30):
-      theirs.add(their_elements.TransitionElement(*step))
+    theirs = _fill(_memory(_THEIRS, 20, 2, 1, False, False), _THEIRS, 3, 30)
     theirs.save(directory, 1)
     theirs._make_checkpoint_manager(directory).wait_until_finished()
     path = os.path.join(directory, '1', 'replay', 'checkpoint.msgpack')

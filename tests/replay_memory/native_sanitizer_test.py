@@ -4,7 +4,9 @@ Runs, in a Python with libasan preloaded and the sanitized libraries
 loaded, normal sampling, priority updates while Python adds (frames stored
 raw, and compressed), every bad input of native_ops_test's BadInputTest,
 and a batch queue's batches, shipped states, priority updates, errors and
-closing; and, in another, the LZ4 codec's
+closing; in another, the JAX memory (issue 34: stacks with zeroed frames,
+its binary sum tree, refused out-of-bounds arguments); and in a third, the
+LZ4 codec's
 round trips and seeded fuzz (tests/native/lz4_cases.py) through the
 sanitized extension module: no sanitizer report, exit 0.
 
@@ -244,6 +246,59 @@ print('sanitized lz4: OK', counts)
 '''
 
 
+_JAX_SCRIPT = r'''
+import os
+
+import numpy as np
+
+from dopamine_per.jax.replay_memory import accumulator
+from dopamine_per.jax.replay_memory import elements
+from dopamine_per.jax.replay_memory import replay_buffer
+from dopamine_per.jax.replay_memory import samplers
+from dopamine_per.native import extension
+
+module = extension.load()
+with open('/proc/self/maps') as f:
+  maps = f.read()
+assert os.environ['SANITIZED_LIBRARIES'] in maps, 'not the sanitized one'
+rng = np.random.default_rng(3)
+for compress in (False, True):
+  # Short episodes: stacks with zeroed frames, the ring growing, wrapping.
+  memory = replay_buffer.ReplayBuffer(
+      accumulator.TransitionAccumulator(4, 3, 0.9),
+      samplers.PrioritizedSamplingDistribution(0, max_capacity=64),
+      batch_size=16, max_capacity=64, compress=compress)
+  for t in range(600):
+    terminal = bool(rng.random() < 0.3)
+    memory.add(elements.TransitionElement(
+        rng.integers(0, 255, (9, 7)).astype(np.uint8), t % 4, 1.0, terminal,
+        terminal), priority=float(rng.random()) + 0.1)
+    if t % 7 == 0 and memory.add_count:
+      batch, metadata = memory.sample(with_sample_metadata=True)
+      memory.update(metadata.keys, priorities=rng.random(16) + 0.1)
+# Arguments out of bounds are refused before anything is read or written.
+nodes = np.zeros(15)
+for leaves in (np.array([8]), np.array([-1])):
+  try:
+    module.binary_tree_set(nodes, 7, leaves, np.ones(1))
+  except ValueError:
+    pass
+  else:
+    raise AssertionError('leaf {} written'.format(leaves))
+frames = np.zeros((8, 10), np.uint8)
+states = np.zeros((2, 10, 4), np.uint8)
+for ends in (np.array([0, 7]), np.array([0, -1])):
+  try:
+    module.fill_stacks(frames, 8, 1, None, None, -1, None, 4, ends, ends,
+                       ends, ends, states, states[:1])
+  except ValueError:
+    pass
+  else:
+    raise AssertionError('outputs that do not fit were filled')
+print('sanitized jax: OK')
+'''
+
+
 def _compiler_file(name):
   """The path of the compiler's runtime library `name`."""
   compiler = os.environ.get('CXX', 'g++')
@@ -282,6 +337,10 @@ class SanitizerTest(absltest.TestCase):
     self._run_sanitized(_SCRIPT, [build.core_library(sanitize=True),
                                   build.ops_library(sanitize=True)],
                         'sanitized ops: OK')
+
+  def test_jax_memory_under_address_sanitizer(self):
+    self._run_sanitized(_JAX_SCRIPT, [build.python_extension(sanitize=True)],
+                        'sanitized jax: OK')
 
   def test_lz4_codec_under_address_sanitizer(self):
     self._run_sanitized(_LZ4_SCRIPT, [build.python_extension(sanitize=True)],

@@ -209,13 +209,15 @@ def convert(dopamine: Dict[str, Any], max_capacity: int, stack_size: int
     # The same end as the element before (Dopamine's repeats at a
     # terminal step), or the next.
     near = [] if previous is None else [previous, previous + 1]
-    placed.append(rows.place(frames, near, extend=True))
-    previous = placed[-1][0]
+    end, state_firsts = rows.place(frames, near, extend=True)
+    next_frames = _stack_frames(np.asarray(leaves[3]))
+    placed.append((end, state_firsts, next_frames))
+    previous = end
     # Its next state's newer frames may follow it (an episode's last
     # steps' frames are in no state).
-    rows.follow(_stack_frames(np.asarray(leaves[3])), previous)
-  for key, leaves, (end, state_firsts) in zip(keys, values, placed):
-    next_frames = _stack_frames(np.asarray(leaves[3]))
+    rows.follow(next_frames, previous)
+  for key, leaves, (end, state_firsts, next_frames) in zip(keys, values,
+                                                           placed):
     next_end, next_firsts = rows.place(
         next_frames, list(range(end + 1, min(end + _MAX_HORIZON,
                                              len(rows.frames)))))

@@ -90,10 +90,8 @@ class KeyPositions(object):
 
   def items(self) -> Iterator:
     """(key, position) pairs, in no particular order."""
-    used = np.flatnonzero(self._cell_used)
-    yield from zip(self._cell_keys[used].tolist(),
-                   self._cell_positions[used].tolist())
-    yield from list(self._spilled.items())
+    keys, positions = self.pairs()
+    return zip(keys.tolist(), positions.tolist())
 
   # -------------------------------------------------------------- changes
 

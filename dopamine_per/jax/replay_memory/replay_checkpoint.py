@@ -44,8 +44,6 @@ _PACK_SUFFIX = '.bin'
 # elements fit), and pack.
 _MAX_STATE_BYTES = 2 << 30
 _MAX_PACK_BYTES = 1 << 40
-# A map of more int keys than this is kept as two arrays.
-_INT_MAP_MIN = 64
 _INT64 = (-2**63, 2**63 - 1)
 
 # Where each saved frame part is: key -> (pack name, offset, size, the
@@ -68,7 +66,7 @@ def _msgpack() -> Any:
 def encode(value: Any) -> Any:
   """`value` as msgpack's plain data: arrays and NumPy scalars as
   {'__array__': [dtype, shape, bytes]}, integers past 64 bits as
-  {'__int__': digits}, large int -> int maps as two arrays.
+  {'__int__': digits}.
 
   Raises:
     TypeError: For anything else (an object), naming its type.
@@ -87,10 +85,6 @@ def encode(value: Any) -> Any:
       return value
     return {'__int__': str(value)}
   if isinstance(value, dict):
-    if (len(value) > _INT_MAP_MIN and
-        all(type(k) is int and type(v) is int for k, v in value.items())):
-      return {'__int_map__': [encode(np.fromiter(value.keys(), np.int64)),
-                              encode(np.fromiter(value.values(), np.int64))]}
     return {key: encode(item) for key, item in value.items()}
   if isinstance(value, (list, tuple)):
     return [encode(item) for item in value]
@@ -118,10 +112,6 @@ def _hook(value: Dict[Any, Any]) -> Any:
       return _decode_array(value['__array__'])
     if '__int__' in value:
       return int(value['__int__'])
-    if '__int_map__' in value:
-      keys, positions = value['__int_map__']
-      return dict(zip(np.asarray(keys).tolist(),
-                      np.asarray(positions).tolist()))
   return value
 
 

@@ -14,7 +14,8 @@ did), stack 4, 3-step returns, the prioritized sampler, batches of 32.
 
 Measured per memory: add (µs per step, the median of bursts of 1,000 over
 the fill, no eviction: a power-of-two capacity fails Dopamine's at the
-first one), resident bytes after the fill beyond those before it (and
+first one; and the CPU time of all the process's threads per step, since
+ours compresses frames on a thread of its own), resident bytes after the fill beyond those before it (and
 extrapolated to 2**20 in proportion), sample(32) and update(32) (medians
 of bursts), save (until the files are complete, orbax's asynchronous
 writer awaited) and its bytes on disk, load into a fresh memory. Targets:
@@ -146,6 +147,7 @@ def measure(name, capacity, frame_count, rounds, seed, cache_dir,
   baseline = replay_benchmark.status_kib('VmRSS')
   memory = _memory(implementation, capacity, compress, seed)
   fill, adds = capacity - 2 * _BURST, []
+  cpu_start = time.process_time()
   while memory.add_count < fill:
     start = time.perf_counter_ns()
     for _ in range(_BURST):
@@ -153,6 +155,9 @@ def measure(name, capacity, frame_count, rounds, seed, cache_dir,
     adds.append((time.perf_counter_ns() - start) / _BURST / 1e3)
     if progress and len(adds) % 20 == 0:
       progress(f'{name}: {memory.add_count} elements')
+  # Every thread's CPU per step, beside the adding thread's wall time.
+  add_cpu_us = ((time.process_time() - cpu_start) * 1e6 /
+                (len(adds) * _BURST))
   resident = (replay_benchmark.status_kib('VmRSS') - baseline) * 1024
   results = _time_sample_and_update(memory, rounds, seed)
   directory = tempfile.mkdtemp(prefix='jax_benchmark_')
@@ -172,7 +177,8 @@ def measure(name, capacity, frame_count, rounds, seed, cache_dir,
       raise RuntimeError(f'{name} loaded {fresh.add_count} of {count}')
   finally:
     shutil.rmtree(directory, ignore_errors=True)
-  results.update(name=name, add_us=timing.median(adds), elements=count,
+  results.update(name=name, add_us=timing.median(adds),
+                 add_cpu_us=add_cpu_us, elements=count,
                  resident_bytes=resident)
   return results
 
@@ -207,8 +213,12 @@ def format_section(results, capacity):
       'batch 32), each filled in a fresh process (benchmarks/'
       'jax_benchmark.py). RAM: resident bytes after the fill beyond those '
       'before the memory was made, and that per element times 2**20. '
-      'Times: medians; save until the files are complete.', '']
-  header = ['memory', 'add µs', 'sample(32) µs', 'update(32) µs',
+      'Times: medians; save until the files are complete. add CPU: the '
+      "process's CPU time (all its threads) per step over the fill: ours "
+      'compresses frame blocks on a thread of its own, which the adding '
+      'thread helps when it falls behind.', '']
+  header = ['memory', 'add µs', 'add CPU µs', 'sample(32) µs',
+            'update(32) µs',
             'RAM GiB', 'RAM at 2**20 GiB', 'save s', 'checkpoint MB',
             'load s']
   rows = []
@@ -218,6 +228,7 @@ def format_section(results, capacity):
       continue
     rows.append([
         f'`{name}`', timing.format_microseconds(figures['add_us']),
+        timing.format_microseconds(figures['add_cpu_us']),
         timing.format_microseconds(figures['sample_us']),
         timing.format_microseconds(figures['update_us']),
         _gib(figures['resident_bytes']), _gib(_per_2_20(figures)),

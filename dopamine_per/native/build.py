@@ -52,7 +52,8 @@ _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 # The headers every library includes.
 _HEADERS = ('replay_core.h', 'sum_tree.h', 'transitions.h', 'lz4_block.h',
             'frames.h', 'batch.h', 'memory.h', 'sampler.h', 'batch_queue.h',
-            'deferred_states.h', 'binary_sum_tree.h')
+            'deferred_states.h', 'binary_sum_tree.h', 'block_compressor.h',
+            'helper_thread.h')
 # The extension's module name: replay_python.cc defines PyInit__replay.
 PYTHON_MODULE = 'dopamine_per.native._replay'
 # -ffp-contract=off: no fused multiply-adds, so sums match NumPy's bits.

@@ -1,6 +1,7 @@
 // The CPython extension module: the sum tree's loops for
 // replay_memory/kernels/native_kernels.py, a registered memory's `Lock`
-// and batches, and the LZ4 block codec (lz4_block.h). Every buffer's type,
+// and batches, the LZ4 block codec (lz4_block.h) and its compressing
+// thread (block_compressor.h). Every buffer's type,
 // length, layout and alignment is checked, and a tree's offsets against its
 // flat array, before a loop reads or writes it.
 //
@@ -24,6 +25,8 @@
 #include <mutex>
 #include <vector>
 
+#include <unistd.h>
+
 #include "replay_core.h"
 
 namespace dopamine_per {
@@ -37,6 +40,9 @@ constexpr int64_t kCopyBytesWithoutGil = 64 * 1024;
 // LZ4 blocks from this many bytes (either side) are coded without the GIL:
 // below, taking it back costs more than the work.
 constexpr int64_t kCodecBytesWithoutGil = 4 * 1024;
+// fill_stacks splits batches from this many rows between two threads
+// (helper_thread.h).
+constexpr int64_t kSplitRows = 8;
 // The most bytes lz4_compress and lz4_decompress take or make (1 GiB).
 constexpr int64_t kMaxCodecBytes = int64_t{1} << 30;
 // The most levels a tree may have (a fanout of 2 over 2**62 leaves).
@@ -1073,6 +1079,170 @@ PyObject* Lz4DecompressPy(PyObject*, PyObject* const* args,
   return out;
 }
 
+// ------------------------------------------------------ block compressor
+
+// BlockCompressor(level): block_compressor.h's, for
+// frame_blocks.CompressedFrames. A job's owner is the literal block
+// `submit` returned, a reference held until `finished` hands it back (or
+// the compressor ends). A process forked from the one that made it has no
+// thread: it starts over with a new compressor, leaving the old one's
+// state, and its references, where they are.
+struct CompressorObject {
+  PyObject_HEAD
+  BlockCompressor* core;
+  int level;
+  pid_t pid;
+};
+
+BlockCompressor* CoreOf(PyObject* object) {
+  auto* self = reinterpret_cast<CompressorObject*>(object);
+  if (self->pid != getpid()) {
+    self->core = new BlockCompressor(self->level);
+    self->pid = getpid();
+  }
+  return self->core;
+}
+
+PyObject* CompressorNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"level", nullptr};
+  PyObject* level_arg = nullptr;
+  int64_t level;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O",
+                                   const_cast<char**>(keywords), &level_arg) ||
+      !TakeBoundedInt(level_arg, "BlockCompressor", "level", 0, kLz4MaxLevel,
+                      &level)) {
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<CompressorObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->level = static_cast<int>(level);
+  self->core = new BlockCompressor(self->level);
+  self->pid = getpid();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void CompressorDealloc(PyObject* object) {
+  auto* self = reinterpret_cast<CompressorObject*>(object);
+  if (self->pid == getpid()) {
+    // The thread never takes the GIL: joining it with the GIL held ends.
+    self->core->Stop();
+    for (const BlockCompressor::Job& job : self->core->Abandon()) {
+      Py_DECREF(static_cast<PyObject*>(job.owner));
+    }
+    delete self->core;
+  }
+  PyTypeObject* type = Py_TYPE(object);
+  type->tp_free(object);
+  Py_DECREF(type);
+}
+
+// submit(tag, frames) -> bytes: the LZ4 block of `frames`' bytes as
+// literals, stored at once; their compressed block comes from `finished`.
+PyObject* CompressorSubmit(PyObject* object, PyObject* const* args,
+                           Py_ssize_t nargs) {
+  if (!CheckArguments("submit", nargs, 2)) return nullptr;
+  int64_t tag;
+  Array frames;
+  if (!TakeBoundedInt(args[0], "submit", "tag", 0, int64_t{1} << 62, &tag) ||
+      !TakeCodecInput(args[1], "submit", "frames", &frames)) {
+    return nullptr;
+  }
+  const int64_t size = Lz4LiteralsSize(frames.bytes());
+  PyObject* literals = PyBytes_FromStringAndSize(nullptr, size);
+  if (literals == nullptr) return nullptr;
+  auto* out = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(literals));
+  Lz4WriteLiterals(frames.data<uint8_t>(), frames.bytes(), out);
+  Py_INCREF(literals);  // The job's.
+  CoreOf(object)->Submit(
+      {tag, out + size - frames.bytes(), frames.bytes(), literals});
+  return literals;
+}
+
+// finished() -> [(tag, literals, block or None)]: the jobs done since the
+// last call, oldest first; None where compressing saved nothing.
+PyObject* CompressorFinished(PyObject* object, PyObject*) {
+  std::vector<BlockCompressor::Finished> done = CoreOf(object)->TakeFinished();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(done.size()));
+  for (size_t i = 0; i < done.size(); ++i) {
+    auto* owner = static_cast<PyObject*>(done[i].job.owner);
+    PyObject* block = Py_None;
+    if (list != nullptr && !done[i].block.empty()) {
+      block = PyBytes_FromStringAndSize(
+          reinterpret_cast<const char*>(done[i].block.data()),
+          static_cast<Py_ssize_t>(done[i].block.size()));
+    } else {
+      Py_INCREF(block);
+    }
+    PyObject* item = block == nullptr ? nullptr
+                                      : Py_BuildValue("(LNN)", done[i].job.tag,
+                                                      owner, block);
+    if (item == nullptr) {  // The owner's reference goes, as if taken.
+      if (block == nullptr) Py_DECREF(owner);
+      Py_CLEAR(list);
+      continue;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+  }
+  return list;
+}
+
+// help() -> bool: compresses the oldest queued block on this thread, the
+// GIL released; False if none was queued.
+PyObject* CompressorHelp(PyObject* object, PyObject*) {
+  BlockCompressor* core = CoreOf(object);
+  bool ran;
+  {
+    WithoutGil unlocked(true);
+    ran = core->RunOne();
+  }
+  return PyBool_FromLong(ran);
+}
+
+// queued() -> int: the blocks waiting for the thread.
+PyObject* CompressorQueued(PyObject* object, PyObject*) {
+  return PyLong_FromLongLong(CoreOf(object)->Queued());
+}
+
+// wait(): until every block submitted is compressed (the GIL released).
+PyObject* CompressorWait(PyObject* object, PyObject*) {
+  BlockCompressor* core = CoreOf(object);
+  {
+    WithoutGil unlocked(true);
+    core->WaitIdle();
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef compressor_methods[] = {
+    {"submit", reinterpret_cast<PyCFunction>(
+                   reinterpret_cast<void (*)()>(CompressorSubmit)),
+     METH_FASTCALL, "submit(tag, frames) -> bytes: their literal block"},
+    {"finished", CompressorFinished, METH_NOARGS,
+     "finished() -> [(tag, literals, block or None)]"},
+    {"help", CompressorHelp, METH_NOARGS,
+     "help() -> bool: compresses the oldest queued block here"},
+    {"queued", CompressorQueued, METH_NOARGS,
+     "queued() -> int: the blocks waiting"},
+    {"wait", CompressorWait, METH_NOARGS,
+     "wait(): until every block submitted is compressed"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot compressor_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(CompressorNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(CompressorDealloc)},
+    {Py_tp_methods, compressor_methods},
+    {Py_tp_doc, const_cast<char*>(
+        "BlockCompressor(level): LZ4-compresses frame blocks on a thread of "
+        "its own (block_compressor.h).")},
+    {0, nullptr},
+};
+
+PyType_Spec compressor_spec = {
+    "dopamine_per._replay.BlockCompressor", sizeof(CompressorObject), 0,
+    Py_TPFLAGS_DEFAULT, compressor_slots,
+};
+
 // ------------------------------------------- frames shipped by a shard
 
 // The int64 array argument `index` of `function`, 1-D, its values in
@@ -1406,11 +1576,22 @@ PyObject* FillStacksPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   bounds.next_ends = next_ends.data<int64_t>();
   bounds.firsts = firsts.data<int64_t>();
   bounds.next_firsts = next_firsts.data<int64_t>();
+  uint8_t* const out = states.data<uint8_t>();
+  uint8_t* const next_out = next_states.data<uint8_t>();
   bool filled;
-  {
-    WithoutGil unlocked(states.bytes() >= kCopyBytesWithoutGil);
-    filled = FillStates(source, bounds, count, states.data<uint8_t>(),
-                        next_states.data<uint8_t>());
+  if (states.bytes() < kCopyBytesWithoutGil || count < kSplitRows) {
+    filled = FillStates(source, bounds, count, out, next_out);
+  } else {
+    // The first half on the helper thread, the rest here.
+    WithoutGil unlocked(true);
+    const int64_t half = count / 2;
+    const int64_t skip = half * (states.bytes() / count);
+    filled = HelperThread::Get().RunBeside(
+        [&] { return FillStates(source, bounds, half, out, next_out); },
+        [&] {
+          return FillStates(source, bounds.From(half), count - half,
+                            out + skip, next_out + skip);
+        });
   }
   if (!filled) {
     PyErr_SetString(PyExc_ValueError,
@@ -1514,5 +1695,14 @@ PyMODINIT_FUNC PyInit__replay(void) {
     return nullptr;
   }
   dopamine_per::lock_type = lock;
+  PyObject* compressor = PyType_FromSpec(&dopamine_per::compressor_spec);
+  if (compressor == nullptr ||
+      PyModule_AddType(module,
+                       reinterpret_cast<PyTypeObject*>(compressor)) < 0) {
+    Py_XDECREF(compressor);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_DECREF(compressor);  // The module holds its own.
   return module;
 }

@@ -112,6 +112,26 @@ class SameBatchesTest(parameterized.TestCase):
     self.assertGreater(theirs.add_count, capacity)  # Evictions happened.
     self.assertEqual(list(ours._memory.keys()), list(theirs._memory.keys()))
 
+  @parameterized.parameters(False, True)
+  def test_batches_split_between_two_threads_equal_dopamines(self, compress):
+    # 32 stacks of 4 frames of 40x40: enough that the native sampler fills
+    # half of the batch on its helper thread (helper_thread.h).
+    theirs = _memory(_THEIRS, 300, 4, 3, True, compress)
+    ours = _memory(_OURS, 300, 4, 3, True, compress)
+    rng = np.random.default_rng(5)
+    for t in range(400):
+      terminal = bool(rng.random() < 0.05)
+      step = ((rng.integers(0, 4, (40, 40)) * 50).astype(np.uint8), t % 3,
+              1.0, terminal, terminal)
+      theirs.add(their_elements.TransitionElement(*step), priority=1.0)
+      ours.add(elements.TransitionElement(*step), priority=1.0)
+      if t % 50 == 49:
+        reference, their_metadata = theirs.sample(32,
+                                                  with_sample_metadata=True)
+        batch, metadata = ours.sample(32, with_sample_metadata=True)
+        np.testing.assert_array_equal(metadata.keys, their_metadata.keys)
+        _assert_batches_equal(self, reference, batch)
+
   def test_stored_elements_read_as_dopamines(self):
     theirs = _memory(_THEIRS, 12, 4, 3, False, False)
     ours = _memory(_OURS, 12, 4, 3, False, True)
@@ -369,6 +389,21 @@ class CheckpointTest(parameterized.TestCase):
     self.assertCountEqual(os.listdir(packs), named)
     for iteration in (2, 3):
       _memory(_OURS, 2000, 4, 3, True, True).load(directory, iteration)
+
+  def test_checkpoints_hold_compressed_blocks_not_their_literals(self):
+    # Blocks are stored as literals first and compressed on a thread
+    # (frame_blocks' `background`); a checkpoint waits for them.
+    memory = _memory(_OURS, 200, 4, 3, True, True)
+    for step in range(150):
+      observation = np.full((16, 16), step % 7, np.uint8)
+      observation[step % 16] = 200
+      memory.add(elements.TransitionElement(observation, 1, 0.5, False,
+                                            False), priority=1.0)
+    blocks = [data for compressed, _, _, data in
+              memory.to_state_dict()['frame_parts'] if compressed]
+    self.assertLen(blocks, 150 // 4)
+    # 4 frames of 256 bytes: 1,029 bytes as literals.
+    self.assertLess(max(map(len, blocks)), 200)
 
   def test_background_save_holds_the_memory_as_it_was(self):
     directory = fixtures.temp_dir(self)

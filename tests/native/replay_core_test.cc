@@ -1255,6 +1255,104 @@ void TestCompressedFrameStacks() {
 
 }  // namespace
 
+// The block compressor: every job comes back once, compressed to what
+// decodes to its bytes (or empty where nothing is saved), whichever thread
+// ran it; literal blocks decode to their bytes; Stop leaves the jobs not
+// run for Abandon.
+void TestBlockCompressor() {
+  std::vector<Bytes> inputs;
+  for (int k = 0; k < 64; ++k) {
+    Bytes data(4096 + 37 * k);
+    for (size_t i = 0; i < data.size(); ++i) {
+      data[i] = static_cast<uint8_t>(k % 3 == 0 ? (i * 7919) >> 3 : i / 64);
+    }
+    inputs.push_back(data);
+  }
+  for (const Bytes& data : inputs) {
+    Bytes literals(dopamine_per::Lz4LiteralsSize(data.size())), out;
+    dopamine_per::Lz4WriteLiterals(data.data(), data.size(), literals.data());
+    CHECK(Lz4Decodes(literals, data.size(), &out));
+    CHECK(out == data);
+  }
+  std::vector<int> seen(inputs.size(), 0);
+  {
+    dopamine_per::BlockCompressor compressor(6);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      compressor.Submit({static_cast<int64_t>(k), inputs[k].data(),
+                         static_cast<int64_t>(inputs[k].size()), &inputs[k]});
+      if (k % 3 == 0) compressor.RunOne();  // Races the thread for a job.
+    }
+    compressor.WaitIdle();
+    CHECK_EQ(compressor.Queued(), 0);
+    for (const auto& done : compressor.TakeFinished()) {
+      const Bytes& data = inputs[done.job.tag];
+      CHECK(done.job.owner == &data);
+      ++seen[done.job.tag];
+      Bytes out;
+      CHECK(done.block.empty() ||
+            (Lz4Decodes(done.block, data.size(), &out) && out == data));
+      CHECK(done.block.empty() ||
+            static_cast<int64_t>(done.block.size()) <
+                dopamine_per::Lz4LiteralsSize(data.size()));
+    }
+    CHECK(compressor.TakeFinished().empty());
+    CHECK(compressor.Abandon().empty());
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  dopamine_per::BlockCompressor stopped(6);
+  stopped.Stop();
+  stopped.Submit({9, inputs[0].data(), 10, nullptr});  // No thread now.
+  CHECK_EQ(stopped.Queued(), 1);
+  const auto left = stopped.Abandon();
+  CHECK_EQ(left.size(), size_t{1});
+  CHECK_EQ(left.empty() ? -1 : left[0].tag, 9);
+}
+
+// The helper thread: both halves run, to their end, their results
+// combined; callers from several threads at once (the busy ones doing
+// both halves themselves) each get their own halves' work done.
+void TestHelperThread() {
+  dopamine_per::HelperThread& helper = dopamine_per::HelperThread::Get();
+  CHECK(&helper == &dopamine_per::HelperThread::Get());
+  int theirs = 0, mine = 0;
+  CHECK(helper.RunBeside(
+      [&] {
+        theirs = 1;
+        return true;
+      },
+      [&] {
+        mine = 2;
+        return true;
+      }));
+  CHECK_EQ(theirs + mine, 3);
+  CHECK(!helper.RunBeside([] { return false; }, [] { return true; }));
+  CHECK(!helper.RunBeside([] { return true; }, [] { return false; }));
+  std::vector<std::vector<int64_t>> sums(4, std::vector<int64_t>(200, 0));
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < 200; ++i) {
+        int64_t a = 0, b = 0;
+        helper.RunBeside(
+            [&] {
+              for (int k = 0; k < 500; ++k) a += k;
+              return true;
+            },
+            [&] {
+              for (int k = 0; k < 300; ++k) b += k;
+              return true;
+            });
+        sums[c][i] = a + b;
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  for (const auto& row : sums) {
+    CHECK(std::all_of(row.begin(), row.end(),
+                      [](int64_t sum) { return sum == 124750 + 44850; }));
+  }
+}
+
 int main() {
   TestHalvingAndLevelSums();
   TestWritesUpdateAncestors();
@@ -1275,6 +1373,8 @@ int main() {
   TestLz4OverlappingMatches();
   TestLz4Refusals();
   TestLz4Prefixes();
+  TestBlockCompressor();
+  TestHelperThread();
   if (failures > 0) {
     std::printf("%d of %d checks failed\n", failures, checks);
     return 1;

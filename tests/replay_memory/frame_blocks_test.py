@@ -5,7 +5,10 @@ checkpoints: frame_checkpoint_test.py."""
 
 import ctypes
 import os
+import signal
 import sys
+import time
+import warnings
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,6 +17,7 @@ import gin
 import lz4.block
 import numpy as np
 
+from dopamine_per.native import extension
 from dopamine_per.replay_memory import prioritized_replay_buffer
 from dopamine_per.replay_memory.memory import frame_blocks
 from tests.support import frame_cases
@@ -111,6 +115,142 @@ class CompressedFramesTest(absltest.TestCase):
     with mock.patch.dict(sys.modules, {'lz4': None, 'lz4.block': None}):
       with self.assertRaisesRegex(ImportError, r'dopamine_per\[compress\]'):
         frame_blocks.CompressedFrames(10, frame_cases.SHAPE, np.uint8)
+
+
+class BackgroundCompressionTest(absltest.TestCase):
+  """`background=True`: blocks stored as literals, compressed on the
+  extension's thread (or the adding one's) and swapped in."""
+
+  def setUp(self):
+    super().setUp()
+    # 40 slots: 10 blocks of 4.
+    self.frames = frame_blocks.CompressedFrames(40, frame_cases.SHAPE,
+                                                np.uint8, background=True)
+    self.expected = np.zeros((40,) + frame_cases.SHAPE, dtype=np.uint8)
+    self.rng = np.random.default_rng(0)
+    self.literal_size = len(extension.load().BlockCompressor(1).submit(
+        0, np.zeros((4,) + frame_cases.SHAPE, np.uint8)))
+
+  def _write(self, slot, step):
+    frame = frame_cases.frame(self.rng, step)
+    self.frames[slot] = frame
+    self.expected[slot] = frame
+
+  def _stored(self):
+    return [self.frames.payload(b) for b in range(self.frames.blocks)
+            if self.frames.payload(b) is not None]
+
+  def test_reads_equal_an_array_whatever_the_blocks_wait_for(self):
+    for step in range(100):
+      self._write(step % 40, step)
+      slots = self.rng.integers(0, 40, 12)
+      np.testing.assert_array_equal(self.frames[slots], self.expected[slots])
+    self.frames.settle()
+    np.testing.assert_array_equal(np.asarray(self.frames), self.expected)
+    # Settled: every stored block compressed, none left as literals.
+    stored = self._stored()
+    self.assertLen(stored, 10)
+    self.assertLess(max(map(len, stored)), self.literal_size / 2)
+    for block, payload in enumerate(stored):
+      raw = lz4.block.decompress(payload, uncompressed_size=4 * 120)
+      self.assertEqual(raw, self.expected[4 * block:4 * block + 4].tobytes())
+
+  def test_a_block_replaced_before_its_compression_keeps_the_new_frames(self):
+    for slot in range(4):
+      self._write(slot, slot)  # Block 0 queued, its literals stored.
+    other = np.full((4,) + frame_cases.SHAPE, 3, np.uint8)
+    self.frames.adopt([lz4.block.compress(other, store_size=False)] +
+                      [None] * 9)
+    self.frames.settle()  # Block 0's compression arrives: not swapped in.
+    np.testing.assert_array_equal(self.frames[:4], other)
+
+  def test_nbytes_counts_literals_then_blocks(self):
+    empty = self.frames.nbytes
+    for slot in range(4):
+      self._write(slot, slot)
+    self.assertLessEqual(self.frames.nbytes - empty,
+                         self.literal_size + sys.getsizeof(b''))
+    self.frames.settle()
+    self.assertEqual(self.frames.nbytes - empty,
+                     len(self.frames.payload(0)) + sys.getsizeof(b''))
+
+  def test_a_forked_child_compresses_on_a_thread_of_its_own(self):
+    for step in range(18):
+      self._write(step, step)  # Blocks queued at the fork, one open.
+    with warnings.catch_warnings():
+      # JAX, if another test imported it, warns of any fork: the child
+      # runs only this module's code.
+      warnings.filterwarnings('ignore', 'os.fork', RuntimeWarning)
+      pid = os.fork()
+    if pid == 0:  # The child: its stores and reads, then its exit code.
+      code = 1
+      try:
+        for step in range(18, 40):
+          self._write(step, step)
+        self.frames.settle()
+        stored = self._stored()
+        if (np.array_equal(np.asarray(self.frames), self.expected) and
+            len(stored) == 10 and
+            max(map(len, stored[5:])) < self.literal_size / 2):
+          code = 0
+      finally:
+        os._exit(code)  # pylint: disable=protected-access
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+      if time.monotonic() > deadline:
+        os.kill(pid, signal.SIGKILL)
+        self.fail('the forked child hung')
+      time.sleep(0.01)
+    self.assertEqual(os.waitstatus_to_exitcode(done[1]), 0)
+    self.frames.settle()  # The parent's thread finished its own.
+    np.testing.assert_array_equal(np.asarray(self.frames)[:16],
+                                  self.expected[:16])
+
+
+class BlockCompressorTest(absltest.TestCase):
+  """The extension's `BlockCompressor` (native/block_compressor.h)."""
+
+  def test_every_block_comes_back_compressed_once(self):
+    compressor = extension.load().BlockCompressor(6)
+    rng = np.random.default_rng(1)
+    blocks = [np.stack([frame_cases.frame(rng, 4 * k + i) for i in range(4)])
+              for k in range(20)]
+    literals = [compressor.submit(k, block) for k, block in
+                enumerate(blocks)]
+    for block, literal in zip(blocks, literals):  # Literals: readable now.
+      self.assertEqual(lz4.block.decompress(
+          literal, uncompressed_size=block.nbytes), block.tobytes())
+    while compressor.help():  # This thread takes what is queued.
+      pass
+    compressor.wait()
+    finished = compressor.finished()
+    self.assertEqual(sorted(tag for tag, _, _ in finished), list(range(20)))
+    for tag, literal, payload in finished:
+      self.assertIs(literal, literals[tag])
+      self.assertEqual(lz4.block.decompress(
+          payload, uncompressed_size=blocks[tag].nbytes),
+                       blocks[tag].tobytes())
+    self.assertEqual(compressor.finished(), [])
+    self.assertEqual(compressor.queued(), 0)
+
+  def test_what_compresses_to_no_less_comes_back_as_none(self):
+    compressor = extension.load().BlockCompressor(6)
+    noise = np.random.default_rng(2).integers(0, 256, 4096, dtype=np.uint8)
+    compressor.submit(5, noise)
+    compressor.wait()
+    self.assertEqual([(tag, payload) for tag, _, payload in
+                      compressor.finished()], [(5, None)])
+
+  def test_refuses_bad_arguments_naming_them(self):
+    native = extension.load()
+    with self.assertRaisesRegex(ValueError, 'level'):
+      native.BlockCompressor(99)
+    compressor = native.BlockCompressor(6)
+    with self.assertRaisesRegex(ValueError, 'tag'):
+      compressor.submit(-1, b'abc')
+    with self.assertRaisesRegex(TypeError, 'frames'):
+      compressor.submit(0, [1, 2, 3])
+    self.assertEqual(compressor.queued(), 0)
 
 
 class CompressedMemoryTest(parameterized.TestCase):

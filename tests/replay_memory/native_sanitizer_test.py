@@ -262,20 +262,24 @@ with open('/proc/self/maps') as f:
   maps = f.read()
 assert os.environ['SANITIZED_LIBRARIES'] in maps, 'not the sanitized one'
 rng = np.random.default_rng(3)
-for compress in (False, True):
+# Small frames; then frames whose batches are split between two threads
+# (helper_thread.h) and whose blocks compress (block_compressor.h).
+for compress, shape, size in ((False, (9, 7), 16), (True, (9, 7), 16),
+                              (False, (48, 48), 64), (True, (48, 48), 64)):
   # Short episodes: stacks with zeroed frames, the ring growing, wrapping.
   memory = replay_buffer.ReplayBuffer(
       accumulator.TransitionAccumulator(4, 3, 0.9),
       samplers.PrioritizedSamplingDistribution(0, max_capacity=64),
-      batch_size=16, max_capacity=64, compress=compress)
+      batch_size=size, max_capacity=64, compress=compress)
   for t in range(600):
     terminal = bool(rng.random() < 0.3)
     memory.add(elements.TransitionElement(
-        rng.integers(0, 255, (9, 7)).astype(np.uint8), t % 4, 1.0, terminal,
-        terminal), priority=float(rng.random()) + 0.1)
+        (rng.integers(0, 4, shape) * 60).astype(np.uint8), t % 4, 1.0,
+        terminal, terminal), priority=float(rng.random()) + 0.1)
     if t % 7 == 0 and memory.add_count:
       batch, metadata = memory.sample(with_sample_metadata=True)
-      memory.update(metadata.keys, priorities=rng.random(16) + 0.1)
+      memory.update(metadata.keys, priorities=rng.random(size) + 0.1)
+  memory.to_state_dict()  # Waits for the blocks being compressed.
 # Arguments out of bounds are refused before anything is read or written.
 nodes = np.zeros(15)
 for leaves in (np.array([8]), np.array([-1])):

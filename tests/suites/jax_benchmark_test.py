@@ -15,7 +15,8 @@ benchmarks_main = importlib.import_module('benchmarks.__main__')
 
 
 def fake(add_us, sample_us, seconds, resident_bytes):
-  return {'add_us': add_us, 'sample_us': sample_us, 'update_us': 10.0,
+  return {'add_us': add_us, 'add_cpu_us': add_us, 'sample_us': sample_us,
+          'update_us': 10.0,
           'save_s': seconds, 'load_s': seconds, 'saved_bytes': 10**6,
           'elements': 2**17, 'resident_bytes': resident_bytes}
 
@@ -58,8 +59,8 @@ class TinyRunTest(absltest.TestCase):
       # Filled in bursts of 1,000 steps to at least capacity - 2,000, never
       # to the capacity (Dopamine's fails at its first eviction).
       self.assertBetween(figures['elements'], 2**12 - 2000, 2**12 - 1)
-      for key in ('add_us', 'sample_us', 'update_us', 'save_s', 'load_s',
-                  'saved_bytes'):
+      for key in ('add_us', 'add_cpu_us', 'sample_us', 'update_us', 'save_s',
+                  'load_s', 'saved_bytes'):
         self.assertGreater(figures[key], 0, (name, key))
     text = benchmark.format_section(results, 2**12)
     self.assertIn('`ours-lz4`', text)

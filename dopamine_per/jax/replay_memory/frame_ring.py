@@ -65,7 +65,8 @@ class FrameRing(object):
 
   def _new_frames(self, rows: int) -> Any:
     if self.compressed:
-      return frame_blocks.CompressedFrames(rows, self.frame_shape, self.dtype)
+      return frame_blocks.CompressedFrames(rows, self.frame_shape, self.dtype,
+                                           background=True)
     return np.zeros((rows,) + self.frame_shape, self.dtype)
 
   @property
@@ -138,6 +139,7 @@ class FrameRing(object):
             lambda held=held: self.frames(held).tobytes())
       return parts
     per, frames = frame_blocks.BLOCK_FRAMES, self._frames
+    frames.settle()  # Blocks, not the literals they are stored as at first.
     for block in range(oldest // per, newest // per + 1):
       slot = block % frames.blocks
       payload = frames.payload(slot)

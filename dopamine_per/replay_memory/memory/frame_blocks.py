@@ -8,6 +8,12 @@ once the block's last slot is written. The block being written (the
 newest frames) is kept raw. Why this format (block length, codec, no
 delta, no dictionary, no cache): docs/compression.md.
 
+With `background` (the JAX ring's frames), a full block is stored at once
+as LZ4 literals and compressed by the extension's `BlockCompressor` on a
+thread of its own, its block swapped in when the next one is stored; when
+that thread falls behind, the adding thread compresses the oldest waiting
+block itself. `settle` waits for them all.
+
 It reads like the array it replaces (`len`, `shape`, `dtype`, indexing by
 slot, slice or array of slots, `np.asarray`), so the NumPy kernels and the
 checkpoint writer take it as they take the array. `nbytes` is what it
@@ -20,11 +26,18 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from dopamine_per.native import extension
+
 __all__ = ['BLOCK_FRAMES', 'LEVEL', 'CompressedFrames', 'codec']
 
 # Frames per block, and LZ4 HC's level (docs/compression.md).
 BLOCK_FRAMES = 4
 LEVEL = 4
+# With `background`: our codec's level (lz4_block.h), whose blocks of
+# Atari frames are about as small as HC 4's and decode as fast, and the
+# blocks left waiting for the thread before the adding thread helps.
+BACKGROUND_LEVEL = 6
+_MOST_WAITING = 4
 
 # What a stored block costs besides its bytes: the bytes object holding it.
 _PAYLOAD_OVERHEAD = sys.getsizeof(b'')
@@ -73,8 +86,10 @@ class CompressedFrames(object):
   block_frames = BLOCK_FRAMES
 
   def __init__(self, capacity: int, frame_shape: Tuple[int, ...],
-               dtype: Any):
+               dtype: Any, background: bool = False):
     self._codec = codec()
+    self._background = background
+    self._compressor = None
     self.shape = (int(capacity),) + tuple(frame_shape)
     self.dtype = np.dtype(dtype)
     self.frame_bytes = int(np.prod(frame_shape, dtype=np.int64) *
@@ -160,6 +175,7 @@ class CompressedFrames(object):
     keeping every row overwritten while it writes."""
     other = copy.copy(self)
     other._payloads = list(self._payloads)  # pylint: disable=protected-access
+    other._compressor = None  # pylint: disable=protected-access
     for name in ('addresses', 'sizes', 'open_block', 'open_frames'):
       setattr(other, name, getattr(self, name).copy())
     return other
@@ -235,8 +251,36 @@ class CompressedFrames(object):
     block = int(self.open_block[0])
     if block < 0:
       return
-    self._set_payload(block, self.compress_block(block))
+    if self._background:
+      payload = self._submit(block)
+    else:
+      payload = self.compress_block(block)
+    self._set_payload(block, payload)
     self.open_block[0] = -1
+
+  def _submit(self, block: int) -> bytes:
+    """The open block `block` as literals, queued for compression (swapping
+    in the blocks compressed since the last call)."""
+    if self._compressor is None:
+      self._compressor = extension.load().BlockCompressor(BACKGROUND_LEVEL)
+    self._swap_compressed()
+    while self._compressor.queued() >= _MOST_WAITING:
+      self._compressor.help()
+    return self._compressor.submit(block, self.block(block))
+
+  def _swap_compressed(self) -> None:
+    """Stores the blocks compressed since the last call, each in place of
+    its literals if those are still the block's."""
+    for block, literals, payload in self._compressor.finished():
+      if payload is not None and self._payloads[block] is literals:
+        self._set_payload(block, payload)
+
+  def settle(self) -> None:
+    """Waits for the blocks being compressed (with `background`) and
+    stores them."""
+    if self._compressor is not None:
+      self._compressor.wait()
+      self._swap_compressed()
 
   def _set_payload(self, block: int, payload: Optional[bytes]) -> None:
     old = self._payloads[block]

@@ -66,7 +66,9 @@ class CompressedFrames(object):
   written: its frames raw in `open_frames`) or empty (never written: its
   frames read as zeros, as a fresh array's). Writing a slot of a stored
   block opens it (its frames decoded, so the slots not yet rewritten keep
-  theirs); writing the last slot of the open block stores it.
+  theirs); writing the last slot of the open block stores it: compressed
+  with LZ4 HC, or with `background` as LZ4 literals, compressed later
+  (module docstring).
 
   Attributes:
     block_frames: int, BLOCK_FRAMES.

@@ -122,8 +122,8 @@ class KeyPositions(object):
   def sort(self) -> None:
     """Puts the keys in increasing order, their positions following."""
     self._keys[:self.size].sort()
-    self._rebuild(list(zip(self._keys[:self.size].tolist(),
-                           range(self.size))))
+    self._rebuild(self._keys[:self.size].copy(),
+                  np.arange(self.size, dtype=np.int64))
 
   def clear(self) -> None:
     """Removes every key."""
@@ -154,7 +154,7 @@ class KeyPositions(object):
       self._keys = np.empty(len(keys), np.int64)
     self._keys[:len(keys)] = keys
     self.size = len(keys)
-    self._rebuild(zip(mapped.tolist(), places.tolist()))
+    self._rebuild(mapped, places)
 
   def _map(self, key: int, position: int) -> None:
     cell = key & (len(self._cell_keys) - 1)
@@ -177,16 +177,25 @@ class KeyPositions(object):
     keys = np.empty(2 * len(self._keys), np.int64)
     keys[:self.size] = self._keys[:self.size]
     self._keys = keys
-    self._rebuild(list(self.items()), cells=2 * len(self._cell_keys))
+    self._rebuild(*self.pairs(), cells=2 * len(self._cell_keys))
 
-  def _rebuild(self, pairs: Any, cells: int = 0) -> None:
+  def _rebuild(self, keys: np.ndarray, positions: np.ndarray,
+               cells: int = 0) -> None:
+    """Maps each of `keys` (distinct) to its position in `positions`: in
+    its cell, or spilled where an earlier key of the list took the cell."""
     cells = cells or len(self._cell_keys)
     self._cell_keys = np.empty(cells, np.int64)
     self._cell_positions = np.empty(cells, np.int64)
     self._cell_used = np.zeros(cells, bool)
-    self._spilled = {}
-    for key, position in pairs:
-      self._map(int(key), int(position))
+    slots = keys & (cells - 1)
+    _, first = np.unique(slots, return_index=True)
+    self._cell_used[slots[first]] = True
+    self._cell_keys[slots[first]] = keys[first]
+    self._cell_positions[slots[first]] = positions[first]
+    spilled = np.ones(len(keys), bool)
+    spilled[first] = False
+    self._spilled = dict(zip(keys[spilled].tolist(),
+                             positions[spilled].tolist()))
 
 
 class PositionsByKey(collections.abc.Mapping):

@@ -22,6 +22,7 @@ from dopamine_per.discrete_domains import atari_lib
 from dopamine_per.discrete_domains import run_experiment
 from dopamine_per.distributed import actor as actor_lib
 from dopamine_per.distributed import replay
+from dopamine_per.distributed import shard
 from dopamine_per.distributed import weights as weights_lib
 from dopamine_per.replay_memory.memory import validation
 
@@ -199,6 +200,11 @@ class ApexRunner(run_experiment.Runner):
     """
     try:
       result = ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+      if isinstance(error.cause, shard.ShardError):
+        # The actor met the dead shard first: its error, as the learner's.
+        raise error.cause from None
+      raise
     except ray.exceptions.RayActorError:
       try:
         self._note_incarnation(ray.get(self._actors[index].run.remote(0)),

@@ -44,6 +44,11 @@ class ShardError(RuntimeError):
         'rebuilt (e.g. from the last checkpoint). Cause: {}'.format(
             shard, cause))
     self.shard = shard
+    self._cause = str(cause)
+
+  def __reduce__(self) -> Tuple[Any, Tuple[int, str]]:
+    # Raised in an Ape-X actor, it reaches the learner pickled.
+    return type(self), (self.shard, self._cause)
 
 
 def shard_directory(checkpoint_dir: str, shard: int) -> str:

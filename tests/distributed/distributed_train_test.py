@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -57,6 +58,11 @@ def setUpModule():  # pylint: disable=invalid-name
 
 def tearDownModule():  # pylint: disable=invalid-name
   ray.shutdown()
+
+
+@ray.remote(num_cpus=0)  # The runner's actors hold the test's CPUs.
+def _raise_shard_error(number):
+  raise shard.ShardError(number, 'gone')
 
 
 def _statistics(base_dir):
@@ -178,6 +184,16 @@ class ApexRunnerTest(parameterized.TestCase):
         os.path.join(self.base_dir, 'checkpoints',
                      'sentinel_checkpoint_complete.0')))
 
+  def test_a_dead_shard_an_actor_meets_first_fails_the_run_naming_it(self):
+    # Which of the learner and an actor meets the dead shard first is a
+    # race; the actor's ShardError reaches the learner through Ray
+    # (pickled), and the runner raises it as the learner's own.
+    runner = self._runner(num_iterations=1)
+    ref = _raise_shard_error.remote(1)
+    with self.assertRaisesRegex(shard.ShardError,
+                                r'^replay shard 1 is dead .*Cause: gone$'):
+      runner._collect(ref, 0)  # pylint: disable=protected-access
+
   def test_refuses_an_agent_on_a_single_memory(self):
     with self.assertRaisesRegex(ValueError, 'needs an agent on a sharded '
                                 'memory.*OutOfGraphPrioritizedReplayBuffer'):
@@ -211,6 +227,12 @@ class ApexRunnerTest(parameterized.TestCase):
 
 
 class TrainerErrorTest(absltest.TestCase):
+
+  def test_a_shard_error_pickles_with_its_shard_and_message(self):
+    error = shard.ShardError(3, RuntimeError('the actor died'))
+    copy = pickle.loads(pickle.dumps(error))
+    self.assertIsInstance(copy, shard.ShardError)
+    self.assertEqual((copy.shard, str(copy)), (3, str(error)))
 
   def test_a_dead_shard_is_one_line_and_status_1(self):
     error = shard.ShardError(1, RuntimeError('the actor died'))

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -75,13 +76,18 @@ class BlockCompressor {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Queues `job`, starting the thread at the first.
+  // Queues `job`, starting the thread at the first (if no thread can
+  // start, the jobs wait for RunOne and WaitIdle).
   void Submit(const Job& job) {
     {
       std::lock_guard<std::mutex> hold(mutex_);
       queue_.push_back(job);
-      if (!thread_.joinable() && !stop_) {
-        thread_ = std::thread([this] { Work(); });
+      if (!thread_.joinable() && !stop_ && !no_thread_) {
+        try {
+          thread_ = std::thread([this] { Work(); });
+        } catch (const std::system_error&) {
+          no_thread_ = true;
+        }
       }
     }
     wake_.notify_one();
@@ -114,8 +120,11 @@ class BlockCompressor {
     return std::exchange(finished_, {});
   }
 
-  // Waits until no job is queued or running.
+  // Runs the queued jobs here, beside the thread, then waits for the one
+  // it runs: until no job is queued or running.
   void WaitIdle() {
+    while (RunOne()) {
+    }
     std::unique_lock<std::mutex> hold(mutex_);
     idle_.wait(hold, [this] { return queue_.empty() && running_ == 0; });
   }
@@ -174,6 +183,7 @@ class BlockCompressor {
   std::vector<Finished> finished_;
   int64_t running_ = 0;
   bool stop_ = false;
+  bool no_thread_ = false;
   std::thread thread_;
 };
 

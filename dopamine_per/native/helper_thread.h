@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <unistd.h>
@@ -40,7 +41,7 @@ class HelperThread {
     bool busy;
     {
       std::lock_guard<std::mutex> hold(mutex_);
-      busy = task_ != nullptr;
+      busy = task_ != nullptr || !started_;
       if (!busy) {
         task_ = &theirs;
         done_ = false;
@@ -59,7 +60,15 @@ class HelperThread {
   }
 
  private:
-  HelperThread() : thread_([this] { Work(); }) { thread_.detach(); }
+  // If no thread can start, every caller does both halves itself.
+  HelperThread() {
+    try {
+      std::thread([this] { Work(); }).detach();
+      started_ = true;
+    } catch (const std::system_error&) {
+      started_ = false;
+    }
+  }
 
   void Work() {
     std::unique_lock<std::mutex> hold(mutex_);
@@ -82,7 +91,7 @@ class HelperThread {
   const std::function<bool()>* task_ = nullptr;
   bool done_ = false;
   bool result_ = false;
-  std::thread thread_;
+  bool started_ = false;
 };
 
 }  // namespace dopamine_per

@@ -1159,29 +1159,39 @@ PyObject* CompressorSubmit(PyObject* object, PyObject* const* args,
 }
 
 // finished() -> [(tag, literals, block or None)]: the jobs done since the
-// last call, oldest first; None where compressing saved nothing.
+// last call, oldest first; None where compressing saved nothing. If the
+// list cannot be made, their references go and their blocks with them
+// (the literals stay stored).
 PyObject* CompressorFinished(PyObject* object, PyObject*) {
   std::vector<BlockCompressor::Finished> done = CoreOf(object)->TakeFinished();
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(done.size()));
-  for (size_t i = 0; i < done.size(); ++i) {
-    auto* owner = static_cast<PyObject*>(done[i].job.owner);
+  PyObject* list = PyList_New(0);
+  for (const BlockCompressor::Finished& finished : done) {
+    auto* owner = static_cast<PyObject*>(finished.job.owner);
+    PyObject* item = list == nullptr ? nullptr : PyTuple_New(3);
+    PyObject* tag = item == nullptr ? nullptr
+                                    : PyLong_FromLongLong(finished.job.tag);
     PyObject* block = Py_None;
-    if (list != nullptr && !done[i].block.empty()) {
-      block = PyBytes_FromStringAndSize(
-          reinterpret_cast<const char*>(done[i].block.data()),
-          static_cast<Py_ssize_t>(done[i].block.size()));
-    } else {
+    if (tag == nullptr) {
+      block = nullptr;
+    } else if (finished.block.empty()) {
       Py_INCREF(block);
+    } else {
+      block = PyBytes_FromStringAndSize(
+          reinterpret_cast<const char*>(finished.block.data()),
+          static_cast<Py_ssize_t>(finished.block.size()));
     }
-    PyObject* item = block == nullptr ? nullptr
-                                      : Py_BuildValue("(LNN)", done[i].job.tag,
-                                                      owner, block);
-    if (item == nullptr) {  // The owner's reference goes, as if taken.
-      if (block == nullptr) Py_DECREF(owner);
+    if (block == nullptr) {
+      Py_XDECREF(tag);
+      Py_XDECREF(item);
+      Py_DECREF(owner);
       Py_CLEAR(list);
       continue;
     }
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+    PyTuple_SET_ITEM(item, 0, tag);
+    PyTuple_SET_ITEM(item, 1, owner);  // The job's reference, handed on.
+    PyTuple_SET_ITEM(item, 2, block);
+    if (PyList_Append(list, item) < 0) Py_CLEAR(list);
+    Py_DECREF(item);
   }
   return list;
 }

@@ -15,14 +15,15 @@ did), stack 4, 3-step returns, the prioritized sampler, batches of 32.
 Measured per memory: add (µs per step, the median of bursts of 1,000 over
 the fill, no eviction: a power-of-two capacity fails Dopamine's at the
 first one; and the CPU time of all the process's threads per step, since
-ours compresses frames on a thread of its own), resident bytes after the fill beyond those before it (and
-extrapolated to 2**20 in proportion), sample(32) and update(32) (medians
-of bursts), save (until the files are complete, orbax's asynchronous
-writer awaited) and its bytes on disk, load into a fresh memory. Targets:
-add and sample at least 5x faster than Dopamine JAX, update no slower, RAM
-at 2**20 no more than 1.5 GiB (issue 33's), save and load at least 10x
-faster, for the default memories (`compress=True`, which Dopamine's agents
-build); the raw pair's ratios are shown for reference.
+ours compresses frames on a thread of its own), resident bytes after the
+fill beyond those before it (and extrapolated to 2**20 in proportion),
+sample(32) and update(32) (medians of bursts), save (until the files are
+complete, orbax's asynchronous writer awaited) and its bytes on disk, load
+into a fresh memory. Targets: add and sample at least 5x faster than
+Dopamine JAX, update no slower, RAM at 2**20 no more than 1.5 GiB (issue
+33's), save and load at least 10x faster, for the default memories
+(`compress=True`, which Dopamine's agents build); the raw pair's ratios
+are shown for reference.
 """
 
 import gc

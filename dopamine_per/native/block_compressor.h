@@ -31,7 +31,7 @@ namespace dopamine_per {
 
 // The bytes of the LZ4 block that holds `size` bytes as literals only.
 inline int64_t Lz4LiteralsSize(int64_t size) {
-  return 1 + (size < 15 ? 0 : (size - 15) / 255 + 1) + size;
+  return 1 + lz4_internal::ExtensionBytes(size) + size;
 }
 
 // Writes that block for the `size` bytes at `src` into `dst`

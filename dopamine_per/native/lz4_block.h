@@ -150,6 +150,11 @@ inline uint8_t* WriteLength(uint8_t* op, int64_t rest) {
   return op;
 }
 
+// The extension bytes after a nibble for `value`.
+inline int64_t ExtensionBytes(int64_t value) {
+  return value < kNibbleMax ? 0 : (value - kNibbleMax) / 255 + 1;
+}
+
 // Writes the block's sequences into [op, end), each checked for room.
 class SequenceWriter {
  public:
@@ -181,10 +186,6 @@ class SequenceWriter {
   uint8_t* op() const { return op_; }
 
  private:
-  // The extension bytes after a nibble for `value`.
-  static int64_t ExtensionBytes(int64_t value) {
-    return value < kNibbleMax ? 0 : (value - kNibbleMax) / 255 + 1;
-  }
 
   uint8_t* op_;
   uint8_t* const end_;
